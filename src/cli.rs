@@ -1,0 +1,121 @@
+//! The command-line surface: subcommands, their flags and how flags map onto
+//! config settings. Names are part of the contract (DESIGN.md).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, ConfigError, Overrides};
+
+const AFTER_HELP: &str = "\
+Configuration is layered: built-in defaults, then the config file
+(--config, or ./hintstream.toml when it exists), then environment variables
+HINTSTREAM_<SECTION>__<KEY> (for example HINTSTREAM_HINTS__GROUP_ID), then flags.
+`hintstream config` prints the result with secrets redacted.
+
+Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hintstream",
+    version,
+    about = "Rescue the GRPO signal of all-failed prompts: LLM hints over Kafka, and hint-augmented advantages",
+    after_help = AFTER_HELP
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Config file (TOML). Default: ./hintstream.toml when it exists.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Kafka bootstrap servers, comma-separated
+    /// [env: HINTSTREAM_BOOTSTRAP_SERVERS] [default: 127.0.0.1:9092].
+    #[arg(long, global = true, value_name = "LIST")]
+    pub bootstrap_servers: Option<String>,
+    /// Log format on stderr; the level comes from RUST_LOG (default info).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the pipeline's topics (and dead-letter topics).
+    Topics {
+        #[command(subcommand)]
+        action: TopicsAction,
+    },
+    /// Publish a JSONL file of messages, keyed from their fields.
+    Produce {
+        /// Topic to publish to.
+        #[arg(long)]
+        topic: String,
+        /// JSONL file, one message per line.
+        file: PathBuf,
+    },
+    /// Copy a topic into a JSONL file (key, value, headers, partition, offset,
+    /// timestamp), up to the end it had when recording started.
+    Record {
+        /// Topic to record.
+        #[arg(long)]
+        topic: String,
+        /// Output JSONL file.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Stop after this many messages.
+        #[arg(long, value_name = "N")]
+        max_messages: Option<u64>,
+        /// Fail when nothing arrives for this many seconds before the end.
+        #[arg(long, default_value_t = 30, value_name = "SECS")]
+        idle_timeout_secs: u64,
+    },
+    /// Produce a `record` file back into a topic, keeping keys, headers and
+    /// per-key order.
+    Replay {
+        /// A file written by `hintstream record`.
+        file: PathBuf,
+        /// Target topic (default: each message's recorded topic).
+        #[arg(long)]
+        topic: Option<String>,
+        /// Messages per second (default: as fast as the broker takes them).
+        #[arg(long, value_name = "N")]
+        rate: Option<f64>,
+        /// Send each message to its recorded partition instead of by key.
+        #[arg(long)]
+        keep_partitions: bool,
+    },
+    /// Print the effective configuration (secrets redacted) and exit.
+    Config,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsAction {
+    /// Create every topic of the design that does not exist yet.
+    Create {
+        /// Partitions (default: topics.partitions from the config).
+        #[arg(long)]
+        partitions: Option<i32>,
+    },
+}
+
+impl Cli {
+    /// Loads the configuration with this command line's flags applied last.
+    pub fn load_config(&self) -> Result<Config, ConfigError> {
+        let overrides = Overrides {
+            bootstrap_servers: self.global.bootstrap_servers.clone(),
+            settings: vec![],
+        };
+        Config::load(self.global.config.as_deref(), &overrides)
+    }
+}

@@ -1,0 +1,172 @@
+//! Per-partition bookkeeping of messages taken but not yet finished, so that
+//! concurrent, out-of-order completion still commits in order.
+//!
+//! The committable offset of a partition is the lowest offset still in flight,
+//! or one past the highest offset seen when nothing is in flight. Every offset
+//! below it has finished; nothing above it is ever committed early.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Identifies one message taken from a partition. Finishing a ticket issued
+/// before the partition was revoked or re-assigned has no effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    epoch: u64,
+}
+
+#[derive(Debug, Default)]
+struct PartitionState {
+    epoch: u64,
+    in_flight: BTreeSet<i64>,
+    /// One past the highest offset taken in this epoch.
+    next_after_seen: Option<i64>,
+    /// The last offset handed out as committable.
+    stored: Option<i64>,
+}
+
+impl PartitionState {
+    fn committable(&self) -> Option<i64> {
+        self.in_flight.first().copied().or(self.next_after_seen)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct OffsetTracker {
+    partitions: HashMap<(Arc<str>, i32), PartitionState>,
+    next_epoch: u64,
+}
+
+impl OffsetTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that `offset` was taken and is now in flight.
+    pub fn begin(&mut self, topic: &str, partition: i32, offset: i64) -> Ticket {
+        let key = self.key(topic, partition);
+        let state = self.partitions.entry(key.clone()).or_default();
+        state.in_flight.insert(offset);
+        state.next_after_seen = Some(state.next_after_seen.map_or(offset + 1, |n| n.max(offset + 1)));
+        Ticket {
+            topic: key.0,
+            partition,
+            offset,
+            epoch: state.epoch,
+        }
+    }
+
+    /// Marks a ticket finished. Returns the new committable offset when it
+    /// advanced past the last one returned; `None` when it did not, or when
+    /// the ticket is from before a reset.
+    pub fn finish(&mut self, ticket: &Ticket) -> Option<i64> {
+        let state = self
+            .partitions
+            .get_mut(&(ticket.topic.clone(), ticket.partition))?;
+        if state.epoch != ticket.epoch || !state.in_flight.remove(&ticket.offset) {
+            return None;
+        }
+        let next = state.committable()?;
+        if state.stored.is_some_and(|s| s >= next) {
+            return None;
+        }
+        state.stored = Some(next);
+        Some(next)
+    }
+
+    /// Forgets a partition (revoked or newly assigned): its in-flight tickets
+    /// become stale, so a late finish cannot store an offset for a new owner.
+    pub fn reset(&mut self, topic: &str, partition: i32) {
+        self.next_epoch += 1;
+        let epoch = self.next_epoch;
+        let key = self.key(topic, partition);
+        self.partitions.insert(
+            key,
+            PartitionState {
+                epoch,
+                ..PartitionState::default()
+            },
+        );
+    }
+
+    /// The offset that may be committed now: every offset below it finished.
+    pub fn committable(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.partitions
+            .get(&(Arc::from(topic), partition))
+            .and_then(PartitionState::committable)
+    }
+
+    /// Messages in flight over all partitions.
+    pub fn in_flight(&self) -> usize {
+        self.partitions.values().map(|s| s.in_flight.len()).sum()
+    }
+
+    fn key(&self, topic: &str, partition: i32) -> (Arc<str>, i32) {
+        // Reuse the interned topic name when the partition is known.
+        self.partitions
+            .keys()
+            .find(|(t, p)| *p == partition && &**t == topic)
+            .cloned()
+            .unwrap_or_else(|| (Arc::from(topic), partition))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_only_up_to_lowest_unfinished() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 10);
+        let b = t.begin("t", 0, 11);
+        let c = t.begin("t", 0, 12);
+        assert_eq!(t.finish(&c), Some(10), "12 finished but 10 is still in flight");
+        assert_eq!(t.committable("t", 0), Some(10));
+        assert_eq!(t.finish(&a), Some(11));
+        assert_eq!(t.finish(&b), Some(13));
+        assert_eq!(t.committable("t", 0), Some(13));
+    }
+
+    #[test]
+    fn ignores_tickets_from_before_a_reset() {
+        let mut t = OffsetTracker::new();
+        let old = t.begin("t", 1, 5);
+        t.reset("t", 1);
+        assert_eq!(t.finish(&old), None);
+        assert_eq!(t.committable("t", 1), None);
+        let new = t.begin("t", 1, 3);
+        assert_eq!(t.finish(&new), Some(4));
+    }
+
+    #[test]
+    fn keeps_partitions_apart() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 1);
+        let b = t.begin("t", 1, 100);
+        assert_eq!(t.finish(&b), Some(101));
+        assert_eq!(t.committable("t", 0), Some(1));
+        assert_eq!(t.in_flight(), 1);
+        assert_eq!(t.finish(&a), Some(2));
+    }
+
+    #[test]
+    fn random_completion_never_passes_an_unfinished_offset() {
+        use rand::seq::SliceRandom;
+        let mut rng = rand::rng();
+        let mut t = OffsetTracker::new();
+        let mut tickets: Vec<_> = (0..500).map(|o| t.begin("t", 0, o)).collect();
+        tickets.shuffle(&mut rng);
+        let mut finished = std::collections::HashSet::new();
+        for ticket in tickets {
+            finished.insert(ticket.offset);
+            if let Some(next) = t.finish(&ticket) {
+                assert!((0..next).all(|o| finished.contains(&o)), "stored {next} past an unfinished offset");
+            }
+        }
+        assert_eq!(t.committable("t", 0), Some(500));
+    }
+}

@@ -1,0 +1,108 @@
+//! The `hintstream` binary: parses the command line, loads the config and runs
+//! one subcommand. Exit codes: 0 done, 1 runtime failure, 2 bad usage/config.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use hintstream::cli::{Cli, Command, LogFormat, TopicsAction};
+use hintstream::config::Config;
+use hintstream::kafka::{admin, create_producer};
+use hintstream::tools::{produce, record, replay};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.global.log_format);
+    let config = match cli.load_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli.command, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    match command {
+        Command::Config => print!("{}", config.to_redacted_toml()),
+        Command::Topics {
+            action: TopicsAction::Create { partitions },
+        } => {
+            let names = admin::design_topics(&config);
+            let partitions = partitions.unwrap_or(config.topics.partitions);
+            let outcomes = admin::create_topics(&config, &names, partitions)
+                .await
+                .with_context(|| format!("creating topics on {}", config.bootstrap_servers))?;
+            let mut failed = 0;
+            for (name, outcome) in outcomes {
+                println!("{name}: {outcome:?}");
+                failed += usize::from(matches!(outcome, admin::TopicOutcome::Failed(_)));
+            }
+            anyhow::ensure!(failed == 0, "{failed} topic(s) could not be created");
+        }
+        Command::Produce { topic, file } => {
+            let producer = create_producer(&config).context("creating the producer")?;
+            let n = produce::produce_file(&producer, &topic, &file, progress).await?;
+            println!("produced {n} messages to {topic}");
+        }
+        Command::Record {
+            topic,
+            out,
+            max_messages,
+            idle_timeout_secs,
+        } => {
+            let options = record::RecordOptions {
+                topic: topic.clone(),
+                max_messages,
+                idle_timeout: std::time::Duration::from_secs(idle_timeout_secs),
+                progress,
+            };
+            let n = record::record(&config, &options, &out)
+                .await
+                .with_context(|| format!("recording {topic}"))?;
+            println!("recorded {n} messages from {topic} to {}", out.display());
+        }
+        Command::Replay {
+            file,
+            topic,
+            rate,
+            keep_partitions,
+        } => {
+            let producer = create_producer(&config).context("creating the producer")?;
+            let options = replay::ReplayOptions {
+                topic,
+                rate,
+                keep_partitions,
+                progress,
+            };
+            let n = replay::replay(&producer, &file, &options).await?;
+            println!("replayed {n} messages from {}", file.display());
+        }
+    }
+    Ok(())
+}

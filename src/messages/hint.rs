@@ -1,0 +1,76 @@
+//! `Hint`: stage 1's answer for one failed group, published on `rl.hints`.
+
+use serde::{Deserialize, Serialize};
+
+use super::decode::{rules, DecodeError, Validate};
+use super::SCHEMA_VERSION;
+
+/// Where a hint's text came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HintCategory {
+    /// The LLM wrote it.
+    LlmSynthesized,
+    /// No LLM was configured: built from the verifier feedback.
+    StaticFallback,
+    /// The LLM failed (timeout, error, empty): built from the verifier feedback.
+    LlmFailedStaticFallback,
+}
+
+impl HintCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HintCategory::LlmSynthesized => "llm_synthesized",
+            HintCategory::StaticFallback => "static_fallback",
+            HintCategory::LlmFailedStaticFallback => "llm_failed_static_fallback",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// The failed-trajectory record a hint was built from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HintSource {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hint {
+    pub schema_version: i64,
+    /// Deterministic: a hash of group key, prompt version and model chain.
+    pub hint_id: String,
+    pub run_id: String,
+    pub step: i64,
+    pub instance_id: String,
+    pub trajectory_id: String,
+    pub hint: String,
+    pub category: HintCategory,
+    pub model: Option<String>,
+    pub prompt_version: String,
+    pub latency_ms: u64,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub failure_reason: Option<String>,
+    pub source: HintSource,
+    pub created_at: String,
+}
+
+impl Validate for Hint {
+    fn validate(&self) -> Result<(), DecodeError> {
+        rules::schema_version(self.schema_version, SCHEMA_VERSION)?;
+        rules::non_empty("hint_id", &self.hint_id)?;
+        rules::non_empty("run_id", &self.run_id)?;
+        rules::step(self.step)?;
+        rules::non_empty("instance_id", &self.instance_id)?;
+        rules::non_empty("trajectory_id", &self.trajectory_id)?;
+        rules::finite("cost_usd", self.cost_usd)?;
+        rules::rfc3339("created_at", Some(&self.created_at))
+    }
+}

@@ -1,0 +1,69 @@
+//! Messages of `rl.rollouts.scored`: one `scored_rollout` per rollout of a
+//! step, then one `step_end` that says how many rows the step has.
+
+use serde::{Deserialize, Serialize};
+
+use super::decode::{rules, DecodeError, Validate};
+use super::SCHEMA_VERSION;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoredRollout {
+    pub schema_version: i64,
+    pub run_id: String,
+    pub step: i64,
+    pub instance_id: String,
+    pub trajectory_id: String,
+    pub reward: f64,
+    pub is_hinted: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint_category: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEnd {
+    pub schema_version: i64,
+    pub run_id: String,
+    pub step: i64,
+    /// Rows in the step.
+    pub count: i64,
+}
+
+/// Any JSON message of `rl.rollouts.scored`, told apart by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ScoredMessage {
+    ScoredRollout(ScoredRollout),
+    StepEnd(StepEnd),
+}
+
+impl Validate for ScoredRollout {
+    fn validate(&self) -> Result<(), DecodeError> {
+        rules::schema_version(self.schema_version, SCHEMA_VERSION)?;
+        rules::non_empty("run_id", &self.run_id)?;
+        rules::step(self.step)?;
+        rules::non_empty("instance_id", &self.instance_id)?;
+        rules::non_empty("trajectory_id", &self.trajectory_id)?;
+        rules::finite("reward", self.reward)
+    }
+}
+
+impl Validate for StepEnd {
+    fn validate(&self) -> Result<(), DecodeError> {
+        rules::schema_version(self.schema_version, SCHEMA_VERSION)?;
+        rules::non_empty("run_id", &self.run_id)?;
+        rules::step(self.step)?;
+        if self.count < 0 {
+            return Err(DecodeError::invalid("count", "must be >= 0"));
+        }
+        Ok(())
+    }
+}
+
+impl Validate for ScoredMessage {
+    fn validate(&self) -> Result<(), DecodeError> {
+        match self {
+            ScoredMessage::ScoredRollout(row) => row.validate(),
+            ScoredMessage::StepEnd(end) => end.validate(),
+        }
+    }
+}

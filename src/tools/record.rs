@@ -1,0 +1,154 @@
+//! `hintstream record`: copies a topic into JSONL, from the beginning of every
+//! partition to the end it had when recording started (or N messages).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use thiserror::Error;
+
+use super::recorded::{Bytes, RecordedHeader, RecordedMessage};
+use crate::config::Config;
+use crate::kafka::base_config;
+
+#[derive(Debug, Error)]
+pub enum RecordError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("topic {0:?} does not exist (or has no partitions)")]
+    UnknownTopic(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no message arrived for {0:?} although the partitions were not at their end")]
+    Stalled(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    pub topic: String,
+    /// Stop after this many messages.
+    pub max_messages: Option<u64>,
+    /// Give up when nothing arrives for this long before the end is reached.
+    pub idle_timeout: Duration,
+    pub progress: bool,
+}
+
+/// Records `options.topic` into `out`. Returns how many messages were written.
+pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Result<u64, RecordError> {
+    let mut client = base_config(config);
+    client
+        .set("group.id", format!("hintstream-record-{}", rand::random::<u64>()))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    let consumer: StreamConsumer = client.create()?;
+    let ends = end_offsets(&client, &options.topic).await?;
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining: HashMap<i32, i64> = HashMap::new();
+    for (&partition, &(low, high)) in &ends {
+        if high > low {
+            tpl.add_partition_offset(&options.topic, partition, Offset::Offset(low))?;
+            remaining.insert(partition, high);
+        }
+    }
+    let total: u64 = ends.values().map(|(l, h)| (h - l).max(0) as u64).sum();
+    let goal = options.max_messages.map_or(total, |m| m.min(total));
+    let file = std::fs::File::create(out).map_err(|source| RecordError::Write {
+        path: out.display().to_string(),
+        source,
+    })?;
+    let mut writer = std::io::BufWriter::new(file);
+    let bar = super::progress_bar(Some(goal), &format!("recording {}", options.topic));
+    if !options.progress {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    if !remaining.is_empty() {
+        consumer.assign(&tpl)?;
+    }
+    let mut written = 0u64;
+    while written < goal && !remaining.is_empty() {
+        let message = tokio::time::timeout(options.idle_timeout, consumer.recv())
+            .await
+            .map_err(|_| RecordError::Stalled(options.idle_timeout))??;
+        let partition = message.partition();
+        let Some(&high) = remaining.get(&partition) else {
+            continue;
+        };
+        if message.offset() >= high {
+            remaining.remove(&partition);
+            continue;
+        }
+        let recorded = RecordedMessage {
+            topic: message.topic().to_string(),
+            partition,
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            key: Bytes::new(message.key().map(<[u8]>::to_vec)),
+            value: Bytes::new(message.payload().map(<[u8]>::to_vec)),
+            headers: message
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| RecordedHeader {
+                            key: h.key.to_string(),
+                            value: Bytes::new(h.value.map(<[u8]>::to_vec)),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        writeln!(writer, "{}", recorded.to_line()).map_err(|source| RecordError::Write {
+            path: out.display().to_string(),
+            source,
+        })?;
+        written += 1;
+        bar.inc(1);
+        if message.offset() + 1 >= high {
+            remaining.remove(&partition);
+        }
+    }
+    writer.flush().map_err(|source| RecordError::Write {
+        path: out.display().to_string(),
+        source,
+    })?;
+    bar.finish_and_clear();
+    Ok(written)
+}
+
+/// Low and high watermarks of every partition of `topic`. Metadata calls
+/// block, so they run on the blocking pool.
+async fn end_offsets(
+    client: &rdkafka::ClientConfig,
+    topic: &str,
+) -> Result<HashMap<i32, (i64, i64)>, RecordError> {
+    let client = client.clone();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client.create()?;
+        let timeout = Duration::from_secs(10);
+        let metadata = consumer.fetch_metadata(Some(&topic), timeout)?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if partitions.is_empty() {
+            return Err(RecordError::UnknownTopic(topic.clone()));
+        }
+        let mut ends = HashMap::new();
+        for partition in partitions {
+            ends.insert(partition, consumer.fetch_watermarks(&topic, partition, timeout)?);
+        }
+        Ok(ends)
+    })
+    .await
+    .map_err(|_| RecordError::Kafka(rdkafka::error::KafkaError::Canceled))?
+}

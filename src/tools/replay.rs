@@ -1,0 +1,166 @@
+//! `hintstream replay`: produces a `record` file back into a topic, with its
+//! keys, values and headers, in file order (so per-key order holds), at an
+//! optional rate.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use thiserror::Error;
+
+use super::recorded::RecordedMessage;
+
+/// Deliveries awaited at most at once; beyond it replay waits for acks.
+const MAX_PENDING_DELIVERIES: usize = 10_000;
+
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} line {line}: not a recorded message: {source}")]
+    BadLine {
+        path: String,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// Target topic; `None` replays each message into its recorded topic.
+    pub topic: Option<String>,
+    /// Messages per second; `None` is as fast as the broker takes them.
+    pub rate: Option<f64>,
+    /// Send each message to its recorded partition instead of by key.
+    pub keep_partitions: bool,
+    pub progress: bool,
+}
+
+/// Reads every line first (so a bad file fails before anything is sent), then
+/// produces them. Returns how many were acknowledged.
+pub async fn replay(producer: &FutureProducer, file: &Path, options: &ReplayOptions) -> Result<u64, ReplayError> {
+    let messages = read_recorded(file)?;
+    send_all(producer, &messages, options, "replaying").await
+}
+
+/// Produces `messages` in order and waits for every ack.
+pub async fn send_all(
+    producer: &FutureProducer,
+    messages: &[RecordedMessage],
+    options: &ReplayOptions,
+    what: &str,
+) -> Result<u64, ReplayError> {
+    let bar = super::progress_bar(Some(messages.len() as u64), what);
+    if !options.progress {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let mut pacing = options
+        .rate
+        .filter(|r| *r > 0.0)
+        .map(|r| tokio::time::interval(Duration::from_secs_f64(1.0 / r)));
+    let mut pending: std::collections::VecDeque<DeliveryFuture> = Default::default();
+    let mut acked = 0u64;
+    for message in messages {
+        if let Some(interval) = pacing.as_mut() {
+            interval.tick().await;
+        }
+        let topic = options.topic.as_deref().unwrap_or(&message.topic);
+        let mut headers = OwnedHeaders::new();
+        for h in &message.headers {
+            headers = headers.insert(Header {
+                key: &h.key,
+                value: h.value.bytes.as_deref(),
+            });
+        }
+        loop {
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers.clone());
+            if let Some(key) = message.key_bytes() {
+                record = record.key(key);
+            }
+            if let Some(value) = message.value_bytes() {
+                record = record.payload(value);
+            }
+            if options.keep_partitions {
+                record = record.partition(message.partition);
+            }
+            // `send_result` enqueues synchronously, so file order is send order.
+            match producer.send_result(record) {
+                Ok(delivery) => {
+                    pending.push_back(delivery);
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    acked += await_one(&mut pending, &bar).await?;
+                    if pending.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+                Err((e, _)) => return Err(e.into()),
+            }
+        }
+        while pending.len() >= MAX_PENDING_DELIVERIES {
+            acked += await_one(&mut pending, &bar).await?;
+        }
+    }
+    while !pending.is_empty() {
+        acked += await_one(&mut pending, &bar).await?;
+    }
+    let flush = producer.clone();
+    tokio::task::spawn_blocking(move || flush.flush(Duration::from_secs(30)))
+        .await
+        .map_err(|_| KafkaError::Canceled)??;
+    bar.finish_and_clear();
+    Ok(acked)
+}
+
+async fn await_one(
+    pending: &mut std::collections::VecDeque<DeliveryFuture>,
+    bar: &indicatif::ProgressBar,
+) -> Result<u64, ReplayError> {
+    let Some(delivery) = pending.pop_front() else {
+        return Ok(0);
+    };
+    match delivery.await {
+        Ok(Ok(_)) => {
+            bar.inc(1);
+            Ok(1)
+        }
+        Ok(Err((e, _))) => Err(e.into()),
+        Err(_) => Err(KafkaError::Canceled.into()),
+    }
+}
+
+/// Parses a `record` file.
+pub fn read_recorded(file: &Path) -> Result<Vec<RecordedMessage>, ReplayError> {
+    let path = file.display().to_string();
+    let reader = std::fs::File::open(file).map_err(|source| ReplayError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mut messages = Vec::new();
+    for (i, line) in std::io::BufReader::new(reader).lines().enumerate() {
+        let line = line.map_err(|source| ReplayError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        messages.push(RecordedMessage::from_line(&line).map_err(|source| ReplayError::BadLine {
+            path: path.clone(),
+            line: i + 1,
+            source,
+        })?);
+    }
+    Ok(messages)
+}
