@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building and testing hintstream needs on a fresh machine:
+#  - cmake, which rdkafka-sys uses to build librdkafka 2.12 from source;
+#  - libcurl headers: librdkafka 2.12's cmake build includes <curl/curl.h>
+#    even with curl disabled (its config header defines the OIDC switch to 0,
+#    and rdkafka_conf.c tests it with #ifdef);
+#  - the tansu broker for the integration tests (scripts/broker.sh install).
+# Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+[ -f /usr/include/curl/curl.h ] || [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
+command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}" >&2
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+scripts/broker.sh install

@@ -1,0 +1,73 @@
+//! The binary's surface: help, effective config with secrets redacted, and
+//! exit code 2 with a helpful message for bad configuration.
+
+use std::process::Command;
+
+fn hintstream() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    cmd.current_dir(std::env::temp_dir());
+    cmd.env_remove("HINTSTREAM_BOOTSTRAP_SERVERS");
+    cmd
+}
+
+#[test]
+fn config_layers_file_env_and_flags_and_redacts_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.toml");
+    std::fs::write(
+        &file,
+        "[kafka]\n\"sasl.password\" = \"s3cret-value\"\n\"security.protocol\" = \"sasl_ssl\"\n[hints]\nmax_in_flight = 12\n",
+    )
+    .unwrap();
+    let out = hintstream()
+        .args(["config", "--config"])
+        .arg(&file)
+        .args(["--bootstrap-servers", "flag-host:9092"])
+        .env("HINTSTREAM_HINTS__GROUP_ID", "env-group")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let config: toml::Value = toml::from_str(&text).unwrap();
+    assert_eq!(config["bootstrap_servers"].as_str(), Some("flag-host:9092"));
+    assert_eq!(config["hints"]["group_id"].as_str(), Some("env-group"));
+    assert_eq!(config["hints"]["max_in_flight"].as_integer(), Some(12));
+    assert_eq!(config["kafka"]["security.protocol"].as_str(), Some("sasl_ssl"));
+    assert!(!text.contains("s3cret-value"));
+}
+
+#[test]
+fn bad_config_exits_2_saying_what_to_fix() {
+    let out = hintstream()
+        .args(["config"])
+        .env("HINTSTREAM_HINTS__MAX_IN_FLIGHT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("hints.max_in_flight"), "{err}");
+
+    let out = hintstream().args(["config", "--config", "/nonexistent.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = hintstream().args(["no-such-command"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn help_explains_layering_and_exit_codes() {
+    let out = hintstream().arg("--help").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in ["HINTSTREAM_<SECTION>__<KEY>", "Exit codes", "record", "replay", "topics"] {
+        assert!(text.contains(needle), "--help lacks {needle}:\n{text}");
+    }
+}
+
+#[test]
+fn example_config_file_loads_and_equals_the_defaults() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hintstream.example.toml");
+    let from_file = hintstream().arg("config").arg("--config").arg(&example).output().unwrap();
+    assert!(from_file.status.success(), "{}", String::from_utf8_lossy(&from_file.stderr));
+    let defaults = hintstream().arg("config").output().unwrap();
+    assert_eq!(String::from_utf8(from_file.stdout).unwrap(), String::from_utf8(defaults.stdout).unwrap());
+}

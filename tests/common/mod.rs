@@ -1,0 +1,117 @@
+//! Brokers for integration tests: a real tansu broker started on a free port
+//! (or `HINTSTREAM_TEST_BOOTSTRAP` when set), and librdkafka's mock cluster,
+//! which other processes reach over TCP. A test that cannot start its broker
+//! fails with a message that says how to fix it; it never skips.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hintstream::config::Config;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+
+/// A running tansu broker, stopped on drop.
+pub struct Tansu {
+    pub bootstrap: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn tansu_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("TANSU_BIN") {
+        return PathBuf::from(path);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("tansu"))
+        .find(|p| p.is_file());
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|h| h.join("bin/tansu"));
+    on_path.or(home.filter(|p| p.is_file())).unwrap_or_else(|| {
+        panic!("the tansu broker is not installed: run `scripts/broker.sh install` (or set TANSU_BIN, or HINTSTREAM_TEST_BOOTSTRAP to a running broker)")
+    })
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts tansu with memory storage on 127.0.0.1 and waits until it answers.
+pub fn start_tansu() -> Tansu {
+    if let Ok(bootstrap) = std::env::var("HINTSTREAM_TEST_BOOTSTRAP") {
+        wait_for_broker(&bootstrap, Duration::from_secs(30));
+        return Tansu { bootstrap, child: None, log: PathBuf::new() };
+    }
+    let binary = tansu_binary();
+    let port = free_port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let log = std::env::temp_dir().join(format!("tansu-{port}.log"));
+    let log_file = std::fs::File::create(&log).unwrap();
+    let child = Command::new(&binary)
+        .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+        .args(["--storage-engine", "memory://tansu/"])
+        .stdout(Stdio::from(log_file.try_clone().unwrap()))
+        .stderr(Stdio::from(log_file))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+    let broker = Tansu { bootstrap: format!("127.0.0.1:{port}"), child: Some(child), log };
+    wait_for_broker(&broker.bootstrap, Duration::from_secs(30));
+    broker
+}
+
+/// Blocks until a metadata request to `bootstrap` succeeds.
+pub fn wait_for_broker(bootstrap: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    loop {
+        match consumer.fetch_metadata(None, Duration::from_secs(2)) {
+            Ok(_) => return,
+            Err(e) if Instant::now() > deadline => {
+                panic!("broker at {bootstrap} did not answer within {within:?}: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// A config pointing at `bootstrap`, with the rest default.
+pub fn config_for(bootstrap: &str) -> Config {
+    Config { bootstrap_servers: bootstrap.to_string(), ..Config::default() }
+}
+
+/// Creates topics through the project's own admin path and checks they exist.
+pub async fn create_topics(config: &Config, names: &[&str], partitions: i32) {
+    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let outcomes = hintstream::kafka::admin::create_topics(config, &names, partitions)
+        .await
+        .expect("create topics");
+    for (name, outcome) in outcomes {
+        assert!(
+            !matches!(outcome, hintstream::kafka::admin::TopicOutcome::Failed(_)),
+            "creating {name}: {outcome:?}"
+        );
+    }
+}
+
+/// A unique name for a topic or group in this test run.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", rand::random::<u32>())
+}

@@ -1,0 +1,148 @@
+//! Every kind of malformed input lands in the dead-letter topic with its
+//! reason, while the consumer goes on with the valid messages around it and
+//! commits past the bad ones (redelivering them would fail the same way).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hintstream::kafka::{create_consumer, create_producer, run_stage, DeadLetters, DlqHeaders, RunOptions, Work};
+use hintstream::messages::{decode, FailedTrajectory};
+use hintstream::metrics::StageMetrics;
+use hintstream::tools::record::{record, RecordOptions};
+use hintstream::tools::RecordedMessage;
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::{FutureRecord, Producer};
+
+fn valid(n: usize) -> serde_json::Value {
+    serde_json::json!({
+        "schema_version": 1, "run_id": "run", "step": 1, "instance_id": format!("inst-{n}"),
+        "trajectory_id": format!("traj-{n}"), "task_prompt": "p", "chat_history": [], "reward": 0.0
+    })
+}
+
+fn with(field: &str, value: serde_json::Value) -> Vec<u8> {
+    let mut v = valid(0);
+    v[field] = value;
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// (expected kind, payload) for each malformed kind.
+fn malformed() -> Vec<(&'static str, Vec<u8>)> {
+    let mut missing = valid(0);
+    missing.as_object_mut().unwrap().remove("reward");
+    vec![
+        ("not_utf8", b"{\"run_id\": \"\xc3\x28\"}".to_vec()),
+        ("not_json", b"{\"run_id\": \"r\", ".to_vec()),
+        ("not_object", b"\"just a string\"".to_vec()),
+        ("empty", Vec::new()),
+        ("missing_field", serde_json::to_vec(&missing).unwrap()),
+        ("wrong_type", with("chat_history", serde_json::json!({"role": "user"}))),
+        ("non_finite", serde_json::to_string(&valid(0)).unwrap().replace("\"reward\":0.0", "\"reward\":Infinity").into_bytes()),
+        ("invalid_value", with("instance_id", serde_json::json!(""))),
+        ("invalid_value", with("step", serde_json::json!(-4))),
+        ("too_deep", format!("{{\"x\": {}{}}}", "[".repeat(500), "]".repeat(500)).into_bytes()),
+        ("too_large", with("task_prompt", serde_json::json!("x".repeat(70_000)))),
+        ("schema_version", with("schema_version", serde_json::json!(3))),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
+    let broker = common::start_tansu();
+    let mut config = common::config_for(&broker.bootstrap);
+    config.limits.max_message_bytes = 64 * 1024;
+    let topic = common::unique("dlq-in");
+    let dlq_topic = format!("{topic}.dlq");
+    common::create_topics(&config, &[&topic, &dlq_topic], 1).await;
+
+    // valid, bad, valid, bad, ..., valid: one partition keeps the order.
+    let bad = malformed();
+    let producer = create_producer(&config).unwrap();
+    let mut expected_valid = Vec::new();
+    for (i, (_, payload)) in bad.iter().enumerate() {
+        let good = serde_json::to_vec(&valid(i)).unwrap();
+        expected_valid.push(format!("traj-{i}"));
+        for bytes in [&good, payload] {
+            producer
+                .send(FutureRecord::to(&topic).key("k").payload(bytes.as_slice()), Duration::from_secs(10))
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+    }
+    let last = serde_json::to_vec(&valid(99)).unwrap();
+    producer
+        .send(FutureRecord::to(&topic).key("k").payload(&last), Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    expected_valid.push("traj-99".into());
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let group = common::unique("dlq-group");
+    let consumer = Arc::new(create_consumer(&config, &group).unwrap());
+    consumer.subscribe(&[&topic]).unwrap();
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let limits = config.decode_limits();
+    let handler_seen = seen.clone();
+    let stage = tokio::spawn(run_stage(
+        consumer,
+        DeadLetters::new(create_producer(&config).unwrap(), dlq_topic.clone()),
+        metrics.clone(),
+        RunOptions { max_in_flight: 1, drain_timeout: Duration::from_secs(5) },
+        move |bytes: &[u8]| decode::<FailedTrajectory>(bytes, limits),
+        move |work: Work<FailedTrajectory>| {
+            let seen = handler_seen.clone();
+            async move {
+                seen.lock().unwrap().push(work.input.trajectory_id.clone());
+                work.done.finish();
+            }
+        },
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().len() < expected_valid.len() {
+        assert!(tokio::time::Instant::now() < deadline, "valid messages not all processed: {:?}", seen.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop_tx.send(()).unwrap();
+    let summary = stage.await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), expected_valid, "valid messages processed in order around the bad ones");
+    assert_eq!(summary.dead_lettered as usize, bad.len());
+    assert_eq!(metrics.dead_letter_count("invalid_value"), 2);
+
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let options = RecordOptions { topic: dlq_topic.clone(), max_messages: None, idle_timeout: Duration::from_secs(20), progress: false };
+    let n = record(&config, &options, out.path()).await.unwrap();
+    assert_eq!(n as usize, bad.len());
+    let letters: Vec<RecordedMessage> = std::fs::read_to_string(out.path())
+        .unwrap()
+        .lines()
+        .map(|l| RecordedMessage::from_line(l).unwrap())
+        .collect();
+    for ((kind, payload), letter) in bad.iter().zip(&letters) {
+        let header = |name: &str| {
+            letter
+                .headers
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value.bytes.clone())
+                .map(|b| String::from_utf8(b).unwrap())
+                .unwrap_or_else(|| panic!("dead letter for {kind} lacks header {name}"))
+        };
+        assert_eq!(header(DlqHeaders::ERROR_KIND), *kind);
+        assert!(!header(DlqHeaders::REASON).is_empty());
+        assert_eq!(header(DlqHeaders::SOURCE_TOPIC), topic);
+        assert_eq!(header(DlqHeaders::SOURCE_PARTITION), "0");
+        let offset: i64 = header(DlqHeaders::SOURCE_OFFSET).parse().unwrap();
+        assert_eq!(offset % 2, 1, "bad messages sit at odd offsets");
+        assert_eq!(letter.value_bytes().unwrap_or_default(), payload.as_slice(), "original bytes kept for {kind}");
+        assert_eq!(letter.key_bytes(), Some(&b"k"[..]), "original key kept");
+    }
+}

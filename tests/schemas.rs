@@ -1,0 +1,100 @@
+//! The JSON Schemas in `schemas/` and the Rust types agree: every valid
+//! example decodes and passes its schema; every invalid example is rejected by
+//! both.
+
+use std::path::{Path, PathBuf};
+
+use hintstream::messages::{decode, DecodeLimits, FailedTrajectory, Hint, ScoredMessage};
+
+fn schemas_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas")
+}
+
+fn validator(name: &str) -> jsonschema::Validator {
+    let text = std::fs::read_to_string(schemas_dir().join(format!("{name}.schema.json"))).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .unwrap_or_else(|e| panic!("{name} schema does not compile: {e}"))
+}
+
+/// Decodes with the message type behind `name`; `Ok` only for the right kind.
+fn rust_accepts(name: &str, bytes: &[u8]) -> Result<(), String> {
+    let limits = DecodeLimits::default();
+    let e = |e: hintstream::messages::DecodeError| e.to_string();
+    match name {
+        "failed_trajectory" => decode::<FailedTrajectory>(bytes, limits).map(drop).map_err(e),
+        "hint" => decode::<Hint>(bytes, limits).map(drop).map_err(e),
+        "scored_rollout" => match decode::<ScoredMessage>(bytes, limits).map_err(e)? {
+            ScoredMessage::ScoredRollout(_) => Ok(()),
+            other => Err(format!("decoded as another kind: {other:?}")),
+        },
+        "step_end" => match decode::<ScoredMessage>(bytes, limits).map_err(e)? {
+            ScoredMessage::StepEnd(_) => Ok(()),
+            other => Err(format!("decoded as another kind: {other:?}")),
+        },
+        other => panic!("no decoder for {other}"),
+    }
+}
+
+/// `Ok` when the bytes are JSON and the schema accepts them.
+fn schema_accepts(validator: &jsonschema::Validator, bytes: &[u8]) -> Result<(), String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+fn examples(name: &str, kind: &str) -> Vec<PathBuf> {
+    let dir = schemas_dir().join("examples").join(name).join(kind);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no examples in {}", dir.display());
+    files
+}
+
+const MESSAGES: [&str; 4] = ["failed_trajectory", "hint", "scored_rollout", "step_end"];
+
+#[test]
+fn valid_examples_pass_schema_and_decode() {
+    for name in MESSAGES {
+        let validator = validator(name);
+        for file in examples(name, "valid") {
+            let bytes = std::fs::read(&file).unwrap();
+            schema_accepts(&validator, &bytes).unwrap_or_else(|e| panic!("schema rejects {}: {e}", file.display()));
+            rust_accepts(name, &bytes).unwrap_or_else(|e| panic!("decode rejects {}: {e}", file.display()));
+        }
+    }
+}
+
+#[test]
+fn invalid_examples_fail_schema_and_decode() {
+    for name in MESSAGES {
+        let validator = validator(name);
+        for file in examples(name, "invalid") {
+            let bytes = std::fs::read(&file).unwrap();
+            assert!(
+                schema_accepts(&validator, &bytes).is_err(),
+                "schema accepts invalid {}",
+                file.display()
+            );
+            assert!(rust_accepts(name, &bytes).is_err(), "decode accepts invalid {}", file.display());
+        }
+    }
+}
+
+#[test]
+fn produced_hints_match_their_schema() {
+    // A Hint built by the Rust type serialises into something the schema takes.
+    let bytes = std::fs::read(schemas_dir().join("examples/hint/valid/llm.json")).unwrap();
+    let hint: Hint = serde_json::from_slice(&bytes).unwrap();
+    let round_trip = serde_json::to_vec(&hint).unwrap();
+    schema_accepts(&validator("hint"), &round_trip).unwrap();
+}
