@@ -98,7 +98,12 @@ impl Default for Config {
         Config {
             bootstrap_servers: "127.0.0.1:9092".into(),
             kafka: BTreeMap::new(),
-            hints: StageConfig::new("hintstream-hints", &topics.failed, &topics.hints, "127.0.0.1:9464"),
+            hints: StageConfig::new(
+                "hintstream-hints",
+                &topics.failed,
+                &topics.hints,
+                "127.0.0.1:9464",
+            ),
             advantages: StageConfig::new(
                 "hintstream-advantages",
                 &topics.scored,
@@ -183,11 +188,7 @@ impl Config {
         Self::load_with_env(file, overrides, Env::prefixed(ENV_PREFIX))
     }
 
-    fn load_with_env(
-        file: Option<&Path>,
-        overrides: &Overrides,
-        env: Env,
-    ) -> Result<Config, ConfigError> {
+    fn load_with_env(file: Option<&Path>, overrides: &Overrides, env: Env) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         match file {
             Some(path) if !path.exists() => {
@@ -282,9 +283,17 @@ impl Config {
 /// Whether a setting's name says it holds a secret.
 pub fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    ["password", "secret", "token", "api_key", "apikey", "key.pem", "credentials"]
-        .iter()
-        .any(|s| key.contains(s))
+    [
+        "password",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "key.pem",
+        "credentials",
+    ]
+    .iter()
+    .any(|s| key.contains(s))
 }
 
 #[cfg(test)]

@@ -18,9 +18,11 @@
 //! - [`metrics`]: Prometheus counters and the `/metrics` endpoint.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.
 
+pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod kafka;
 pub mod messages;
 pub mod metrics;
+pub mod normalize;
 pub mod tools;

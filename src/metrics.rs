@@ -22,12 +22,8 @@ pub struct StageMetrics {
     received: Counter,
     read_errors: Counter,
     dead_letters: Family<Labels, Counter>,
-    in_flight: Gauge<i64, AtomicI64Shim>,
+    in_flight: Gauge,
 }
-
-// prometheus-client's default gauge is i64 over AtomicI64; name it here so the
-// field type reads plainly.
-type AtomicI64Shim = std::sync::atomic::AtomicI64;
 
 impl StageMetrics {
     /// Registers the loop's metrics under `registry` (which carries the stage
@@ -39,8 +35,16 @@ impl StageMetrics {
             dead_letters: Family::default(),
             in_flight: Gauge::default(),
         };
-        registry.register("messages_received", "Messages taken off the input topic", metrics.received.clone());
-        registry.register("kafka_read_errors", "Errors returned by the consumer", metrics.read_errors.clone());
+        registry.register(
+            "messages_received",
+            "Messages taken off the input topic",
+            metrics.received.clone(),
+        );
+        registry.register(
+            "kafka_read_errors",
+            "Errors returned by the consumer",
+            metrics.read_errors.clone(),
+        );
         registry.register(
             "dead_letters",
             "Input sent to the dead-letter topic, by reason",
@@ -68,11 +72,15 @@ impl StageMetrics {
     }
 
     pub fn dead_lettered(&self, reason: &str) {
-        self.dead_letters.get_or_create(&vec![("reason", reason.to_string())]).inc();
+        self.dead_letters
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
     }
 
     pub fn dead_letter_count(&self, reason: &str) -> u64 {
-        self.dead_letters.get_or_create(&vec![("reason", reason.to_string())]).get()
+        self.dead_letters
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .get()
     }
 
     pub fn set_in_flight(&self, n: usize) {
@@ -102,7 +110,10 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> std::io::Result
             let registry = registry.clone();
             async move {
                 (
-                    [(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    [(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
                     render(&registry),
                 )
             }
@@ -126,10 +137,15 @@ mod tests {
         let mut registry = Registry::with_prefix("hintstream_test");
         let metrics = StageMetrics::register(&mut registry);
         metrics.dead_lettered("not_json");
-        let addr = serve("127.0.0.1:0".parse().unwrap(), Arc::new(registry)).await.unwrap();
+        let addr = serve("127.0.0.1:0".parse().unwrap(), Arc::new(registry))
+            .await
+            .unwrap();
         assert_ne!(addr.port(), 0);
         let body = reqwest_free_get(addr).await;
-        assert!(body.contains("hintstream_test_dead_letters_total{reason=\"not_json\"} 1"), "{body}");
+        assert!(
+            body.contains("hintstream_test_dead_letters_total{reason=\"not_json\"} 1"),
+            "{body}"
+        );
     }
 
     /// A minimal HTTP/1.0 GET, so this unit test needs no HTTP client crate.

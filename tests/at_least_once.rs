@@ -41,7 +41,10 @@ async fn produce(producer: &FutureProducer, topic: &str) {
         let payload = i.to_string();
         async move {
             producer
-                .send(FutureRecord::to(topic).key(&key).payload(&payload), Duration::from_secs(30))
+                .send(
+                    FutureRecord::to(topic).key(&key).payload(&payload),
+                    Duration::from_secs(30),
+                )
                 .await
                 .map(drop)
                 .map_err(|(e, _)| e)
@@ -93,15 +96,21 @@ async fn run_until(
     group: &str,
     topic: &str,
     progress: Arc<Mutex<Progress>>,
-    stop_when: impl Fn(&Progress) -> bool,
+    stop_when: impl Fn(&Progress) -> bool + Send + Sync + 'static,
     kill: bool,
 ) {
+    let reached = Arc::new(tokio::sync::Notify::new());
+    let stop_when = Arc::new(stop_when);
     let consumer = Arc::new(create_consumer(config, group).unwrap());
     consumer.subscribe(&[topic]).unwrap();
     let dlq = DeadLetters::new(create_producer(config).unwrap(), format!("{topic}.dlq"));
-    let options = RunOptions { max_in_flight: 256, drain_timeout: Duration::from_secs(10) };
+    let options = RunOptions {
+        max_in_flight: 256,
+        drain_timeout: Duration::from_secs(10),
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let handler_progress = progress.clone();
+    let (handler_reached, handler_stop_when) = (reached.clone(), stop_when.clone());
     let stage = run_stage(
         consumer,
         dlq,
@@ -110,6 +119,7 @@ async fn run_until(
         |bytes: &[u8]| Ok(std::str::from_utf8(bytes).unwrap().parse::<u64>().unwrap()),
         move |work: Work<u64>| {
             let progress = handler_progress.clone();
+            let (reached, stop_when) = (handler_reached.clone(), handler_stop_when.clone());
             async move {
                 let delay = rand::rng().random_range(0..20);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -121,6 +131,9 @@ async fn run_until(
                 p.last_finished.insert(partition, offset);
                 p.finished.insert((partition, offset));
                 p.ids.insert(work.input);
+                if stop_when(&p) {
+                    reached.notify_one();
+                }
                 drop(p);
                 work.done.finish();
             }
@@ -135,20 +148,20 @@ async fn run_until(
     loop {
         tokio::select! {
             _ = &mut stage => break,
+            _ = reached.notified() => {
+                if kill {
+                    return; // dropping `stage` aborts its tasks mid-flight
+                }
+                if let Some(tx) = stop_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
             _ = tokio::time::sleep(Duration::from_millis(300)) => {
                 // Read the commit first, then what had finished: `finished`
                 // only grows, so the check is never weaker than the truth.
                 let committed = committed(config, group, topic).await;
                 assert_no_commit_past_unfinished(&committed, &progress.lock().unwrap());
                 checks += 1;
-                if stop_when(&progress.lock().unwrap()) {
-                    if kill {
-                        return; // dropping `stage` aborts its tasks mid-flight
-                    }
-                    if let Some(tx) = stop_tx.take() {
-                        let _ = tx.send(());
-                    }
-                }
             }
             _ = tokio::time::sleep(Duration::from_secs(240)) => panic!("no progress after {checks} checks"),
         }
@@ -159,20 +172,46 @@ async fn kill_and_resume(config: Config, topic: &str) {
     let group = common::unique("alo-group");
     let progress = Arc::new(Mutex::new(Progress::default()));
 
-    run_until(&config, &group, topic, progress.clone(), |p| p.ids.len() >= 4_000, true).await;
+    run_until(
+        &config,
+        &group,
+        topic,
+        progress.clone(),
+        |p| p.ids.len() >= 4_000,
+        true,
+    )
+    .await;
     let after_kill = progress.lock().unwrap().ids.len() as u64;
-    assert!(after_kill < MESSAGES, "the kill must come midway, {after_kill} were done");
+    assert!(
+        after_kill < MESSAGES,
+        "the kill must come midway, {after_kill} were done"
+    );
     let committed_after_kill = committed(&config, &group, topic).await;
     assert_no_commit_past_unfinished(&committed_after_kill, &progress.lock().unwrap());
     let committed_total: i64 = committed_after_kill.values().sum();
     assert!(committed_total > 0, "something was committed before the kill");
 
-    run_until(&config, &group, topic, progress.clone(), |p| p.ids.len() as u64 >= MESSAGES, false).await;
-    let p = progress.lock().unwrap();
-    assert_eq!(p.ids.len() as u64, MESSAGES, "every message processed at least once");
-    assert!(p.ids.iter().all(|id| *id < MESSAGES));
-    assert!(p.out_of_order > 0, "completion must have been out of order to test anything");
+    run_until(
+        &config,
+        &group,
+        topic,
+        progress.clone(),
+        |p| p.ids.len() as u64 >= MESSAGES,
+        false,
+    )
+    .await;
     let committed_end = committed(&config, &group, topic).await;
+    let p = progress.lock().unwrap();
+    assert_eq!(
+        p.ids.len() as u64,
+        MESSAGES,
+        "every message processed at least once"
+    );
+    assert!(p.ids.iter().all(|id| *id < MESSAGES));
+    assert!(
+        p.out_of_order > 0,
+        "completion must have been out of order to test anything"
+    );
     assert_no_commit_past_unfinished(&committed_end, &p);
     eprintln!(
         "killed after {after_kill}, committed then {committed_total}, out-of-order finishes {}, final commits {committed_end:?}",
@@ -190,7 +229,9 @@ async fn resumes_after_kill_on_mock_cluster_with_batched_input() {
     // Batched, as real producers send: many messages per record batch, so
     // the restarted consumer resumes inside batches.
     producer_config.kafka.insert("linger.ms".into(), "50".into());
-    producer_config.kafka.insert("batch.num.messages".into(), "500".into());
+    producer_config
+        .kafka
+        .insert("batch.num.messages".into(), "500".into());
     produce(&create_producer(&producer_config).unwrap(), &topic).await;
     kill_and_resume(config, &topic).await;
 }
@@ -206,7 +247,9 @@ async fn resumes_after_kill_on_tansu_with_one_message_per_batch() {
     // when a consumer resumes at an offset inside it (notes/kafka.md), which
     // would lose messages that Apache Kafka redelivers.
     producer_config.kafka.insert("linger.ms".into(), "0".into());
-    producer_config.kafka.insert("batch.num.messages".into(), "1".into());
+    producer_config
+        .kafka
+        .insert("batch.num.messages".into(), "1".into());
     produce(&create_producer(&producer_config).unwrap(), &topic).await;
     kill_and_resume(config, &topic).await;
 }

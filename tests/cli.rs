@@ -47,7 +47,10 @@ fn bad_config_exits_2_saying_what_to_fix() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("hints.max_in_flight"), "{err}");
 
-    let out = hintstream().args(["config", "--config", "/nonexistent.toml"]).output().unwrap();
+    let out = hintstream()
+        .args(["config", "--config", "/nonexistent.toml"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 
     let out = hintstream().args(["no-such-command"]).output().unwrap();
@@ -58,7 +61,13 @@ fn bad_config_exits_2_saying_what_to_fix() {
 fn help_explains_layering_and_exit_codes() {
     let out = hintstream().arg("--help").output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    for needle in ["HINTSTREAM_<SECTION>__<KEY>", "Exit codes", "record", "replay", "topics"] {
+    for needle in [
+        "HINTSTREAM_<SECTION>__<KEY>",
+        "Exit codes",
+        "record",
+        "replay",
+        "topics",
+    ] {
         assert!(text.contains(needle), "--help lacks {needle}:\n{text}");
     }
 }
@@ -66,8 +75,20 @@ fn help_explains_layering_and_exit_codes() {
 #[test]
 fn example_config_file_loads_and_equals_the_defaults() {
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hintstream.example.toml");
-    let from_file = hintstream().arg("config").arg("--config").arg(&example).output().unwrap();
-    assert!(from_file.status.success(), "{}", String::from_utf8_lossy(&from_file.stderr));
+    let from_file = hintstream()
+        .arg("config")
+        .arg("--config")
+        .arg(&example)
+        .output()
+        .unwrap();
+    assert!(
+        from_file.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_file.stderr)
+    );
     let defaults = hintstream().arg("config").output().unwrap();
-    assert_eq!(String::from_utf8(from_file.stdout).unwrap(), String::from_utf8(defaults.stdout).unwrap());
+    assert_eq!(
+        String::from_utf8(from_file.stdout).unwrap(),
+        String::from_utf8(defaults.stdout).unwrap()
+    );
 }

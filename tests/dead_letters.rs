@@ -7,7 +7,9 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hintstream::kafka::{create_consumer, create_producer, run_stage, DeadLetters, DlqHeaders, RunOptions, Work};
+use hintstream::kafka::{
+    create_consumer, create_producer, run_stage, DeadLetters, DlqHeaders, RunOptions, Work,
+};
 use hintstream::messages::{decode, FailedTrajectory};
 use hintstream::metrics::StageMetrics;
 use hintstream::tools::record::{record, RecordOptions};
@@ -38,12 +40,27 @@ fn malformed() -> Vec<(&'static str, Vec<u8>)> {
         ("not_object", b"\"just a string\"".to_vec()),
         ("empty", Vec::new()),
         ("missing_field", serde_json::to_vec(&missing).unwrap()),
-        ("wrong_type", with("chat_history", serde_json::json!({"role": "user"}))),
-        ("non_finite", serde_json::to_string(&valid(0)).unwrap().replace("\"reward\":0.0", "\"reward\":Infinity").into_bytes()),
+        (
+            "wrong_type",
+            with("chat_history", serde_json::json!({"role": "user"})),
+        ),
+        (
+            "non_finite",
+            serde_json::to_string(&valid(0))
+                .unwrap()
+                .replace("\"reward\":0.0", "\"reward\":Infinity")
+                .into_bytes(),
+        ),
         ("invalid_value", with("instance_id", serde_json::json!(""))),
         ("invalid_value", with("step", serde_json::json!(-4))),
-        ("too_deep", format!("{{\"x\": {}{}}}", "[".repeat(500), "]".repeat(500)).into_bytes()),
-        ("too_large", with("task_prompt", serde_json::json!("x".repeat(70_000)))),
+        (
+            "too_deep",
+            format!("{{\"x\": {}{}}}", "[".repeat(500), "]".repeat(500)).into_bytes(),
+        ),
+        (
+            "too_large",
+            with("task_prompt", serde_json::json!("x".repeat(70_000))),
+        ),
         ("schema_version", with("schema_version", serde_json::json!(3))),
     ]
 }
@@ -66,7 +83,10 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
         expected_valid.push(format!("traj-{i}"));
         for bytes in [&good, payload] {
             producer
-                .send(FutureRecord::to(&topic).key("k").payload(bytes.as_slice()), Duration::from_secs(10))
+                .send(
+                    FutureRecord::to(&topic).key("k").payload(bytes.as_slice()),
+                    Duration::from_secs(10),
+                )
                 .await
                 .map_err(|(e, _)| e)
                 .unwrap();
@@ -74,7 +94,10 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
     }
     let last = serde_json::to_vec(&valid(99)).unwrap();
     producer
-        .send(FutureRecord::to(&topic).key("k").payload(&last), Duration::from_secs(10))
+        .send(
+            FutureRecord::to(&topic).key("k").payload(&last),
+            Duration::from_secs(10),
+        )
         .await
         .map_err(|(e, _)| e)
         .unwrap();
@@ -93,7 +116,10 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
         consumer,
         DeadLetters::new(create_producer(&config).unwrap(), dlq_topic.clone()),
         metrics.clone(),
-        RunOptions { max_in_flight: 1, drain_timeout: Duration::from_secs(5) },
+        RunOptions {
+            max_in_flight: 1,
+            drain_timeout: Duration::from_secs(5),
+        },
         move |bytes: &[u8]| decode::<FailedTrajectory>(bytes, limits),
         move |work: Work<FailedTrajectory>| {
             let seen = handler_seen.clone();
@@ -108,17 +134,30 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
     ));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while seen.lock().unwrap().len() < expected_valid.len() {
-        assert!(tokio::time::Instant::now() < deadline, "valid messages not all processed: {:?}", seen.lock().unwrap());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "valid messages not all processed: {:?}",
+            seen.lock().unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop_tx.send(()).unwrap();
     let summary = stage.await.unwrap();
-    assert_eq!(*seen.lock().unwrap(), expected_valid, "valid messages processed in order around the bad ones");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        expected_valid,
+        "valid messages processed in order around the bad ones"
+    );
     assert_eq!(summary.dead_lettered as usize, bad.len());
     assert_eq!(metrics.dead_letter_count("invalid_value"), 2);
 
     let out = tempfile::NamedTempFile::new().unwrap();
-    let options = RecordOptions { topic: dlq_topic.clone(), max_messages: None, idle_timeout: Duration::from_secs(20), progress: false };
+    let options = RecordOptions {
+        topic: dlq_topic.clone(),
+        max_messages: None,
+        idle_timeout: Duration::from_secs(20),
+        progress: false,
+    };
     let n = record(&config, &options, out.path()).await.unwrap();
     assert_eq!(n as usize, bad.len());
     let letters: Vec<RecordedMessage> = std::fs::read_to_string(out.path())
@@ -142,7 +181,11 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
         assert_eq!(header(DlqHeaders::SOURCE_PARTITION), "0");
         let offset: i64 = header(DlqHeaders::SOURCE_OFFSET).parse().unwrap();
         assert_eq!(offset % 2, 1, "bad messages sit at odd offsets");
-        assert_eq!(letter.value_bytes().unwrap_or_default(), payload.as_slice(), "original bytes kept for {kind}");
+        assert_eq!(
+            letter.value_bytes().unwrap_or_default(),
+            payload.as_slice(),
+            "original bytes kept for {kind}"
+        );
         assert_eq!(letter.key_bytes(), Some(&b"k"[..]), "original key kept");
     }
 }

@@ -35,17 +35,60 @@ fn decodes_a_valid_trajectory_with_defaults() {
 #[test]
 fn names_the_field_for_each_kind_of_bad_input() {
     let cases: Vec<(&str, Vec<u8>, &str, Option<&str>)> = vec![
-        ("bad utf-8", b"{\"run_id\": \"\xff\xfe\"}".to_vec(), "not_utf8", None),
+        (
+            "bad utf-8",
+            b"{\"run_id\": \"\xff\xfe\"}".to_vec(),
+            "not_utf8",
+            None,
+        ),
         ("not json", b"{\"run_id\": ".to_vec(), "not_json", None),
         ("not an object", b"[1,2]".to_vec(), "not_object", None),
         ("empty", b"  ".to_vec(), "empty", None),
-        ("missing field", without("trajectory_id"), "missing_field", Some("trajectory_id")),
-        ("wrong type", with("step", serde_json::json!("two")), "wrong_type", Some("step")),
-        ("nested wrong type", with("chat_history", serde_json::json!([{"role": 1, "content": "x"}])), "wrong_type", Some("chat_history[0].role")),
-        ("nan", serde_json::to_string(&valid()).unwrap().replace("\"reward\":0.0", "\"reward\":NaN").into_bytes(), "non_finite", None),
-        ("empty id", with("instance_id", serde_json::json!("")), "invalid_value", Some("instance_id")),
-        ("negative step", with("step", serde_json::json!(-3)), "invalid_value", Some("step")),
-        ("schema version", with("schema_version", serde_json::json!(9)), "schema_version", None),
+        (
+            "missing field",
+            without("trajectory_id"),
+            "missing_field",
+            Some("trajectory_id"),
+        ),
+        (
+            "wrong type",
+            with("step", serde_json::json!("two")),
+            "wrong_type",
+            Some("step"),
+        ),
+        (
+            "nested wrong type",
+            with("chat_history", serde_json::json!([{"role": 1, "content": "x"}])),
+            "wrong_type",
+            Some("chat_history[0].role"),
+        ),
+        (
+            "nan",
+            serde_json::to_string(&valid())
+                .unwrap()
+                .replace("\"reward\":0.0", "\"reward\":NaN")
+                .into_bytes(),
+            "non_finite",
+            None,
+        ),
+        (
+            "empty id",
+            with("instance_id", serde_json::json!("")),
+            "invalid_value",
+            Some("instance_id"),
+        ),
+        (
+            "negative step",
+            with("step", serde_json::json!(-3)),
+            "invalid_value",
+            Some("step"),
+        ),
+        (
+            "schema version",
+            with("schema_version", serde_json::json!(9)),
+            "schema_version",
+            None,
+        ),
     ];
     for (what, bytes, kind, field) in cases {
         let err = decode_failed(&bytes).expect_err(what);
@@ -58,12 +101,20 @@ fn names_the_field_for_each_kind_of_bad_input() {
 fn rejects_deep_nesting_before_parsing() {
     let deep = format!("{{\"a\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
     let err = decode_failed(deep.as_bytes()).unwrap_err();
-    assert_eq!(err, DecodeError::TooDeep { limit: DecodeLimits::default().max_depth });
+    assert_eq!(
+        err,
+        DecodeError::TooDeep {
+            limit: DecodeLimits::default().max_depth
+        }
+    );
 }
 
 #[test]
 fn rejects_payloads_over_the_size_limit() {
-    let limits = DecodeLimits { max_bytes: 1024, ..DecodeLimits::default() };
+    let limits = DecodeLimits {
+        max_bytes: 1024,
+        ..DecodeLimits::default()
+    };
     let big = with("task_prompt", serde_json::json!("x".repeat(2000)));
     let err = decode::<FailedTrajectory>(&big, limits).unwrap_err();
     assert_eq!(err.kind(), "too_large");

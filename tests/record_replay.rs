@@ -19,7 +19,11 @@ type Seen = BTreeMap<Vec<u8>, Vec<(Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>
 fn by_key(messages: &[RecordedMessage]) -> Seen {
     let mut map = Seen::new();
     for m in messages {
-        let headers = m.headers.iter().map(|h| (h.key.clone(), h.value.bytes.clone())).collect();
+        let headers = m
+            .headers
+            .iter()
+            .map(|h| (h.key.clone(), h.value.bytes.clone()))
+            .collect();
         map.entry(m.key_bytes().unwrap_or_default().to_vec())
             .or_default()
             .push((m.value_bytes().map(<[u8]>::to_vec), headers));
@@ -42,10 +46,19 @@ async fn record_replay_record_is_identical() {
             value = vec![0xff, 0xfe, (i % 256) as u8, 0x00]; // not UTF-8, like Arrow IPC
         }
         let headers = OwnedHeaders::new()
-            .insert(Header { key: "content-type", value: Some("application/json") })
-            .insert(Header { key: "binary", value: Some(&[0x80u8, i as u8][..]) });
+            .insert(Header {
+                key: "content-type",
+                value: Some("application/json"),
+            })
+            .insert(Header {
+                key: "binary",
+                value: Some(&[0x80u8, i as u8][..]),
+            });
         producer
-            .send(FutureRecord::to(&a).key(&key).payload(&value).headers(headers), Duration::from_secs(10))
+            .send(
+                FutureRecord::to(&a).key(&key).payload(&value).headers(headers),
+                Duration::from_secs(10),
+            )
             .await
             .map_err(|(e, _)| e)
             .unwrap();
@@ -54,9 +67,17 @@ async fn record_replay_record_is_identical() {
 
     let dir = tempfile::tempdir().unwrap();
     let (first, second) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
-    let rec = |topic: &str| RecordOptions { topic: topic.into(), max_messages: None, idle_timeout: Duration::from_secs(20), progress: false };
+    let rec = |topic: &str| RecordOptions {
+        topic: topic.into(),
+        max_messages: None,
+        idle_timeout: Duration::from_secs(20),
+        progress: false,
+    };
     assert_eq!(record(&config, &rec(&a), &first).await.unwrap(), 300);
-    let options = ReplayOptions { topic: Some(b.clone()), ..ReplayOptions::default() };
+    let options = ReplayOptions {
+        topic: Some(b.clone()),
+        ..ReplayOptions::default()
+    };
     assert_eq!(replay(&producer, &first, &options).await.unwrap(), 300);
     assert_eq!(record(&config, &rec(&b), &second).await.unwrap(), 300);
 

@@ -68,7 +68,8 @@ fn valid_examples_pass_schema_and_decode() {
         let validator = validator(name);
         for file in examples(name, "valid") {
             let bytes = std::fs::read(&file).unwrap();
-            schema_accepts(&validator, &bytes).unwrap_or_else(|e| panic!("schema rejects {}: {e}", file.display()));
+            schema_accepts(&validator, &bytes)
+                .unwrap_or_else(|e| panic!("schema rejects {}: {e}", file.display()));
             rust_accepts(name, &bytes).unwrap_or_else(|e| panic!("decode rejects {}: {e}", file.display()));
         }
     }
@@ -85,7 +86,11 @@ fn invalid_examples_fail_schema_and_decode() {
                 "schema accepts invalid {}",
                 file.display()
             );
-            assert!(rust_accepts(name, &bytes).is_err(), "decode accepts invalid {}", file.display());
+            assert!(
+                rust_accepts(name, &bytes).is_err(),
+                "decode accepts invalid {}",
+                file.display()
+            );
         }
     }
 }

@@ -45,7 +45,13 @@ pub async fn create_topics(
     let admin: AdminClient<DefaultClientContext> = base_config(config).create()?;
     let topics: Vec<NewTopic<'_>> = names
         .iter()
-        .map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(config.topics.replication_factor)))
+        .map(|n| {
+            NewTopic::new(
+                n,
+                partitions,
+                TopicReplication::Fixed(config.topics.replication_factor),
+            )
+        })
         .collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin.create_topics(&topics, &options).await?;

@@ -11,8 +11,8 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
 
-pub use super::tracker::Ticket;
 use super::tracker::OffsetTracker;
+pub use super::tracker::Ticket;
 use super::StageConsumer;
 
 /// Hands out tickets for taken messages and stores offsets as they finish.

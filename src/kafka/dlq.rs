@@ -75,7 +75,11 @@ impl DeadLetters {
             if let Some(payload) = letter.payload {
                 record = record.payload(payload);
             }
-            match self.producer.send(record, Timeout::After(Duration::from_secs(30))).await {
+            match self
+                .producer
+                .send(record, Timeout::After(Duration::from_secs(30)))
+                .await
+            {
                 Ok(_) => {
                     tracing::warn!(
                         topic = letter.source_topic, partition = letter.partition, offset = letter.offset,

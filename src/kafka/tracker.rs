@@ -164,7 +164,10 @@ mod tests {
         for ticket in tickets {
             finished.insert(ticket.offset);
             if let Some(next) = t.finish(&ticket) {
-                assert!((0..next).all(|o| finished.contains(&o)), "stored {next} past an unfinished offset");
+                assert!(
+                    (0..next).all(|o| finished.contains(&o)),
+                    "stored {next} past an unfinished offset"
+                );
             }
         }
         assert_eq!(t.committable("t", 0), Some(500));

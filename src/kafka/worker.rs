@@ -207,14 +207,20 @@ where
         metrics.set_in_flight(committer.in_flight());
     }
 
-    tracing::info!(in_flight = tasks.len(), "stopping intake; draining in-flight work");
+    tracing::info!(
+        in_flight = tasks.len(),
+        "stopping intake; draining in-flight work"
+    );
     let drained = tokio::time::timeout(options.drain_timeout, async {
         while tasks.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
         summary.abandoned = tasks.len();
-        tracing::warn!(abandoned = tasks.len(), "drain deadline reached; unfinished messages will be redelivered");
+        tracing::warn!(
+            abandoned = tasks.len(),
+            "drain deadline reached; unfinished messages will be redelivered"
+        );
         tasks.abort_all();
     }
     if let Err(e) = committer.commit_sync().await {

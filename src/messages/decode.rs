@@ -103,10 +103,7 @@ pub trait Validate {
 
 /// Decodes one payload: size, UTF-8, nesting depth, JSON syntax, object shape,
 /// fields (with the path of the first bad one), then [`Validate`].
-pub fn decode<T: DeserializeOwned + Validate>(
-    bytes: &[u8],
-    limits: DecodeLimits,
-) -> Result<T, DecodeError> {
+pub fn decode<T: DeserializeOwned + Validate>(bytes: &[u8], limits: DecodeLimits) -> Result<T, DecodeError> {
     let value = decode_object(bytes, limits)?;
     let typed: T = from_value(value)?;
     typed.validate()?;
@@ -271,9 +268,10 @@ pub(crate) mod rules {
 
     pub fn rfc3339(field: &str, value: Option<&str>) -> Result<(), DecodeError> {
         match value {
-            Some(v) if chrono::DateTime::parse_from_rfc3339(v).is_err() => Err(
-                DecodeError::invalid(field, format!("must be an RFC 3339 timestamp, got {v:?}")),
-            ),
+            Some(v) if chrono::DateTime::parse_from_rfc3339(v).is_err() => Err(DecodeError::invalid(
+                field,
+                format!("must be an RFC 3339 timestamp, got {v:?}"),
+            )),
             _ => Ok(()),
         }
     }
@@ -307,12 +305,6 @@ mod tests {
             max_depth: 8,
         };
         let err = decode_object(b"{\"a\": \"0123456789\"}", limits).unwrap_err();
-        assert_eq!(
-            err,
-            DecodeError::TooLarge {
-                size: 19,
-                limit: 10
-            }
-        );
+        assert_eq!(err, DecodeError::TooLarge { size: 19, limit: 10 });
     }
 }

@@ -29,7 +29,10 @@ pub fn step_key(run_id: &str, step: i64) -> String {
 pub fn key_for(value: &serde_json::Value) -> Option<String> {
     let run_id = value.get("run_id")?.as_str()?;
     let step = value.get("step")?.as_i64()?;
-    match (value.get("type").and_then(|t| t.as_str()), value.get("instance_id")) {
+    match (
+        value.get("type").and_then(|t| t.as_str()),
+        value.get("instance_id"),
+    ) {
         (Some("scored_rollout") | Some("step_end"), _) => Some(step_key(run_id, step)),
         (_, Some(instance)) => Some(group_key(run_id, step, instance.as_str()?)),
         _ => Some(step_key(run_id, step)),

@@ -20,7 +20,11 @@ pub enum ProduceError {
         source: std::io::Error,
     },
     #[error("{path} line {line}: {reason}")]
-    BadLine { path: String, line: usize, reason: String },
+    BadLine {
+        path: String,
+        line: usize,
+        reason: String,
+    },
     #[error(transparent)]
     Send(#[from] ReplayError),
 }
@@ -51,8 +55,9 @@ pub async fn produce_file(
         };
         let value: serde_json::Value =
             serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let key = key_for(&value)
-            .ok_or_else(|| bad("cannot derive a key: the message needs string `run_id` and integer `step`".into()))?;
+        let key = key_for(&value).ok_or_else(|| {
+            bad("cannot derive a key: the message needs string `run_id` and integer `step`".into())
+        })?;
         messages.push(RecordedMessage {
             topic: topic.to_string(),
             partition: -1,

@@ -1,12 +1,18 @@
 //! `hintstream record`: copies a topic into JSONL, from the beginning of every
-//! partition to the end it had when recording started (or N messages).
+//! partition to its end (or N messages).
+//!
+//! The end of a partition is the consumer's partition-EOF event, not the high
+//! watermark read at start: tansu 0.6.0 reports a high watermark of (base
+//! offset of the last record batch + 1), far below the real end when
+//! producers batch. The watermarks only size the progress bar.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use thiserror::Error;
@@ -27,7 +33,7 @@ pub enum RecordError {
         #[source]
         source: std::io::Error,
     },
-    #[error("no message arrived for {0:?} although the partitions were not at their end")]
+    #[error("no message arrived for {0:?} although the partitions were not at their end; is the broker up?")]
     Stalled(Duration),
 }
 
@@ -47,25 +53,26 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
     client
         .set("group.id", format!("hintstream-record-{}", rand::random::<u64>()))
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "true");
     let consumer: StreamConsumer = client.create()?;
     let ends = end_offsets(&client, &options.topic).await?;
     let mut tpl = TopicPartitionList::new();
-    let mut remaining: HashMap<i32, i64> = HashMap::new();
-    for (&partition, &(low, high)) in &ends {
-        if high > low {
-            tpl.add_partition_offset(&options.topic, partition, Offset::Offset(low))?;
-            remaining.insert(partition, high);
-        }
+    let mut remaining: HashSet<i32> = HashSet::new();
+    for (&partition, &(low, _)) in &ends {
+        tpl.add_partition_offset(&options.topic, partition, Offset::Offset(low))?;
+        remaining.insert(partition);
     }
-    let total: u64 = ends.values().map(|(l, h)| (h - l).max(0) as u64).sum();
-    let goal = options.max_messages.map_or(total, |m| m.min(total));
+    let estimate: u64 = ends.values().map(|(l, h)| (h - l).max(0) as u64).sum();
+    let goal = options.max_messages.unwrap_or(u64::MAX);
     let file = std::fs::File::create(out).map_err(|source| RecordError::Write {
         path: out.display().to_string(),
         source,
     })?;
     let mut writer = std::io::BufWriter::new(file);
-    let bar = super::progress_bar(Some(goal), &format!("recording {}", options.topic));
+    let bar = super::progress_bar(
+        Some(options.max_messages.unwrap_or(estimate)),
+        &format!("recording {}", options.topic),
+    );
     if !options.progress {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -74,15 +81,19 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
     }
     let mut written = 0u64;
     while written < goal && !remaining.is_empty() {
-        let message = tokio::time::timeout(options.idle_timeout, consumer.recv())
+        let received = tokio::time::timeout(options.idle_timeout, consumer.recv())
             .await
-            .map_err(|_| RecordError::Stalled(options.idle_timeout))??;
-        let partition = message.partition();
-        let Some(&high) = remaining.get(&partition) else {
-            continue;
+            .map_err(|_| RecordError::Stalled(options.idle_timeout))?;
+        let message = match received {
+            Ok(m) => m,
+            Err(KafkaError::PartitionEOF(partition)) => {
+                remaining.remove(&partition);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
         };
-        if message.offset() >= high {
-            remaining.remove(&partition);
+        let partition = message.partition();
+        if !remaining.contains(&partition) {
             continue;
         }
         let recorded = RecordedMessage {
@@ -110,9 +121,6 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
         })?;
         written += 1;
         bar.inc(1);
-        if message.offset() + 1 >= high {
-            remaining.remove(&partition);
-        }
     }
     writer.flush().map_err(|source| RecordError::Write {
         path: out.display().to_string(),

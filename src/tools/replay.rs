@@ -48,7 +48,11 @@ pub struct ReplayOptions {
 
 /// Reads every line first (so a bad file fails before anything is sent), then
 /// produces them. Returns how many were acknowledged.
-pub async fn replay(producer: &FutureProducer, file: &Path, options: &ReplayOptions) -> Result<u64, ReplayError> {
+pub async fn replay(
+    producer: &FutureProducer,
+    file: &Path,
+    options: &ReplayOptions,
+) -> Result<u64, ReplayError> {
     let messages = read_recorded(file)?;
     send_all(producer, &messages, options, "replaying").await
 }
@@ -156,11 +160,13 @@ pub fn read_recorded(file: &Path) -> Result<Vec<RecordedMessage>, ReplayError> {
         if line.trim().is_empty() {
             continue;
         }
-        messages.push(RecordedMessage::from_line(&line).map_err(|source| ReplayError::BadLine {
-            path: path.clone(),
-            line: i + 1,
-            source,
-        })?);
+        messages.push(
+            RecordedMessage::from_line(&line).map_err(|source| ReplayError::BadLine {
+                path: path.clone(),
+                line: i + 1,
+                source,
+            })?,
+        );
     }
     Ok(messages)
 }

@@ -48,14 +48,22 @@ fn tansu_binary() -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Starts tansu with memory storage on 127.0.0.1 and waits until it answers.
 pub fn start_tansu() -> Tansu {
     if let Ok(bootstrap) = std::env::var("HINTSTREAM_TEST_BOOTSTRAP") {
         wait_for_broker(&bootstrap, Duration::from_secs(30));
-        return Tansu { bootstrap, child: None, log: PathBuf::new() };
+        return Tansu {
+            bootstrap,
+            child: None,
+            log: PathBuf::new(),
+        };
     }
     let binary = tansu_binary();
     let port = free_port();
@@ -63,13 +71,23 @@ pub fn start_tansu() -> Tansu {
     let log = std::env::temp_dir().join(format!("tansu-{port}.log"));
     let log_file = std::fs::File::create(&log).unwrap();
     let child = Command::new(&binary)
-        .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+        .args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ])
         .args(["--storage-engine", "memory://tansu/"])
         .stdout(Stdio::from(log_file.try_clone().unwrap()))
         .stderr(Stdio::from(log_file))
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-    let broker = Tansu { bootstrap: format!("127.0.0.1:{port}"), child: Some(child), log };
+    let broker = Tansu {
+        bootstrap: format!("127.0.0.1:{port}"),
+        child: Some(child),
+        log,
+    };
     wait_for_broker(&broker.bootstrap, Duration::from_secs(30));
     broker
 }
@@ -94,7 +112,10 @@ pub fn wait_for_broker(bootstrap: &str, within: Duration) {
 
 /// A config pointing at `bootstrap`, with the rest default.
 pub fn config_for(bootstrap: &str) -> Config {
-    Config { bootstrap_servers: bootstrap.to_string(), ..Config::default() }
+    Config {
+        bootstrap_servers: bootstrap.to_string(),
+        ..Config::default()
+    }
 }
 
 /// Creates topics through the project's own admin path and checks they exist.

@@ -1,0 +1,169 @@
+//! The CUDA kernel through cudarc: the same two-pass f64 semantics as
+//! [`super::cpu`]. The only module that imports cudarc. Kernels ship as PTX
+//! (`kernels/advantage.ptx`, compute_90) and libcuda is loaded on first use,
+//! so a machine without CUDA builds and runs this crate on the CPU path.
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+
+use super::{AdvantageOptions, Advantages, Batch, NormalizeError};
+
+/// The committed PTX of `kernels/advantage.cu`.
+pub const ADVANTAGE_PTX: &str = include_str!("../../kernels/advantage.ptx");
+
+/// Threads per block of every launch.
+const BLOCK: u32 = 256;
+/// Upper bound on blocks per launch; kernels stride over the rest.
+const MAX_BLOCKS: u32 = 65_535;
+
+/// The loaded module and its functions, shared by every call.
+struct Kernels {
+    stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    baseline_sums: CudaFunction,
+    group_means: CudaFunction,
+    baseline_squares: CudaFunction,
+    group_stds: CudaFunction,
+    advantages: CudaFunction,
+}
+
+static KERNELS: OnceLock<Result<Kernels, String>> = OnceLock::new();
+
+/// True when libcuda loads and reports at least one device. Never panics:
+/// `CudaContext::new` panics when libcuda is absent, so presence is checked
+/// first.
+pub fn available() -> bool {
+    // SAFETY: probes for the shared library; no CUDA call is made.
+    let present = unsafe { cudarc::driver::sys::is_culib_present() };
+    present && CudaContext::device_count().map(|n| n > 0).unwrap_or(false)
+}
+
+fn kernels() -> Result<&'static Kernels, NormalizeError> {
+    KERNELS
+        .get_or_init(|| {
+            if !available() {
+                return Err("no CUDA driver or device on this machine".to_string());
+            }
+            let ctx = CudaContext::new(0).map_err(|e| e.to_string())?;
+            let module = ctx
+                .load_module(Ptx::from_src(ADVANTAGE_PTX))
+                .map_err(|e| e.to_string())?;
+            let f = |name: &str| module.load_function(name).map_err(|e| format!("{name}: {e}"));
+            Ok(Kernels {
+                stream: ctx.default_stream(),
+                baseline_sums: f("baseline_sums")?,
+                group_means: f("group_means")?,
+                baseline_squares: f("baseline_squares")?,
+                group_stds: f("group_stds")?,
+                advantages: f("advantages")?,
+                _module: module,
+            })
+        })
+        .as_ref()
+        .map_err(|e| NormalizeError::CudaUnavailable(e.clone()))
+}
+
+fn grid(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS as usize) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn device_error(e: cudarc::driver::DriverError) -> NormalizeError {
+    NormalizeError::Device(e.to_string())
+}
+
+/// Computes the advantages on GPU 0; `batch` must have passed
+/// [`Batch::validate`].
+pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
+    let n = batch.len();
+    if n == 0 {
+        return Ok(Advantages::default());
+    }
+    let k = kernels()?;
+    let s = &k.stream;
+    let groups = batch.n_groups.max(1);
+    let hinted: Vec<u8> = batch.hinted.iter().map(|&h| u8::from(h)).collect();
+    let first_turn = i32::from(batch.first_turn_baseline());
+    let (n64, g64) = (n as u64, groups as u64);
+
+    let group = s.clone_htod(batch.group).map_err(device_error)?;
+    let reward = s.clone_htod(batch.reward).map_err(device_error)?;
+    let hinted = s.clone_htod(&hinted).map_err(device_error)?;
+    let mut sum = s.alloc_zeros::<f64>(groups).map_err(device_error)?;
+    let mut count = s.alloc_zeros::<u64>(groups).map_err(device_error)?;
+    let mut mean = s.alloc_zeros::<f64>(groups).map_err(device_error)?;
+    let mut squares = s.alloc_zeros::<f64>(groups).map_err(device_error)?;
+    let mut std = s.alloc_zeros::<f64>(groups).map_err(device_error)?;
+    let mut advantage = s.alloc_zeros::<f64>(n).map_err(device_error)?;
+    let mut row_mean = s.alloc_zeros::<f64>(n).map_err(device_error)?;
+    let mut row_std = s.alloc_zeros::<f64>(n).map_err(device_error)?;
+    let has_floor = i32::from(options.std_floor.is_some());
+    let floor = options.std_floor.unwrap_or(0.0);
+    let norm = i32::from(options.norm_by_std);
+
+    // SAFETY (all launches): argument lists match the kernel signatures in
+    // kernels/advantage.cu, every buffer holds at least the n or n_groups
+    // elements the kernel indexes, and group ids were checked < n_groups.
+    unsafe {
+        s.launch_builder(&k.baseline_sums)
+            .arg(&group)
+            .arg(&reward)
+            .arg(&hinted)
+            .arg(&first_turn)
+            .arg(&n64)
+            .arg(&mut sum)
+            .arg(&mut count)
+            .launch(grid(n))
+            .map_err(device_error)?;
+        s.launch_builder(&k.group_means)
+            .arg(&sum)
+            .arg(&count)
+            .arg(&g64)
+            .arg(&mut mean)
+            .launch(grid(groups))
+            .map_err(device_error)?;
+        s.launch_builder(&k.baseline_squares)
+            .arg(&group)
+            .arg(&reward)
+            .arg(&hinted)
+            .arg(&first_turn)
+            .arg(&n64)
+            .arg(&mean)
+            .arg(&mut squares)
+            .launch(grid(n))
+            .map_err(device_error)?;
+        s.launch_builder(&k.group_stds)
+            .arg(&squares)
+            .arg(&count)
+            .arg(&g64)
+            .arg(&has_floor)
+            .arg(&floor)
+            .arg(&mut std)
+            .launch(grid(groups))
+            .map_err(device_error)?;
+        s.launch_builder(&k.advantages)
+            .arg(&group)
+            .arg(&reward)
+            .arg(&n64)
+            .arg(&mean)
+            .arg(&std)
+            .arg(&norm)
+            .arg(&options.epsilon)
+            .arg(&mut advantage)
+            .arg(&mut row_mean)
+            .arg(&mut row_std)
+            .launch(grid(n))
+            .map_err(device_error)?;
+    }
+    Ok(Advantages {
+        advantage: s.clone_dtoh(&advantage).map_err(device_error)?,
+        group_mean: s.clone_dtoh(&row_mean).map_err(device_error)?,
+        group_std: s.clone_dtoh(&row_std).map_err(device_error)?,
+    })
+}
