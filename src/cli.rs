@@ -49,8 +49,61 @@ pub enum LogFormat {
     Json,
 }
 
+/// Flags every stage takes; each maps onto the stage's config section.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StageArgs {
+    /// Consumer group; processes with the same id share the partitions.
+    #[arg(long)]
+    pub group_id: Option<String>,
+    /// Topic to consume.
+    #[arg(long)]
+    pub input_topic: Option<String>,
+    /// Topic to publish results to.
+    #[arg(long)]
+    pub output_topic: Option<String>,
+    /// Dead-letter topic for input that can never be processed.
+    #[arg(long)]
+    pub dlq_topic: Option<String>,
+    /// Prometheus endpoint HOST:PORT (port 0 picks a free one and logs it).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
+}
+
+impl StageArgs {
+    /// The flags that were given, as `(section, key, value)` overrides.
+    pub fn overrides(&self, section: &str) -> Vec<(String, String, serde_json::Value)> {
+        [
+            ("group_id", &self.group_id),
+            ("input_topic", &self.input_topic),
+            ("output_topic", &self.output_topic),
+            ("dlq_topic", &self.dlq_topic),
+            ("metrics_addr", &self.metrics_addr),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| {
+            value.as_ref().map(|v| {
+                (
+                    section.to_string(),
+                    key.to_string(),
+                    serde_json::Value::String(v.clone()),
+                )
+            })
+        })
+        .collect()
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Stage 2: consume scored rollouts, publish hint-augmented GRPO
+    /// advantages (Arrow IPC) and step metrics. `advantages compute` works on
+    /// files instead.
+    Advantages {
+        #[command(flatten)]
+        stage: StageArgs,
+        #[command(subcommand)]
+        action: Option<AdvantagesAction>,
+    },
     /// Create the pipeline's topics (and dead-letter topics).
     Topics {
         #[command(subcommand)]
@@ -100,6 +153,32 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum AdvantagesAction {
+    /// Compute advantages for a file, without Kafka.
+    ///
+    /// Input: JSONL of scored_rollout rows (rows of one run_id/step form one
+    /// batch) or Arrow IPC (`.arrow`; strings plain or dictionary-encoded,
+    /// reward f32 or f64, step any integer type). Output: JSONL rows
+    /// {run_id, step, trajectory_id, instance_id, advantage} in input order, or
+    /// Arrow IPC when the name ends in `.arrow`.
+    Compute {
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        output: PathBuf,
+        /// Added to the std before dividing [default: normalize.epsilon].
+        #[arg(long)]
+        epsilon: Option<f64>,
+        /// Centre only: A = s − mean.
+        #[arg(long)]
+        no_norm_by_std: bool,
+        /// Where to compute [default: normalize.device].
+        #[arg(long, value_enum)]
+        device: Option<crate::normalize::Device>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum TopicsAction {
     /// Create every topic of the design that does not exist yet.
     Create {
@@ -112,9 +191,13 @@ pub enum TopicsAction {
 impl Cli {
     /// Loads the configuration with this command line's flags applied last.
     pub fn load_config(&self) -> Result<Config, ConfigError> {
+        let settings = match &self.command {
+            Command::Advantages { stage, .. } => stage.overrides("advantages"),
+            _ => vec![],
+        };
         let overrides = Overrides {
             bootstrap_servers: self.global.bootstrap_servers.clone(),
-            settings: vec![],
+            settings,
         };
         Config::load(self.global.config.as_deref(), &overrides)
     }

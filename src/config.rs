@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::messages::DecodeLimits;
+use crate::normalize::{AdvantageOptions, Device};
 
 /// The config file read when `--config` is not given and the file exists.
 pub const DEFAULT_CONFIG_FILE: &str = "hintstream.toml";
@@ -46,6 +47,52 @@ pub struct Config {
     pub hints: StageConfig,
     /// Stage 2, `hintstream advantages`.
     pub advantages: StageConfig,
+    /// Stage 2's computation: kernel options, step assembly, step metrics.
+    pub normalize: NormalizeConfig,
+}
+
+/// How stage 2 computes advantages and step metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NormalizeConfig {
+    /// `auto` (CUDA when present and the batch is large), `cpu` or `cuda`.
+    pub device: Device,
+    /// Divide by the group std (+ epsilon); off: A = s − mean.
+    pub norm_by_std: bool,
+    pub epsilon: f64,
+    /// Opt-in floor for baseline std (0 = off, the reference's behaviour).
+    pub std_floor: f64,
+    /// A step whose rows have not all arrived this many seconds after its
+    /// first row goes to the DLQ (never a silent partial result).
+    pub step_timeout_secs: u64,
+    /// k values of the pass@k metrics (unbiased estimator over raw samples).
+    pub pass_at_k: Vec<u32>,
+    /// A rollout succeeded when its reward is above this.
+    pub success_threshold: f64,
+}
+
+impl Default for NormalizeConfig {
+    fn default() -> Self {
+        NormalizeConfig {
+            device: Device::Auto,
+            norm_by_std: true,
+            epsilon: crate::normalize::DEFAULT_EPSILON,
+            std_floor: 0.0,
+            step_timeout_secs: 300,
+            pass_at_k: vec![1, 4, 8],
+            success_threshold: 0.0,
+        }
+    }
+}
+
+impl NormalizeConfig {
+    pub fn options(&self) -> AdvantageOptions {
+        AdvantageOptions {
+            norm_by_std: self.norm_by_std,
+            epsilon: self.epsilon,
+            std_floor: (self.std_floor > 0.0).then_some(self.std_floor),
+        }
+    }
 }
 
 /// Topic names and how `hintstream topics create` makes them.
@@ -104,14 +151,10 @@ impl Default for Config {
                 &topics.hints,
                 "127.0.0.1:9464",
             ),
-            advantages: StageConfig::new(
-                "hintstream-advantages",
-                &topics.scored,
-                &topics.advantages,
-                "127.0.0.1:9465",
-            ),
+            advantages: StageConfig::advantages(&topics),
             topics,
             limits: LimitsConfig::default(),
+            normalize: NormalizeConfig::default(),
         }
     }
 }
@@ -150,6 +193,20 @@ impl StageConfig {
             metrics_addr: metrics_addr.into(),
             max_in_flight: 1000,
             drain_timeout_secs: 20,
+        }
+    }
+
+    /// Stage 2 parks every row of a step until the step completes, so its
+    /// bound must exceed the largest step (in messages).
+    fn advantages(topics: &TopicsConfig) -> Self {
+        StageConfig {
+            max_in_flight: 1_000_000,
+            ..StageConfig::new(
+                "hintstream-advantages",
+                &topics.scored,
+                &topics.advantages,
+                "127.0.0.1:9465",
+            )
         }
     }
 
@@ -232,6 +289,14 @@ impl Config {
             })?,
             None => 45_000,
         };
+        let n = &self.normalize;
+        let non_negative = |x: f64| x.is_finite() && x >= 0.0;
+        if !(non_negative(n.epsilon) && non_negative(n.std_floor)) {
+            return bad("normalize.epsilon and normalize.std_floor must be finite and >= 0".into());
+        }
+        if n.pass_at_k.contains(&0) || n.step_timeout_secs == 0 {
+            return bad("normalize.pass_at_k values and normalize.step_timeout_secs must be >= 1".into());
+        }
         for (name, stage) in [("hints", &self.hints), ("advantages", &self.advantages)] {
             for (key, topic) in [
                 ("input_topic", &stage.input_topic),

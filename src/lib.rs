@@ -18,6 +18,7 @@
 //! - [`metrics`]: Prometheus counters and the `/metrics` endpoint.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.
 
+pub mod advantages;
 pub mod batch;
 pub mod cli;
 pub mod config;

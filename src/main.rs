@@ -5,8 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use hintstream::cli::{Cli, Command, LogFormat, TopicsAction};
+use hintstream::advantages::offline;
+use hintstream::advantages::stage::AdvantageStage;
+use hintstream::cli::{AdvantagesAction, Cli, Command, LogFormat, TopicsAction};
 use hintstream::config::Config;
+use hintstream::kafka::shutdown_signal;
 use hintstream::kafka::{admin, create_producer};
 use hintstream::tools::{produce, record, replay};
 
@@ -52,6 +55,47 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match command {
         Command::Config => print!("{}", config.to_redacted_toml()),
+        Command::Advantages { action: None, .. } => {
+            let stage = AdvantageStage::build(config)
+                .await
+                .context("starting the advantage stage")?;
+            let summary = stage.run(shutdown_signal()).await;
+            tracing::info!(?summary, "advantage stage stopped");
+        }
+        Command::Advantages {
+            action:
+                Some(AdvantagesAction::Compute {
+                    input,
+                    output,
+                    epsilon,
+                    no_norm_by_std,
+                    device,
+                }),
+            ..
+        } => {
+            let mut options = config.normalize.options();
+            if let Some(e) = epsilon {
+                anyhow::ensure!(
+                    e.is_finite() && e >= 0.0,
+                    "--epsilon must be a finite number >= 0"
+                );
+                options.epsilon = e;
+            }
+            options.norm_by_std &= !no_norm_by_std;
+            let device = device.unwrap_or(config.normalize.device);
+            let limits = config.decode_limits();
+            let started = std::time::Instant::now();
+            let rows = tokio::task::spawn_blocking(move || {
+                offline::compute_file(&input, &output, &options, device, limits).map(|n| (n, output))
+            })
+            .await??;
+            println!(
+                "computed {} advantages into {} in {:.2?}",
+                rows.0,
+                rows.1.display(),
+                started.elapsed()
+            );
+        }
         Command::Topics {
             action: TopicsAction::Create { partitions },
         } => {

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hintstream::config::Config;
-use hintstream::kafka::{create_consumer, create_producer, run_stage, DeadLetters, RunOptions, Work};
+use hintstream::kafka::{
+    create_consumer, create_producer, run_stage, DeadLetters, RecordMeta, RunOptions, Work,
+};
 use hintstream::metrics::StageMetrics;
 use rand::Rng;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -116,7 +118,7 @@ async fn run_until(
         dlq,
         Arc::new(StageMetrics::unregistered()),
         options,
-        |bytes: &[u8]| Ok(std::str::from_utf8(bytes).unwrap().parse::<u64>().unwrap()),
+        |bytes: &[u8], _: &RecordMeta| Ok(std::str::from_utf8(bytes).unwrap().parse::<u64>().unwrap()),
         move |work: Work<u64>| {
             let progress = handler_progress.clone();
             let (reached, stop_when) = (handler_reached.clone(), handler_stop_when.clone());

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hintstream::kafka::{
-    create_consumer, create_producer, run_stage, DeadLetters, DlqHeaders, RunOptions, Work,
+    create_consumer, create_producer, run_stage, DeadLetters, DlqHeaders, RecordMeta, RunOptions, Work,
 };
 use hintstream::messages::{decode, FailedTrajectory};
 use hintstream::metrics::StageMetrics;
@@ -120,7 +120,7 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
             max_in_flight: 1,
             drain_timeout: Duration::from_secs(5),
         },
-        move |bytes: &[u8]| decode::<FailedTrajectory>(bytes, limits),
+        move |bytes: &[u8], _: &RecordMeta| Ok(decode::<FailedTrajectory>(bytes, limits)?),
         move |work: Work<FailedTrajectory>| {
             let seen = handler_seen.clone();
             async move {

@@ -3,11 +3,9 @@
 //! where it came from. Its offset then counts as finished: redelivering it
 //! would fail the same way.
 
-use std::time::Duration;
+use rdkafka::producer::FutureProducer;
 
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
+use super::produce::{headers, send_until_acked, Outgoing};
 
 /// Header names on dead letters.
 pub struct DlqHeaders;
@@ -53,55 +51,31 @@ impl DeadLetters {
         &self.topic
     }
 
-    /// Produces the dead letter and waits for the broker's ack, retrying with
-    /// backoff until it is acknowledged: a dead letter is never dropped, and
-    /// the caller finishes the source offset only after this returns.
+    /// Produces the dead letter and waits for the broker's ack, retrying
+    /// until it is acknowledged: a dead letter is never dropped, and the
+    /// caller finishes the source offset only after this returns.
     pub async fn send(&self, letter: &DeadLetter<'_>) {
         let reason = truncate(letter.reason, MAX_REASON_BYTES);
         let partition = letter.partition.to_string();
         let offset = letter.offset.to_string();
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let headers = OwnedHeaders::new()
-                .insert(header(DlqHeaders::ERROR_KIND, letter.kind))
-                .insert(header(DlqHeaders::REASON, reason))
-                .insert(header(DlqHeaders::SOURCE_TOPIC, letter.source_topic))
-                .insert(header(DlqHeaders::SOURCE_PARTITION, &partition))
-                .insert(header(DlqHeaders::SOURCE_OFFSET, &offset));
-            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(headers);
-            if let Some(key) = letter.key {
-                record = record.key(key);
-            }
-            if let Some(payload) = letter.payload {
-                record = record.payload(payload);
-            }
-            match self
-                .producer
-                .send(record, Timeout::After(Duration::from_secs(30)))
-                .await
-            {
-                Ok(_) => {
-                    tracing::warn!(
-                        topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
-                        kind = letter.kind, reason, dlq = %self.topic,
-                        "input sent to dead-letter topic"
-                    );
-                    return;
-                }
-                Err((e, _)) => {
-                    tracing::error!(dlq = %self.topic, error = %e, retry_in_ms = backoff.as_millis() as u64, "dead-letter produce failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
-        }
-    }
-}
-
-fn header<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a str> {
-    Header {
-        key,
-        value: Some(value),
+        let record = Outgoing {
+            topic: &self.topic,
+            key: letter.key,
+            payload: letter.payload,
+            headers: headers([
+                (DlqHeaders::ERROR_KIND, letter.kind),
+                (DlqHeaders::REASON, reason),
+                (DlqHeaders::SOURCE_TOPIC, letter.source_topic),
+                (DlqHeaders::SOURCE_PARTITION, partition.as_str()),
+                (DlqHeaders::SOURCE_OFFSET, offset.as_str()),
+            ]),
+        };
+        send_until_acked(&self.producer, &record).await;
+        tracing::warn!(
+            topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
+            kind = letter.kind, reason, dlq = %self.topic,
+            "input sent to dead-letter topic"
+        );
     }
 }
 

@@ -6,11 +6,13 @@ pub mod admin;
 pub mod client;
 pub mod commit;
 pub mod dlq;
+pub mod produce;
 pub mod tracker;
 pub mod worker;
 
 pub use client::{base_config, create_consumer, create_producer, StageConsumer, StageContext};
 pub use commit::{Committer, Ticket};
-pub use dlq::{DeadLetters, DlqHeaders};
+pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};
+pub use produce::{send_until_acked, Outgoing};
 pub use tracker::OffsetTracker;
-pub use worker::{run_stage, Done, RecordMeta, RunOptions, RunSummary, Work};
+pub use worker::{run_stage, shutdown_signal, Done, RecordMeta, Rejected, RunOptions, RunSummary, Work};

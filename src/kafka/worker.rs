@@ -65,6 +65,23 @@ impl RecordMeta {
     }
 }
 
+/// Why an input can never be processed: it goes to the dead-letter topic
+/// with this kind and reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub kind: &'static str,
+    pub reason: String,
+}
+
+impl From<DecodeError> for Rejected {
+    fn from(e: DecodeError) -> Self {
+        Rejected {
+            kind: e.kind(),
+            reason: e.to_string(),
+        }
+    }
+}
+
 /// The obligation to finish one message. Call [`Done::finish`] once the
 /// message's output was acknowledged; dropping it unfinished leaves the offset
 /// uncommitted, so the message is redelivered after a restart.
@@ -114,8 +131,9 @@ pub struct RunSummary {
     pub abandoned: usize,
 }
 
-/// Runs the loop until `shutdown` resolves. `decode` turns payload bytes into
-/// the stage's input (an `Err` sends the message to the DLQ); `handle` runs as
+/// Runs the loop until `shutdown` resolves. `decode` turns a payload (and its
+/// record's metadata, headers included) into the stage's input; an `Err` sends
+/// the message to the DLQ; `handle` runs as
 /// its own task per message and must call [`Done::finish`] when the output is
 /// acknowledged.
 pub async fn run_stage<T, D, H, F>(
@@ -129,7 +147,7 @@ pub async fn run_stage<T, D, H, F>(
 ) -> RunSummary
 where
     T: Send + 'static,
-    D: Fn(&[u8]) -> Result<T, DecodeError>,
+    D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,
     H: Fn(Work<T>) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
@@ -168,7 +186,7 @@ where
         let meta = RecordMeta::of(&message);
         let ticket = committer.begin(&meta.topic, meta.partition, meta.offset);
         let payload = message.payload().unwrap_or_default();
-        match decode(payload) {
+        match decode(payload, &meta) {
             Ok(input) => {
                 let work = Work {
                     input,
@@ -188,16 +206,15 @@ where
             }
             Err(error) => {
                 summary.dead_lettered += 1;
-                metrics.dead_lettered(error.kind());
-                let reason = error.to_string();
+                metrics.dead_lettered(error.kind);
                 dlq.send(&DeadLetter {
                     key: meta.key.as_deref(),
                     payload: message.payload(),
                     source_topic: &meta.topic,
                     partition: meta.partition,
                     offset: meta.offset,
-                    kind: error.kind(),
-                    reason: &reason,
+                    kind: error.kind,
+                    reason: &error.reason,
                 })
                 .await;
                 committer.finish(ticket);

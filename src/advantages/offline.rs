@@ -1,0 +1,200 @@
+//! `hintstream advantages compute`: advantages for a file, without Kafka.
+//! Input is JSONL of `scored_rollout` rows (rows of one run_id/step form one
+//! batch; `step_end` lines are skipped) or Arrow IPC (`.arrow`, file or stream
+//! format) with the scored columns in any usual encoding. Output is JSONL
+//! `{run_id, step, trajectory_id, instance_id, advantage}` in input order, or
+//! Arrow IPC (file format, the advantages schema) when its name ends in
+//! `.arrow`.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::Path;
+
+use arrow_array::RecordBatch;
+use arrow_ipc::reader::FileReader;
+use arrow_ipc::writer::FileWriter;
+use serde::Serialize;
+use thiserror::Error;
+
+use super::compute::{advantages_batch, compute_rows, ComputeError};
+use crate::batch::{ipc, BatchError, ScoredRows};
+use crate::messages::{decode, DecodeLimits, ScoredMessage};
+use crate::normalize::{AdvantageOptions, Advantages, Device};
+
+#[derive(Debug, Error)]
+pub enum OfflineError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} line {line}: {reason}")]
+    BadLine {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("{path}: not an Arrow IPC file or stream: {reason}")]
+    BadArrow { path: String, reason: String },
+    #[error("{path}: {source}")]
+    Columns {
+        path: String,
+        #[source]
+        source: BatchError,
+    },
+    #[error(transparent)]
+    Compute(#[from] ComputeError),
+}
+
+/// One output line of the JSONL format.
+#[derive(Serialize)]
+struct OutputRow<'a> {
+    run_id: &'a str,
+    step: i64,
+    trajectory_id: &'a str,
+    instance_id: &'a str,
+    advantage: f64,
+}
+
+fn is_arrow(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("arrow"))
+}
+
+/// Reads, computes and writes. Returns the number of rows.
+pub fn compute_file(
+    input: &Path,
+    output: &Path,
+    options: &AdvantageOptions,
+    device: Device,
+    limits: DecodeLimits,
+) -> Result<usize, OfflineError> {
+    let rows = if is_arrow(input) {
+        read_arrow(input)?
+    } else {
+        read_jsonl(input, limits)?
+    };
+    let advantages = compute_rows(&rows, options, device)?;
+    if is_arrow(output) {
+        write_arrow(output, &rows, &advantages)?;
+    } else {
+        write_jsonl(output, &rows, &advantages)?;
+    }
+    Ok(rows.len())
+}
+
+/// Reads `scored_rollout` rows from JSONL; `step_end` lines are skipped.
+pub fn read_jsonl(path: &Path, limits: DecodeLimits) -> Result<ScoredRows, OfflineError> {
+    let name = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| OfflineError::Read {
+        path: name.clone(),
+        source,
+    })?;
+    let mut rows = ScoredRows::default();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| OfflineError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        // Rows may omit `type`: in a file they are all scored rollouts.
+        let message = match decode::<ScoredMessage>(line.as_bytes(), limits) {
+            Err(crate::messages::DecodeError::MissingField { field }) if field == "type" => {
+                decode::<crate::messages::ScoredRollout>(line.as_bytes(), limits)
+                    .map(ScoredMessage::ScoredRollout)
+            }
+            other => other,
+        };
+        match message {
+            Ok(ScoredMessage::ScoredRollout(row)) => rows.push(&row),
+            Ok(ScoredMessage::StepEnd(_)) => {}
+            Err(e) => {
+                return Err(OfflineError::BadLine {
+                    path: name,
+                    line: i + 1,
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Reads every batch of an Arrow IPC file (or stream) into rows.
+pub fn read_arrow(path: &Path) -> Result<ScoredRows, OfflineError> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| OfflineError::Read {
+        path: name.clone(),
+        source,
+    })?;
+    let bad = |e: arrow_schema::ArrowError| OfflineError::BadArrow {
+        path: name.clone(),
+        reason: e.to_string(),
+    };
+    let batches: Vec<RecordBatch> = if bytes.starts_with(b"ARROW1") {
+        FileReader::try_new(std::io::Cursor::new(bytes), None)
+            .map_err(bad)?
+            .collect::<Result<_, _>>()
+            .map_err(bad)?
+    } else {
+        ipc::decode_stream(&bytes).map_err(bad)?
+    };
+    let mut rows = ScoredRows::default();
+    for batch in &batches {
+        rows.extend(
+            ScoredRows::from_batch(batch).map_err(|source| OfflineError::Columns {
+                path: name.clone(),
+                source,
+            })?,
+        );
+    }
+    Ok(rows)
+}
+
+fn write_jsonl(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Result<(), OfflineError> {
+    let name = path.display().to_string();
+    let err = |source| OfflineError::Write {
+        path: name.clone(),
+        source,
+    };
+    let mut out = BufWriter::new(std::fs::File::create(path).map_err(err)?);
+    for i in 0..rows.len() {
+        let row = OutputRow {
+            run_id: &rows.run_id[i],
+            step: rows.step[i],
+            trajectory_id: &rows.trajectory_id[i],
+            instance_id: &rows.instance_id[i],
+            advantage: advantages.advantage[i],
+        };
+        // A struct of strings and finite numbers always serialises.
+        let line = serde_json::to_string(&row).unwrap_or_default();
+        writeln!(out, "{line}").map_err(err)?;
+    }
+    out.flush().map_err(err)
+}
+
+fn write_arrow(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Result<(), OfflineError> {
+    let name = path.display().to_string();
+    let io = |e: arrow_schema::ArrowError| OfflineError::Write {
+        path: name.clone(),
+        source: std::io::Error::other(e.to_string()),
+    };
+    let batch = advantages_batch(rows, advantages).map_err(|source| OfflineError::Columns {
+        path: name.clone(),
+        source,
+    })?;
+    let file = std::fs::File::create(path).map_err(|source| OfflineError::Write {
+        path: name.clone(),
+        source,
+    })?;
+    let mut writer = FileWriter::try_new(BufWriter::new(file), &batch.schema()).map_err(io)?;
+    writer.write(&batch).map_err(io)?;
+    writer.finish().map_err(io)
+}

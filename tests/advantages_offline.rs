@@ -1,0 +1,184 @@
+//! `hintstream advantages compute` on files: JSONL in and out, Arrow in
+//! (dictionary-encoded ids, f32 rewards, i16 steps) and out, several steps in
+//! one file each normalised on its own, flags honoured.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use arrow_array::{
+    Array, BooleanArray, DictionaryArray, Float32Array, Float64Array, Int16Array, RecordBatch, StringArray,
+};
+use arrow_ipc::reader::FileReader;
+use arrow_ipc::writer::FileWriter;
+use arrow_schema::{DataType, Field, Schema};
+
+const EPS: f64 = 1e-6;
+
+fn hintstream(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hintstream"))
+        .current_dir(std::env::temp_dir())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn advantages_of(jsonl: &str) -> Vec<f64> {
+    jsonl
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["advantage"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn computes_each_step_of_a_jsonl_file_in_input_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("rows.jsonl");
+    // Step 1: g [1, 0] (no hints). Step 2: g raw [0, 0] and a hinted 1.
+    let rows = [
+        r#"{"type":"scored_rollout","schema_version":1,"run_id":"r","step":1,"instance_id":"g","trajectory_id":"a","reward":1.0,"is_hinted":false}"#,
+        r#"{"type":"scored_rollout","schema_version":1,"run_id":"r","step":2,"instance_id":"g","trajectory_id":"b","reward":0.0,"is_hinted":false}"#,
+        r#"{"type":"scored_rollout","schema_version":1,"run_id":"r","step":1,"instance_id":"g","trajectory_id":"c","reward":0.0,"is_hinted":false}"#,
+        r#"{"type":"scored_rollout","schema_version":1,"run_id":"r","step":2,"instance_id":"g","trajectory_id":"d","reward":0.0,"is_hinted":false}"#,
+        r#"{"type":"scored_rollout","schema_version":1,"run_id":"r","step":2,"instance_id":"g","trajectory_id":"e","reward":1.0,"is_hinted":true}"#,
+        r#"{"type":"step_end","schema_version":1,"run_id":"r","step":2,"count":3}"#,
+    ];
+    std::fs::write(&input, rows.join("\n")).unwrap();
+    let output = dir.path().join("out.jsonl");
+    let out = hintstream(&[
+        "advantages",
+        "compute",
+        "--device",
+        "cpu",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&output).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["trajectory_id"], "a");
+    assert_eq!(first["run_id"], "r");
+    let s = 0.5f64.sqrt();
+    let want = [0.5 / (s + EPS), 0.0, -0.5 / (s + EPS), 0.0, 1.0 / EPS];
+    for (g, w) in advantages_of(&text).iter().zip(want) {
+        assert!((g - w).abs() <= 1e-9 * (1.0 + w.abs()), "got {g}, want {w}");
+    }
+
+    // --no-norm-by-std centres only; --epsilon is honoured.
+    let out = hintstream(&[
+        "advantages",
+        "compute",
+        "--no-norm-by-std",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert_eq!(
+        advantages_of(&std::fs::read_to_string(&output).unwrap()),
+        vec![0.5, 0.0, -0.5, 0.0, 1.0]
+    );
+    let out = hintstream(&[
+        "advantages",
+        "compute",
+        "--epsilon",
+        "0.5",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let got = advantages_of(&std::fs::read_to_string(&output).unwrap());
+    assert!((got[4] - 1.0 / 0.5).abs() < 1e-12);
+}
+
+#[test]
+fn reads_and_writes_arrow_with_other_encodings() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("rows.arrow");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("run_id", DataType::Utf8, false),
+        Field::new("step", DataType::Int16, false),
+        Field::new(
+            "instance_id",
+            DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)),
+            false,
+        ),
+        Field::new("trajectory_id", DataType::Utf8, false),
+        Field::new("reward", DataType::Float32, false),
+        Field::new("is_hinted", DataType::Boolean, false),
+    ]));
+    let ids: DictionaryArray<arrow_array::types::Int8Type> = vec!["x", "y", "x", "y"].into_iter().collect();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec!["r"; 4])),
+            Arc::new(Int16Array::from(vec![7; 4])),
+            Arc::new(ids),
+            Arc::new(StringArray::from(vec!["a", "b", "c", "d"])),
+            Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0, 6.0])),
+            Arc::new(BooleanArray::from(vec![false; 4])),
+        ],
+    )
+    .unwrap();
+    let mut writer = FileWriter::try_new(std::fs::File::create(&input).unwrap(), &schema).unwrap();
+    writer.write(&batch).unwrap();
+    writer.finish().unwrap();
+
+    let output = dir.path().join("out.arrow");
+    let out = hintstream(&[
+        "advantages",
+        "compute",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reader = FileReader::try_new(std::fs::File::open(&output).unwrap(), None).unwrap();
+    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
+    let b = &batches[0];
+    let adv = b
+        .column_by_name("advantage")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<Float64Array>()
+        .unwrap();
+    // x: [1, 3] mean 2 std sqrt(2); y: [2, 6] mean 4 std sqrt(8).
+    let (sx, sy) = (2f64.sqrt(), 8f64.sqrt());
+    let want = [
+        -1.0 / (sx + EPS),
+        -2.0 / (sy + EPS),
+        1.0 / (sx + EPS),
+        2.0 / (sy + EPS),
+    ];
+    for (g, w) in adv.values().iter().zip(want) {
+        assert!((g - w).abs() < 1e-9, "got {g}, want {w}");
+    }
+    assert_eq!(adv.null_count(), 0);
+}
+
+#[test]
+fn bad_input_fails_with_the_line_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("rows.jsonl");
+    std::fs::write(&input, "{\"type\":\"scored_rollout\",\"schema_version\":1,\"run_id\":\"r\",\"step\":1,\"instance_id\":\"g\",\"trajectory_id\":\"a\",\"reward\":1.0,\"is_hinted\":false}\n{\"reward\": NaN}\n").unwrap();
+    let out = hintstream(&[
+        "advantages",
+        "compute",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        "/dev/null",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 2") && err.contains("non-finite"), "{err}");
+}
