@@ -9,122 +9,137 @@ use super::{AdvantageOptions, Advantages, Batch};
 /// more than it saves.
 pub const PARALLEL_MIN_ROWS: usize = 50_000;
 
-/// Per-group baseline statistics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupStats {
-    pub mean: Vec<f64>,
-    pub std: Vec<f64>,
-}
-
 /// Computes the advantages; `batch` must have passed [`Batch::validate`].
 pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Advantages {
     let stats = group_stats(batch, options);
-    let row = |i: usize| {
-        let g = batch.group[i] as usize;
-        let (mean, std) = (stats.mean[g], stats.std[g]);
-        let centred = batch.reward[i] - mean;
-        let advantage = if options.norm_by_std {
-            centred / (std + options.epsilon)
-        } else {
-            centred
-        };
-        (advantage, mean, std)
-    };
-    let rows: Vec<(f64, f64, f64)> = if batch.len() >= PARALLEL_MIN_ROWS {
-        (0..batch.len()).into_par_iter().map(row).collect()
-    } else {
-        (0..batch.len()).map(row).collect()
-    };
+    let n = batch.len();
     let mut out = Advantages {
-        advantage: Vec::with_capacity(rows.len()),
-        group_mean: Vec::with_capacity(rows.len()),
-        group_std: Vec::with_capacity(rows.len()),
+        advantage: vec![0.0; n],
+        group_mean: vec![0.0; n],
+        group_std: vec![0.0; n],
     };
-    for (a, m, s) in rows {
-        out.advantage.push(a);
-        out.group_mean.push(m);
-        out.group_std.push(s);
+    let fill = |start: usize, advantage: &mut [f64], mean_out: &mut [f64], std_out: &mut [f64]| {
+        for j in 0..advantage.len() {
+            let i = start + j;
+            let s = &stats[batch.group[i] as usize];
+            let centred = batch.reward[i] - s.mean;
+            advantage[j] = if options.norm_by_std {
+                centred / (s.std + options.epsilon)
+            } else {
+                centred
+            };
+            mean_out[j] = s.mean;
+            std_out[j] = s.std;
+        }
+    };
+    if n >= PARALLEL_MIN_ROWS {
+        let chunk = chunk_len(n);
+        out.advantage
+            .par_chunks_mut(chunk)
+            .zip(out.group_mean.par_chunks_mut(chunk))
+            .zip(out.group_std.par_chunks_mut(chunk))
+            .enumerate()
+            .for_each(|(k, ((a, m), s))| fill(k * chunk, a, m, s));
+    } else {
+        fill(0, &mut out.advantage, &mut out.group_mean, &mut out.group_std);
     }
     out
+}
+
+/// Baseline statistics of one group.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GroupStats {
+    pub mean: f64,
+    pub std: f64,
+}
+
+/// Per-group accumulator, kept together so one row touches one cache line.
+#[derive(Debug, Clone, Copy, Default)]
+struct Acc {
+    sum: f64,
+    count: u64,
 }
 
 /// Mean and unbiased std of each group's baseline samples (raw samples only
 /// when the batch has a hinted one); mean 0 and std 1 for groups with fewer
 /// than two baseline samples.
-pub fn group_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> GroupStats {
+pub fn group_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> Vec<GroupStats> {
     let first_turn = batch.first_turn_baseline();
     let in_baseline = |i: usize| !first_turn || !batch.hinted[i];
-    let n = batch.n_groups;
 
     // Pass 1: sums and counts.
-    let (sum, count) = accumulate(batch.len(), n, |i, sum: &mut [f64], count: &mut [u64]| {
+    let acc = accumulate(batch.len(), batch.n_groups, |i, acc: &mut [Acc]| {
         if in_baseline(i) {
-            let g = batch.group[i] as usize;
-            sum[g] += batch.reward[i];
-            count[g] += 1;
+            let a = &mut acc[batch.group[i] as usize];
+            a.sum += batch.reward[i];
+            a.count += 1;
         }
     });
-    let mean: Vec<f64> = (0..n)
-        .map(|g| {
-            if count[g] >= 2 {
-                sum[g] / count[g] as f64
-            } else {
-                0.0
-            }
-        })
+    let mean: Vec<f64> = acc
+        .iter()
+        .map(|a| if a.count >= 2 { a.sum / a.count as f64 } else { 0.0 })
         .collect();
 
-    // Pass 2: squared deviations from the mean.
-    let (squares, _) = accumulate(batch.len(), n, |i, ss: &mut [f64], _: &mut [u64]| {
+    // Pass 2: squared deviations from the mean (in `sum`).
+    let squares = accumulate(batch.len(), batch.n_groups, |i, acc: &mut [Acc]| {
         if in_baseline(i) {
             let g = batch.group[i] as usize;
             let d = batch.reward[i] - mean[g];
-            ss[g] += d * d;
+            acc[g].sum += d * d;
         }
     });
-    let std = (0..n)
-        .map(|g| {
-            if count[g] >= 2 {
-                let s = (squares[g] / (count[g] - 1) as f64).sqrt();
-                options.std_floor.map_or(s, |floor| s.max(floor))
+    acc.iter()
+        .zip(&squares)
+        .zip(&mean)
+        .map(|((a, sq), &mean)| {
+            if a.count >= 2 {
+                let s = (sq.sum / (a.count - 1) as f64).sqrt();
+                GroupStats {
+                    mean,
+                    std: options.std_floor.map_or(s, |floor| s.max(floor)),
+                }
             } else {
-                1.0
+                GroupStats { mean: 0.0, std: 1.0 }
             }
         })
-        .collect();
-    GroupStats { mean, std }
+        .collect()
 }
 
-/// Runs `add(i, sums, counts)` over every row into per-group accumulators,
-/// in parallel chunks (each with its own accumulators, merged after) when the
+fn chunk_len(rows: usize) -> usize {
+    rows.div_ceil(rayon::current_num_threads().max(1)).max(1)
+}
+
+/// Runs `add(i, acc)` over every row into per-group accumulators, in
+/// parallel chunks (each with its own accumulators, merged after) when the
 /// batch is large.
-fn accumulate<F>(rows: usize, groups: usize, add: F) -> (Vec<f64>, Vec<u64>)
+fn accumulate<F>(rows: usize, groups: usize, add: F) -> Vec<Acc>
 where
-    F: Fn(usize, &mut [f64], &mut [u64]) + Sync,
+    F: Fn(usize, &mut [Acc]) + Sync,
 {
     let run = |range: std::ops::Range<usize>| {
-        let mut sums = vec![0.0; groups];
-        let mut counts = vec![0u64; groups];
+        let mut acc = vec![Acc::default(); groups];
         for i in range {
-            add(i, &mut sums, &mut counts);
+            add(i, &mut acc);
         }
-        (sums, counts)
+        acc
     };
     if rows < PARALLEL_MIN_ROWS {
         return run(0..rows);
     }
-    let chunk = rows.div_ceil(rayon::current_num_threads().max(1));
+    let chunk = chunk_len(rows);
     (0..rows)
         .step_by(chunk)
         .collect::<Vec<_>>()
         .into_par_iter()
         .map(|start| run(start..(start + chunk).min(rows)))
         .reduce(
-            || (vec![0.0; groups], vec![0u64; groups]),
-            |(mut s1, mut c1), (s2, c2)| {
-                s1.iter_mut().zip(&s2).for_each(|(a, b)| *a += b);
-                c1.iter_mut().zip(&c2).for_each(|(a, b)| *a += b);
-                (s1, c1)
+            || vec![Acc::default(); groups],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(&b) {
+                    x.sum += y.sum;
+                    x.count += y.count;
+                }
+                a
             },
         )
 }

@@ -189,3 +189,50 @@ pub fn cuda_available() -> bool {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch<'a>(group: &'a [u32], reward: &'a [f64], hinted: &'a [bool]) -> Batch<'a> {
+        Batch {
+            group,
+            n_groups: 2,
+            reward,
+            hinted,
+        }
+    }
+
+    #[test]
+    fn auto_runs_on_the_cpu_without_a_gpu_and_cuda_is_an_error_not_a_panic() {
+        let b = batch(&[0, 0, 1], &[1.0, 0.0, 1.0], &[false; 3]);
+        let (_, ran) = compute(&b, &AdvantageOptions::default(), Device::Auto).unwrap();
+        if !cuda_available() {
+            assert_eq!(ran, Ran::Cpu);
+            let err = compute(&b, &AdvantageOptions::default(), Device::Cuda).unwrap_err();
+            assert!(matches!(err, NormalizeError::CudaUnavailable(_)), "{err}");
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_batches() {
+        let err = compute(
+            &batch(&[0, 5], &[1.0, 0.0], &[false; 2]),
+            &AdvantageOptions::default(),
+            Device::Cpu,
+        );
+        assert!(matches!(err, Err(NormalizeError::GroupOutOfRange { row: 1, .. })));
+        let err = compute(
+            &batch(&[0], &[f64::NAN], &[false]),
+            &AdvantageOptions::default(),
+            Device::Cpu,
+        );
+        assert!(matches!(err, Err(NormalizeError::NonFinite { row: 0 })));
+        let err = compute(
+            &batch(&[0], &[1.0, 2.0], &[false]),
+            &AdvantageOptions::default(),
+            Device::Cpu,
+        );
+        assert!(matches!(err, Err(NormalizeError::LengthMismatch { .. })));
+    }
+}
