@@ -95,6 +95,16 @@ impl StageArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Stage 1: consume failed trajectories, publish one LLM hint per failed
+    /// group (static fallback without a key or when the LLM fails).
+    ///
+    /// The model API comes from ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL, or
+    /// OPENAI_API_KEY / OPENAI_BASE_URL for OpenAI-compatible servers (vLLM,
+    /// OpenRouter, LiteLLM, Ollama), and the [llm] config section.
+    Hints {
+        #[command(flatten)]
+        stage: StageArgs,
+    },
     /// Stage 2: consume scored rollouts, publish hint-augmented GRPO
     /// advantages (Arrow IPC) and step metrics. `advantages compute` works on
     /// files instead.
@@ -193,6 +203,7 @@ impl Cli {
     pub fn load_config(&self) -> Result<Config, ConfigError> {
         let settings = match &self.command {
             Command::Advantages { stage, .. } => stage.overrides("advantages"),
+            Command::Hints { stage } => stage.overrides("hints"),
             _ => vec![],
         };
         let overrides = Overrides {

@@ -49,6 +49,78 @@ pub struct Config {
     pub advantages: StageConfig,
     /// Stage 2's computation: kernel options, step assembly, step metrics.
     pub normalize: NormalizeConfig,
+    /// Stage 1's model calls. Keys come from ANTHROPIC_API_KEY /
+    /// OPENAI_API_KEY only, never from this file.
+    pub llm: LlmConfig,
+}
+
+/// Which model API stage 1 calls and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// `auto`: Anthropic when ANTHROPIC_API_KEY is set, else an
+    /// OpenAI-compatible server when OPENAI_API_KEY or OPENAI_BASE_URL is
+    /// set, else static hints. `anthropic`, `openai`, or `none` (static only).
+    pub provider: String,
+    /// The model fallback chain, tried in order; empty = the provider's
+    /// default (`claude-sonnet-4-20250514`, or `gpt-4o-mini`). After the last
+    /// model fails, the static hint is used.
+    pub models: Vec<String>,
+    /// API base URL; empty = ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the
+    /// official endpoint.
+    pub base_url: String,
+    pub max_tokens: u32,
+    pub temperature: f64,
+    /// Time budget of one hint, all retries and models included (seconds).
+    pub timeout_secs: f64,
+    /// LLM calls in flight at once.
+    pub concurrency: usize,
+    /// Retries of one model on 429/529/5xx/timeouts/broken connections.
+    pub max_retries: u32,
+    /// Requests per minute (0 = no limit).
+    pub requests_per_minute: u32,
+    /// Tokens per minute, input + output, from the real `usage` (0 = no limit).
+    pub tokens_per_minute: u32,
+    /// How long a group waits for its `group_size` trajectories (ms).
+    pub group_wait_ms: u64,
+    /// Dollars per million input / output tokens, by model.
+    pub prices: BTreeMap<String, ModelPrice>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        let price = |input_per_mtok, output_per_mtok| ModelPrice {
+            input_per_mtok,
+            output_per_mtok,
+        };
+        LlmConfig {
+            provider: "auto".into(),
+            models: vec![],
+            base_url: String::new(),
+            max_tokens: 300,
+            temperature: 0.3,
+            timeout_secs: 30.0,
+            concurrency: 20,
+            max_retries: 4,
+            requests_per_minute: 0,
+            tokens_per_minute: 0,
+            group_wait_ms: 2000,
+            prices: [
+                ("claude-sonnet-4-20250514".to_string(), price(3.0, 15.0)),
+                ("claude-3-5-haiku-20241022".to_string(), price(0.8, 4.0)),
+                ("gpt-4o-mini".to_string(), price(0.15, 0.6)),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
 }
 
 /// How stage 2 computes advantages and step metrics.
@@ -155,6 +227,7 @@ impl Default for Config {
             topics,
             limits: LimitsConfig::default(),
             normalize: NormalizeConfig::default(),
+            llm: LlmConfig::default(),
         }
     }
 }
@@ -289,6 +362,19 @@ impl Config {
             })?,
             None => 45_000,
         };
+        let l = &self.llm;
+        if !["auto", "anthropic", "openai", "none"].contains(&l.provider.as_str()) {
+            return bad(format!(
+                "llm.provider {:?} must be auto, anthropic, openai or none",
+                l.provider
+            ));
+        }
+        if !(l.timeout_secs.is_finite() && l.timeout_secs > 0.0) || l.concurrency == 0 || l.max_tokens == 0 {
+            return bad("llm.timeout_secs, llm.concurrency and llm.max_tokens must be > 0".into());
+        }
+        if !(0.0..=2.0).contains(&l.temperature) {
+            return bad(format!("llm.temperature {} must be within 0..=2", l.temperature));
+        }
         let n = &self.normalize;
         let non_negative = |x: f64| x.is_finite() && x >= 0.0;
         if !(non_negative(n.epsilon) && non_negative(n.std_floor)) {

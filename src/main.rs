@@ -9,6 +9,7 @@ use hintstream::advantages::offline;
 use hintstream::advantages::stage::AdvantageStage;
 use hintstream::cli::{AdvantagesAction, Cli, Command, LogFormat, TopicsAction};
 use hintstream::config::Config;
+use hintstream::hints::HintStage;
 use hintstream::kafka::shutdown_signal;
 use hintstream::kafka::{admin, create_producer};
 use hintstream::tools::{produce, record, replay};
@@ -55,6 +56,14 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match command {
         Command::Config => print!("{}", config.to_redacted_toml()),
+        Command::Hints { .. } => {
+            let env = hintstream::llm::synth::LlmEnv::from_process();
+            let stage = HintStage::build(config, &env)
+                .await
+                .context("starting the hint stage")?;
+            let summary = stage.run(shutdown_signal()).await;
+            tracing::info!(?summary, "hint stage stopped");
+        }
         Command::Advantages { action: None, .. } => {
             let stage = AdvantageStage::build(config)
                 .await

@@ -1,0 +1,127 @@
+//! Gathering a GRPO group: the trajectories of one `run_id/step/instance_id`
+//! arrive as separate messages; the group is ready when `group_size` of them
+//! are in or its wait ran out. The best trajectory (highest reward; the first
+//! on ties) is the one the hint is built from.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+/// One group being gathered. `T` is a member (the trajectory with its
+/// unfinished offset).
+pub struct Gathering<T> {
+    pub members: Vec<T>,
+    pub expected: usize,
+    /// Woken when the last expected member arrives.
+    pub complete: Arc<Notify>,
+}
+
+/// What adding a member means for the caller.
+pub enum Joined {
+    /// This member opened the group: the caller waits for it to fill (or the
+    /// wait to pass), then takes it and produces the hint.
+    Leader(Arc<Notify>),
+    /// Another task leads the group.
+    Member,
+}
+
+/// Groups being gathered, by key.
+pub struct Groups<T> {
+    open: HashMap<String, Gathering<T>>,
+}
+
+impl<T> Default for Groups<T> {
+    fn default() -> Self {
+        Groups { open: HashMap::new() }
+    }
+}
+
+impl<T> Groups<T> {
+    /// Adds a member to the group `key`, which expects `expected` members.
+    pub fn join(&mut self, key: &str, expected: usize, member: T) -> Joined {
+        if let Some(group) = self.open.get_mut(key) {
+            group.members.push(member);
+            if group.members.len() >= group.expected {
+                group.complete.notify_one();
+            }
+            return Joined::Member;
+        }
+        let complete = Arc::new(Notify::new());
+        if expected <= 1 {
+            complete.notify_one();
+        }
+        self.open.insert(
+            key.to_string(),
+            Gathering {
+                members: vec![member],
+                expected: expected.max(1),
+                complete: complete.clone(),
+            },
+        );
+        Joined::Leader(complete)
+    }
+
+    /// Takes the group out; later members of the same key open a new group.
+    pub fn take(&mut self, key: &str) -> Option<Gathering<T>> {
+        self.open.remove(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
+/// Index of the best member: highest score, the earliest on ties.
+pub fn best_index<T>(members: &[T], score: impl Fn(&T) -> f64) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, m) in members.iter().enumerate() {
+        let s = score(m);
+        if best.is_none_or(|(_, b)| s > b) {
+            best = Some((i, s));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_member_leads_and_the_last_completes() {
+        let mut g: Groups<u32> = Groups::default();
+        assert!(matches!(g.join("k", 3, 1), Joined::Leader(_)));
+        assert!(matches!(g.join("k", 3, 2), Joined::Member));
+        assert!(matches!(g.join("k", 3, 3), Joined::Member));
+        let group = g.take("k").unwrap();
+        assert_eq!(group.members, vec![1, 2, 3]);
+        assert!(g.is_empty());
+        assert!(
+            matches!(g.join("k", 3, 4), Joined::Leader(_)),
+            "a late member opens a new group"
+        );
+    }
+
+    #[test]
+    fn picks_the_highest_reward_first_on_ties() {
+        assert_eq!(best_index(&[0.1, 0.5, 0.5, -1.0], |x| *x), Some(1));
+        assert_eq!(best_index::<f64>(&[], |x| *x), None);
+    }
+
+    #[tokio::test]
+    async fn completion_wakes_the_leader() {
+        let mut g: Groups<u32> = Groups::default();
+        let Joined::Leader(done) = g.join("k", 2, 1) else {
+            panic!("leader")
+        };
+        g.join("k", 2, 2);
+        tokio::time::timeout(std::time::Duration::from_secs(1), done.notified())
+            .await
+            .unwrap();
+    }
+}

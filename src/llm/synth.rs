@@ -1,0 +1,342 @@
+//! From a failed trajectory to a hint: the model chain with retries inside a
+//! per-hint time budget (exponential backoff with jitter, never shorter than
+//! the server's `retry-after`), a concurrency bound on calls in flight,
+//! optional request and token rate limits, and the static fallback.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tokio::sync::Semaphore;
+
+use super::client::{
+    ApiKey, Completion, Endpoint, LlmClient, LlmError, Provider, DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_OPENAI_BASE_URL,
+};
+use super::prompt::{feedback, static_hint, user_prompt, PROMPT_VERSION, SYSTEM_PROMPT};
+use crate::config::{LlmConfig, ModelPrice};
+use crate::messages::{FailedTrajectory, HintCategory, Usage};
+
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-20250514";
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
+
+/// What happened to one attempt, for metrics.
+pub trait SynthObserver: Send + Sync {
+    /// One HTTP attempt ended: `status` is `ok` or a failure reason.
+    fn attempt(&self, model: &str, status: &str, latency: Duration);
+    fn retry(&self, model: &str, reason: &str);
+    fn calls_in_flight(&self, n: usize);
+}
+
+/// The result of synthesis for one group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synthesis {
+    pub hint: String,
+    pub category: HintCategory,
+    pub model: Option<String>,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub failure_reason: Option<String>,
+    pub latency_ms: u64,
+}
+
+/// Environment the endpoint is resolved from (the official SDKs' variables).
+#[derive(Debug, Clone, Default)]
+pub struct LlmEnv {
+    pub anthropic_api_key: Option<String>,
+    pub anthropic_base_url: Option<String>,
+    pub openai_api_key: Option<String>,
+    pub openai_base_url: Option<String>,
+}
+
+impl LlmEnv {
+    pub fn from_process() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        LlmEnv {
+            anthropic_api_key: var("ANTHROPIC_API_KEY"),
+            anthropic_base_url: var("ANTHROPIC_BASE_URL"),
+            openai_api_key: var("OPENAI_API_KEY"),
+            openai_base_url: var("OPENAI_BASE_URL"),
+        }
+    }
+}
+
+pub struct Synthesizer {
+    client: Option<LlmClient>,
+    models: Vec<String>,
+    config: LlmConfig,
+    calls: Arc<Semaphore>,
+    requests: Option<DefaultDirectRateLimiter>,
+    tokens: Option<DefaultDirectRateLimiter>,
+    observer: Option<Arc<dyn SynthObserver>>,
+}
+
+impl Synthesizer {
+    /// Resolves provider, endpoint and model chain from the config and env.
+    pub fn new(config: &LlmConfig, env: &LlmEnv) -> Result<Self, LlmError> {
+        let provider = match config.provider.as_str() {
+            "anthropic" => env.anthropic_api_key.is_some().then_some(Provider::Anthropic),
+            "openai" => Some(Provider::Openai),
+            "none" => None,
+            _ if env.anthropic_api_key.is_some() => Some(Provider::Anthropic),
+            _ if env.openai_api_key.is_some() || env.openai_base_url.is_some() => Some(Provider::Openai),
+            _ => None,
+        };
+        let client = match provider {
+            None => None,
+            Some(provider) => {
+                let (key, env_url, default_url) = match provider {
+                    Provider::Anthropic => (
+                        &env.anthropic_api_key,
+                        &env.anthropic_base_url,
+                        DEFAULT_ANTHROPIC_BASE_URL,
+                    ),
+                    Provider::Openai => (&env.openai_api_key, &env.openai_base_url, DEFAULT_OPENAI_BASE_URL),
+                };
+                let base_url = Some(config.base_url.clone())
+                    .filter(|u| !u.is_empty())
+                    .or_else(|| env_url.clone())
+                    .unwrap_or_else(|| default_url.to_string());
+                Some(LlmClient::new(Endpoint {
+                    provider,
+                    base_url,
+                    api_key: key.clone().map(ApiKey::new),
+                })?)
+            }
+        };
+        let models = if !config.models.is_empty() {
+            config.models.clone()
+        } else {
+            match provider {
+                Some(Provider::Openai) => vec![DEFAULT_OPENAI_MODEL.to_string()],
+                _ => vec![DEFAULT_ANTHROPIC_MODEL.to_string()],
+            }
+        };
+        let per_minute = |n: u32| NonZeroU32::new(n).map(|n| RateLimiter::direct(Quota::per_minute(n)));
+        Ok(Synthesizer {
+            client,
+            models,
+            config: config.clone(),
+            calls: Arc::new(Semaphore::new(config.concurrency)),
+            requests: per_minute(config.requests_per_minute),
+            tokens: per_minute(config.tokens_per_minute),
+            observer: None,
+        })
+    }
+
+    pub fn with_observer(mut self, observer: Arc<dyn SynthObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Whether hints come from a model (false: static hints only).
+    pub fn has_model(&self) -> bool {
+        self.client.is_some()
+    }
+
+    /// The model chain, in order.
+    pub fn models(&self) -> &[String] {
+        &self.models
+    }
+
+    /// A human-readable line on where hints come from (no secrets).
+    pub fn describe(&self) -> String {
+        match &self.client {
+            None => "no API key set (ANTHROPIC_API_KEY / OPENAI_API_KEY): publishing static hints built from verifier feedback".into(),
+            Some(c) => format!("{:?} models {:?}, then static fallback", c.provider(), self.models),
+        }
+    }
+
+    /// The deterministic id of a group's hint: the same group, prompt version
+    /// and model chain give the same id, so redelivered work deduplicates.
+    pub fn hint_id(&self, group_key: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let chain = if self.client.is_some() {
+            self.models.join(",")
+        } else {
+            "static".into()
+        };
+        let digest = Sha256::digest(format!("{group_key}\u{0}{PROMPT_VERSION}\u{0}{chain}").as_bytes());
+        digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Synthesizes the hint for `t`, the best trajectory of its group.
+    pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
+        let started = Instant::now();
+        let fb = feedback(t);
+        let Some(client) = &self.client else {
+            return Synthesis {
+                hint: static_hint(&fb),
+                category: HintCategory::StaticFallback,
+                model: None,
+                usage: Usage::default(),
+                cost_usd: 0.0,
+                failure_reason: None,
+                latency_ms: started.elapsed().as_millis() as u64,
+            };
+        };
+        let deadline = started + Duration::from_secs_f64(self.config.timeout_secs);
+        let user = user_prompt(t, &fb);
+        let mut usage = Usage::default();
+        let mut last_error = LlmError::Timeout;
+        for model in &self.models {
+            match self
+                .call_with_retries(client, model, &user, deadline, &mut usage)
+                .await
+            {
+                Ok(text) => {
+                    return Synthesis {
+                        hint: text,
+                        category: HintCategory::LlmSynthesized,
+                        model: Some(model.clone()),
+                        cost_usd: self.cost(&usage, model),
+                        usage,
+                        failure_reason: None,
+                        latency_ms: started.elapsed().as_millis() as u64,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(model = %model, reason = %e.failure_reason(), error = %e, "model failed; trying the next in the chain");
+                    last_error = e;
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        Synthesis {
+            hint: static_hint(&fb),
+            category: HintCategory::LlmFailedStaticFallback,
+            model: None,
+            cost_usd: self.cost(&usage, self.models.first().map_or("", String::as_str)),
+            usage,
+            failure_reason: Some(last_error.failure_reason()),
+            latency_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+
+    async fn call_with_retries(
+        &self,
+        client: &LlmClient,
+        model: &str,
+        user: &str,
+        deadline: Instant,
+        usage: &mut Usage,
+    ) -> Result<String, LlmError> {
+        let mut backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(250))
+            .with_max_delay(Duration::from_secs(8))
+            .with_jitter()
+            .with_max_times(self.config.max_retries as usize)
+            .build();
+        let request = Completion {
+            model,
+            system: SYSTEM_PROMPT,
+            user,
+            max_tokens: self.config.max_tokens,
+            temperature: self.config.temperature,
+        };
+        loop {
+            self.wait_for_rate(user).await;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(LlmError::Timeout);
+            }
+            let attempt_started = Instant::now();
+            let result = {
+                // The semaphore is never closed, so acquire cannot fail.
+                let _permit = self
+                    .calls
+                    .acquire()
+                    .await
+                    .map_err(|_| LlmError::Connect("shutting down".into()))?;
+                self.observe_in_flight();
+                let result = client.complete(&request, remaining).await;
+                drop(_permit);
+                self.observe_in_flight();
+                result
+            };
+            let status = result
+                .as_ref()
+                .map_or_else(LlmError::failure_reason, |_| "ok".to_string());
+            if let Some(o) = &self.observer {
+                o.attempt(model, &status, attempt_started.elapsed());
+            }
+            let error = match result {
+                Ok(reply) => {
+                    usage.input_tokens += reply.usage.input_tokens;
+                    usage.output_tokens += reply.usage.output_tokens;
+                    self.charge_tokens(reply.usage).await;
+                    return Ok(reply.text);
+                }
+                Err(e) => e,
+            };
+            if !error.retryable() {
+                return Err(error);
+            }
+            let Some(delay) = backoff.next() else {
+                return Err(error);
+            };
+            // Never retry sooner than the server asked.
+            let delay = error.retry_after().map_or(delay, |after| after.max(delay));
+            if Instant::now() + delay >= deadline {
+                return Err(error);
+            }
+            if let Some(o) = &self.observer {
+                o.retry(model, &error.failure_reason());
+            }
+            tracing::debug!(model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    fn observe_in_flight(&self) {
+        if let Some(o) = &self.observer {
+            o.calls_in_flight(self.config.concurrency - self.calls.available_permits());
+        }
+    }
+
+    /// Waits for the request limit, and for the token limit with the prompt's
+    /// estimated size (4 characters a token) plus the output allowance.
+    async fn wait_for_rate(&self, user: &str) {
+        if let Some(limiter) = &self.requests {
+            limiter.until_ready().await;
+        }
+        if let Some(limiter) = &self.tokens {
+            let estimate = (user.len() + SYSTEM_PROMPT.len()) / 4 + self.config.max_tokens as usize;
+            self.take_tokens(limiter, estimate as u32).await;
+        }
+    }
+
+    /// After a reply, charges what the real usage exceeded the estimate by.
+    async fn charge_tokens(&self, real: Usage) {
+        if let Some(limiter) = &self.tokens {
+            let real = real.input_tokens + real.output_tokens;
+            let allowance = u64::from(self.config.max_tokens);
+            if real > allowance {
+                self.take_tokens(limiter, (real - allowance).min(u64::from(u32::MAX)) as u32)
+                    .await;
+            }
+        }
+    }
+
+    async fn take_tokens(&self, limiter: &DefaultDirectRateLimiter, n: u32) {
+        let burst = self.config.tokens_per_minute.max(1);
+        let Some(n) = NonZeroU32::new(n.clamp(1, burst)) else {
+            return;
+        };
+        // `n` is clamped to the quota's burst, so it always fits.
+        let _ = limiter.until_n_ready(n).await;
+    }
+
+    fn cost(&self, usage: &Usage, model: &str) -> f64 {
+        let prices: &BTreeMap<String, ModelPrice> = &self.config.prices;
+        prices.get(model).map_or(0.0, |p| {
+            (usage.input_tokens as f64 * p.input_per_mtok + usage.output_tokens as f64 * p.output_per_mtok)
+                / 1e6
+        })
+    }
+}

@@ -1,0 +1,433 @@
+//! Stage 1 on a real broker with a loopback LLM server: hints carry the
+//! server's text, a group of three yields one hint from its best trajectory,
+//! bad input goes to the DLQ, no key gives static hints, and two `hintstream
+//! hints` processes share a 6-partition topic: exactly one hint per group in
+//! normal operation, at least one (duplicates sharing their hint_id) when one
+//! process is killed with SIGKILL mid-stream.
+
+mod common;
+#[path = "common/llm_server.rs"]
+mod llm_server;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hintstream::config::Config;
+use hintstream::hints::HintStage;
+use hintstream::kafka::{create_producer, DlqHeaders};
+use hintstream::llm::synth::LlmEnv;
+use hintstream::messages::{decode, DecodeLimits, Hint, HintCategory};
+use hintstream::tools::record::{record, RecordOptions};
+use hintstream::tools::RecordedMessage;
+use llm_server::{Behavior, LlmServer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+
+fn trajectory(step: i64, instance: &str, trajectory: &str, reward: f64, group_size: i64) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schema_version": 1, "run_id": "run-h", "step": step, "instance_id": instance,
+        "trajectory_id": trajectory, "task_prompt": format!("Solve {instance}"), "reward": reward,
+        "group_size": group_size,
+        "chat_history": [{"role": "user", "content": "go"}],
+        "verifier_stdout": ">>> ERROR_ACCUMULATOR >>>\n['check_output failed']\n<<< ERROR_ACCUMULATOR <<<",
+    }))
+    .unwrap()
+}
+
+async fn send(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+async fn read_all(config: &Config, topic: &str) -> Vec<RecordedMessage> {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let options = RecordOptions {
+        topic: topic.into(),
+        max_messages: None,
+        idle_timeout: Duration::from_secs(20),
+        progress: false,
+    };
+    record(config, &options, out.path()).await.unwrap();
+    std::fs::read_to_string(out.path())
+        .unwrap()
+        .lines()
+        .map(|l| RecordedMessage::from_line(l).unwrap())
+        .collect()
+}
+
+async fn hints_in(config: &Config, topic: &str) -> Vec<Hint> {
+    read_all(config, topic)
+        .await
+        .iter()
+        .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).expect("hints decode"))
+        .collect()
+}
+
+/// Waits until `done(hints)` holds.
+async fn wait_hints(config: &Config, topic: &str, secs: u64, done: impl Fn(&[Hint]) -> bool) -> Vec<Hint> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let hints = hints_in(config, topic).await;
+        if done(&hints) {
+            return hints;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out with {} hints",
+            hints.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn stage_config(broker: &str, partitions: i32) -> (Config, i32) {
+    let mut config = common::config_for(broker);
+    config.hints.input_topic = common::unique("failed");
+    config.hints.output_topic = common::unique("hints");
+    config.hints.dlq_topic = format!("{}.dlq", config.hints.input_topic);
+    config.hints.group_id = common::unique("hints-group");
+    config.hints.metrics_addr = "127.0.0.1:0".into();
+    config.llm.timeout_secs = 5.0;
+    (config, partitions)
+}
+
+async fn create(config: &Config, partitions: i32) {
+    let h = &config.hints;
+    common::create_topics(
+        config,
+        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
+        partitions,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_llm_hint_per_group_from_its_best_trajectory() {
+    let broker = common::start_tansu();
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Text(
+        "Call the parser on a week date before editing it.".into(),
+        Duration::from_millis(20),
+    ));
+    let (config, partitions) = stage_config(&broker.bootstrap, 2);
+    create(&config, partitions).await;
+    let topic = config.hints.input_topic.clone();
+    let producer = create_producer(&config).unwrap();
+    // A group of three, out of reward order; two single groups; bad input.
+    for (t, r) in [("a1", 0.1), ("a2", 0.5), ("a3", 0.2)] {
+        send(&producer, &topic, "run-h/1/A", &trajectory(1, "A", t, r, 3)).await;
+    }
+    send(&producer, &topic, "run-h/1/B", &trajectory(1, "B", "b1", 0.0, 1)).await;
+    send(&producer, &topic, "x", b"{not json").await;
+    send(&producer, &topic, "run-h/1/C", &trajectory(1, "C", "c1", 0.0, 1)).await;
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let env = LlmEnv {
+        anthropic_api_key: Some("sk-k".into()),
+        anthropic_base_url: Some(server.base_url()),
+        ..LlmEnv::default()
+    };
+    let stage = HintStage::build(config.clone(), &env).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(stage.run(async {
+        let _ = stop_rx.await;
+    }));
+    let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| h.len() >= 3).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let hints_again = hints_in(&config, &config.hints.output_topic).await;
+    stop_tx.send(()).unwrap();
+    running.await.unwrap();
+
+    assert_eq!(hints_again.len(), 3, "exactly one hint per group: {hints:?}");
+    let by_group: HashMap<&str, &Hint> = hints_again.iter().map(|h| (h.instance_id.as_str(), h)).collect();
+    assert_eq!(
+        by_group["A"].trajectory_id, "a2",
+        "built from the best trajectory"
+    );
+    for h in &hints_again {
+        assert_eq!(h.category, HintCategory::LlmSynthesized);
+        assert_eq!(h.hint, "Call the parser on a week date before editing it.");
+        assert_eq!(h.prompt_version, "v1");
+        assert_eq!(h.source.topic, topic);
+    }
+    assert_eq!(server.seen().len(), 3, "one LLM call per group");
+    let dead = read_all(&config, &config.hints.dlq_topic).await;
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0]
+        .headers
+        .iter()
+        .any(|h| h.key == DlqHeaders::ERROR_KIND && h.value.bytes.as_deref() == Some(b"not_json")));
+    let hint_headers = &read_all(&config, &config.hints.output_topic).await[0].headers;
+    for name in [
+        "hintstream.category",
+        "hintstream.prompt-version",
+        "hintstream.trace-id",
+    ] {
+        assert!(
+            hint_headers.iter().any(|h| h.key == name),
+            "hint lacks header {name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_a_key_publishes_static_hints() {
+    let broker = common::start_tansu();
+    let (config, partitions) = stage_config(&broker.bootstrap, 1);
+    create(&config, partitions).await;
+    let producer = create_producer(&config).unwrap();
+    send(
+        &producer,
+        &config.hints.input_topic,
+        "run-h/1/S",
+        &trajectory(1, "S", "s1", 0.0, 1),
+    )
+    .await;
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let stage = HintStage::build(config.clone(), &LlmEnv::default())
+        .await
+        .unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(stage.run(async {
+        let _ = stop_rx.await;
+    }));
+    let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| !h.is_empty()).await;
+    stop_tx.send(()).unwrap();
+    running.await.unwrap();
+    assert_eq!(hints[0].category, HintCategory::StaticFallback);
+    assert!(hints[0].hint.contains("check_output failed"), "{}", hints[0].hint);
+    assert_eq!(hints[0].model, None);
+}
+
+/// A `hintstream hints` process, killed on drop.
+struct Worker {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Worker {
+    fn start(config_file: &std::path::Path, server: &LlmServer, name: &str) -> Worker {
+        let log = std::env::temp_dir().join(format!("hints-{name}-{}.log", rand::random::<u32>()));
+        let child = Command::new(env!("CARGO_BIN_EXE_hintstream"))
+            .args(["hints", "--config"])
+            .arg(config_file)
+            .env("ANTHROPIC_API_KEY", "sk-k")
+            .env("ANTHROPIC_BASE_URL", server.base_url())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        Worker { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill9(&mut self) {
+        // SIGKILL: no drain, no final commit.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Where the two-process test runs.
+enum Cluster {
+    Tansu(common::Tansu),
+    Mock(rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>),
+}
+
+impl Cluster {
+    fn bootstrap(&self) -> String {
+        match self {
+            Cluster::Tansu(t) => t.bootstrap.clone(),
+            Cluster::Mock(m) => m.bootstrap_servers(),
+        }
+    }
+
+    async fn create(&self, config: &Config, partitions: i32) {
+        match self {
+            Cluster::Tansu(_) => create(config, partitions).await,
+            Cluster::Mock(m) => {
+                let h = &config.hints;
+                for topic in [&h.input_topic, &h.output_topic, &h.dlq_topic] {
+                    m.create_topic(topic, partitions, 1).unwrap();
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_share_partitions_on_tansu() {
+    two_processes(Cluster::Tansu(common::start_tansu()), false).await;
+}
+
+/// The kill runs on librdkafka's mock cluster: tansu 0.6.0 does not hand a
+/// SIGKILLed member's partitions to the survivor (measured: the survivor's
+/// rebalance after the kill assigned it only its own partitions again, and
+/// the dead member's stayed unconsumed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_survive_a_kill_9_on_mock_cluster() {
+    two_processes(
+        Cluster::Mock(rdkafka::mocking::MockCluster::new(1).unwrap()),
+        true,
+    )
+    .await;
+}
+
+async fn two_processes(cluster: Cluster, kill: bool) {
+    let bootstrap = cluster.bootstrap();
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Text(
+        "Check the output format first.".into(),
+        Duration::from_millis(100),
+    ));
+    let (config, _) = stage_config(&bootstrap, 6);
+    cluster.create(&config, 6).await;
+    let h = &config.hints;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hints.toml");
+    let mut f = std::fs::File::create(&file).unwrap();
+    writeln!(
+        f,
+        "bootstrap_servers = \"{}\"\n[kafka]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\
+         [hints]\ngroup_id = \"{}\"\ninput_topic = \"{}\"\noutput_topic = \"{}\"\ndlq_topic = \"{}\"\nmetrics_addr = \"127.0.0.1:0\"\ndrain_timeout_secs = 3\n\
+         [advantages]\ndrain_timeout_secs = 3\n[llm]\nconcurrency = 4\ntimeout_secs = 5.0\ngroup_wait_ms = 200",
+        bootstrap, h.group_id, h.input_topic, h.output_topic, h.dlq_topic
+    )
+    .unwrap();
+    drop(f);
+    let mut a = Worker::start(&file, &server, "a");
+    let b = Worker::start(&file, &server, "b");
+    // Let both join and the group settle before any input exists, so that a
+    // rebalance does not hand in-flight work from one to the other.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(a.log().contains("partitions assigned") && b.log().contains("partitions assigned")) {
+        assert!(
+            !a.log().contains("error:") && !b.log().contains("error:"),
+            "{}\n{}",
+            a.log(),
+            b.log()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workers did not join:\n{}\n{}",
+            a.log(),
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // One message per record batch: tansu skips the rest of a batch when a
+    // consumer resumes inside it (notes/kafka.md), and the kill below makes
+    // the survivor resume from committed offsets.
+    let mut producer_config = config.clone();
+    producer_config.kafka.insert("linger.ms".into(), "0".into());
+    producer_config
+        .kafka
+        .insert("batch.num.messages".into(), "1".into());
+    let producer = create_producer(&producer_config).unwrap();
+    let groups = |step: i64| (0..60).map(move |i| (step, format!("g{i:03}")));
+    for (step, g) in groups(1) {
+        send(
+            &producer,
+            &h.input_topic,
+            &format!("run-h/{step}/{g}"),
+            &trajectory(step, &g, "t", 0.0, 1),
+        )
+        .await;
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let hints = wait_hints(&config, &h.output_topic, 90, |h| h.len() >= 60).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let hints_settled = hints_in(&config, &h.output_topic).await;
+    let step1: Vec<&Hint> = hints_settled.iter().filter(|h| h.step == 1).collect();
+    assert_eq!(
+        step1.len(),
+        60,
+        "exactly one hint per group in normal operation ({} seen first)",
+        hints.len()
+    );
+    assert_eq!(
+        step1.iter().map(|h| &h.instance_id).collect::<HashSet<_>>().len(),
+        60
+    );
+    let a_log = a.log();
+    let b_log = b.log();
+    assert!(
+        a_log.contains("Hint [llm_synthesized]") && b_log.contains("Hint [llm_synthesized]"),
+        "both processes worked"
+    );
+
+    if !kill {
+        return;
+    }
+    if !kill {
+        return;
+    }
+    // Kill -9 one process mid-stream: slower answers keep both busy.
+    server.default(Behavior::Text(
+        "Check the output format first.".into(),
+        Duration::from_millis(300),
+    ));
+    let assignments_before = b.log().matches("partitions assigned").count();
+    for (step, g) in groups(2).chain(groups(3)) {
+        send(
+            &producer,
+            &h.input_topic,
+            &format!("run-h/{step}/{g}"),
+            &trajectory(step, &g, "t", 0.0, 1),
+        )
+        .await;
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    wait_hints(&config, &h.output_topic, 60, |h| h.len() >= 60 + 20).await;
+    a.kill9();
+    let hints = wait_hints(&config, &h.output_topic, 120, |hints| {
+        let groups: HashSet<(i64, &str)> = hints.iter().map(|h| (h.step, h.instance_id.as_str())).collect();
+        groups.len() >= 180
+    })
+    .await;
+    let mut ids: HashMap<(i64, &str), HashSet<&str>> = HashMap::new();
+    for h in &hints {
+        ids.entry((h.step, h.instance_id.as_str()))
+            .or_default()
+            .insert(h.hint_id.as_str());
+    }
+    assert_eq!(ids.len(), 180, "every group has at least one hint");
+    assert!(
+        b.log().matches("partitions assigned").count() > assignments_before,
+        "the survivor took over the killed process's partitions"
+    );
+    let after_kill_by_a = a.log().matches("Hint [").count();
+    assert!(
+        after_kill_by_a < 180,
+        "the killed process did not finish everything itself"
+    );
+    assert!(
+        ids.values().all(|set| set.len() == 1),
+        "duplicates share their hint_id"
+    );
+    eprintln!(
+        "after the kill: {} hints for 180 groups ({} duplicates)",
+        hints.len(),
+        hints.len() - 180
+    );
+    drop(b);
+}
