@@ -8,4 +8,15 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # The CUDA path must compile on machines without CUDA (dynamic loading).
 cargo build --locked --features cuda
-cargo test --all-targets --locked "$@"
+# Benches and examples must build; they are run by their own scripts.
+cargo build --locked --all-targets
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --locked --lib --bins --tests "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s += $1} END {print s + 0}')
+echo "tests: $passed passed, $failed failed"
+exit "$status"

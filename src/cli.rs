@@ -95,6 +95,17 @@ impl StageArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the whole pipeline on a bundled sample training step: an embedded
+    /// Kafka-protocol broker (or --bootstrap-servers), two hint workers and
+    /// the advantage stage in one process. Prints hints, step metrics and the
+    /// metrics endpoints. Uses ANTHROPIC_API_KEY / OPENAI_API_KEY when set,
+    /// static hints otherwise.
+    Quickstart {
+        /// Folder with failed_trajectories.jsonl and scored_rollouts.jsonl
+        /// [default: examples/data].
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
     /// Stage 1: consume failed trajectories, publish one LLM hint per failed
     /// group (static fallback without a key or when the LLM fails).
     ///

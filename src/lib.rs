@@ -28,4 +28,5 @@ pub mod llm;
 pub mod messages;
 pub mod metrics;
 pub mod normalize;
+pub mod quickstart;
 pub mod tools;

@@ -16,7 +16,15 @@ use hintstream::tools::{produce, record, replay};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.global.log_format);
+    // The quick start prints its own story; keep the stages' logs to warnings.
+    let default_level = if matches!(cli.command, Command::Quickstart { .. }) {
+        "warn"
+    } else {
+        "info,rdkafka=warn"
+    };
+    init_tracing(cli.global.log_format, default_level);
+    let explicit_broker =
+        cli.global.bootstrap_servers.is_some() || std::env::var_os("HINTSTREAM_BOOTSTRAP_SERVERS").is_some();
     let config = match cli.load_config() {
         Ok(c) => c,
         Err(e) => {
@@ -31,7 +39,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli.command, config)) {
+    match runtime.block_on(run(cli.command, config, explicit_broker)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -40,9 +48,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -52,10 +60,16 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+async fn run(command: Command, config: Config, explicit_broker: bool) -> anyhow::Result<()> {
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match command {
         Command::Config => print!("{}", config.to_redacted_toml()),
+        Command::Quickstart { data } => {
+            let dir = hintstream::quickstart::sample_dir(data.as_deref());
+            hintstream::quickstart::run(config, !explicit_broker, &dir)
+                .await
+                .context("quick start")?;
+        }
         Command::Hints { .. } => {
             let env = hintstream::llm::synth::LlmEnv::from_process();
             let stage = HintStage::build(config, &env)

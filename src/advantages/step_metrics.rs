@@ -42,7 +42,7 @@ impl Tally {
 /// - `hint/category_<c>_count` and `_success_rate` for `llm_synthesized` and
 ///   `static_fallback` (which counts both fallback categories);
 /// - `reward/pass_at_<k>`: the unbiased pass@k estimator, 1 − C(n−c,k)/C(n,k),
-///   averaged over groups with at least k raw rows;
+///   averaged over groups with at least k raw rows (absent when none has);
 /// - `advantage/extreme_count`: rows with |advantage| above 1e3.
 pub fn step_metrics(
     rows: &ScoredRows,

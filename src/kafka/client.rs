@@ -61,6 +61,13 @@ impl ConsumerContext for StageContext {
         match result {
             Ok(()) => tracing::debug!(offsets = %describe(offsets), "offsets committed"),
             Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
+            // A member left or joined meanwhile; the offsets stay stored and
+            // the next commit after the rebalance carries them (librdkafka
+            // #4059). Expected when a worker of the group stops.
+            Err(KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::RebalanceInProgress
+                | rdkafka::types::RDKafkaErrorCode::IllegalGeneration,
+            )) => tracing::info!(offsets = %describe(offsets), "offset commit deferred: group rebalancing"),
             Err(e) => tracing::warn!(error = %e, offsets = %describe(offsets), "offset commit failed"),
         }
     }

@@ -1,0 +1,275 @@
+//! `hintstream quickstart`: the whole pipeline in one process on a bundled
+//! sample training step. Against an embedded Kafka-protocol broker
+//! (librdkafka's mock cluster on 127.0.0.1, memory only) unless
+//! `--bootstrap-servers` names a real one: creates the topics, starts two
+//! hint workers and the advantage stage, plays the failed trajectories,
+//! prints the hints as they arrive, plays the scored rollouts, prints the
+//! step's metrics, and stops cleanly.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::Message;
+use thiserror::Error;
+use tokio::sync::watch;
+
+use crate::advantages::stage::AdvantageStage;
+use crate::batch::ipc;
+use crate::config::Config;
+use crate::hints::HintStage;
+use crate::kafka::{admin, base_config, create_producer};
+use crate::llm::synth::LlmEnv;
+use crate::messages::{decode, key_for, Hint};
+use crate::tools::recorded::{Bytes, RecordedMessage};
+use crate::tools::replay::{send_all, ReplayOptions};
+
+/// The sample step, relative to the crate root.
+pub const SAMPLE_DIR: &str = "examples/data";
+/// Hint workers started in the one process.
+const HINT_WORKERS: usize = 2;
+/// How long to wait for the hints and the step's results.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
+
+#[derive(Debug, Error)]
+pub enum QuickstartError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("cannot read the sample data {path}: {reason}")]
+    Data { path: PathBuf, reason: String },
+    #[error("starting a stage: {0}")]
+    Stage(String),
+    #[error("producing the sample: {0}")]
+    Produce(#[from] crate::tools::replay::ReplayError),
+    #[error("{0}")]
+    Timeout(String),
+}
+
+/// What the run produced, for the summary and tests.
+#[derive(Debug, Default)]
+pub struct QuickstartReport {
+    pub hints: Vec<Hint>,
+    pub metrics: BTreeMap<String, f64>,
+    pub advantage_rows: usize,
+}
+
+/// Finds the sample data: `dir` when given, else `examples/data` under the
+/// current directory or the crate the binary was built from.
+pub fn sample_dir(dir: Option<&Path>) -> PathBuf {
+    if let Some(d) = dir {
+        return d.to_path_buf();
+    }
+    let local = PathBuf::from(SAMPLE_DIR);
+    if local.is_dir() {
+        return local;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE_DIR)
+}
+
+/// Reads a JSONL sample file, giving every message the run id `run_id`.
+fn read_sample(path: &Path, topic: &str, run_id: &str) -> Result<Vec<RecordedMessage>, QuickstartError> {
+    let bad = |reason: String| QuickstartError::Data {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let mut value: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+            value["run_id"] = serde_json::Value::String(run_id.to_string());
+            let key = key_for(&value).ok_or_else(|| bad("a message lacks run_id or step".into()))?;
+            Ok(RecordedMessage {
+                topic: topic.to_string(),
+                partition: -1,
+                offset: -1,
+                timestamp: None,
+                key: Bytes::new(Some(key.into_bytes())),
+                value: Bytes::new(Some(value.to_string().into_bytes())),
+                headers: vec![],
+            })
+        })
+        .collect()
+}
+
+/// A consumer reading `topic` from the beginning, outside any stage's group.
+fn reader(config: &Config, topic: &str) -> Result<StreamConsumer, QuickstartError> {
+    let mut client = base_config(config);
+    client
+        .set(
+            "group.id",
+            format!("hintstream-quickstart-reader-{}", rand::random::<u64>()),
+        )
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false");
+    let consumer: StreamConsumer = client.create()?;
+    consumer.subscribe(&[topic])?;
+    Ok(consumer)
+}
+
+/// Runs the quick start. `embedded`: start the mock cluster and point
+/// `config` at it.
+pub async fn run(
+    mut config: Config,
+    embedded: bool,
+    data: &Path,
+) -> Result<QuickstartReport, QuickstartError> {
+    let started = Instant::now();
+    let run_id = format!("quickstart-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
+    let _cluster: Option<MockCluster<'static, DefaultProducerContext>> = if embedded {
+        let cluster = MockCluster::new(1)?;
+        config.bootstrap_servers = cluster.bootstrap_servers();
+        for topic in admin::design_topics(&config) {
+            cluster.create_topic(&topic, config.topics.partitions, 1)?;
+        }
+        println!(
+            "broker: embedded Kafka-protocol broker (librdkafka mock cluster) at {}",
+            config.bootstrap_servers
+        );
+        Some(cluster)
+    } else {
+        let topics = admin::design_topics(&config);
+        admin::create_topics(&config, &topics, config.topics.partitions).await?;
+        println!("broker: {}", config.bootstrap_servers);
+        None
+    };
+    // Fresh groups, so a rerun against the same broker starts clean.
+    config.hints.group_id = format!("{}-{run_id}", config.hints.group_id);
+    config.advantages.group_id = format!("{}-{run_id}", config.advantages.group_id);
+    config.hints.metrics_addr = "127.0.0.1:0".into();
+    config.advantages.metrics_addr = "127.0.0.1:0".into();
+    config.llm.group_wait_ms = config.llm.group_wait_ms.min(1000);
+
+    let env = LlmEnv::from_process();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mut running = Vec::new();
+    for worker in 0..HINT_WORKERS {
+        let stage = HintStage::build(config.clone(), &env)
+            .await
+            .map_err(|e| QuickstartError::Stage(e.to_string()))?;
+        println!(
+            "hints worker {worker}: metrics at http://{}/metrics",
+            stage.metrics_addr
+        );
+        running.push(tokio::spawn(stage.run(stopped(stop_rx.clone()))));
+    }
+    let stage = AdvantageStage::build(config.clone())
+        .await
+        .map_err(|e| QuickstartError::Stage(e.to_string()))?;
+    println!("advantages: metrics at http://{}/metrics", stage.metrics_addr);
+    running.push(tokio::spawn(stage.run(stopped(stop_rx.clone()))));
+    let synth =
+        crate::llm::Synthesizer::new(&config.llm, &env).map_err(|e| QuickstartError::Stage(e.to_string()))?;
+    println!("hints from: {}", synth.describe());
+
+    let producer = create_producer(&config)?;
+    let failed = read_sample(
+        &data.join("failed_trajectories.jsonl"),
+        &config.topics.failed,
+        &run_id,
+    )?;
+    let groups: HashSet<Vec<u8>> = failed
+        .iter()
+        .filter_map(|m| m.key_bytes().map(<[u8]>::to_vec))
+        .collect();
+    let hints_reader = reader(&config, &config.topics.hints)?;
+    send_all(
+        &producer,
+        &failed,
+        &ReplayOptions::default(),
+        "failed trajectories",
+    )
+    .await?;
+    println!(
+        "\nplayed {} failed trajectories of {} groups (run {run_id}); hints:\n",
+        failed.len(),
+        groups.len()
+    );
+
+    let mut report = QuickstartReport::default();
+    let mut hinted: HashSet<String> = HashSet::new();
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while hinted.len() < groups.len() {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let message = tokio::time::timeout(remaining, hints_reader.recv())
+            .await
+            .map_err(|_| {
+                QuickstartError::Timeout(format!(
+                    "{} of {} hints after {PHASE_TIMEOUT:?}",
+                    hinted.len(),
+                    groups.len()
+                ))
+            })??;
+        let Ok(hint) = decode::<Hint>(message.payload().unwrap_or_default(), config.decode_limits()) else {
+            continue;
+        };
+        if hint.run_id != run_id || !hinted.insert(hint.hint_id.clone()) {
+            continue;
+        }
+        println!(
+            "  [{}] {}: {}",
+            hint.category.as_str(),
+            hint.instance_id,
+            crate::llm::prompt::truncate_chars(&hint.hint, 240)
+        );
+        report.hints.push(hint);
+    }
+
+    let metrics_reader = reader(&config, &config.topics.metrics)?;
+    let advantages_reader = reader(&config, &config.topics.advantages)?;
+    let scored = read_sample(
+        &data.join("scored_rollouts.jsonl"),
+        &config.topics.scored,
+        &run_id,
+    )?;
+    send_all(&producer, &scored, &ReplayOptions::default(), "scored rollouts").await?;
+    let step_key = scored
+        .first()
+        .and_then(|m| m.key_bytes().map(<[u8]>::to_vec))
+        .unwrap_or_default();
+    println!(
+        "\nplayed {} scored rollouts (hinted retries included); step metrics:\n",
+        scored.len()
+    );
+    let wait =
+        |what: &'static str| move |_| QuickstartError::Timeout(format!("no {what} after {PHASE_TIMEOUT:?}"));
+    loop {
+        let m = tokio::time::timeout(PHASE_TIMEOUT, metrics_reader.recv())
+            .await
+            .map_err(wait("step metrics"))??;
+        if m.key() == Some(step_key.as_slice()) {
+            report.metrics = serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or_default();
+            break;
+        }
+    }
+    for (name, value) in &report.metrics {
+        println!("  {name:<45} {value:.4}");
+    }
+    loop {
+        let m = tokio::time::timeout(PHASE_TIMEOUT, advantages_reader.recv())
+            .await
+            .map_err(wait("advantages"))??;
+        if m.key() == Some(step_key.as_slice()) {
+            let batches = ipc::decode_stream(m.payload().unwrap_or_default()).unwrap_or_default();
+            report.advantage_rows = batches.iter().map(|b| b.num_rows()).sum();
+            break;
+        }
+    }
+    println!(
+        "\nadvantages: one Arrow IPC stream with {} rows on {}",
+        report.advantage_rows, config.topics.advantages
+    );
+
+    let _ = stop_tx.send(true);
+    for task in running {
+        let _ = task.await;
+    }
+    println!("done in {:.1?}; stages stopped cleanly", started.elapsed());
+    Ok(report)
+}

@@ -1,0 +1,47 @@
+//! The README's first command: `hintstream quickstart` runs the whole
+//! pipeline on the bundled sample step against the embedded broker and prints
+//! a hint per failed group, the step's metrics and the metrics endpoints.
+
+use std::process::Command;
+
+#[test]
+fn quickstart_runs_to_the_end_on_the_embedded_broker() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hintstream"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("quickstart")
+        .env_remove("HINTSTREAM_BOOTSTRAP_SERVERS")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("embedded Kafka-protocol broker"), "{stdout}");
+    assert!(
+        stdout.contains("no API key set"),
+        "says plainly that hints are static: {stdout}"
+    );
+    assert_eq!(
+        stdout.matches("  [static_fallback] ").count(),
+        20,
+        "one hint per failed group: {stdout}"
+    );
+    for needle in [
+        "hint/signal_rescued",
+        "hint/hint_success_rate",
+        "advantage/extreme_count",
+        "/metrics",
+        "240 rows",
+        "stopped cleanly",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "quick start output lacks {needle}:\n{stdout}"
+        );
+    }
+}
