@@ -4,7 +4,7 @@
 #  - libcurl headers: librdkafka 2.12's cmake build includes <curl/curl.h>
 #    even with curl disabled (its config header defines the OIDC switch to 0,
 #    and rdkafka_conf.c tests it with #ifdef);
-#  - the tansu broker for the integration tests (scripts/broker.sh install).
+# The tests also need the tansu broker: scripts/test.sh installs it.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +20,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-scripts/broker.sh install
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo is missing; install the Rust toolchain (rustup) first" >&2
+  exit 1
+fi

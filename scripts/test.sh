@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/broker.sh install
 # The CUDA path must compile on machines without CUDA (dynamic loading).
 cargo build --locked --features cuda
 # Benches and examples must build; they are run by their own scripts.

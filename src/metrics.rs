@@ -23,6 +23,7 @@ pub struct StageMetrics {
     read_errors: Counter,
     dead_letters: Family<Labels, Counter>,
     in_flight: Gauge,
+    consumer_lag: Gauge,
 }
 
 impl StageMetrics {
@@ -34,6 +35,7 @@ impl StageMetrics {
             read_errors: Counter::default(),
             dead_letters: Family::default(),
             in_flight: Gauge::default(),
+            consumer_lag: Gauge::default(),
         };
         registry.register(
             "messages_received",
@@ -55,7 +57,17 @@ impl StageMetrics {
             "Messages taken and not yet finished",
             metrics.in_flight.clone(),
         );
+        registry.register(
+            "consumer_lag",
+            "Messages behind the end of the assigned partitions (librdkafka statistics)",
+            metrics.consumer_lag.clone(),
+        );
         metrics
+    }
+
+    /// The lag gauge, for the consumer's context to update.
+    pub fn consumer_lag(&self) -> Gauge {
+        self.consumer_lag.clone()
     }
 
     /// Metrics registered nowhere, for tools and tests that serve none.

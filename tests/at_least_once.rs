@@ -103,7 +103,7 @@ async fn run_until(
 ) {
     let reached = Arc::new(tokio::sync::Notify::new());
     let stop_when = Arc::new(stop_when);
-    let consumer = Arc::new(create_consumer(config, group).unwrap());
+    let consumer = Arc::new(create_consumer(config, group, Default::default()).unwrap());
     consumer.subscribe(&[topic]).unwrap();
     let dlq = DeadLetters::new(create_producer(config).unwrap(), format!("{topic}.dlq"));
     let options = RunOptions {

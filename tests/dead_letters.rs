@@ -105,7 +105,7 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
     producer.flush(Duration::from_secs(10)).unwrap();
 
     let group = common::unique("dlq-group");
-    let consumer = Arc::new(create_consumer(&config, &group).unwrap());
+    let consumer = Arc::new(create_consumer(&config, &group, Default::default()).unwrap());
     consumer.subscribe(&[&topic]).unwrap();
     let metrics = Arc::new(StageMetrics::unregistered());
     let seen = Arc::new(Mutex::new(Vec::<String>::new()));

@@ -125,6 +125,17 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
         send(&producer, &topic, "run-h/1/A", &trajectory(1, "A", t, r, 3)).await;
     }
     send(&producer, &topic, "run-h/1/B", &trajectory(1, "B", "b1", 0.0, 1)).await;
+    // D: the LLM keeps failing with 500; E: 429 with retry-after, then fine.
+    server.on("Solve D", vec![Behavior::Status(500, "api_error", None)]);
+    server.on(
+        "Solve E",
+        vec![
+            Behavior::Status(429, "rate_limit_error", Some(1)),
+            Behavior::Text("Retry worked.".into(), Duration::ZERO),
+        ],
+    );
+    send(&producer, &topic, "run-h/1/D", &trajectory(1, "D", "d1", 0.0, 1)).await;
+    send(&producer, &topic, "run-h/1/E", &trajectory(1, "E", "e1", 0.0, 1)).await;
     send(&producer, &topic, "x", b"{not json").await;
     send(&producer, &topic, "run-h/1/C", &trajectory(1, "C", "c1", 0.0, 1)).await;
     producer.flush(Duration::from_secs(10)).unwrap();
@@ -139,25 +150,52 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
     let running = tokio::spawn(stage.run(async {
         let _ = stop_rx.await;
     }));
-    let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| h.len() >= 3).await;
+    let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| h.len() >= 5).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let hints_again = hints_in(&config, &config.hints.output_topic).await;
     stop_tx.send(()).unwrap();
     running.await.unwrap();
 
-    assert_eq!(hints_again.len(), 3, "exactly one hint per group: {hints:?}");
+    assert_eq!(hints_again.len(), 5, "exactly one hint per group: {hints:?}");
     let by_group: HashMap<&str, &Hint> = hints_again.iter().map(|h| (h.instance_id.as_str(), h)).collect();
     assert_eq!(
         by_group["A"].trajectory_id, "a2",
         "built from the best trajectory"
     );
-    for h in &hints_again {
+    for h in hints_again
+        .iter()
+        .filter(|h| ["A", "B", "C"].contains(&h.instance_id.as_str()))
+    {
         assert_eq!(h.category, HintCategory::LlmSynthesized);
         assert_eq!(h.hint, "Call the parser on a week date before editing it.");
         assert_eq!(h.prompt_version, "v1");
         assert_eq!(h.source.topic, topic);
     }
-    assert_eq!(server.seen().len(), 3, "one LLM call per group");
+    let d = by_group["D"];
+    assert_eq!(d.category, HintCategory::LlmFailedStaticFallback);
+    assert_eq!(d.failure_reason.as_deref(), Some("http_5xx"));
+    assert!(d.hint.contains("check_output failed"), "{}", d.hint);
+    let e = by_group["E"];
+    assert_eq!(
+        (e.category, e.hint.as_str()),
+        (HintCategory::LlmSynthesized, "Retry worked.")
+    );
+    let e_calls: Vec<_> = server
+        .seen()
+        .into_iter()
+        .filter(|r| r.body.to_string().contains("Solve E"))
+        .collect();
+    assert_eq!(e_calls.len(), 2);
+    assert!(
+        e_calls[1].at.duration_since(e_calls[0].at) >= Duration::from_secs(1),
+        "retry honoured retry-after"
+    );
+    let a_calls = server
+        .seen()
+        .iter()
+        .filter(|r| r.body.to_string().contains("Solve A"))
+        .count();
+    assert_eq!(a_calls, 1, "one LLM call for the group of three");
     let dead = read_all(&config, &config.hints.dlq_topic).await;
     assert_eq!(dead.len(), 1);
     assert!(dead[0]

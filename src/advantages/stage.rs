@@ -367,11 +367,15 @@ impl AdvantageStage {
     pub async fn build(config: Config) -> Result<Self, StageError> {
         let stage = &config.advantages;
         let metrics_socket = stage.metrics_socket()?;
-        let consumer = Arc::new(create_consumer(&config, &stage.group_id)?);
-        consumer.subscribe(&[&stage.input_topic])?;
-        let producer = create_producer(&config)?;
         let mut registry = Registry::with_prefix("hintstream_advantages");
         let loop_metrics = Arc::new(StageMetrics::register(&mut registry));
+        let consumer = Arc::new(create_consumer(
+            &config,
+            &stage.group_id,
+            loop_metrics.consumer_lag(),
+        )?);
+        consumer.subscribe(&[&stage.input_topic])?;
+        let producer = create_producer(&config)?;
         let metrics = AdvantageMetrics::register(&mut registry);
         let metrics_addr = crate::metrics::serve(metrics_socket, Arc::new(registry)).await?;
         let n = &config.normalize;

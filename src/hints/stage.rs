@@ -281,7 +281,11 @@ impl HintStage {
         let metrics = Arc::new(HintMetrics::register(&mut registry));
         let synth = Synthesizer::new(&config.llm, env)?.with_observer(metrics.clone());
         tracing::info!("hints: {}", synth.describe());
-        let consumer = Arc::new(create_consumer(&config, &stage.group_id)?);
+        let consumer = Arc::new(create_consumer(
+            &config,
+            &stage.group_id,
+            loop_metrics.consumer_lag(),
+        )?);
         consumer.subscribe(&[&stage.input_topic])?;
         let producer = create_producer(&config)?;
         let metrics_addr = crate::metrics::serve(metrics_socket, Arc::new(registry)).await?;

@@ -3,11 +3,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use prometheus_client::metrics::gauge::Gauge;
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::FutureProducer;
+use rdkafka::statistics::Statistics;
 use rdkafka::TopicPartitionList;
 
 use super::commit::lock;
@@ -31,12 +33,30 @@ pub fn base_config(config: &Config) -> ClientConfig {
 }
 
 /// Consumer context: keeps the offset tracker in step with the group's
-/// assignment and reports commit failures.
+/// assignment, reports commit failures and exports the consumer lag.
 pub struct StageContext {
     pub(crate) tracker: Arc<Mutex<OffsetTracker>>,
+    /// Messages behind the partitions' ends, summed over the assigned
+    /// partitions (from librdkafka's statistics).
+    lag: Gauge,
 }
 
-impl ClientContext for StageContext {}
+/// How often librdkafka reports statistics (and so the lag gauge updates).
+const STATISTICS_INTERVAL_MS: &str = "5000";
+
+impl ClientContext for StageContext {
+    fn stats(&self, statistics: Statistics) {
+        // librdkafka reports -1 for partitions without a known lag.
+        let lag: i64 = statistics
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.values())
+            .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
+            .map(|p| p.consumer_lag)
+            .sum();
+        self.lag.set(lag);
+    }
+}
 
 impl ConsumerContext for StageContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -92,10 +112,12 @@ fn describe(tpl: &TopicPartitionList) -> String {
 
 /// A group consumer for at-least-once processing: offsets are committed on a
 /// timer, but only offsets the [`Committer`](super::Committer) stored.
-pub fn create_consumer(config: &Config, group_id: &str) -> KafkaResult<StageConsumer> {
+/// `lag` receives the consumer lag every few seconds.
+pub fn create_consumer(config: &Config, group_id: &str, lag: Gauge) -> KafkaResult<StageConsumer> {
     let mut client = base_config(config);
     client
         .set("group.id", group_id)
+        .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         .set("auto.offset.reset", "earliest")
         .set("auto.commit.interval.ms", "1000");
     // The two settings the delivery contract rests on; set after the
@@ -105,6 +127,7 @@ pub fn create_consumer(config: &Config, group_id: &str) -> KafkaResult<StageCons
         .set("enable.auto.offset.store", "false");
     client.create_with_context(StageContext {
         tracker: Arc::new(Mutex::new(OffsetTracker::new())),
+        lag,
     })
 }
 
