@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing hintstream needs on a fresh machine:
 #  - cmake, which rdkafka-sys uses to build librdkafka 2.12 from source;
+#  - docker-compose (Debian's, v1), which validates docker-compose.yml in the
+#    tests without a Docker engine, and python3-venv for the Python client tests;
 #  - libcurl headers: librdkafka 2.12's cmake build includes <curl/curl.h>
 #    even with curl disabled (its config header defines the OIDC switch to 0,
 #    and rdkafka_conf.c tests it with #ifdef);
@@ -13,6 +15,10 @@ need_apt=()
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 [ -f /usr/include/curl/curl.h ] || [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+# Validates docker-compose.yml in the tests (no Docker engine needed).
+command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+# The Python client tests make a venv.
+python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}" >&2
   if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

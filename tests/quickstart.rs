@@ -2,26 +2,30 @@
 //! pipeline on the bundled sample step against the embedded broker and prints
 //! a hint per failed group, the step's metrics and the metrics endpoints.
 
+mod common;
+
 use std::process::Command;
 
-#[test]
-fn quickstart_runs_to_the_end_on_the_embedded_broker() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hintstream"))
+fn quickstart(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hintstream"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .arg("quickstart")
+        .args(args)
         .env_remove("HINTSTREAM_BOOTSTRAP_SERVERS")
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn assert_ran_to_the_end(out: &std::process::Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("embedded Kafka-protocol broker"), "{stdout}");
     assert!(
         stdout.contains("no API key set"),
         "says plainly that hints are static: {stdout}"
@@ -44,4 +48,19 @@ fn quickstart_runs_to_the_end_on_the_embedded_broker() {
             "quick start output lacks {needle}:\n{stdout}"
         );
     }
+}
+
+#[test]
+fn quickstart_runs_to_the_end_on_the_embedded_broker() {
+    let out = quickstart(&[]);
+    assert_ran_to_the_end(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("embedded Kafka-protocol broker"));
+}
+
+#[test]
+fn quickstart_runs_against_tansu_with_bootstrap_servers() {
+    let broker = common::start_tansu();
+    let out = quickstart(&["--bootstrap-servers", &broker.bootstrap]);
+    assert_ran_to_the_end(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("broker: {}", broker.bootstrap)));
 }

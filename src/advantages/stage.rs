@@ -157,6 +157,20 @@ impl AdvantageMetrics {
         );
         m
     }
+
+    /// A step's advantages were computed on `device` in `seconds`.
+    pub fn computed(&self, device: &str, seconds: f64) {
+        self.compute_seconds
+            .get_or_create(&vec![("device", device.to_string())])
+            .observe(seconds);
+    }
+
+    /// A step went to the DLQ for `reason`.
+    pub fn step_dead_lettered(&self, reason: &str) {
+        self.steps_dead_lettered
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
+    }
 }
 
 /// A message parked in the assembler until its step is done.
@@ -245,9 +259,7 @@ impl Shared {
             Ran::Cuda => "cuda",
         };
         self.metrics
-            .compute_seconds
-            .get_or_create(&vec![("device", device_name.to_string())])
-            .observe(started.elapsed().as_secs_f64());
+            .computed(device_name, started.elapsed().as_secs_f64());
         let encoded = advantages_batch(&result.rows, &result.advantages)
             .map_err(|e| e.to_string())
             .and_then(|batch| ipc::encode_stream(&[batch]).map_err(|e| e.to_string()));

@@ -104,7 +104,8 @@ impl HintMetrics {
         m
     }
 
-    fn published(&self, s: &Synthesis) {
+    /// A hint was synthesized (whatever its category).
+    pub fn published(&self, s: &Synthesis) {
         let category = s.category.as_str().to_string();
         self.hints
             .get_or_create(&vec![("category", category.clone())])
