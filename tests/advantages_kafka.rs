@@ -15,7 +15,6 @@ use arrow_schema::{DataType, Field, Schema};
 use hintstream::advantages::stage::AdvantageStage;
 use hintstream::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::kafka::{create_producer, DlqHeaders};
-use hintstream::tools::record::{record, RecordOptions};
 use hintstream::tools::RecordedMessage;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -51,27 +50,11 @@ async fn send(
         .unwrap();
 }
 
-async fn read_all(config: &hintstream::config::Config, topic: &str) -> Vec<RecordedMessage> {
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let options = RecordOptions {
-        topic: topic.into(),
-        max_messages: None,
-        idle_timeout: Duration::from_secs(20),
-        progress: false,
-    };
-    record(config, &options, out.path()).await.unwrap();
-    std::fs::read_to_string(out.path())
-        .unwrap()
-        .lines()
-        .map(|l| RecordedMessage::from_line(l).unwrap())
-        .collect()
-}
-
 /// Waits until `topic` holds at least `n` messages.
 async fn wait_for(config: &hintstream::config::Config, topic: &str, n: usize) -> Vec<RecordedMessage> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let messages = read_all(config, topic).await;
+        let messages = common::read_topic(config, topic).await;
         if messages.len() >= n {
             return messages;
         }

@@ -12,8 +12,6 @@ use hintstream::kafka::{
 };
 use hintstream::messages::{decode, FailedTrajectory};
 use hintstream::metrics::StageMetrics;
-use hintstream::tools::record::{record, RecordOptions};
-use hintstream::tools::RecordedMessage;
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::{FutureRecord, Producer};
 
@@ -151,20 +149,8 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
     assert_eq!(summary.dead_lettered as usize, bad.len());
     assert_eq!(metrics.dead_letter_count("invalid_value"), 2);
 
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let options = RecordOptions {
-        topic: dlq_topic.clone(),
-        max_messages: None,
-        idle_timeout: Duration::from_secs(20),
-        progress: false,
-    };
-    let n = record(&config, &options, out.path()).await.unwrap();
-    assert_eq!(n as usize, bad.len());
-    let letters: Vec<RecordedMessage> = std::fs::read_to_string(out.path())
-        .unwrap()
-        .lines()
-        .map(|l| RecordedMessage::from_line(l).unwrap())
-        .collect();
+    let letters = common::read_topic(&config, &dlq_topic).await;
+    assert_eq!(letters.len(), bad.len());
     for ((kind, payload), letter) in bad.iter().zip(&letters) {
         let header = |name: &str| {
             letter

@@ -19,8 +19,6 @@ use hintstream::hints::HintStage;
 use hintstream::kafka::{create_producer, DlqHeaders};
 use hintstream::llm::synth::LlmEnv;
 use hintstream::messages::{decode, DecodeLimits, Hint, HintCategory};
-use hintstream::tools::record::{record, RecordOptions};
-use hintstream::tools::RecordedMessage;
 use llm_server::{Behavior, LlmServer};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
@@ -46,24 +44,8 @@ async fn send(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8])
         .unwrap();
 }
 
-async fn read_all(config: &Config, topic: &str) -> Vec<RecordedMessage> {
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let options = RecordOptions {
-        topic: topic.into(),
-        max_messages: None,
-        idle_timeout: Duration::from_secs(20),
-        progress: false,
-    };
-    record(config, &options, out.path()).await.unwrap();
-    std::fs::read_to_string(out.path())
-        .unwrap()
-        .lines()
-        .map(|l| RecordedMessage::from_line(l).unwrap())
-        .collect()
-}
-
 async fn hints_in(config: &Config, topic: &str) -> Vec<Hint> {
-    read_all(config, topic)
+    common::read_topic(config, topic)
         .await
         .iter()
         .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).expect("hints decode"))
@@ -196,13 +178,13 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
         .filter(|r| r.body.to_string().contains("Solve A"))
         .count();
     assert_eq!(a_calls, 1, "one LLM call for the group of three");
-    let dead = read_all(&config, &config.hints.dlq_topic).await;
+    let dead = common::read_topic(&config, &config.hints.dlq_topic).await;
     assert_eq!(dead.len(), 1);
     assert!(dead[0]
         .headers
         .iter()
         .any(|h| h.key == DlqHeaders::ERROR_KIND && h.value.bytes.as_deref() == Some(b"not_json")));
-    let hint_headers = &read_all(&config, &config.hints.output_topic).await[0].headers;
+    let hint_headers = &common::read_topic(&config, &config.hints.output_topic).await[0].headers;
     for name in [
         "hintstream.category",
         "hintstream.prompt-version",

@@ -11,7 +11,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use rdkafka::consumer::Consumer;
 use rdkafka::producer::FutureProducer;
 use thiserror::Error;
 
@@ -22,11 +21,11 @@ use crate::batch::{ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::Config;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    create_consumer, create_producer, run_stage, send_until_acked, DeadLetter, DeadLetters, Done, Outgoing,
-    RecordMeta, Rejected, RunOptions, RunSummary, Work,
+    send_until_acked, DeadLetter, DeadLetters, Done, Outgoing, RecordMeta, Rejected, RunSummary, StageIo,
+    Work,
 };
 use crate::messages::{decode, step_key, DecodeLimits, ScoredMessage};
-use crate::metrics::{Labels, StageMetrics};
+use crate::metrics::Labels;
 use crate::normalize::{AdvantageOptions, Device, Ran};
 
 /// Header that says which kernel computed a published step.
@@ -368,9 +367,8 @@ impl Shared {
 /// A built stage 2: clients created, metrics endpoint listening.
 pub struct AdvantageStage {
     config: Config,
-    consumer: Arc<crate::kafka::StageConsumer>,
+    io: StageIo,
     shared: Arc<Shared>,
-    loop_metrics: Arc<StageMetrics>,
     pub metrics_addr: SocketAddr,
 }
 
@@ -380,21 +378,14 @@ impl AdvantageStage {
         let stage = &config.advantages;
         let metrics_socket = stage.metrics_socket()?;
         let mut registry = Registry::with_prefix("hintstream_advantages");
-        let loop_metrics = Arc::new(StageMetrics::register(&mut registry));
-        let consumer = Arc::new(create_consumer(
-            &config,
-            &stage.group_id,
-            loop_metrics.consumer_lag(),
-        )?);
-        consumer.subscribe(&[&stage.input_topic])?;
-        let producer = create_producer(&config)?;
+        let io = StageIo::build(&config, stage, &mut registry)?;
         let metrics = AdvantageMetrics::register(&mut registry);
         let metrics_addr = crate::metrics::serve(metrics_socket, Arc::new(registry)).await?;
         let n = &config.normalize;
         let shared = Arc::new(Shared {
             assembler: Mutex::new(StepAssembler::new()),
-            dlq: DeadLetters::new(producer.clone(), stage.dlq_topic.clone()),
-            producer,
+            dlq: io.dlq.clone(),
+            producer: io.producer.clone(),
             output_topic: stage.output_topic.clone(),
             metrics_topic: config.topics.metrics.clone(),
             options: n.options(),
@@ -406,9 +397,8 @@ impl AdvantageStage {
         });
         Ok(AdvantageStage {
             config,
-            consumer,
+            io,
             shared,
-            loop_metrics,
             metrics_addr,
         })
     }
@@ -433,22 +423,17 @@ impl AdvantageStage {
             device = ?self.shared.device, cuda = crate::normalize::cuda_available(),
             "advantage stage running"
         );
-        let summary = run_stage(
-            self.consumer,
-            self.shared.dlq.clone(),
-            self.loop_metrics,
-            RunOptions {
-                max_in_flight: stage.max_in_flight,
-                drain_timeout: Duration::from_secs(stage.drain_timeout_secs),
-            },
-            move |bytes: &[u8], meta: &RecordMeta| decode_scored(bytes, meta, limits),
-            move |work: Work<ScoredInput>| {
-                let shared = shared.clone();
-                async move { shared.handle(work).await }
-            },
-            shutdown,
-        )
-        .await;
+        let summary = self
+            .io
+            .run(
+                move |bytes: &[u8], meta: &RecordMeta| decode_scored(bytes, meta, limits),
+                move |work: Work<ScoredInput>| {
+                    let shared = shared.clone();
+                    async move { shared.handle(work).await }
+                },
+                shutdown,
+            )
+            .await;
         sweeper.abort();
         summary
     }

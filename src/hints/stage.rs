@@ -12,22 +12,18 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use rdkafka::consumer::Consumer;
 use rdkafka::producer::FutureProducer;
 use thiserror::Error;
 
 use super::group::{best_index, Groups, Joined};
 use crate::config::Config;
 use crate::kafka::produce::headers;
-use crate::kafka::{
-    create_consumer, create_producer, run_stage, send_until_acked, DeadLetters, Done, Outgoing, RecordMeta,
-    Rejected, RunOptions, RunSummary, Work,
-};
+use crate::kafka::{send_until_acked, Done, Outgoing, RecordMeta, Rejected, RunSummary, StageIo, Work};
 use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
 use crate::llm::synth::{LlmEnv, SynthObserver};
 use crate::llm::{LlmError, Synthesis, Synthesizer};
 use crate::messages::{decode, FailedTrajectory, Hint, HintSource, SCHEMA_VERSION};
-use crate::metrics::{FloatCounter, Labels, StageMetrics};
+use crate::metrics::{FloatCounter, Labels};
 
 /// Header names on published hints.
 pub const CATEGORY_HEADER: &str = "hintstream.category";
@@ -264,10 +260,8 @@ impl Shared {
 /// A built stage 1.
 pub struct HintStage {
     config: Config,
-    consumer: Arc<crate::kafka::StageConsumer>,
+    io: StageIo,
     shared: Arc<Shared>,
-    dlq: DeadLetters,
-    loop_metrics: Arc<StageMetrics>,
     pub metrics_addr: SocketAddr,
 }
 
@@ -278,33 +272,23 @@ impl HintStage {
         let stage = &config.hints;
         let metrics_socket = stage.metrics_socket()?;
         let mut registry = Registry::with_prefix("hintstream_hints");
-        let loop_metrics = Arc::new(StageMetrics::register(&mut registry));
+        let io = StageIo::build(&config, stage, &mut registry)?;
         let metrics = Arc::new(HintMetrics::register(&mut registry));
         let synth = Synthesizer::new(&config.llm, env)?.with_observer(metrics.clone());
         tracing::info!("hints: {}", synth.describe());
-        let consumer = Arc::new(create_consumer(
-            &config,
-            &stage.group_id,
-            loop_metrics.consumer_lag(),
-        )?);
-        consumer.subscribe(&[&stage.input_topic])?;
-        let producer = create_producer(&config)?;
         let metrics_addr = crate::metrics::serve(metrics_socket, Arc::new(registry)).await?;
         let shared = Arc::new(Shared {
             groups: Mutex::new(Groups::default()),
             synth,
-            producer: producer.clone(),
+            producer: io.producer.clone(),
             output_topic: stage.output_topic.clone(),
             group_wait: Duration::from_millis(config.llm.group_wait_ms),
             metrics,
         });
-        let dlq = DeadLetters::new(producer, stage.dlq_topic.clone());
         Ok(HintStage {
             config,
-            consumer,
+            io,
             shared,
-            dlq,
-            loop_metrics,
             metrics_addr,
         })
     }
@@ -315,23 +299,17 @@ impl HintStage {
         let limits = self.config.decode_limits();
         let shared = self.shared.clone();
         tracing::info!(input = %stage.input_topic, output = %stage.output_topic, group = %stage.group_id, "hint stage running");
-        run_stage(
-            self.consumer,
-            self.dlq,
-            self.loop_metrics,
-            RunOptions {
-                max_in_flight: stage.max_in_flight,
-                drain_timeout: Duration::from_secs(stage.drain_timeout_secs),
-            },
-            move |bytes: &[u8], _: &RecordMeta| -> Result<FailedTrajectory, Rejected> {
-                Ok(decode(bytes, limits)?)
-            },
-            move |work: Work<FailedTrajectory>| {
-                let shared = shared.clone();
-                async move { shared.handle(work).await }
-            },
-            shutdown,
-        )
-        .await
+        self.io
+            .run(
+                move |bytes: &[u8], _: &RecordMeta| -> Result<FailedTrajectory, Rejected> {
+                    Ok(decode(bytes, limits)?)
+                },
+                move |work: Work<FailedTrajectory>| {
+                    let shared = shared.clone();
+                    async move { shared.handle(work).await }
+                },
+                shutdown,
+            )
+            .await
     }
 }

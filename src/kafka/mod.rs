@@ -7,6 +7,7 @@ pub mod client;
 pub mod commit;
 pub mod dlq;
 pub mod produce;
+pub mod stage_io;
 pub mod tracker;
 pub mod worker;
 
@@ -14,5 +15,6 @@ pub use client::{base_config, create_consumer, create_producer, StageConsumer, S
 pub use commit::{Committer, Ticket};
 pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};
 pub use produce::{send_until_acked, Outgoing};
+pub use stage_io::StageIo;
 pub use tracker::OffsetTracker;
 pub use worker::{run_stage, shutdown_signal, Done, RecordMeta, Rejected, RunOptions, RunSummary, Work};

@@ -276,12 +276,65 @@ async fn misbehave(b: &Behavior) -> Option<Response> {
     }
 }
 
-async fn anthropic(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let value = match record(&state, "/v1/messages", &headers, &body) {
+/// The two wire protocols the server speaks.
+#[derive(Clone, Copy)]
+enum Api {
+    Anthropic,
+    OpenAi,
+}
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Anthropic => "/v1/messages",
+            Api::OpenAi => "/v1/chat/completions",
+        }
+    }
+
+    fn error(self, status: u16, kind: &str, message: &str, retry_after: Option<u32>) -> Response {
+        match self {
+            Api::Anthropic => anthropic_error(status, kind, message, retry_after),
+            Api::OpenAi => openai_error(status, kind, message, retry_after),
+        }
+    }
+
+    #[allow(clippy::result_large_err)]
+    fn check(self, state: &AppState, headers: &HeaderMap, body: &Value) -> Result<(), Response> {
+        match self {
+            Api::Anthropic => check_anthropic(state, headers, body),
+            Api::OpenAi => check_openai(state, headers, body),
+        }
+    }
+
+    fn success(self, model: &Value, text: &str, request_len: usize) -> Value {
+        match self {
+            Api::Anthropic => {
+                let content = if text.is_empty() {
+                    json!([])
+                } else {
+                    json!([{"type": "text", "text": text}])
+                };
+                json!({
+                    "id": "msg_loopback", "type": "message", "role": "assistant", "model": model,
+                    "content": content, "stop_reason": "end_turn", "stop_sequence": null,
+                    "usage": {"input_tokens": request_len / 4, "output_tokens": text.len() / 4}
+                })
+            }
+            Api::OpenAi => json!({
+                "id": "chatcmpl-loopback", "object": "chat.completion", "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": request_len / 4, "completion_tokens": text.len() / 4, "total_tokens": 0}
+            }),
+        }
+    }
+}
+
+async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let value = match record(&state, api.path(), &headers, &body) {
         Ok(v) => v,
-        Err(e) => return anthropic_error(400, "invalid_request_error", &e, None),
+        Err(e) => return api.error(400, "invalid_request_error", &e, None),
     };
-    if let Err(r) = check_anthropic(&state, &headers, &value) {
+    if let Err(r) = api.check(&state, &headers, &value) {
         return r;
     }
     let behavior = pick(&state, &String::from_utf8_lossy(&body));
@@ -291,50 +344,16 @@ async fn anthropic(State(state): State<AppState>, headers: HeaderMap, body: Byte
     let text = match &behavior {
         Behavior::Text(t, _) => t.clone(),
         Behavior::Empty => String::new(),
-        Behavior::Status(code, kind, retry) => return anthropic_error(*code, kind, "scripted error", *retry),
+        Behavior::Status(code, kind, retry) => return api.error(*code, kind, "scripted error", *retry),
         _ => unreachable!("handled by misbehave"),
     };
-    let content = if text.is_empty() {
-        json!([])
-    } else {
-        json!([{"type": "text", "text": text}])
-    };
-    json_response(
-        200,
-        json!({
-            "id": "msg_loopback", "type": "message", "role": "assistant", "model": value["model"],
-            "content": content, "stop_reason": "end_turn", "stop_sequence": null,
-            "usage": {"input_tokens": body.len() / 4, "output_tokens": text.len() / 4}
-        }),
-        None,
-    )
+    json_response(200, api.success(&value["model"], &text, body.len()), None)
+}
+
+async fn anthropic(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    respond(Api::Anthropic, state, headers, body).await
 }
 
 async fn openai(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let value = match record(&state, "/v1/chat/completions", &headers, &body) {
-        Ok(v) => v,
-        Err(e) => return openai_error(400, "invalid_request_error", &e, None),
-    };
-    if let Err(r) = check_openai(&state, &headers, &value) {
-        return r;
-    }
-    let behavior = pick(&state, &String::from_utf8_lossy(&body));
-    if let Some(r) = misbehave(&behavior).await {
-        return r;
-    }
-    let text = match &behavior {
-        Behavior::Text(t, _) => t.clone(),
-        Behavior::Empty => String::new(),
-        Behavior::Status(code, kind, retry) => return openai_error(*code, kind, "scripted error", *retry),
-        _ => unreachable!("handled by misbehave"),
-    };
-    json_response(
-        200,
-        json!({
-            "id": "chatcmpl-loopback", "object": "chat.completion", "model": value["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": body.len() / 4, "completion_tokens": text.len() / 4, "total_tokens": 0}
-        }),
-        None,
-    )
+    respond(Api::OpenAi, state, headers, body).await
 }

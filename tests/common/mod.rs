@@ -136,3 +136,18 @@ pub async fn create_topics(config: &Config, names: &[&str], partitions: i32) {
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", rand::random::<u32>())
 }
+
+/// Every message of `topic`, read with `hintstream record` up to the end.
+pub async fn read_topic(config: &Config, topic: &str) -> Vec<hintstream::tools::RecordedMessage> {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let options = hintstream::tools::record::RecordOptions {
+        topic: topic.into(),
+        max_messages: None,
+        idle_timeout: Duration::from_secs(20),
+        progress: false,
+    };
+    hintstream::tools::record::record(config, &options, out.path())
+        .await
+        .unwrap();
+    hintstream::tools::replay::read_recorded(out.path()).unwrap()
+}
