@@ -278,7 +278,7 @@ impl Shared {
         // A map of names to finite numbers always serialises.
         let metrics_json = serde_json::to_vec(&metrics).unwrap_or_default();
         let key = step_key(&run_id, step_no);
-        send_until_acked(
+        let published = send_until_acked(
             &self.producer,
             &Outgoing {
                 topic: &self.output_topic,
@@ -291,7 +291,19 @@ impl Shared {
             },
         )
         .await;
-        send_until_acked(
+        if let Err(e) = published {
+            let reason = format!(
+                "the advantages of step {run_id}/{step_no} ({} bytes) were rejected: {e}; raise message.max.bytes \
+                 in [kafka] and max.message.bytes on {}",
+                payload.len(),
+                self.output_topic
+            );
+            self.metrics.step_dead_lettered("output_rejected");
+            return self.dead_letter_parked(parked, "output_rejected", &reason).await;
+        }
+        // The metrics are a small JSON object: a rejection here is a broker
+        // or ACL problem, reported and not worth withholding the step for.
+        if let Err(e) = send_until_acked(
             &self.producer,
             &Outgoing {
                 topic: &self.metrics_topic,
@@ -300,7 +312,10 @@ impl Shared {
                 headers: headers([("content-type", "application/json")]),
             },
         )
-        .await;
+        .await
+        {
+            tracing::error!(run_id = %run_id, step = step_no, error = %e, topic = %self.metrics_topic, "step metrics rejected");
+        }
         self.metrics.steps_published.inc();
         self.metrics.rows_published.inc_by(result.rows.len() as u64);
         self.metrics.extreme_advantages.inc_by(extreme);

@@ -18,7 +18,10 @@ use thiserror::Error;
 use super::group::{best_index, Groups, Joined};
 use crate::config::Config;
 use crate::kafka::produce::headers;
-use crate::kafka::{send_until_acked, Done, Outgoing, RecordMeta, Rejected, RunSummary, StageIo, Work};
+use crate::kafka::{
+    send_until_acked, DeadLetter, DeadLetters, Done, Outgoing, RecordMeta, Rejected, RunSummary, StageIo,
+    Work,
+};
 use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
 use crate::llm::synth::{LlmEnv, SynthObserver};
 use crate::llm::{LlmError, Synthesis, Synthesizer};
@@ -167,6 +170,8 @@ pub fn build_hint(hint_id: String, best: &FailedTrajectory, source: &RecordMeta,
 /// A trajectory waiting in its group, with its unfinished offset.
 struct Member {
     trajectory: FailedTrajectory,
+    /// The original bytes, for the DLQ should the hint be rejected.
+    payload: Vec<u8>,
     meta: RecordMeta,
     done: Done,
 }
@@ -175,6 +180,7 @@ struct Shared {
     groups: Mutex<Groups<Member>>,
     synth: Synthesizer,
     producer: FutureProducer,
+    dlq: DeadLetters,
     output_topic: String,
     group_wait: Duration,
     metrics: Arc<HintMetrics>,
@@ -192,6 +198,7 @@ impl Shared {
         let expected = usize::try_from(work.input.group_size).unwrap_or(usize::MAX);
         let member = Member {
             trajectory: work.input,
+            payload: work.payload,
             meta: work.meta,
             done: work.done,
         };
@@ -235,7 +242,7 @@ impl Shared {
         // A struct of strings and finite numbers always serialises.
         let payload = serde_json::to_vec(&hint).unwrap_or_default();
         let trace_id = format!("{:032x}", rand::random::<u128>());
-        send_until_acked(
+        let published = send_until_acked(
             &self.producer,
             &Outgoing {
                 topic: &self.output_topic,
@@ -250,6 +257,24 @@ impl Shared {
             },
         )
         .await;
+        if let Err(e) = published {
+            let reason = format!("the hint for {key} was rejected by the broker: {e}");
+            for m in group.members {
+                self.dlq
+                    .send(&DeadLetter {
+                        key: m.meta.key.as_deref(),
+                        payload: Some(&m.payload),
+                        source_topic: &m.meta.topic,
+                        partition: m.meta.partition,
+                        offset: m.meta.offset,
+                        kind: "output_rejected",
+                        reason: &reason,
+                    })
+                    .await;
+                m.done.finish();
+            }
+            return;
+        }
         for m in group.members {
             m.done.finish();
         }
@@ -281,6 +306,7 @@ impl HintStage {
             groups: Mutex::new(Groups::default()),
             synth,
             producer: io.producer.clone(),
+            dlq: io.dlq.clone(),
             output_topic: stage.output_topic.clone(),
             group_wait: Duration::from_millis(config.llm.group_wait_ms),
             metrics,

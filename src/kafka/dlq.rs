@@ -16,7 +16,15 @@ impl DlqHeaders {
     pub const SOURCE_TOPIC: &'static str = "hintstream.source.topic";
     pub const SOURCE_PARTITION: &'static str = "hintstream.source.partition";
     pub const SOURCE_OFFSET: &'static str = "hintstream.source.offset";
+    /// Present when the payload was cut to fit: the original length in bytes.
+    pub const TRUNCATED_FROM: &'static str = "hintstream.payload.truncated-from";
 }
+
+/// Payload bytes a dead letter carries at most by default: librdkafka's
+/// default `message.max.bytes` (1,000,000) less room for key and headers.
+/// Longer payloads are cut and marked with [`DlqHeaders::TRUNCATED_FROM`];
+/// the original stays in the source topic at the offset the headers name.
+pub const DEFAULT_MAX_DLQ_PAYLOAD_BYTES: usize = 900_000;
 
 /// Longest reason text kept in a header; longer reasons are cut.
 const MAX_REASON_BYTES: usize = 1024;
@@ -37,13 +45,20 @@ pub struct DeadLetter<'a> {
 pub struct DeadLetters {
     producer: FutureProducer,
     topic: String,
+    max_payload: usize,
 }
 
 impl DeadLetters {
+    /// `max_payload`: payload bytes kept (see [`DEFAULT_MAX_DLQ_PAYLOAD_BYTES`]).
     pub fn new(producer: FutureProducer, topic: impl Into<String>) -> Self {
+        Self::with_max_payload(producer, topic, DEFAULT_MAX_DLQ_PAYLOAD_BYTES)
+    }
+
+    pub fn with_max_payload(producer: FutureProducer, topic: impl Into<String>, max_payload: usize) -> Self {
         DeadLetters {
             producer,
             topic: topic.into(),
+            max_payload,
         }
     }
 
@@ -58,19 +73,34 @@ impl DeadLetters {
         let reason = truncate(letter.reason, MAX_REASON_BYTES);
         let partition = letter.partition.to_string();
         let offset = letter.offset.to_string();
+        let original_len = letter.payload.map_or(0, <[u8]>::len);
+        let payload = letter.payload.map(|p| &p[..p.len().min(self.max_payload)]);
+        let truncated_from = original_len.to_string();
+        let mut pairs = vec![
+            (DlqHeaders::ERROR_KIND, letter.kind),
+            (DlqHeaders::REASON, reason),
+            (DlqHeaders::SOURCE_TOPIC, letter.source_topic),
+            (DlqHeaders::SOURCE_PARTITION, partition.as_str()),
+            (DlqHeaders::SOURCE_OFFSET, offset.as_str()),
+        ];
+        if original_len > self.max_payload {
+            pairs.push((DlqHeaders::TRUNCATED_FROM, truncated_from.as_str()));
+        }
         let record = Outgoing {
             topic: &self.topic,
             key: letter.key,
-            payload: letter.payload,
-            headers: headers([
-                (DlqHeaders::ERROR_KIND, letter.kind),
-                (DlqHeaders::REASON, reason),
-                (DlqHeaders::SOURCE_TOPIC, letter.source_topic),
-                (DlqHeaders::SOURCE_PARTITION, partition.as_str()),
-                (DlqHeaders::SOURCE_OFFSET, offset.as_str()),
-            ]),
+            payload,
+            headers: headers(pairs),
         };
-        send_until_acked(&self.producer, &record).await;
+        if let Err(e) = send_until_acked(&self.producer, &record).await {
+            // Nothing more can be done here: say loudly where the original is.
+            tracing::error!(
+                topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
+                kind = letter.kind, dlq = %self.topic, error = %e,
+                "dead letter rejected by the broker; the input stays only in its source topic"
+            );
+            return;
+        }
         tracing::warn!(
             topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
             kind = letter.kind, reason, dlq = %self.topic,
