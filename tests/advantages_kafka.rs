@@ -98,10 +98,10 @@ fn assert_close(got: &[f64], want: &[f64]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn publishes_advantages_and_metrics_per_step() {
-    let broker = common::start_tansu();
-    let mut config = common::config_for(&broker.bootstrap);
+/// A stage 2 config on fresh topics of `broker` (created), with a 2 s step
+/// timeout. Returns it with (scored, advantages, metrics, dlq) topic names.
+async fn fresh_stage(broker: &str) -> (hintstream::config::Config, [String; 4]) {
+    let mut config = common::config_for(broker);
     let scored = common::unique("scored");
     config.advantages.input_topic = scored.clone();
     config.advantages.output_topic = common::unique("advantages");
@@ -111,12 +111,87 @@ async fn publishes_advantages_and_metrics_per_step() {
     config.topics.metrics = common::unique("metrics");
     config.normalize.step_timeout_secs = 2;
     config.normalize.pass_at_k = vec![1];
-    let (adv_topic, metrics_topic, dlq_topic) = (
+    let topics = [
+        scored,
         config.advantages.output_topic.clone(),
         config.topics.metrics.clone(),
         config.advantages.dlq_topic.clone(),
+    ];
+    common::create_topics(&config, &[&topics[0], &topics[1], &topics[2], &topics[3]], 1).await;
+    (config, topics)
+}
+
+fn step_end(step: i64, count: i64) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"type": "step_end", "schema_version": 1, "run_id": "run-a", "step": step, "count": count}))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drops_duplicate_rows_and_dead_letters_rows_after_step_end() {
+    let broker = common::start_tansu();
+    let (config, [scored, adv_topic, metrics_topic, dlq_topic]) = fresh_stage(&broker.bootstrap).await;
+    let producer = create_producer(&config).unwrap();
+    let send_row = |step, t: &'static str, r| serde_json::to_vec(&row(step, "g", t, r, None)).unwrap();
+    // Step 4: a duplicated row (redelivered by the trainer) among two.
+    for payload in [
+        send_row(4, "a", 1.0),
+        send_row(4, "a", 1.0),
+        send_row(4, "b", 0.0),
+        step_end(4, 2),
+    ] {
+        send(&producer, &scored, "run-a/4", &payload, None).await;
+    }
+    // Step 5: complete with one row, then a late row after its step_end.
+    for payload in [send_row(5, "c", 1.0), step_end(5, 1), send_row(5, "late", 0.0)] {
+        send(&producer, &scored, "run-a/5", &payload, None).await;
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let stage = AdvantageStage::build(config.clone()).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(stage.run(async {
+        let _ = stop_rx.await;
+    }));
+    let advantages = wait_for(&config, &adv_topic, 2).await;
+    let metrics = wait_for(&config, &metrics_topic, 2).await;
+    let dead = wait_for(&config, &dlq_topic, 1).await;
+    stop_tx.send(()).unwrap();
+    running.await.unwrap();
+
+    let four = advantages
+        .iter()
+        .find(|m| m.key_bytes() == Some(b"run-a/4"))
+        .unwrap();
+    let b = &ipc::decode_stream(four.value_bytes().unwrap()).unwrap()[0];
+    assert_eq!(
+        strs(b, "trajectory_id"),
+        vec!["a", "b"],
+        "the duplicate row was dropped"
     );
-    common::create_topics(&config, &[&scored, &adv_topic, &metrics_topic, &dlq_topic], 1).await;
+    let m4 = metrics
+        .iter()
+        .find(|m| m.key_bytes() == Some(b"run-a/4"))
+        .unwrap();
+    let m4: serde_json::Value = serde_json::from_slice(m4.value_bytes().unwrap()).unwrap();
+    assert_eq!(m4["advantage/duplicate_rows"].as_f64(), Some(1.0));
+    assert!(
+        advantages.iter().any(|m| m.key_bytes() == Some(b"run-a/5")),
+        "step 5 published on its own"
+    );
+    assert_eq!(dead.len(), 1, "only the late row is dead-lettered");
+    let kind = dead[0]
+        .headers
+        .iter()
+        .find(|h| h.key == DlqHeaders::ERROR_KIND)
+        .unwrap();
+    assert_eq!(kind.value.bytes.as_deref(), Some(&b"step_incomplete"[..]));
+    assert!(String::from_utf8_lossy(dead[0].value_bytes().unwrap()).contains("\"late\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publishes_advantages_and_metrics_per_step() {
+    let broker = common::start_tansu();
+    let (config, [scored, adv_topic, metrics_topic, dlq_topic]) = fresh_stage(&broker.bootstrap).await;
 
     let producer = create_producer(&config).unwrap();
     // Step 1 (JSON): g1 raw all 0 with a hinted success and a hinted failure;

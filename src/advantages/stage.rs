@@ -201,7 +201,10 @@ impl Shared {
         self.assembler.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn handle(&self, work: Work<ScoredInput>) {
+    /// Adds a message to its step. Called synchronously by the consume loop,
+    /// so messages reach the assembler in partition order: a row that comes
+    /// after its step's `step_end` is seen as such, never as part of it.
+    fn assemble(&self, work: Work<ScoredInput>) -> Outcome<Parked> {
         let parked = Parked {
             payload: work.payload,
             meta: work.meta,
@@ -219,6 +222,11 @@ impl Shared {
             self.metrics.pending_steps.set(assembler.len() as i64);
             outcome
         };
+        outcome
+    }
+
+    /// Publishes or dead-letters what [`Shared::assemble`] completed.
+    async fn settle(&self, outcome: Outcome<Parked>) {
         match outcome {
             Outcome::Pending => {}
             Outcome::Complete(step) => self.publish(step).await,
@@ -443,8 +451,10 @@ impl AdvantageStage {
             .run(
                 move |bytes: &[u8], meta: &RecordMeta| decode_scored(bytes, meta, limits),
                 move |work: Work<ScoredInput>| {
+                    // Assembly here, in message order; the slow part in a task.
+                    let outcome = shared.assemble(work);
                     let shared = shared.clone();
-                    async move { shared.handle(work).await }
+                    async move { shared.settle(outcome).await }
                 },
                 shutdown,
             )

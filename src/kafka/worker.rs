@@ -133,9 +133,10 @@ pub struct RunSummary {
 
 /// Runs the loop until `shutdown` resolves. `decode` turns a payload (and its
 /// record's metadata, headers included) into the stage's input; an `Err` sends
-/// the message to the DLQ; `handle` runs as
-/// its own task per message and must call [`Done::finish`] when the output is
-/// acknowledged.
+/// the message to the DLQ; `handle` is called in message order on the loop
+/// itself (what it does before returning its future is ordered), and the
+/// future it returns runs as its own task, which must call [`Done::finish`]
+/// when the output is acknowledged.
 pub async fn run_stage<T, D, H, F>(
     consumer: Arc<StageConsumer>,
     dlq: DeadLetters,
