@@ -148,15 +148,11 @@ async fn drops_duplicate_rows_and_dead_letters_rows_after_step_end() {
     producer.flush(Duration::from_secs(10)).unwrap();
 
     let stage = AdvantageStage::build(config.clone()).await.unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(stage.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = common::spawn_stage(|stop| stage.run(stop));
     let advantages = wait_for(&config, &adv_topic, 2).await;
     let metrics = wait_for(&config, &metrics_topic, 2).await;
     let dead = wait_for(&config, &dlq_topic, 1).await;
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    running.stop().await;
 
     let four = advantages
         .iter()
@@ -295,16 +291,12 @@ async fn publishes_advantages_and_metrics_per_step() {
 
     let stage = AdvantageStage::build(config.clone()).await.unwrap();
     assert_ne!(stage.metrics_addr.port(), 0);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(stage.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = common::spawn_stage(|stop| stage.run(stop));
 
     let advantages = wait_for(&config, &adv_topic, 2).await;
     let metrics = wait_for(&config, &metrics_topic, 2).await;
     let dead = wait_for(&config, &dlq_topic, 2).await;
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    running.stop().await;
 
     // Step 1's advantages, in input order.
     let first = advantages

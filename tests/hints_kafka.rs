@@ -122,21 +122,13 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
     send(&producer, &topic, "run-h/1/C", &trajectory(1, "C", "c1", 0.0, 1)).await;
     producer.flush(Duration::from_secs(10)).unwrap();
 
-    let env = LlmEnv {
-        anthropic_api_key: Some("sk-k".into()),
-        anthropic_base_url: Some(server.base_url()),
-        ..LlmEnv::default()
-    };
+    let env = llm_server::anthropic_env(&server, "sk-k");
     let stage = HintStage::build(config.clone(), &env).await.unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(stage.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = common::spawn_stage(|stop| stage.run(stop));
     let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| h.len() >= 5).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let hints_again = hints_in(&config, &config.hints.output_topic).await;
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    running.stop().await;
 
     assert_eq!(hints_again.len(), 5, "exactly one hint per group: {hints:?}");
     let by_group: HashMap<&str, &Hint> = hints_again.iter().map(|h| (h.instance_id.as_str(), h)).collect();
@@ -214,13 +206,9 @@ async fn without_a_key_publishes_static_hints() {
     let stage = HintStage::build(config.clone(), &LlmEnv::default())
         .await
         .unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(stage.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = common::spawn_stage(|stop| stage.run(stop));
     let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| !h.is_empty()).await;
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    running.stop().await;
     assert_eq!(hints[0].category, HintCategory::StaticFallback);
     assert!(hints[0].hint.contains("check_output failed"), "{}", hints[0].hint);
     assert_eq!(hints[0].model, None);

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use hintstream::hints::HintStage;
 use hintstream::kafka::create_producer;
-use hintstream::llm::synth::LlmEnv;
 use hintstream::messages::{decode, DecodeLimits, Hint, HintCategory};
 use llm_server::{Behavior, LlmServer};
 use rdkafka::producer::{FutureRecord, Producer};
@@ -61,16 +60,9 @@ async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers()
     let server = LlmServer::start(Some("sk-k")).await;
     let ok = Behavior::Text("Use the documented flag.".into(), Duration::from_millis(50));
     server.default(Behavior::Status(429, "rate_limit_error", Some(1)));
-    let env = LlmEnv {
-        anthropic_api_key: Some("sk-k".into()),
-        anthropic_base_url: Some(server.base_url()),
-        ..LlmEnv::default()
-    };
+    let env = llm_server::anthropic_env(&server, "sk-k");
     let stage = HintStage::build(config.clone(), &env).await.unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(stage.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = common::spawn_stage(|stop| stage.run(stop));
 
     let producer = create_producer(&config).unwrap();
     let produce = |from: usize, to: usize| {
@@ -121,8 +113,7 @@ async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers()
     produce(200, 300).await;
     let all = wait_groups(&config, 300, Duration::from_secs(30)).await;
     let recovery = recovered_at.elapsed();
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    running.stop().await;
 
     let by_group: HashMap<&str, Vec<&Hint>> = all.iter().fold(HashMap::new(), |mut m, h| {
         m.entry(h.instance_id.as_str()).or_default().push(h);

@@ -27,11 +27,7 @@ fn trajectory(marker: &str) -> FailedTrajectory {
 }
 
 fn anthropic_env(server: &LlmServer) -> LlmEnv {
-    LlmEnv {
-        anthropic_api_key: Some("sk-test-key".into()),
-        anthropic_base_url: Some(server.base_url()),
-        ..LlmEnv::default()
-    }
+    llm_server::anthropic_env(server, "sk-test-key")
 }
 
 fn fast_config() -> LlmConfig {

@@ -357,3 +357,12 @@ async fn anthropic(State(state): State<AppState>, headers: HeaderMap, body: Byte
 async fn openai(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     respond(Api::OpenAi, state, headers, body).await
 }
+
+/// The SDK environment pointing the hint stage at `server` with key `key`.
+pub fn anthropic_env(server: &LlmServer, key: &str) -> hintstream::llm::synth::LlmEnv {
+    hintstream::llm::synth::LlmEnv {
+        anthropic_api_key: Some(key.into()),
+        anthropic_base_url: Some(server.base_url()),
+        ..Default::default()
+    }
+}

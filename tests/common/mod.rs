@@ -151,3 +151,32 @@ pub async fn read_topic(config: &Config, topic: &str) -> Vec<hintstream::tools::
         .unwrap();
     hintstream::tools::replay::read_recorded(out.path()).unwrap()
 }
+
+/// A stage running in a task until [`Running::stop`].
+pub struct Running<T> {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<T>,
+}
+
+impl<T> Running<T> {
+    /// Signals shutdown and waits for the stage to drain and return.
+    pub async fn stop(self) -> T {
+        let _ = self.stop.send(());
+        self.task.await.expect("the stage task panicked")
+    }
+}
+
+/// Spawns `run(shutdown)`, where `shutdown` resolves on [`Running::stop`].
+pub fn spawn_stage<T, F>(
+    run: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> F,
+) -> Running<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(Box::pin(async move {
+        let _ = rx.await;
+    })));
+    Running { stop, task }
+}
