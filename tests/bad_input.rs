@@ -266,6 +266,16 @@ fn corpus() -> Vec<Case> {
     ]
 }
 
+/// Kills the worker even when an assertion fails first.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn peak_rss_mb(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -323,7 +333,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     )
     .unwrap();
     drop(f);
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_hintstream"))
+    let mut worker = KillOnDrop(Command::new(env!("CARGO_BIN_EXE_hintstream"))
         .args(["hints", "--config"])
         .arg(&file)
         .env_remove("ANTHROPIC_API_KEY")
@@ -332,7 +342,8 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap());
+    let worker = &mut worker.0;
 
     let expected_dlq = corpus.iter().filter(|c| c.2.is_some()).count();
     let expected_hints = corpus.len() - expected_dlq;

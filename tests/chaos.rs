@@ -7,7 +7,8 @@
 //! redeliver (in-flight messages plus one auto-commit interval of work),
 //! and duplicates of a group share their hint_id.
 //!
-//! Longer runs: HINTSTREAM_CHAOS_GROUPS=20000 HINTSTREAM_CHAOS_KILLS=10
+//! Longer runs (not HINTSTREAM_-prefixed: the workers would read them as
+//! settings and reject them as unknown): CHAOS_GROUPS=20000 CHAOS_KILLS=10
 //! cargo test --release --test chaos -- --nocapture
 
 mod common;
@@ -50,8 +51,8 @@ fn spawn(config_file: &std::path::Path, server: &LlmServer) -> Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_group_is_hinted_while_workers_are_killed() {
-    let groups = env_or("HINTSTREAM_CHAOS_GROUPS", 1_500);
-    let kills = env_or("HINTSTREAM_CHAOS_KILLS", 5);
+    let groups = env_or("CHAOS_GROUPS", 1_500);
+    let kills = env_or("CHAOS_KILLS", 5);
     let cluster = MockCluster::new(1).unwrap();
     let mut config = common::config_for(&cluster.bootstrap_servers());
     let (input, output) = (common::unique("chaos-in"), common::unique("chaos-hints"));
