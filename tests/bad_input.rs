@@ -333,16 +333,18 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     )
     .unwrap();
     drop(f);
-    let mut worker = KillOnDrop(Command::new(env!("CARGO_BIN_EXE_hintstream"))
-        .args(["hints", "--config"])
-        .arg(&file)
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
+    let mut worker = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_hintstream"))
+            .args(["hints", "--config"])
+            .arg(&file)
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let worker = &mut worker.0;
 
     let expected_dlq = corpus.iter().filter(|c| c.2.is_some()).count();
