@@ -119,6 +119,10 @@ pub fn create_consumer(config: &Config, group_id: &str, lag: Gauge) -> KafkaResu
         .set("group.id", group_id)
         .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         .set("auto.offset.reset", "earliest")
+        // Incremental rebalances: a member joining or leaving moves only the
+        // partitions that change owner, so in-flight work elsewhere is not
+        // revoked and redone.
+        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("auto.commit.interval.ms", "1000");
     // The two settings the delivery contract rests on; set after the
     // passthrough table so that it cannot turn them off.
