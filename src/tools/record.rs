@@ -54,7 +54,7 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
         .set("group.id", format!("hintstream-record-{}", rand::random::<u64>()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true");
-    let consumer: StreamConsumer = client.create()?;
+    let consumer: StreamConsumer<EofIsNotAnError> = client.create_with_context(EofIsNotAnError)?;
     let ends = end_offsets(&client, &options.topic).await?;
     let mut tpl = TopicPartitionList::new();
     let mut remaining: HashSet<i32> = HashSet::new();
@@ -129,6 +129,23 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
     bar.finish_and_clear();
     Ok(written)
 }
+
+/// Client context of the recorder: with `enable.partition.eof` librdkafka
+/// also reports each partition's end through the error callback, which is how
+/// `record` knows it is done, not an error worth logging.
+struct EofIsNotAnError;
+
+impl rdkafka::ClientContext for EofIsNotAnError {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_))
+            && error.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
+        {
+            tracing::error!(error = %error, reason, "kafka client error");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for EofIsNotAnError {}
 
 /// Low and high watermarks of every partition of `topic`. Metadata calls
 /// block, so they run on the blocking pool.
