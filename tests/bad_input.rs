@@ -266,16 +266,6 @@ fn corpus() -> Vec<Case> {
     ]
 }
 
-/// Kills the worker even when an assertion fails first.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn peak_rss_mb(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -333,17 +323,16 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     )
     .unwrap();
     drop(f);
-    let mut worker = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_hintstream"))
-            .args(["hints", "--config"])
-            .arg(&file)
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let mut worker = common::KillOnDrop(
+        common::without_llm_env(
+            Command::new(env!("CARGO_BIN_EXE_hintstream"))
+                .args(["hints", "--config"])
+                .arg(&file),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
     );
     let worker = &mut worker.0;
 

@@ -351,17 +351,26 @@ async fn two_processes(cluster: Cluster, kill: bool) {
         .kafka
         .insert("batch.num.messages".into(), "1".into());
     let producer = create_producer(&producer_config).unwrap();
-    let groups = |step: i64| (0..60).map(move |i| (step, format!("g{i:03}")));
-    for (step, g) in groups(1) {
-        send(
-            &producer,
-            &h.input_topic,
-            &format!("run-h/{step}/{g}"),
-            &trajectory(step, &g, "t", 0.0, 1),
-        )
-        .await;
-    }
-    producer.flush(Duration::from_secs(10)).unwrap();
+    // 60 single-trajectory groups per step.
+    let send_steps = |steps: &'static [i64]| {
+        let (producer, topic) = (&producer, &h.input_topic);
+        async move {
+            for &step in steps {
+                for i in 0..60 {
+                    let g = format!("g{i:03}");
+                    send(
+                        producer,
+                        topic,
+                        &format!("run-h/{step}/{g}"),
+                        &trajectory(step, &g, "t", 0.0, 1),
+                    )
+                    .await;
+                }
+            }
+            producer.flush(Duration::from_secs(10)).unwrap();
+        }
+    };
+    send_steps(&[1]).await;
     let hints = wait_hints(&config, &h.output_topic, 90, |h| h.len() >= 60).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let hints_settled = hints_in(&config, &h.output_topic).await;
@@ -386,25 +395,13 @@ async fn two_processes(cluster: Cluster, kill: bool) {
     if !kill {
         return;
     }
-    if !kill {
-        return;
-    }
     // Kill -9 one process mid-stream: slower answers keep both busy.
     server.default(Behavior::Text(
         "Check the output format first.".into(),
         Duration::from_millis(300),
     ));
     let assignments_before = b.log().matches("partitions assigned").count();
-    for (step, g) in groups(2).chain(groups(3)) {
-        send(
-            &producer,
-            &h.input_topic,
-            &format!("run-h/{step}/{g}"),
-            &trajectory(step, &g, "t", 0.0, 1),
-        )
-        .await;
-    }
-    producer.flush(Duration::from_secs(10)).unwrap();
+    send_steps(&[2, 3]).await;
     wait_hints(&config, &h.output_topic, 60, |h| h.len() >= 60 + 20).await;
     a.kill9();
     let hints = wait_hints(&config, &h.output_topic, 120, |hints| {

@@ -5,16 +5,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-
-struct Stage(Child);
-
-impl Drop for Stage {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use std::process::{Command, Stdio};
 
 fn root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -56,8 +47,8 @@ async fn python_client_and_wandb_bridge_round_trip() {
     .await;
 
     let stage = |name: &str, input: &str, output: &str| {
-        Stage(
-            Command::new(env!("CARGO_BIN_EXE_hintstream"))
+        common::KillOnDrop(
+            common::without_llm_env(&mut Command::new(env!("CARGO_BIN_EXE_hintstream")))
                 .args([
                     name,
                     "--bootstrap-servers",
@@ -76,9 +67,6 @@ async fn python_client_and_wandb_bridge_round_trip() {
                 .args(["--dlq-topic", &format!("{input}.dlq")])
                 .env("HINTSTREAM_TOPICS__METRICS", &t.metrics)
                 .env("HINTSTREAM_LLM__GROUP_WAIT_MS", "500")
-                .env_remove("ANTHROPIC_API_KEY")
-                .env_remove("OPENAI_API_KEY")
-                .env_remove("OPENAI_BASE_URL")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -7,14 +7,11 @@ mod common;
 use std::process::Command;
 
 fn quickstart(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hintstream"))
+    common::without_llm_env(&mut Command::new(env!("CARGO_BIN_EXE_hintstream")))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .arg("quickstart")
         .args(args)
         .env_remove("HINTSTREAM_BOOTSTRAP_SERVERS")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
         .output()
         .unwrap()
 }

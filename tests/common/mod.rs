@@ -180,3 +180,23 @@ where
     })));
     Running { stop, task }
 }
+
+/// A child process killed (SIGKILL) and reaped on drop, even when an
+/// assertion fails first.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Removes the model API variables, so a `hintstream` child publishes static
+/// hints whatever the environment of the test run.
+pub fn without_llm_env(command: &mut Command) -> &mut Command {
+    command
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+}
