@@ -19,6 +19,8 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 # The Python client tests make a venv.
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+# Headless Chromium renders the eval report in tests/eval.rs.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}" >&2
   if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -32,8 +32,9 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Config file (TOML). Default: ./hintstream.toml when it exists.
+    /// `eval` takes it more than once, one run per config.
     #[arg(long, global = true, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub config: Vec<PathBuf>,
     /// Kafka bootstrap servers, comma-separated
     /// [env: HINTSTREAM_BOOTSTRAP_SERVERS] [default: 127.0.0.1:9092].
     #[arg(long, global = true, value_name = "LIST")]
@@ -163,11 +164,51 @@ pub enum Command {
         #[arg(long)]
         topic: Option<String>,
         /// Messages per second (default: as fast as the broker takes them).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", conflicts_with = "speed")]
         rate: Option<f64>,
+        /// Keep the recorded pace, from the messages' timestamps, sped up X
+        /// times (1 = as recorded, 10 = ten times faster).
+        #[arg(long, value_name = "X")]
+        speed: Option<f64>,
         /// Send each message to its recorded partition instead of by key.
         #[arg(long)]
         keep_partitions: bool,
+    },
+    /// Evaluate hint synthesis offline: stage 1's synthesis over a recorded
+    /// failed-trajectory topic, under each --config, without a broker.
+    ///
+    /// Writes OUT/report.json and OUT/index.html (summary per config:
+    /// category mix, fallback rate and reasons, latency percentiles, tokens,
+    /// cost, hint length; plots; the hints side by side per group). Every LLM
+    /// exchange is kept in a cassette (default OUT/cassette.jsonl); rerun with
+    /// --playback to answer from it: deterministic, no HTTP, no cost.
+    ///
+    /// Example: hintstream eval --input failed.jsonl --config sonnet.toml
+    /// --config haiku.toml --out eval-out
+    Eval {
+        /// Failed trajectories: a `hintstream record` file (or plain JSONL).
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+        /// Recorded scored rollouts of the same run (a `record` file of
+        /// rl.rollouts.scored, or JSONL rows): adds hint success rates per
+        /// category and signal rescued per step, computed by stage 2.
+        #[arg(long, value_name = "FILE")]
+        scored: Option<PathBuf>,
+        /// Output folder (created when missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The cassette file [default: OUT/cassette.jsonl]. Without
+        /// --playback it is rewritten with this run's exchanges.
+        #[arg(long, value_name = "FILE")]
+        cassette: Option<PathBuf>,
+        /// Answer LLM requests from the cassette; requests it lacks go to the
+        /// API and are added to it.
+        #[arg(long)]
+        playback: bool,
+        /// With --playback: a request the cassette lacks is an error, and no
+        /// request reaches the API.
+        #[arg(long, requires = "playback")]
+        strict: bool,
     },
     /// Print the effective configuration (secrets redacted) and exit.
     Config,
@@ -211,7 +252,30 @@ pub enum TopicsAction {
 
 impl Cli {
     /// Loads the configuration with this command line's flags applied last.
+    /// Only `eval` takes several `--config` (see [`Cli::load_configs`]).
     pub fn load_config(&self) -> Result<Config, ConfigError> {
+        if self.global.config.len() > 1 && !matches!(self.command, Command::Eval { .. }) {
+            return Err(ConfigError::Invalid(
+                "--config was given more than once; only `eval` compares several configs".into(),
+            ));
+        }
+        self.load_one(self.global.config.first().map(PathBuf::as_path))
+    }
+
+    /// Each `--config` file layered on its own (none: the defaults and
+    /// ./hintstream.toml), paired with its path.
+    pub fn load_configs(&self) -> Result<Vec<(Option<PathBuf>, Config)>, ConfigError> {
+        if self.global.config.is_empty() {
+            return Ok(vec![(None, self.load_one(None)?)]);
+        }
+        self.global
+            .config
+            .iter()
+            .map(|f| Ok((Some(f.clone()), self.load_one(Some(f))?)))
+            .collect()
+    }
+
+    fn load_one(&self, file: Option<&std::path::Path>) -> Result<Config, ConfigError> {
         let settings = match &self.command {
             Command::Advantages { stage, .. } => stage.overrides("advantages"),
             Command::Hints { stage } => stage.overrides("hints"),
@@ -221,6 +285,6 @@ impl Cli {
             bootstrap_servers: self.global.bootstrap_servers.clone(),
             settings,
         };
-        Config::load(self.global.config.as_deref(), &overrides)
+        Config::load(file, &overrides)
     }
 }

@@ -22,6 +22,7 @@ pub mod advantages;
 pub mod batch;
 pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod hints;
 pub mod kafka;
 pub mod llm;

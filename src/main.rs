@@ -9,9 +9,11 @@ use hintstream::advantages::offline;
 use hintstream::advantages::stage::AdvantageStage;
 use hintstream::cli::{AdvantagesAction, Cli, Command, LogFormat, TopicsAction};
 use hintstream::config::Config;
+use hintstream::eval::{self, EvalConfig, EvalOptions};
 use hintstream::hints::HintStage;
 use hintstream::kafka::shutdown_signal;
 use hintstream::kafka::{admin, create_producer};
+use hintstream::llm::cassette::CassetteMode;
 use hintstream::tools::{produce, record, replay};
 
 fn main() -> ExitCode {
@@ -32,6 +34,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // `eval` compares several configs, each layered on its own.
+    let eval_configs = match &cli.command {
+        Command::Eval { .. } => match cli.load_configs() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => vec![],
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -39,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli.command, config, explicit_broker)) {
+    match runtime.block_on(run(cli.command, config, explicit_broker, eval_configs)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -60,7 +73,12 @@ fn init_tracing(format: LogFormat, default_level: &str) {
     }
 }
 
-async fn run(command: Command, config: Config, explicit_broker: bool) -> anyhow::Result<()> {
+async fn run(
+    command: Command,
+    config: Config,
+    explicit_broker: bool,
+    eval_configs: Vec<(Option<std::path::PathBuf>, Config)>,
+) -> anyhow::Result<()> {
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match command {
         Command::Config => print!("{}", config.to_redacted_toml()),
@@ -156,16 +174,69 @@ async fn run(command: Command, config: Config, explicit_broker: bool) -> anyhow:
                 .with_context(|| format!("recording {topic}"))?;
             println!("recorded {n} messages from {topic} to {}", out.display());
         }
+        Command::Eval {
+            input,
+            scored,
+            out,
+            cassette,
+            playback,
+            strict,
+        } => {
+            let files: Vec<_> = eval_configs.iter().map(|(f, _)| f.clone()).collect();
+            let configs: Vec<EvalConfig> = eval::labels(&files)
+                .into_iter()
+                .zip(eval_configs)
+                .map(|(label, (file, config))| EvalConfig { label, file, config })
+                .collect();
+            let options = EvalOptions {
+                input,
+                scored,
+                out,
+                cassette,
+                mode: match (playback, strict) {
+                    (false, _) => CassetteMode::Record,
+                    (true, false) => CassetteMode::Playback,
+                    (true, true) => CassetteMode::Strict,
+                },
+                progress,
+            };
+            let env = hintstream::llm::synth::LlmEnv::from_process();
+            let report = eval::run(&configs, &options, &env).await?;
+            for c in &report.configs {
+                println!(
+                    "{}: {} groups, fallback {:.1}%, latency p50 {:.0} ms p95 {:.0} ms, ${:.4}, {} LLM calls from the cassette, {} to the API",
+                    c.label,
+                    report.groups,
+                    c.fallback_rate * 100.0,
+                    c.latency_ms.p50,
+                    c.latency_ms.p95,
+                    c.cost_usd,
+                    c.cassette_played,
+                    c.api_calls
+                );
+            }
+            println!(
+                "wrote {} and {}; cassette {}",
+                options.out.join("report.json").display(),
+                options.out.join("index.html").display(),
+                options.cassette_path().display()
+            );
+        }
         Command::Replay {
             file,
             topic,
             rate,
+            speed,
             keep_partitions,
         } => {
+            if let Some(x) = speed {
+                anyhow::ensure!(x.is_finite() && x > 0.0, "--speed must be a number > 0");
+            }
             let producer = create_producer(&config).context("creating the producer")?;
             let options = replay::ReplayOptions {
                 topic,
                 rate,
+                speed,
                 keep_partitions,
                 progress,
             };

@@ -71,7 +71,8 @@ pub struct Reply {
     pub stop_reason: Option<String>,
 }
 
-#[derive(Debug, Error, Clone, PartialEq)]
+#[derive(Debug, Error, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LlmError {
     #[error("timed out")]
     Timeout,
@@ -89,6 +90,9 @@ pub enum LlmError {
     Malformed(String),
     #[error("the model returned no text")]
     Empty,
+    /// Strict playback: the cassette has no call for this request.
+    #[error("the cassette has no recorded call for this request (model {model}); record it first")]
+    NotInCassette { model: String },
 }
 
 impl LlmError {
@@ -103,6 +107,7 @@ impl LlmError {
             LlmError::Connect(_) => "connect".into(),
             LlmError::Malformed(_) => "malformed_response".into(),
             LlmError::Empty => "empty".into(),
+            LlmError::NotInCassette { .. } => "cassette_miss".into(),
         }
     }
 
@@ -112,7 +117,7 @@ impl LlmError {
         match self {
             LlmError::Timeout | LlmError::Connect(_) => true,
             LlmError::Status { status, .. } => *status == 429 || *status >= 500,
-            LlmError::Malformed(_) | LlmError::Empty => false,
+            LlmError::Malformed(_) | LlmError::Empty | LlmError::NotInCassette { .. } => false,
         }
     }
 

@@ -12,6 +12,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::Semaphore;
 
+use super::cassette::{request_key, Attempt, Call, Cassette, CassetteMode, Outcome};
 use super::client::{
     ApiKey, Completion, Endpoint, LlmClient, LlmError, Provider, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,
@@ -72,6 +73,26 @@ pub struct Synthesizer {
     requests: Option<DefaultDirectRateLimiter>,
     tokens: Option<DefaultDirectRateLimiter>,
     observer: Option<Arc<dyn SynthObserver>>,
+    cassette: Option<Arc<Cassette>>,
+}
+
+/// How long a synthesis took: the recorded time of calls played from a
+/// cassette, plus real time when any call went to the API.
+#[derive(Default)]
+struct Clock {
+    played_ms: u64,
+    live: bool,
+}
+
+impl Clock {
+    fn latency_ms(&self, started: Instant) -> u64 {
+        let real = if self.live {
+            started.elapsed().as_millis() as u64
+        } else {
+            0
+        };
+        self.played_ms + real
+    }
 }
 
 impl Synthesizer {
@@ -124,11 +145,18 @@ impl Synthesizer {
             requests: per_minute(config.requests_per_minute),
             tokens: per_minute(config.tokens_per_minute),
             observer: None,
+            cassette: None,
         })
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn SynthObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Records calls into, or answers them from, `cassette`.
+    pub fn with_cassette(mut self, cassette: Arc<Cassette>) -> Self {
+        self.cassette = Some(cassette);
         self
     }
 
@@ -181,10 +209,14 @@ impl Synthesizer {
         let deadline = started + Duration::from_secs_f64(self.config.timeout_secs);
         let user = user_prompt(t, &fb);
         let mut usage = Usage::default();
+        let mut clock = Clock::default();
         let mut last_error = LlmError::Timeout;
-        for model in &self.models {
+        for (i, model) in self.models.iter().enumerate() {
+            if i > 0 && self.chain_ended_when_recorded(client, model, &user) {
+                break;
+            }
             match self
-                .call_with_retries(client, model, &user, deadline, &mut usage)
+                .call_model(client, model, &user, deadline, &mut usage, &mut clock)
                 .await
             {
                 Ok(text) => {
@@ -195,7 +227,7 @@ impl Synthesizer {
                         cost_usd: self.cost(&usage, model),
                         usage,
                         failure_reason: None,
-                        latency_ms: started.elapsed().as_millis() as u64,
+                        latency_ms: clock.latency_ms(started),
                     }
                 }
                 Err(e) => {
@@ -203,7 +235,7 @@ impl Synthesizer {
                     last_error = e;
                 }
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || matches!(last_error, LlmError::NotInCassette { .. }) {
                 break;
             }
         }
@@ -214,33 +246,125 @@ impl Synthesizer {
             cost_usd: self.cost(&usage, self.models.first().map_or("", String::as_str)),
             usage,
             failure_reason: Some(last_error.failure_reason()),
-            latency_ms: started.elapsed().as_millis() as u64,
+            latency_ms: clock.latency_ms(started),
         }
     }
 
-    async fn call_with_retries(
+    fn request<'a>(&'a self, model: &'a str, user: &'a str) -> Completion<'a> {
+        Completion {
+            model,
+            system: SYSTEM_PROMPT,
+            user,
+            max_tokens: self.config.max_tokens,
+            temperature: self.config.temperature,
+        }
+    }
+
+    /// In playback, a later model of the chain that the cassette never saw
+    /// means the recorded run stopped there (its time budget ran out).
+    fn chain_ended_when_recorded(&self, client: &LlmClient, model: &str, user: &str) -> bool {
+        self.cassette.as_ref().is_some_and(|c| {
+            c.plays() && !c.contains(&request_key(client.provider(), &self.request(model, user)))
+        })
+    }
+
+    /// One model of the chain: from the cassette when it plays and holds the
+    /// request, else from the API (recorded when a cassette is attached).
+    async fn call_model(
         &self,
         client: &LlmClient,
         model: &str,
         user: &str,
         deadline: Instant,
         usage: &mut Usage,
+        clock: &mut Clock,
     ) -> Result<String, LlmError> {
+        let request = self.request(model, user);
+        let Some(cassette) = &self.cassette else {
+            clock.live = true;
+            return self
+                .call_with_retries(client, &request, deadline, usage, &mut Vec::new())
+                .await;
+        };
+        let key = request_key(client.provider(), &request);
+        if cassette.plays() {
+            if let Some(call) = cassette.play(&key) {
+                return self.replay(&call, usage, clock);
+            }
+            if cassette.mode() == CassetteMode::Strict {
+                return Err(LlmError::NotInCassette { model: model.into() });
+            }
+        }
+        clock.live = true;
+        let started = Instant::now();
+        let mut attempts = Vec::new();
+        let result = self
+            .call_with_retries(client, &request, deadline, usage, &mut attempts)
+            .await;
+        let call = Call {
+            key,
+            provider: client.provider(),
+            model: model.into(),
+            attempts,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        };
+        if let Err(e) = cassette.append(call) {
+            tracing::warn!(cassette = %cassette.path().display(), error = %e, "cannot append to the cassette");
+        }
+        result
+    }
+
+    /// Replays a recorded call attempt by attempt: the same outcomes and
+    /// retry decisions, the recorded time, no sleeping.
+    fn replay(&self, call: &Call, usage: &mut Usage, clock: &mut Clock) -> Result<String, LlmError> {
+        clock.played_ms += call.elapsed_ms;
+        let mut last_error = LlmError::Timeout;
+        for attempt in &call.attempts {
+            let status = match &attempt.outcome {
+                Outcome::Reply { .. } => "ok".to_string(),
+                Outcome::Error(e) => e.failure_reason(),
+            };
+            if let Some(o) = &self.observer {
+                o.attempt(&call.model, &status, Duration::from_millis(attempt.latency_ms));
+            }
+            match &attempt.outcome {
+                Outcome::Reply { text, usage: u, .. } => {
+                    usage.input_tokens += u.input_tokens;
+                    usage.output_tokens += u.output_tokens;
+                    return Ok(text.clone());
+                }
+                Outcome::Error(e) => {
+                    if attempt.retry_in_ms.is_some() {
+                        if let Some(o) = &self.observer {
+                            o.retry(&call.model, &status);
+                        }
+                    }
+                    last_error = e.clone();
+                }
+            }
+        }
+        Err(last_error)
+    }
+
+    /// Calls one model until it answers, fails for good, runs out of retries
+    /// or the deadline nears. Every attempt is pushed onto `attempts`.
+    async fn call_with_retries(
+        &self,
+        client: &LlmClient,
+        request: &Completion<'_>,
+        deadline: Instant,
+        usage: &mut Usage,
+        attempts: &mut Vec<Attempt>,
+    ) -> Result<String, LlmError> {
+        let model = request.model;
         let mut backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(250))
             .with_max_delay(Duration::from_secs(8))
             .with_jitter()
             .with_max_times(self.config.max_retries as usize)
             .build();
-        let request = Completion {
-            model,
-            system: SYSTEM_PROMPT,
-            user,
-            max_tokens: self.config.max_tokens,
-            temperature: self.config.temperature,
-        };
         loop {
-            self.wait_for_rate(user).await;
+            self.wait_for_rate(request.user).await;
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 return Err(LlmError::Timeout);
@@ -254,7 +378,7 @@ impl Synthesizer {
                     .await
                     .map_err(|_| LlmError::Connect("shutting down".into()))?;
                 self.observe_in_flight();
-                let result = client.complete(&request, remaining).await;
+                let result = client.complete(request, remaining).await;
                 drop(_permit);
                 self.observe_in_flight();
                 result
@@ -265,6 +389,11 @@ impl Synthesizer {
             if let Some(o) = &self.observer {
                 o.attempt(model, &status, attempt_started.elapsed());
             }
+            attempts.push(Attempt {
+                outcome: Outcome::from_result(&result),
+                latency_ms: attempt_started.elapsed().as_millis() as u64,
+                retry_in_ms: None,
+            });
             let error = match result {
                 Ok(reply) => {
                     usage.input_tokens += reply.usage.input_tokens;
@@ -287,6 +416,9 @@ impl Synthesizer {
             }
             if let Some(o) = &self.observer {
                 o.retry(model, &error.failure_reason());
+            }
+            if let Some(last) = attempts.last_mut() {
+                last.retry_in_ms = Some(delay.as_millis() as u64);
             }
             tracing::debug!(model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
             tokio::time::sleep(delay).await;

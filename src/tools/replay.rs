@@ -41,6 +41,8 @@ pub struct ReplayOptions {
     pub topic: Option<String>,
     /// Messages per second; `None` is as fast as the broker takes them.
     pub rate: Option<f64>,
+    /// Keep the recorded pace (message timestamps) sped up this many times.
+    pub speed: Option<f64>,
     /// Send each message to its recorded partition instead of by key.
     pub keep_partitions: bool,
     pub progress: bool,
@@ -74,9 +76,14 @@ pub async fn send_all(
         .map(|r| tokio::time::interval(Duration::from_secs_f64(1.0 / r)));
     let mut pending: std::collections::VecDeque<DeliveryFuture> = Default::default();
     let mut acked = 0u64;
+    let started = tokio::time::Instant::now();
+    let first_timestamp = messages.iter().find_map(|m| m.timestamp);
     for message in messages {
         if let Some(interval) = pacing.as_mut() {
             interval.tick().await;
+        }
+        if let Some(at) = recorded_pace(options.speed, first_timestamp, message.timestamp) {
+            tokio::time::sleep_until(started + at).await;
         }
         let topic = options.topic.as_deref().unwrap_or(&message.topic);
         let mut headers = OwnedHeaders::new();
@@ -127,6 +134,15 @@ pub async fn send_all(
     Ok(acked)
 }
 
+/// When, after the first message, `timestamp` is due at `speed` times the
+/// recorded pace. Messages without a timestamp (or before the first) go at
+/// once.
+fn recorded_pace(speed: Option<f64>, first: Option<i64>, timestamp: Option<i64>) -> Option<Duration> {
+    let speed = speed.filter(|s| s.is_finite() && *s > 0.0)?;
+    let since_first_ms = timestamp?.checked_sub(first?)?;
+    (since_first_ms > 0).then(|| Duration::from_secs_f64(since_first_ms as f64 / 1000.0 / speed))
+}
+
 async fn await_one(
     pending: &mut std::collections::VecDeque<DeliveryFuture>,
     bar: &indicatif::ProgressBar,
@@ -169,4 +185,28 @@ pub fn read_recorded(file: &Path) -> Result<Vec<RecordedMessage>, ReplayError> {
         );
     }
     Ok(messages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_pace_scales_the_gaps() {
+        assert_eq!(
+            recorded_pace(Some(1.0), Some(1_000), Some(3_000)),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            recorded_pace(Some(10.0), Some(1_000), Some(3_000)),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(recorded_pace(None, Some(1_000), Some(3_000)), None);
+        assert_eq!(recorded_pace(Some(2.0), Some(1_000), None), None);
+        assert_eq!(
+            recorded_pace(Some(2.0), Some(5_000), Some(1_000)),
+            None,
+            "an earlier timestamp goes at once"
+        );
+    }
 }

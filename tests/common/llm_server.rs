@@ -35,6 +35,17 @@ pub enum Behavior {
     Empty,
     /// Sends half a body, then breaks the connection.
     Reset,
+    /// 200 with a text derived from the request (its model and a hash of its
+    /// body), after `base` times 1 to 5 by the same hash: every group gets
+    /// its own hint and latency, the same ones for the same request.
+    Derived(Duration),
+}
+
+/// FNV-1a, so derived answers need no extra dependency.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -343,6 +354,15 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
     }
     let text = match &behavior {
         Behavior::Text(t, _) => t.clone(),
+        Behavior::Derived(base) => {
+            let h = fnv(&body);
+            tokio::time::sleep(*base * (1 + (h % 5) as u32)).await;
+            format!(
+                "[{}] Attempt {:08x} failed its checks: re-read the task statement, then test the edge case first.",
+                value["model"].as_str().unwrap_or("?"),
+                h as u32
+            )
+        }
         Behavior::Empty => String::new(),
         Behavior::Status(code, kind, retry) => return api.error(*code, kind, "scripted error", *retry),
         _ => unreachable!("handled by misbehave"),
