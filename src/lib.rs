@@ -15,6 +15,8 @@
 //!   contract), the dead-letter producer, the consume loop, topic admin.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
 //!   topics.
+//! - [`eval`]: stage 1's synthesis over a recorded topic under several
+//!   configs, with an LLM cassette, written as a JSON and HTML report.
 //! - [`metrics`]: Prometheus counters and the `/metrics` endpoint.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.
 

@@ -86,3 +86,49 @@ async fn record_replay_record_is_identical() {
     assert_eq!(by_key(&before), by_key(&after));
     assert!(after.iter().all(|m| m.topic == b));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_at_a_speed_keeps_the_recorded_pace() {
+    let broker = common::start_tansu();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("paced");
+    common::create_topics(&config, &[&topic], 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("paced.jsonl");
+    // Recorded 400 ms apart; at --speed 2 they go 200 ms apart.
+    let lines: Vec<String> = (0..5i64)
+        .map(|i| {
+            RecordedMessage {
+                topic: topic.clone(),
+                partition: 0,
+                offset: i,
+                timestamp: Some(1_700_000_000_000 + i * 400),
+                key: hintstream::tools::recorded::Bytes::new(Some(b"k".to_vec())),
+                value: hintstream::tools::recorded::Bytes::new(Some(format!("{{\"n\": {i}}}").into_bytes())),
+                headers: vec![],
+            }
+            .to_line()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let producer = create_producer(&config).unwrap();
+    let options = ReplayOptions {
+        speed: Some(2.0),
+        ..ReplayOptions::default()
+    };
+    let started = std::time::Instant::now();
+    assert_eq!(replay(&producer, &file, &options).await.unwrap(), 5);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(4),
+        "1.6 s of recorded time at speed 2 took {took:?}"
+    );
+    let seen = common::read_topic(&config, &topic).await;
+    let stamps: Vec<i64> = seen.iter().filter_map(|m| m.timestamp).collect();
+    assert_eq!(stamps.len(), 5);
+    assert!(
+        stamps[4] - stamps[0] >= 790,
+        "sent over {} ms",
+        stamps[4] - stamps[0]
+    );
+}

@@ -294,6 +294,85 @@ fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalError> {
 mod tests {
     use super::*;
 
+    fn row(
+        step: i64,
+        instance: &str,
+        id: &str,
+        reward: f64,
+        hinted: Option<&str>,
+    ) -> crate::messages::ScoredRollout {
+        crate::messages::ScoredRollout {
+            schema_version: 1,
+            run_id: "r".into(),
+            step,
+            instance_id: instance.into(),
+            trajectory_id: id.into(),
+            reward,
+            is_hinted: hinted.is_some(),
+            hint_category: hinted.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn outcomes_come_from_json_rows_and_arrow_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scored.jsonl");
+        // Step 1 as JSON rows: g1's raw rows failed and its hinted row
+        // succeeded (signal rescued); g2's hinted row failed too.
+        let mut lines: Vec<String> = [
+            row(1, "g1", "a", 0.0, None),
+            row(1, "g1", "b", 0.0, None),
+            row(1, "g1", "c", 1.0, Some("llm_synthesized")),
+            row(1, "g2", "d", 0.0, None),
+            row(1, "g2", "e", 0.0, Some("static_fallback")),
+        ]
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap();
+            v["type"] = "scored_rollout".into();
+            v.to_string()
+        })
+        .collect();
+        lines.push(
+            r#"{"type": "step_end", "schema_version": 1, "run_id": "r", "step": 1, "count": 5}"#.into(),
+        );
+        lines.push("{broken".into());
+        // Step 2 as one recorded Arrow message: g3 rescued by an LLM hint.
+        let mut rows = crate::batch::ScoredRows::default();
+        for r in [
+            row(2, "g3", "f", 0.0, None),
+            row(2, "g3", "g", 1.0, Some("llm_synthesized")),
+            row(2, "g3", "h", 0.0, Some("llm_synthesized")),
+        ] {
+            rows.push(&r);
+        }
+        let arrow = crate::batch::ipc::encode_stream(&[rows.to_batch().unwrap()]).unwrap();
+        lines.push(
+            crate::tools::RecordedMessage {
+                topic: "rl.rollouts.scored".into(),
+                partition: 0,
+                offset: 9,
+                timestamp: None,
+                key: crate::tools::recorded::Bytes::new(Some(b"r/2".to_vec())),
+                value: crate::tools::recorded::Bytes::new(Some(arrow)),
+                headers: vec![],
+            }
+            .to_line(),
+        );
+        std::fs::write(&path, lines.join("\n")).unwrap();
+
+        let o = outcomes(&path, Config::default()).unwrap();
+        assert_eq!(o.rows, 8);
+        assert_eq!(o.rejected.get("not_json"), Some(&1));
+        assert_eq!(o.steps.len(), 2);
+        assert_eq!(o.signal_rescued, 2);
+        assert_eq!(o.steps[0].metrics["hint/signal_rescued"], 1.0);
+        let llm = o.by_category["llm_synthesized"];
+        assert_eq!((llm.hinted_rollouts, llm.successes), (3, 2));
+        let fallback = o.by_category["static_fallback"];
+        assert_eq!((fallback.hinted_rollouts, fallback.successes), (1, 0));
+    }
+
     #[test]
     fn labels_come_from_file_stems_and_stay_unique() {
         let files = vec![
