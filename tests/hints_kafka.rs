@@ -11,7 +11,7 @@ mod llm_server;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use hintstream::config::Config;
@@ -215,42 +215,15 @@ async fn without_a_key_publishes_static_hints() {
 }
 
 /// A `hintstream hints` process, killed on drop.
-struct Worker {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Worker {
-    fn start(config_file: &std::path::Path, server: &LlmServer, name: &str) -> Worker {
-        let log = std::env::temp_dir().join(format!("hints-{name}-{}.log", rand::random::<u32>()));
-        let child = Command::new(env!("CARGO_BIN_EXE_hintstream"))
-            .args(["hints", "--config"])
-            .arg(config_file)
-            .env("ANTHROPIC_API_KEY", "sk-k")
-            .env("ANTHROPIC_BASE_URL", server.base_url())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
-            .spawn()
-            .unwrap();
-        Worker { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn kill9(&mut self) {
-        // SIGKILL: no drain, no final commit.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.kill9();
-    }
+fn start_worker(config_file: &std::path::Path, server: &LlmServer, name: &str) -> common::Process {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    command
+        .args(["hints", "--config"])
+        .arg(config_file)
+        .env("ANTHROPIC_API_KEY", "sk-k")
+        .env("ANTHROPIC_BASE_URL", server.base_url())
+        .env("RUST_LOG", "info");
+    common::Process::spawn(command, &format!("hints-{name}"))
 }
 
 /// Where the two-process test runs.
@@ -320,8 +293,8 @@ async fn two_processes(cluster: Cluster, kill: bool) {
     )
     .unwrap();
     drop(f);
-    let mut a = Worker::start(&file, &server, "a");
-    let b = Worker::start(&file, &server, "b");
+    let mut a = start_worker(&file, &server, "a");
+    let b = start_worker(&file, &server, "b");
     // Let both join and the group settle before any input exists, so that a
     // rebalance does not hand in-flight work from one to the other.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

@@ -267,6 +267,7 @@ impl Shared {
         };
         self.metrics
             .computed(device_name, started.elapsed().as_secs_f64());
+        tracing::debug!(run_id = %run_id, step = step_no, rows = result.rows.len(), device = device_name, "step computed; publishing");
         let encoded = advantages_batch(&result.rows, &result.advantages)
             .map_err(|e| e.to_string())
             .and_then(|batch| ipc::encode_stream(&[batch]).map_err(|e| e.to_string()));

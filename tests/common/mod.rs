@@ -13,19 +13,74 @@ use hintstream::config::Config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
+/// Where a tansu broker keeps its data.
+#[derive(Clone)]
+pub enum Storage {
+    Memory,
+    /// An SQLite file in this folder: survives a restart of the broker.
+    Sqlite(PathBuf),
+}
+
 /// A running tansu broker, stopped on drop.
 pub struct Tansu {
     pub bootstrap: String,
     child: Option<Child>,
     pub log: PathBuf,
+    port: u16,
+    storage: Storage,
 }
 
 impl Drop for Tansu {
     fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
+        self.kill9();
+    }
+}
+
+impl Tansu {
+    fn spawn(&mut self) {
+        let binary = tansu_binary();
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut command = Command::new(&binary);
+        command.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ]);
+        match &self.storage {
+            Storage::Memory => command.args(["--storage-engine", "memory://tansu/"]),
+            // tansu resolves an sqlite:// path against its working directory.
+            Storage::Sqlite(dir) => command
+                .current_dir(dir)
+                .args(["--storage-engine", "sqlite://tansu.db"]),
+        };
+        let child = command
+            .stdout(Stdio::from(log_file.try_clone().unwrap()))
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        self.child = Some(child);
+        wait_for_broker(&self.bootstrap, Duration::from_secs(30));
+    }
+
+    /// SIGKILL: the broker stops at once, mid-request.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Starts it again on the same port and storage.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the broker is still running");
+        self.spawn();
     }
 }
 
@@ -63,32 +118,25 @@ pub fn start_tansu() -> Tansu {
             bootstrap,
             child: None,
             log: PathBuf::new(),
+            port: 0,
+            storage: Storage::Memory,
         };
     }
-    let binary = tansu_binary();
+    start_tansu_on(Storage::Memory)
+}
+
+/// Starts a tansu of our own (never `HINTSTREAM_TEST_BOOTSTRAP`'s) with
+/// `storage`, so a test can kill and restart it.
+pub fn start_tansu_on(storage: Storage) -> Tansu {
     let port = free_port();
-    let url = format!("tcp://127.0.0.1:{port}");
-    let log = std::env::temp_dir().join(format!("tansu-{port}.log"));
-    let log_file = std::fs::File::create(&log).unwrap();
-    let child = Command::new(&binary)
-        .args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &url,
-        ])
-        .args(["--storage-engine", "memory://tansu/"])
-        .stdout(Stdio::from(log_file.try_clone().unwrap()))
-        .stderr(Stdio::from(log_file))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-    let broker = Tansu {
+    let mut broker = Tansu {
         bootstrap: format!("127.0.0.1:{port}"),
-        child: Some(child),
-        log,
+        child: None,
+        log: std::env::temp_dir().join(format!("tansu-{port}.log")),
+        port,
+        storage,
     };
-    wait_for_broker(&broker.bootstrap, Duration::from_secs(30));
+    broker.spawn();
     broker
 }
 
@@ -189,6 +237,48 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A `hintstream` child process with its stderr in a log file, killed
+/// (SIGKILL) and reaped on drop.
+pub struct Process {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Spawns `command` (stdout discarded, stderr to a fresh log file).
+    pub fn spawn(mut command: Command, name: &str) -> Process {
+        let log = std::env::temp_dir().join(format!("{name}-{}.log", rand::random::<u32>()));
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        Process { child, log }
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGKILL: no drain, no final commit.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill9();
     }
 }
 

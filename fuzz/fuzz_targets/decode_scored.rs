@@ -1,0 +1,37 @@
+//! Untrusted bytes of `rl.rollouts.scored`, as JSON and as Arrow IPC: stage
+//! 2's decoding, and the computation of whatever rows decode.
+#![no_main]
+
+use hintstream::advantages::compute_step;
+use hintstream::advantages::stage::{decode_scored, ScoredInput};
+use hintstream::batch::ARROW_STREAM_CONTENT_TYPE;
+use hintstream::kafka::RecordMeta;
+use hintstream::messages::DecodeLimits;
+use hintstream::normalize::{AdvantageOptions, Device};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let limits = DecodeLimits {
+        max_bytes: 1 << 20,
+        max_depth: 64,
+    };
+    let plain = RecordMeta {
+        topic: "rl.rollouts.scored".into(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        headers: vec![],
+    };
+    let arrow = RecordMeta {
+        headers: vec![("content-type".into(), ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec())],
+        ..plain.clone()
+    };
+    for meta in [&plain, &arrow] {
+        if let Ok(ScoredInput::Rows(rows)) = decode_scored(data, meta, limits) {
+            let n = rows.len();
+            if let Ok(step) = compute_step(rows, &AdvantageOptions::default(), Device::Cpu) {
+                assert_eq!(step.advantages.advantage.len(), n);
+            }
+        }
+    }
+});

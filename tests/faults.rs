@@ -1,0 +1,412 @@
+//! Faults around the workers, with real processes and a real broker:
+//!
+//! - tansu on SQLite storage killed (SIGKILL) and restarted while a hint
+//!   worker and an advantage worker are mid-stream: both reconnect and
+//!   finish; every group gets a hint and every step its advantages, nothing
+//!   goes to a dead-letter topic, neither process dies.
+//! - an advantage worker killed (SIGKILL) after computing a step and before
+//!   the broker acknowledged its publication: the restarted worker
+//!   reassembles the step from the uncommitted input and publishes it, with
+//!   the same advantages.
+
+mod common;
+#[path = "common/llm_server.rs"]
+mod llm_server;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use arrow_array::{Array, Float64Array, Int64Array, RecordBatch};
+use hintstream::batch::{ipc, ScoredRows};
+use hintstream::config::Config;
+use hintstream::kafka::create_producer;
+use hintstream::messages::{Hint, ScoredRollout};
+use hintstream::normalize::{AdvantageOptions, Device};
+use llm_server::{Behavior, LlmServer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+
+/// A producer that writes one message per record batch: tansu skips the
+/// rest of a batch when a consumer resumes inside it (notes/kafka.md), and
+/// these tests make consumers resume from committed offsets.
+fn one_per_batch(config: &Config) -> FutureProducer {
+    let mut c = config.clone();
+    c.kafka.insert("linger.ms".into(), "0".into());
+    c.kafka.insert("batch.num.messages".into(), "1".into());
+    create_producer(&c).unwrap()
+}
+
+async fn send(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload),
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+fn trajectory(step: i64, instance: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schema_version": 1, "run_id": "run-f", "step": step, "instance_id": instance,
+        "trajectory_id": format!("{instance}-t"), "task_prompt": format!("Solve {instance}"),
+        "reward": 0.0, "chat_history": [{"role": "user", "content": "go"}],
+        "verifier_error": "assert failed",
+    }))
+    .unwrap()
+}
+
+/// Step `step`'s rows: 4 groups × 5 rollouts, the last of each hinted.
+fn step_rows(step: i64) -> Vec<ScoredRollout> {
+    let mut rows = Vec::new();
+    for g in 0..4 {
+        for r in 0..5 {
+            rows.push(ScoredRollout {
+                schema_version: 1,
+                run_id: "run-f".into(),
+                step,
+                instance_id: format!("g{g}"),
+                trajectory_id: format!("s{step}-g{g}-r{r}"),
+                reward: f64::from((step as i32 * 7 + g * 3 + r) % 4) / 3.0,
+                is_hinted: r == 4,
+                hint_category: (r == 4).then(|| "llm_synthesized".to_string()),
+            });
+        }
+    }
+    rows
+}
+
+async fn send_step(producer: &FutureProducer, topic: &str, step: i64) {
+    let key = format!("run-f/{step}");
+    let rows = step_rows(step);
+    for row in &rows {
+        let mut v = serde_json::to_value(row).unwrap();
+        v["type"] = "scored_rollout".into();
+        send(producer, topic, &key, v.to_string().as_bytes()).await;
+    }
+    let end = serde_json::json!({"type": "step_end", "schema_version": 1, "run_id": "run-f", "step": step, "count": rows.len()});
+    send(producer, topic, &key, end.to_string().as_bytes()).await;
+}
+
+/// The advantages stage 2 should publish for `step`, computed here.
+fn expected_advantages(step: i64) -> BTreeMap<String, f64> {
+    let mut rows = ScoredRows::default();
+    for r in step_rows(step) {
+        rows.push(&r);
+    }
+    let ids = rows.trajectory_id.clone();
+    let result =
+        hintstream::advantages::compute_step(rows, &AdvantageOptions::default(), Device::Cpu).unwrap();
+    ids.into_iter().zip(result.advantages.advantage).collect()
+}
+
+/// Per step, trajectory_id → advantage, from the Arrow messages of `topic`.
+async fn published_advantages(config: &Config, topic: &str) -> BTreeMap<i64, BTreeMap<String, f64>> {
+    let mut out: BTreeMap<i64, BTreeMap<String, f64>> = BTreeMap::new();
+    for m in common::read_topic(config, topic).await {
+        for batch in ipc::decode_stream(m.value_bytes().unwrap()).unwrap() {
+            let (steps, ids, advantages) = columns(&batch);
+            for i in 0..batch.num_rows() {
+                out.entry(steps[i])
+                    .or_default()
+                    .insert(ids[i].clone(), advantages[i]);
+            }
+        }
+    }
+    out
+}
+
+fn columns(batch: &RecordBatch) -> (Vec<i64>, Vec<String>, Vec<f64>) {
+    let step = batch
+        .column_by_name("step")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    let ids = arrow_cast::display::ArrayFormatter::try_new(
+        batch.column_by_name("trajectory_id").unwrap().as_ref(),
+        &Default::default(),
+    )
+    .unwrap();
+    let adv = batch
+        .column_by_name("advantage")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<Float64Array>()
+        .unwrap();
+    (
+        step.values().to_vec(),
+        (0..batch.num_rows()).map(|i| ids.value(i).to_string()).collect(),
+        adv.values().to_vec(),
+    )
+}
+
+fn assert_same_advantages(got: &BTreeMap<String, f64>, want: &BTreeMap<String, f64>) {
+    assert_eq!(got.len(), want.len());
+    for (id, w) in want {
+        let g = got[id];
+        assert!((g - w).abs() <= 1e-9 * (1.0 + w.abs()), "{id}: got {g}, want {w}");
+    }
+}
+
+fn write_config(config: &Config, dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("hintstream.toml");
+    std::fs::write(&path, toml::to_string(config).unwrap()).unwrap();
+    path
+}
+
+fn start(stage: &str, config_file: &Path, server: Option<&LlmServer>, name: &str) -> common::Process {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    common::without_llm_env(&mut command)
+        .args([stage, "--config"])
+        .arg(config_file)
+        .env("RUST_LOG", "info,hintstream::advantages=debug");
+    if let Some(s) = server {
+        command
+            .env("ANTHROPIC_API_KEY", "sk-k")
+            .env("ANTHROPIC_BASE_URL", s.base_url());
+    }
+    common::Process::spawn(command, name)
+}
+
+async fn wait_until(
+    what: &str,
+    within: Duration,
+    mut done: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {within:?}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Distinct group keys of the hints on `topic`.
+async fn hinted_groups(config: &Config, topic: &str) -> BTreeSet<String> {
+    common::read_topic(config, topic)
+        .await
+        .iter()
+        .map(|m| {
+            let h: Hint = serde_json::from_slice(m.value_bytes().unwrap()).unwrap();
+            hintstream::messages::group_key(&h.run_id, h.step, &h.instance_id)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_ride_out_a_broker_restart_on_sqlite() {
+    const GROUPS: usize = 400;
+    const STEPS: i64 = 12;
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = common::start_tansu_on(common::Storage::Sqlite(data.path().to_path_buf()));
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Derived(Duration::from_millis(10)));
+
+    let mut config = common::config_for(&broker.bootstrap);
+    config.hints.input_topic = common::unique("failed");
+    config.hints.output_topic = common::unique("hints");
+    config.hints.dlq_topic = format!("{}.dlq", config.hints.input_topic);
+    config.hints.group_id = common::unique("hints-group");
+    config.hints.metrics_addr = "127.0.0.1:0".into();
+    config.advantages.input_topic = common::unique("scored");
+    config.advantages.output_topic = common::unique("advantages");
+    config.advantages.dlq_topic = format!("{}.dlq", config.advantages.input_topic);
+    config.advantages.group_id = common::unique("adv-group");
+    config.advantages.metrics_addr = "127.0.0.1:0".into();
+    config.topics.metrics = common::unique("metrics");
+    config.llm.concurrency = 2;
+    config.llm.group_wait_ms = 100;
+    config.normalize.step_timeout_secs = 120;
+    let (h, a) = (config.hints.clone(), config.advantages.clone());
+    let topics = [
+        &h.input_topic,
+        &h.output_topic,
+        &h.dlq_topic,
+        &a.input_topic,
+        &a.output_topic,
+        &a.dlq_topic,
+        &config.topics.metrics,
+    ];
+    common::create_topics(&config, &topics.map(String::as_str), 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_config(&config, dir.path());
+    let mut hints = start("hints", &file, Some(&server), "restart-hints");
+    let mut advantages = start("advantages", &file, None, "restart-advantages");
+    let logs = || format!("--- hints\n{}\n--- advantages\n{}", hints.log(), advantages.log());
+    wait_until(
+        "both workers joined",
+        Duration::from_secs(60),
+        || hints.log().contains("partitions assigned") && advantages.log().contains("partitions assigned"),
+        logs,
+    )
+    .await;
+
+    // First halves, then the broker dies mid-stream.
+    let producer = one_per_batch(&config);
+    for g in 0..GROUPS / 2 {
+        send(
+            &producer,
+            &h.input_topic,
+            &format!("run-f/1/i{g}"),
+            &trajectory(1, &format!("i{g}")),
+        )
+        .await;
+    }
+    for step in 1..=STEPS / 2 {
+        send_step(&producer, &a.input_topic, step).await;
+    }
+    wait_until(
+        "hints flowing",
+        Duration::from_secs(60),
+        || hints.log().matches("Hint [").count() >= 40,
+        logs,
+    )
+    .await;
+    let before = hints.log().matches("Hint [").count();
+    broker.kill9();
+    let killed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    broker.start_again();
+    drop(producer);
+
+    // Second halves, after the restart.
+    let producer = one_per_batch(&config);
+    for g in GROUPS / 2..GROUPS {
+        send(
+            &producer,
+            &h.input_topic,
+            &format!("run-f/1/i{g}"),
+            &trajectory(1, &format!("i{g}")),
+        )
+        .await;
+    }
+    for step in STEPS / 2 + 1..=STEPS {
+        send_step(&producer, &a.input_topic, step).await;
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (mut groups, mut steps);
+    loop {
+        groups = hinted_groups(&config, &h.output_topic).await;
+        steps = published_advantages(&config, &a.output_topic).await;
+        if groups.len() == GROUPS && steps.len() == STEPS as usize {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after the restart: {} of {GROUPS} groups hinted, {} of {STEPS} steps published\n{}",
+            groups.len(),
+            steps.len(),
+            logs()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    assert!(
+        before < GROUPS,
+        "the broker died mid-stream ({before} hints before)"
+    );
+    for step in 1..=STEPS {
+        assert_same_advantages(&steps[&step], &expected_advantages(step));
+    }
+    for dlq in [&h.dlq_topic, &a.dlq_topic] {
+        assert!(
+            common::read_topic(&config, dlq).await.is_empty(),
+            "{dlq} is not empty"
+        );
+    }
+    let log_text = logs();
+    assert!(
+        hints.running() && advantages.running(),
+        "a worker died\n{log_text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() {
+    let broker = common::start_tansu();
+    let mut config = common::config_for(&broker.bootstrap);
+    let a = &mut config.advantages;
+    a.input_topic = common::unique("scored");
+    a.output_topic = common::unique("advantages");
+    a.dlq_topic = format!("{}.dlq", a.input_topic);
+    a.group_id = common::unique("adv-group");
+    a.metrics_addr = "127.0.0.1:0".into();
+    a.drain_timeout_secs = 2;
+    config.topics.metrics = common::unique("metrics");
+    config.normalize.step_timeout_secs = 120;
+    let a = config.advantages.clone();
+    // The output topic does not exist yet: a computed step cannot be
+    // acknowledged, so the kill below lands between compute and publish.
+    common::create_topics(
+        &config,
+        &[&a.input_topic, &a.dlq_topic, &config.topics.metrics],
+        2,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_config(&config, dir.path());
+    let mut first = start("advantages", &file, None, "adv-killed");
+    wait_until(
+        "the worker joined",
+        Duration::from_secs(60),
+        || first.log().contains("partitions assigned"),
+        || first.log(),
+    )
+    .await;
+    let producer = one_per_batch(&config);
+    for step in 1..=3 {
+        send_step(&producer, &a.input_topic, step).await;
+    }
+    wait_until(
+        "a step computed",
+        Duration::from_secs(60),
+        || first.log().contains("step computed; publishing"),
+        || first.log(),
+    )
+    .await;
+    first.kill9();
+    let log = first.log();
+    assert!(
+        !log.contains("advantages published"),
+        "published without a topic?\n{log}"
+    );
+
+    common::create_topics(&config, &[&a.output_topic], 2).await;
+    let second = start("advantages", &file, None, "adv-restarted");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let steps = loop {
+        let steps = published_advantages(&config, &a.output_topic).await;
+        if steps.len() == 3 {
+            break steps;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of 3 steps after the restart\n{}",
+            steps.len(),
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for step in 1..=3 {
+        assert_same_advantages(&steps[&step], &expected_advantages(step));
+    }
+    assert!(common::read_topic(&config, &a.dlq_topic).await.is_empty());
+    let metrics = common::read_topic(&config, &config.topics.metrics).await;
+    let metric_steps: BTreeSet<i64> = metrics
+        .iter()
+        .map(|m| {
+            serde_json::from_slice::<serde_json::Value>(m.value_bytes().unwrap()).unwrap()["step"]
+                .as_f64()
+                .unwrap() as i64
+        })
+        .collect();
+    assert_eq!(metric_steps, (1..=3).collect(), "every step's metrics");
+}
