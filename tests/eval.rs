@@ -175,7 +175,9 @@ async fn eval_records_then_replays_byte_identical_hints_without_http() {
     let out = dir.path().join("out");
 
     // 1. Record.
+    let timer = std::time::Instant::now();
     let first = eval(args(&input, &[&a, &b], &out, &[])).await;
+    let record_secs = timer.elapsed().as_secs_f64();
     assert_ok(&first);
     let recorded_requests = server.seen().len();
     let r1 = report(&out);
@@ -225,7 +227,9 @@ async fn eval_records_then_replays_byte_identical_hints_without_http() {
     assert!(retried >= 5, "the 429s were retried after a backoff: {retried}");
 
     // 2. Strict playback: no HTTP, the same hints, the recorded latencies.
+    let timer = std::time::Instant::now();
     let second = eval(args(&input, &[&a, &b], &out, &["--playback", "--strict"])).await;
+    let playback_secs = timer.elapsed().as_secs_f64();
     assert_ok(&second);
     assert_eq!(
         server.seen().len(),
@@ -248,6 +252,9 @@ async fn eval_records_then_replays_byte_identical_hints_without_http() {
     for c in &r2.configs {
         assert_eq!((c.api_calls, c.cassette_played), (0, GROUPS as u64));
     }
+    eprintln!(
+        "eval: {GROUPS} groups x 2 configs: recorded in {record_secs:.2} s ({recorded_requests} HTTP requests), strict playback in {playback_secs:.2} s (0 requests)"
+    );
 
     // 3. A changed model is a miss: an error in strict mode, recorded otherwise.
     let haiku = config_file(

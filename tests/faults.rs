@@ -342,6 +342,9 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
     a.drain_timeout_secs = 2;
     config.topics.metrics = common::unique("metrics");
     config.normalize.step_timeout_secs = 120;
+    // The restarted worker waits out the killed member's session.
+    config.kafka.insert("session.timeout.ms".into(), "6000".into());
+    config.hints.drain_timeout_secs = 2;
     let a = config.advantages.clone();
     // The output topic does not exist yet: a computed step cannot be
     // acknowledged, so the kill below lands between compute and publish.
