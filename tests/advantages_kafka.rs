@@ -102,12 +102,8 @@ fn assert_close(got: &[f64], want: &[f64]) {
 /// timeout. Returns it with (scored, advantages, metrics, dlq) topic names.
 async fn fresh_stage(broker: &str) -> (hintstream::config::Config, [String; 4]) {
     let mut config = common::config_for(broker);
-    let scored = common::unique("scored");
-    config.advantages.input_topic = scored.clone();
-    config.advantages.output_topic = common::unique("advantages");
-    config.advantages.dlq_topic = format!("{scored}.dlq");
-    config.advantages.group_id = common::unique("adv-group");
-    config.advantages.metrics_addr = "127.0.0.1:0".into();
+    common::own_topics(&mut config.advantages, "scored", "advantages");
+    let scored = config.advantages.input_topic.clone();
     config.topics.metrics = common::unique("metrics");
     config.normalize.step_timeout_secs = 2;
     config.normalize.pass_at_k = vec![1];

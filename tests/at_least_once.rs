@@ -244,14 +244,6 @@ async fn resumes_after_kill_on_tansu_with_one_message_per_batch() {
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("alo-tansu");
     common::create_topics(&config, &[&topic], PARTITIONS).await;
-    let mut producer_config = config.clone();
-    // One message per record batch: tansu 0.6.0 skips the rest of a batch
-    // when a consumer resumes at an offset inside it (notes/kafka.md), which
-    // would lose messages that Apache Kafka redelivers.
-    producer_config.kafka.insert("linger.ms".into(), "0".into());
-    producer_config
-        .kafka
-        .insert("batch.num.messages".into(), "1".into());
-    produce(&create_producer(&producer_config).unwrap(), &topic).await;
+    produce(&common::one_per_batch_producer(&config), &topic).await;
     kill_and_resume(config, &topic).await;
 }

@@ -19,34 +19,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch};
+use common::send;
 use hintstream::batch::{ipc, ScoredRows};
 use hintstream::config::Config;
-use hintstream::kafka::create_producer;
 use hintstream::messages::{Hint, ScoredRollout};
 use hintstream::normalize::{AdvantageOptions, Device};
 use llm_server::{Behavior, LlmServer};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-
-/// A producer that writes one message per record batch: tansu skips the
-/// rest of a batch when a consumer resumes inside it (notes/kafka.md), and
-/// these tests make consumers resume from committed offsets.
-fn one_per_batch(config: &Config) -> FutureProducer {
-    let mut c = config.clone();
-    c.kafka.insert("linger.ms".into(), "0".into());
-    c.kafka.insert("batch.num.messages".into(), "1".into());
-    create_producer(&c).unwrap()
-}
-
-async fn send(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
-    producer
-        .send(
-            FutureRecord::to(topic).key(key).payload(payload),
-            Duration::from_secs(60),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .unwrap();
-}
+use rdkafka::producer::{FutureProducer, Producer};
 
 fn trajectory(step: i64, instance: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
@@ -210,16 +189,8 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     server.default(Behavior::Derived(Duration::from_millis(10)));
 
     let mut config = common::config_for(&broker.bootstrap);
-    config.hints.input_topic = common::unique("failed");
-    config.hints.output_topic = common::unique("hints");
-    config.hints.dlq_topic = format!("{}.dlq", config.hints.input_topic);
-    config.hints.group_id = common::unique("hints-group");
-    config.hints.metrics_addr = "127.0.0.1:0".into();
-    config.advantages.input_topic = common::unique("scored");
-    config.advantages.output_topic = common::unique("advantages");
-    config.advantages.dlq_topic = format!("{}.dlq", config.advantages.input_topic);
-    config.advantages.group_id = common::unique("adv-group");
-    config.advantages.metrics_addr = "127.0.0.1:0".into();
+    common::own_topics(&mut config.hints, "failed", "hints");
+    common::own_topics(&mut config.advantages, "scored", "advantages");
     config.topics.metrics = common::unique("metrics");
     config.llm.concurrency = 2;
     config.llm.group_wait_ms = 100;
@@ -248,20 +219,29 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     )
     .await;
 
+    // Groups and steps of one half of the stream.
+    let send_half = |groups: std::ops::Range<usize>, steps: std::ops::RangeInclusive<i64>| {
+        let (config, h, a) = (&config, &h, &a);
+        async move {
+            let producer = common::one_per_batch_producer(config);
+            for g in groups {
+                let instance = format!("i{g}");
+                send(
+                    &producer,
+                    &h.input_topic,
+                    &format!("run-f/1/{instance}"),
+                    &trajectory(1, &instance),
+                )
+                .await;
+            }
+            for step in steps {
+                send_step(&producer, &a.input_topic, step).await;
+            }
+            producer.flush(Duration::from_secs(30)).unwrap();
+        }
+    };
     // First halves, then the broker dies mid-stream.
-    let producer = one_per_batch(&config);
-    for g in 0..GROUPS / 2 {
-        send(
-            &producer,
-            &h.input_topic,
-            &format!("run-f/1/i{g}"),
-            &trajectory(1, &format!("i{g}")),
-        )
-        .await;
-    }
-    for step in 1..=STEPS / 2 {
-        send_step(&producer, &a.input_topic, step).await;
-    }
+    send_half(0..GROUPS / 2, 1..=STEPS / 2).await;
     wait_until(
         "hints flowing",
         Duration::from_secs(60),
@@ -274,23 +254,8 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     let killed = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
     broker.start_again();
-    drop(producer);
-
     // Second halves, after the restart.
-    let producer = one_per_batch(&config);
-    for g in GROUPS / 2..GROUPS {
-        send(
-            &producer,
-            &h.input_topic,
-            &format!("run-f/1/i{g}"),
-            &trajectory(1, &format!("i{g}")),
-        )
-        .await;
-    }
-    for step in STEPS / 2 + 1..=STEPS {
-        send_step(&producer, &a.input_topic, step).await;
-    }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    send_half(GROUPS / 2..GROUPS, STEPS / 2 + 1..=STEPS).await;
 
     let deadline = Instant::now() + Duration::from_secs(180);
     let (mut groups, mut steps);
@@ -313,6 +278,10 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
         before < GROUPS,
         "the broker died mid-stream ({before} hints before)"
     );
+    eprintln!(
+        "broker restart: {before} of {GROUPS} hints before the kill; all {GROUPS} groups and {STEPS} steps out {:.1} s after it",
+        killed.elapsed().as_secs_f64()
+    );
     for step in 1..=STEPS {
         assert_same_advantages(&steps[&step], &expected_advantages(step));
     }
@@ -333,13 +302,8 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
 async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() {
     let broker = common::start_tansu();
     let mut config = common::config_for(&broker.bootstrap);
-    let a = &mut config.advantages;
-    a.input_topic = common::unique("scored");
-    a.output_topic = common::unique("advantages");
-    a.dlq_topic = format!("{}.dlq", a.input_topic);
-    a.group_id = common::unique("adv-group");
-    a.metrics_addr = "127.0.0.1:0".into();
-    a.drain_timeout_secs = 2;
+    common::own_topics(&mut config.advantages, "scored", "advantages");
+    config.advantages.drain_timeout_secs = 2;
     config.topics.metrics = common::unique("metrics");
     config.normalize.step_timeout_secs = 120;
     // The restarted worker waits out the killed member's session.
@@ -364,7 +328,7 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
         || first.log(),
     )
     .await;
-    let producer = one_per_batch(&config);
+    let producer = common::one_per_batch_producer(&config);
     for step in 1..=3 {
         send_step(&producer, &a.input_topic, step).await;
     }

@@ -20,7 +20,7 @@ use hintstream::kafka::{create_producer, DlqHeaders};
 use hintstream::llm::synth::LlmEnv;
 use hintstream::messages::{decode, DecodeLimits, Hint, HintCategory};
 use llm_server::{Behavior, LlmServer};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::Producer;
 
 fn trajectory(step: i64, instance: &str, trajectory: &str, reward: f64, group_size: i64) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
@@ -33,16 +33,7 @@ fn trajectory(step: i64, instance: &str, trajectory: &str, reward: f64, group_si
     .unwrap()
 }
 
-async fn send(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
-    producer
-        .send(
-            FutureRecord::to(topic).key(key).payload(payload),
-            Duration::from_secs(10),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .unwrap();
-}
+use common::send;
 
 async fn hints_in(config: &Config, topic: &str) -> Vec<Hint> {
     common::read_topic(config, topic)
@@ -71,11 +62,7 @@ async fn wait_hints(config: &Config, topic: &str, secs: u64, done: impl Fn(&[Hin
 
 fn stage_config(broker: &str, partitions: i32) -> (Config, i32) {
     let mut config = common::config_for(broker);
-    config.hints.input_topic = common::unique("failed");
-    config.hints.output_topic = common::unique("hints");
-    config.hints.dlq_topic = format!("{}.dlq", config.hints.input_topic);
-    config.hints.group_id = common::unique("hints-group");
-    config.hints.metrics_addr = "127.0.0.1:0".into();
+    common::own_topics(&mut config.hints, "failed", "hints");
     config.llm.timeout_secs = 5.0;
     (config, partitions)
 }
@@ -315,15 +302,8 @@ async fn two_processes(cluster: Cluster, kill: bool) {
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
 
-    // One message per record batch: tansu skips the rest of a batch when a
-    // consumer resumes inside it (notes/kafka.md), and the kill below makes
-    // the survivor resume from committed offsets.
-    let mut producer_config = config.clone();
-    producer_config.kafka.insert("linger.ms".into(), "0".into());
-    producer_config
-        .kafka
-        .insert("batch.num.messages".into(), "1".into());
-    let producer = create_producer(&producer_config).unwrap();
+    // The kill below makes the survivor resume from committed offsets.
+    let producer = common::one_per_batch_producer(&config);
     // 60 single-trajectory groups per step.
     let send_steps = |steps: &'static [i64]| {
         let (producer, topic) = (&producer, &h.input_topic);

@@ -46,11 +46,7 @@ async fn wait_groups(config: &hintstream::config::Config, n: usize, within: Dura
 async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers() {
     let broker = common::start_tansu();
     let mut config = common::config_for(&broker.bootstrap);
-    config.hints.input_topic = common::unique("storm-in");
-    config.hints.output_topic = common::unique("storm-hints");
-    config.hints.dlq_topic = format!("{}.dlq", config.hints.input_topic);
-    config.hints.group_id = common::unique("storm-group");
-    config.hints.metrics_addr = "127.0.0.1:0".into();
+    common::own_topics(&mut config.hints, "storm-in", "storm-hints");
     config.llm.timeout_secs = 2.0;
     config.llm.concurrency = 10;
     config.llm.group_wait_ms = 50;

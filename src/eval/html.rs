@@ -101,8 +101,8 @@ pub fn render(report: &Report) -> String {
     page
 }
 
-fn summary_table(report: &Report, page: &mut String) {
-    page.push_str("<h2>Summary</h2>\n<table id=\"summary\"><tr><th></th>");
+/// One header cell per config, underlined in its plot color; ends the row.
+fn config_headers(report: &Report, page: &mut String) {
     for (i, c) in report.configs.iter().enumerate() {
         let _ = write!(
             page,
@@ -112,6 +112,11 @@ fn summary_table(report: &Report, page: &mut String) {
         );
     }
     page.push_str("</tr>\n");
+}
+
+fn summary_table(report: &Report, page: &mut String) {
+    page.push_str("<h2>Summary</h2>\n<table id=\"summary\"><tr><th></th>");
+    config_headers(report, page);
     let mut row = |name: &str, cell: &dyn Fn(&super::report::ConfigSummary) -> String, numeric: bool| {
         let _ = write!(page, "<tr><th>{}</th>", escape(name));
         for c in &report.configs {
@@ -147,14 +152,10 @@ fn summary_table(report: &Report, page: &mut String) {
         },
         false,
     );
+    let three = |a: f64, b: f64, c: f64| format!("{a:.0} / {b:.0} / {c:.0}");
     row(
         "latency p50 / p95 / p99 (ms)",
-        &|c| {
-            format!(
-                "{:.0} / {:.0} / {:.0}",
-                c.latency_ms.p50, c.latency_ms.p95, c.latency_ms.p99
-            )
-        },
+        &|c| three(c.latency_ms.p50, c.latency_ms.p95, c.latency_ms.p99),
         true,
     );
     row(
@@ -165,12 +166,7 @@ fn summary_table(report: &Report, page: &mut String) {
     row("cost (USD)", &|c| format!("{:.4}", c.cost_usd), true);
     row(
         "hint length mean / p50 / max (chars)",
-        &|c| {
-            format!(
-                "{:.0} / {:.0} / {:.0}",
-                c.hint_chars.mean, c.hint_chars.p50, c.hint_chars.max
-            )
-        },
+        &|c| three(c.hint_chars.mean, c.hint_chars.p50, c.hint_chars.max),
         true,
     );
     row(
@@ -344,15 +340,7 @@ fn outcomes_section(report: &Report, page: &mut String) {
 
 fn hints_table(report: &Report, page: &mut String) {
     page.push_str("<h2>Hints side by side</h2>\n<table id=\"hints\"><tr><th>group</th><th>best reward</th><th>verifier error</th>");
-    for (i, c) in report.configs.iter().enumerate() {
-        let _ = write!(
-            page,
-            "<th style=\"border-bottom: 4px solid {}\">{}</th>",
-            css_color(i),
-            escape(&c.label)
-        );
-    }
-    page.push_str("</tr>\n");
+    config_headers(report, page);
     for g in &report.hints {
         let _ = write!(
             page,

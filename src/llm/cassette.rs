@@ -134,6 +134,17 @@ struct Recorded {
     next: usize,
 }
 
+fn add(recorded: &mut HashMap<String, Recorded>, call: Call) {
+    recorded
+        .entry(call.key.clone())
+        .or_insert_with(|| Recorded {
+            calls: vec![],
+            next: 0,
+        })
+        .calls
+        .push(call);
+}
+
 /// A cassette file, loaded and open for appending.
 pub struct Cassette {
     mode: CassetteMode,
@@ -165,14 +176,7 @@ impl Cassette {
                     line: i + 1,
                     source,
                 })?;
-                recorded
-                    .entry(call.key.clone())
-                    .or_insert_with(|| Recorded {
-                        calls: vec![],
-                        next: 0,
-                    })
-                    .calls
-                    .push(call);
+                add(&mut recorded, call);
             }
         }
         let file = std::fs::OpenOptions::new()
@@ -235,14 +239,7 @@ impl Cassette {
             out.flush()?;
         }
         self.appended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.recorded()
-            .entry(call.key.clone())
-            .or_insert_with(|| Recorded {
-                calls: vec![],
-                next: 0,
-            })
-            .calls
-            .push(call);
+        add(&mut self.recorded(), call);
         Ok(())
     }
 
