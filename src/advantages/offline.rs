@@ -10,7 +10,6 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
 
 use arrow_array::RecordBatch;
-use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
 use serde::Serialize;
 use thiserror::Error;
@@ -139,10 +138,7 @@ pub fn read_arrow(path: &Path) -> Result<ScoredRows, OfflineError> {
         reason: e.to_string(),
     };
     let batches: Vec<RecordBatch> = if bytes.starts_with(b"ARROW1") {
-        FileReader::try_new(std::io::Cursor::new(bytes), None)
-            .map_err(bad)?
-            .collect::<Result<_, _>>()
-            .map_err(bad)?
+        ipc::decode_file(&bytes).map_err(bad)?
     } else {
         ipc::decode_stream(&bytes).map_err(bad)?
     };

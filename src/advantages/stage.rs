@@ -464,3 +464,32 @@ impl AdvantageStage {
         summary
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_arrow_message_that_panics_the_decoder_is_rejected() {
+        let bytes = include_bytes!("../../fuzz/regressions/decode_scored-arrow-slice-panic.bin");
+        let meta = RecordMeta {
+            topic: "rl.rollouts.scored".into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            headers: vec![(
+                "content-type".into(),
+                ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec(),
+            )],
+        };
+        let Err(rejected) = decode_scored(bytes, &meta, DecodeLimits::default()) else {
+            panic!("decoded");
+        };
+        assert_eq!(rejected.kind, "bad_arrow");
+        assert!(
+            rejected.reason.contains("malformed IPC data"),
+            "{}",
+            rejected.reason
+        );
+    }
+}

@@ -38,7 +38,7 @@ impl Item {
                 let inner: Vec<String> = items
                     .into_iter()
                     .map(|i| match i {
-                        Item::Str(s) => format!("{s:?}"),
+                        Item::Str(s) => python_repr(&s),
                         other => other.into_text(),
                     })
                     .collect();
@@ -46,6 +46,35 @@ impl Item {
             }
         }
     }
+}
+
+/// A string as Python's `repr` writes it: single quotes unless it holds a
+/// single quote and no double one; backslash, the quote, \n, \r, \t and
+/// other control characters escaped (at most 4 bytes for 1).
+fn python_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
 }
 
 struct Parser {
@@ -174,7 +203,22 @@ mod tests {
     #[test]
     fn parses_nested_lists_numbers_and_constants() {
         let items = parse_list("[1, -2.5e3, None, True, ['x', [2]], r'\\d+']").unwrap();
-        assert_eq!(items, vec!["1", "-2.5e3", "None", "True", "[\"x\", [2]]", "\\d+"]);
+        assert_eq!(items, vec!["1", "-2.5e3", "None", "True", "['x', [2]]", "\\d+"]);
+    }
+
+    #[test]
+    fn nested_strings_render_as_python_would() {
+        let items = parse_list(r#"[["it's", 'a\\b', 'q"', '\x7f\n']]"#).unwrap();
+        assert_eq!(items, vec![r#"["it's", 'a\\b', 'q"', '\x7f\n']"#]);
+    }
+
+    #[test]
+    fn nested_rendering_grows_at_most_four_times() {
+        // Found by the pyliteral fuzz target: Rust's `{:?}` wrote DEL as
+        // `\u{7f}`, 8 bytes for 1.
+        let text = include_str!("../../fuzz/regressions/pyliteral-nested-repr-growth.txt");
+        let items = parse_list(text).unwrap();
+        assert!(items.iter().map(String::len).sum::<usize>() <= text.len() * 4);
     }
 
     #[test]
