@@ -92,3 +92,36 @@ fn example_config_file_loads_and_equals_the_defaults() {
         String::from_utf8(defaults.stdout).unwrap()
     );
 }
+
+#[test]
+fn only_eval_takes_several_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.toml"), dir.path().join("b.toml"));
+    std::fs::write(&a, "[llm]\nconcurrency = 3\n").unwrap();
+    std::fs::write(&b, "[llm]\nconcurrency = 0\n").unwrap();
+    let out = hintstream()
+        .args(["config", "--config"])
+        .arg(&a)
+        .arg("--config")
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only `eval`"));
+    // eval layers each file on its own: the bad one is named.
+    let out = hintstream()
+        .args(["eval", "--input", "missing.jsonl", "--out"])
+        .arg(dir.path().join("out"))
+        .arg("--config")
+        .arg(&a)
+        .arg("--config")
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("concurrency"), "{stderr}");
+    let help = hintstream().args(["eval", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--playback") && help.contains("cassette"), "{help}");
+}
