@@ -266,16 +266,6 @@ fn corpus() -> Vec<Case> {
     ]
 }
 
-fn peak_rss_mb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb / 1024)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     let corpus = corpus();
@@ -358,7 +348,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         worker.try_wait().unwrap().is_none(),
         "the worker is still running after the corpus"
     );
-    let peak = peak_rss_mb(worker.id());
+    let peak = common::peak_rss_mb(worker.id());
     let _ = worker.kill();
     let _ = worker.wait();
 

@@ -150,6 +150,13 @@ pub fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, De
                 format!("{path}.{field}")
             };
             DecodeError::MissingField { field }
+        } else if detail.starts_with("unknown variant") {
+            // An enum's value outside its set: at the root, the `type` tag.
+            let root = path == "." || path.is_empty();
+            DecodeError::InvalidValue {
+                field: if root { "type".into() } else { path },
+                reason: detail,
+            }
         } else {
             DecodeError::WrongType {
                 field: if path.is_empty() { ".".into() } else { path },

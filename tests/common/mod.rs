@@ -299,6 +299,10 @@ impl Process {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
@@ -315,6 +319,17 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// Peak resident memory (VmHWM) of process `pid`, in MB; 0 when unknown.
+pub fn peak_rss_mb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
 }
 
 /// Removes the model API variables, so a `hintstream` child publishes static
