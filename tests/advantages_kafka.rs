@@ -17,7 +17,7 @@ use hintstream::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::kafka::{create_producer, DlqHeaders};
 use hintstream::tools::RecordedMessage;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, Producer};
 
 const EPS: f64 = 1e-6;
 
@@ -32,6 +32,7 @@ fn row(step: i64, instance: &str, trajectory: &str, reward: f64, hint: Option<&s
     v
 }
 
+/// Produces one message with optional headers and waits for its ack.
 async fn send(
     producer: &FutureProducer,
     topic: &str,
@@ -39,15 +40,7 @@ async fn send(
     payload: &[u8],
     headers: Option<OwnedHeaders>,
 ) {
-    let mut record = FutureRecord::to(topic).key(key).payload(payload);
-    if let Some(h) = headers {
-        record = record.headers(h);
-    }
-    producer
-        .send(record, Duration::from_secs(10))
-        .await
-        .map_err(|(e, _)| e)
-        .unwrap();
+    common::send_raw(producer, topic, key, Some(payload), headers).await;
 }
 
 /// Waits until `topic` holds at least `n` messages.

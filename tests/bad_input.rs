@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hintstream::kafka::{create_producer, DlqHeaders};
 use hintstream::messages::{decode, DecodeLimits, Hint};
-use rdkafka::producer::{FutureRecord, Producer};
+use rdkafka::producer::Producer;
 
 /// Peak resident memory a worker may reach on this corpus (it holds at most
 /// a few 10 MB payloads at once).
@@ -289,16 +289,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         .insert("message.max.bytes".into(), "20000000".into());
     let producer = create_producer(&producer_config).unwrap();
     for (i, (_, payload, _)) in corpus.iter().enumerate() {
-        let key = format!("bad/{i}");
-        let mut record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&input).key(&key);
-        if let Some(p) = payload {
-            record = record.payload(p.as_slice());
-        }
-        producer
-            .send(record, Duration::from_secs(30))
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
+        common::send_raw(&producer, &input, &format!("bad/{i}"), payload.as_deref(), None).await;
     }
     producer.flush(Duration::from_secs(30)).unwrap();
 

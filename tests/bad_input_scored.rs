@@ -17,7 +17,7 @@ use hintstream::batch::{ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::kafka::{create_producer, DlqHeaders};
 use hintstream::messages::ScoredRollout;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureRecord, Producer};
+use rdkafka::producer::Producer;
 
 /// Peak resident memory the worker may reach: it holds a 10 MB payload at a
 /// time (measured: 39 MB). Before `batch::ipc` checked IPC framing, the
@@ -109,6 +109,7 @@ fn corpus() -> Vec<Input> {
             })
         };
     let bad = |name: &str, payload: Vec<u8>, dlq: &'static str| (name.to_string(), payload, dlq);
+    let json = |v: serde_json::Value| Some(serde_json::to_vec(&v).unwrap());
     let json_bad = vec![
         bad(
             "truncated JSON",
@@ -250,13 +251,7 @@ fn corpus() -> Vec<Input> {
         .map(|i| rollout(1, &format!("g{}", i % 3), &format!("s1-{i}"), f64::from(i % 2)))
         .collect();
     for r in &step1[..3] {
-        add(
-            "step 1 row",
-            "run-b/1",
-            Some(serde_json::to_vec(&row_json(r)).unwrap()),
-            false,
-            None,
-        );
+        add("step 1 row", "run-b/1", json(row_json(r)), false, None);
     }
     for (i, (name, payload, dlq)) in json_bad.into_iter().enumerate() {
         add(&name, &format!("bad/json/{i}"), Some(payload), false, Some(dlq));
@@ -266,21 +261,9 @@ fn corpus() -> Vec<Input> {
         add(&name, &format!("bad/arrow/{i}"), Some(payload), true, Some(dlq));
     }
     for r in &step1[3..] {
-        add(
-            "step 1 row",
-            "run-b/1",
-            Some(serde_json::to_vec(&row_json(r)).unwrap()),
-            false,
-            None,
-        );
+        add("step 1 row", "run-b/1", json(row_json(r)), false, None);
     }
-    add(
-        "step 1 end",
-        "run-b/1",
-        Some(serde_json::to_vec(&end_json(1, 6.into())).unwrap()),
-        false,
-        None,
-    );
+    add("step 1 end", "run-b/1", json(end_json(1, 6.into())), false, None);
 
     // Step 2: odd but valid values, as one Arrow message: control characters
     // and prompt-injection text in ids, a 100 KB id.
@@ -299,13 +282,7 @@ fn corpus() -> Vec<Input> {
     }
     let odd = ipc::encode_stream(&[odd.to_batch().unwrap()]).unwrap();
     add("step 2: odd ids (Arrow)", "run-b/2", Some(odd), true, None);
-    add(
-        "step 2 end",
-        "run-b/2",
-        Some(serde_json::to_vec(&end_json(2, 3.into())).unwrap()),
-        false,
-        None,
-    );
+    add("step 2 end", "run-b/2", json(end_json(2, 3.into())), false, None);
 
     // Step 3: a row missing (step_end says 3, 2 arrive): incomplete.
     for i in 0..2 {
@@ -313,7 +290,7 @@ fn corpus() -> Vec<Input> {
         add(
             "step 3 row (one missing)",
             "run-b/3",
-            Some(serde_json::to_vec(&row_json(&r)).unwrap()),
+            json(row_json(&r)),
             false,
             Some("step_incomplete"),
         );
@@ -321,7 +298,7 @@ fn corpus() -> Vec<Input> {
     add(
         "step 3 end",
         "run-b/3",
-        Some(serde_json::to_vec(&end_json(3, 3.into())).unwrap()),
+        json(end_json(3, 3.into())),
         false,
         Some("step_incomplete"),
     );
@@ -332,7 +309,7 @@ fn corpus() -> Vec<Input> {
         add(
             "step 4 row (one too many)",
             "run-b/4",
-            Some(serde_json::to_vec(&row_json(&r)).unwrap()),
+            json(row_json(&r)),
             false,
             Some("step_overfull"),
         );
@@ -340,7 +317,7 @@ fn corpus() -> Vec<Input> {
     add(
         "step 4 end",
         "run-b/4",
-        Some(serde_json::to_vec(&end_json(4, 2.into())).unwrap()),
+        json(end_json(4, 2.into())),
         false,
         Some("step_overfull"),
     );
@@ -355,23 +332,17 @@ fn corpus() -> Vec<Input> {
         add(
             "step 5 row (one duplicate)",
             "run-b/5",
-            Some(serde_json::to_vec(&row_json(r)).unwrap()),
+            json(row_json(r)),
             false,
             None,
         );
     }
-    add(
-        "step 5 end",
-        "run-b/5",
-        Some(serde_json::to_vec(&end_json(5, 2.into())).unwrap()),
-        false,
-        None,
-    );
+    add("step 5 end", "run-b/5", json(end_json(5, 2.into())), false, None);
     let late = rollout(5, "g", "s5-late", 1.0);
     add(
         "row after step 5's end",
         "run-b/5",
-        Some(serde_json::to_vec(&row_json(&late)).unwrap()),
+        json(row_json(&late)),
         false,
         Some("step_incomplete"),
     );
@@ -419,21 +390,20 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
         .insert("message.max.bytes".into(), "20000000".into());
     let producer = create_producer(&producer_config).unwrap();
     for input in &corpus {
-        let mut record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&a.input_topic).key(&input.key);
-        if let Some(p) = &input.payload {
-            record = record.payload(p.as_slice());
-        }
-        if input.arrow {
-            record = record.headers(OwnedHeaders::new().insert(Header {
+        let headers = input.arrow.then(|| {
+            OwnedHeaders::new().insert(Header {
                 key: "content-type",
                 value: Some(ARROW_STREAM_CONTENT_TYPE),
-            }));
-        }
-        producer
-            .send(record, Duration::from_secs(30))
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
+            })
+        });
+        common::send_raw(
+            &producer,
+            &a.input_topic,
+            &input.key,
+            input.payload.as_deref(),
+            headers,
+        )
+        .await;
     }
     producer.flush(Duration::from_secs(30)).unwrap();
 

@@ -215,6 +215,30 @@ pub async fn send(producer: &rdkafka::producer::FutureProducer, topic: &str, key
         .unwrap();
 }
 
+/// Produces one message as it is (no payload when `payload` is `None`, any
+/// headers) and waits for its acknowledgement.
+pub async fn send_raw(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    key: &str,
+    payload: Option<&[u8]>,
+    headers: Option<rdkafka::message::OwnedHeaders>,
+) {
+    let mut record: rdkafka::producer::FutureRecord<'_, str, [u8]> =
+        rdkafka::producer::FutureRecord::to(topic).key(key);
+    if let Some(p) = payload {
+        record = record.payload(p);
+    }
+    if let Some(h) = headers {
+        record = record.headers(h);
+    }
+    producer
+        .send(record, Duration::from_secs(60))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
 /// A unique name for a topic or group in this test run.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", rand::random::<u32>())
