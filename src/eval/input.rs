@@ -54,14 +54,14 @@ fn record_of(line: &str, path: &str, number: usize) -> (Option<Vec<u8>>, RecordM
         Ok(m) => {
             let headers = m
                 .headers
-                .iter()
-                .map(|h| (h.key.clone(), h.value.bytes.clone().unwrap_or_default()))
+                .into_iter()
+                .map(|h| (h.key, h.value.bytes.unwrap_or_default()))
                 .collect();
             let meta = RecordMeta {
-                topic: m.topic.clone(),
+                topic: m.topic,
                 partition: m.partition,
                 offset: m.offset,
-                key: m.key.bytes.clone(),
+                key: m.key.bytes,
                 headers,
             };
             (m.value.bytes, meta)

@@ -212,13 +212,14 @@ impl Synthesizer {
         let mut clock = Clock::default();
         let mut last_error = LlmError::Timeout;
         for (i, model) in self.models.iter().enumerate() {
-            if i > 0 && self.chain_ended_when_recorded(client, model, &user) {
-                break;
-            }
-            match self
-                .call_model(client, model, &user, deadline, &mut usage, &mut clock)
+            let first = i == 0;
+            let Some(result) = self
+                .call_model(client, model, &user, first, deadline, &mut usage, &mut clock)
                 .await
-            {
+            else {
+                break;
+            };
+            match result {
                 Ok(text) => {
                     return Synthesis {
                         hint: text,
@@ -260,46 +261,46 @@ impl Synthesizer {
         }
     }
 
-    /// In playback, a later model of the chain that the cassette never saw
-    /// means the recorded run stopped there (its time budget ran out).
-    fn chain_ended_when_recorded(&self, client: &LlmClient, model: &str, user: &str) -> bool {
-        self.cassette.as_ref().is_some_and(|c| {
-            c.plays() && !c.contains(&request_key(client.provider(), &self.request(model, user)))
-        })
-    }
-
     /// One model of the chain: from the cassette when it plays and holds the
     /// request, else from the API (recorded when a cassette is attached).
+    /// `None` in playback when the cassette never saw a later model of the
+    /// chain: the recorded run stopped there (its time budget ran out).
+    #[allow(clippy::too_many_arguments)]
     async fn call_model(
         &self,
         client: &LlmClient,
         model: &str,
         user: &str,
+        first: bool,
         deadline: Instant,
         usage: &mut Usage,
         clock: &mut Clock,
-    ) -> Result<String, LlmError> {
+    ) -> Option<Result<String, LlmError>> {
         let request = self.request(model, user);
         let Some(cassette) = &self.cassette else {
             clock.live = true;
-            return self
-                .call_with_retries(client, &request, deadline, usage, &mut Vec::new())
-                .await;
+            return Some(
+                self.call_with_retries(client, &request, deadline, usage, None)
+                    .await,
+            );
         };
         let key = request_key(client.provider(), &request);
         if cassette.plays() {
             if let Some(call) = cassette.play(&key) {
-                return self.replay(&call, usage, clock);
+                return Some(self.replay(&call, usage, clock));
+            }
+            if !first {
+                return None;
             }
             if cassette.mode() == CassetteMode::Strict {
-                return Err(LlmError::NotInCassette { model: model.into() });
+                return Some(Err(LlmError::NotInCassette { model: model.into() }));
             }
         }
         clock.live = true;
         let started = Instant::now();
         let mut attempts = Vec::new();
         let result = self
-            .call_with_retries(client, &request, deadline, usage, &mut attempts)
+            .call_with_retries(client, &request, deadline, usage, Some(&mut attempts))
             .await;
         let call = Call {
             key,
@@ -311,7 +312,7 @@ impl Synthesizer {
         if let Err(e) = cassette.append(call) {
             tracing::warn!(cassette = %cassette.path().display(), error = %e, "cannot append to the cassette");
         }
-        result
+        Some(result)
     }
 
     /// Replays a recorded call attempt by attempt: the same outcomes and
@@ -320,10 +321,7 @@ impl Synthesizer {
         clock.played_ms += call.elapsed_ms;
         let mut last_error = LlmError::Timeout;
         for attempt in &call.attempts {
-            let status = match &attempt.outcome {
-                Outcome::Reply { .. } => "ok".to_string(),
-                Outcome::Error(e) => e.failure_reason(),
-            };
+            let status = attempt.outcome.status();
             if let Some(o) = &self.observer {
                 o.attempt(&call.model, &status, Duration::from_millis(attempt.latency_ms));
             }
@@ -347,14 +345,15 @@ impl Synthesizer {
     }
 
     /// Calls one model until it answers, fails for good, runs out of retries
-    /// or the deadline nears. Every attempt is pushed onto `attempts`.
+    /// or the deadline nears. When recording, every attempt is pushed onto
+    /// `attempts`.
     async fn call_with_retries(
         &self,
         client: &LlmClient,
         request: &Completion<'_>,
         deadline: Instant,
         usage: &mut Usage,
-        attempts: &mut Vec<Attempt>,
+        mut attempts: Option<&mut Vec<Attempt>>,
     ) -> Result<String, LlmError> {
         let model = request.model;
         let mut backoff = ExponentialBuilder::default()
@@ -389,11 +388,13 @@ impl Synthesizer {
             if let Some(o) = &self.observer {
                 o.attempt(model, &status, attempt_started.elapsed());
             }
-            attempts.push(Attempt {
-                outcome: Outcome::from_result(&result),
-                latency_ms: attempt_started.elapsed().as_millis() as u64,
-                retry_in_ms: None,
-            });
+            if let Some(attempts) = attempts.as_deref_mut() {
+                attempts.push(Attempt {
+                    outcome: Outcome::from_result(&result),
+                    latency_ms: attempt_started.elapsed().as_millis() as u64,
+                    retry_in_ms: None,
+                });
+            }
             let error = match result {
                 Ok(reply) => {
                     usage.input_tokens += reply.usage.input_tokens;
@@ -417,7 +418,7 @@ impl Synthesizer {
             if let Some(o) = &self.observer {
                 o.retry(model, &error.failure_reason());
             }
-            if let Some(last) = attempts.last_mut() {
+            if let Some(last) = attempts.as_deref_mut().and_then(|a| a.last_mut()) {
                 last.retry_in_ms = Some(delay.as_millis() as u64);
             }
             tracing::debug!(model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
