@@ -7,10 +7,10 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use hintstream::kafka::{create_producer, DlqHeaders};
+use hintstream::kafka::DlqHeaders;
 use hintstream::messages::{decode, DecodeLimits, Hint};
 use rdkafka::producer::Producer;
 
@@ -283,11 +283,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     )
     .await;
 
-    let mut producer_config = config.clone();
-    producer_config
-        .kafka
-        .insert("message.max.bytes".into(), "20000000".into());
-    let producer = create_producer(&producer_config).unwrap();
+    let producer = common::large_message_producer(&config);
     for (i, (_, payload, _)) in corpus.iter().enumerate() {
         common::send_raw(&producer, &input, &format!("bad/{i}"), payload.as_deref(), None).await;
     }
@@ -304,18 +300,11 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     )
     .unwrap();
     drop(f);
-    let mut worker = common::KillOnDrop(
-        common::without_llm_env(
-            Command::new(env!("CARGO_BIN_EXE_hintstream"))
-                .args(["hints", "--config"])
-                .arg(&file),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap(),
-    );
-    let worker = &mut worker.0;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    common::without_llm_env(&mut command)
+        .args(["hints", "--config"])
+        .arg(&file);
+    let mut worker = common::Process::spawn(command, "bad-hints");
 
     let expected_dlq = corpus.iter().filter(|c| c.2.is_some()).count();
     let expected_hints = corpus.len() - expected_dlq;
@@ -326,7 +315,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         if dead.len() >= expected_dlq && hints.len() >= expected_hints {
             break (dead, hints);
         }
-        assert!(worker.try_wait().unwrap().is_none(), "the worker exited");
+        assert!(worker.running(), "the worker exited:\n{}", worker.log());
         assert!(
             tokio::time::Instant::now() < deadline,
             "{} of {expected_dlq} dead letters, {} of {expected_hints} hints",
@@ -335,13 +324,9 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    assert!(
-        worker.try_wait().unwrap().is_none(),
-        "the worker is still running after the corpus"
-    );
-    let peak = common::peak_rss_mb(worker.id());
-    let _ = worker.kill();
-    let _ = worker.wait();
+    assert!(worker.running(), "the worker is still running after the corpus");
+    let peak = common::peak_rss_mb(worker.pid());
+    worker.kill9();
 
     let kinds: HashMap<String, String> = dead
         .iter()

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 use hintstream::batch::{ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
-use hintstream::kafka::{create_producer, DlqHeaders};
+use hintstream::kafka::DlqHeaders;
 use hintstream::messages::ScoredRollout;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::Producer;
@@ -384,11 +384,7 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
     )
     .await;
 
-    let mut producer_config = config.clone();
-    producer_config
-        .kafka
-        .insert("message.max.bytes".into(), "20000000".into());
-    let producer = create_producer(&producer_config).unwrap();
+    let producer = common::large_message_producer(&config);
     for input in &corpus {
         let headers = input.arrow.then(|| {
             OwnedHeaders::new().insert(Header {

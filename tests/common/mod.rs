@@ -201,6 +201,14 @@ pub fn one_per_batch_producer(config: &Config) -> rdkafka::producer::FutureProdu
     hintstream::kafka::create_producer(&c).unwrap()
 }
 
+/// A producer that takes messages up to 20 MB (the 10 MB inputs of the
+/// bad-input corpora).
+pub fn large_message_producer(config: &Config) -> rdkafka::producer::FutureProducer {
+    let mut c = config.clone();
+    c.kafka.insert("message.max.bytes".into(), "20000000".into());
+    hintstream::kafka::create_producer(&c).unwrap()
+}
+
 /// Produces one keyed message and waits for its acknowledgement.
 pub async fn send(producer: &rdkafka::producer::FutureProducer, topic: &str, key: &str, payload: &[u8]) {
     producer
