@@ -17,6 +17,7 @@
 //!   topics.
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several
 //!   configs, with an LLM cassette, written as a JSON and HTML report.
+//! - [`jsonl`]: the line loop of every JSONL reader.
 //! - [`metrics`]: Prometheus counters and the `/metrics` endpoint.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.
 
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod eval;
 pub mod hints;
+pub mod jsonl;
 pub mod kafka;
 pub mod llm;
 pub mod messages;

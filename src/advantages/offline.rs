@@ -6,7 +6,7 @@
 //! Arrow IPC (file format, the advantages schema) when its name ends in
 //! `.arrow`.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use arrow_array::RecordBatch;
@@ -90,19 +90,12 @@ pub fn compute_file(
 /// Reads `scored_rollout` rows from JSONL; `step_end` lines are skipped.
 pub fn read_jsonl(path: &Path, limits: DecodeLimits) -> Result<ScoredRows, OfflineError> {
     let name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| OfflineError::Read {
+    let mut rows = ScoredRows::default();
+    let io_error = |source| OfflineError::Read {
         path: name.clone(),
         source,
-    })?;
-    let mut rows = ScoredRows::default();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| OfflineError::Read {
-            path: name.clone(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
+    };
+    crate::jsonl::for_each_line(path, io_error, |number, line| {
         // Rows may omit `type`: in a file they are all scored rollouts.
         let message = match decode::<ScoredMessage>(line.as_bytes(), limits) {
             Err(crate::messages::DecodeError::MissingField { field }) if field == "type" => {
@@ -116,13 +109,14 @@ pub fn read_jsonl(path: &Path, limits: DecodeLimits) -> Result<ScoredRows, Offli
             Ok(ScoredMessage::StepEnd(_)) => {}
             Err(e) => {
                 return Err(OfflineError::BadLine {
-                    path: name,
-                    line: i + 1,
+                    path: name.clone(),
+                    line: number,
                     reason: e.to_string(),
                 })
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(rows)
 }
 

@@ -3,7 +3,6 @@
 //! them, and optionally recorded scored rollouts, assembled into steps.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::BufRead;
 use std::path::Path;
 
 use thiserror::Error;
@@ -85,16 +84,11 @@ fn each_record(path: &Path, mut f: impl FnMut(Option<Vec<u8>>, RecordMeta)) -> R
         path: name.clone(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read)?;
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(read)?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let (value, meta) = record_of(&line, &name, i + 1);
+    crate::jsonl::for_each_line(path, read, |number, line| {
+        let (value, meta) = record_of(line, &name, number);
         f(value, meta);
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Reads and groups failed trajectories.

@@ -11,7 +11,7 @@
 //! path as when recorded, without HTTP and without sleeping.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -158,19 +158,15 @@ impl Cassette {
         };
         let mut recorded: HashMap<String, Recorded> = HashMap::new();
         if mode != CassetteMode::Record && path.exists() {
-            let file = std::fs::File::open(path).map_err(io)?;
-            for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-                let line = line.map_err(io)?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let call: Call = serde_json::from_str(&line).map_err(|source| CassetteError::BadLine {
+            crate::jsonl::for_each_line(path, io, |number, line| {
+                let call: Call = serde_json::from_str(line).map_err(|source| CassetteError::BadLine {
                     path: path.to_path_buf(),
-                    line: i + 1,
+                    line: number,
                     source,
                 })?;
                 add(&mut recorded, call);
-            }
+                Ok(())
+            })?;
         }
         let file = std::fs::OpenOptions::new()
             .create(true)

@@ -2,7 +2,6 @@
 //! keys, values and headers, in file order (so per-key order holds), at an
 //! optional rate.
 
-use std::io::BufRead;
 use std::path::Path;
 use std::time::Duration;
 
@@ -163,27 +162,21 @@ async fn await_one(
 /// Parses a `record` file.
 pub fn read_recorded(file: &Path) -> Result<Vec<RecordedMessage>, ReplayError> {
     let path = file.display().to_string();
-    let reader = std::fs::File::open(file).map_err(|source| ReplayError::Read {
+    let io_error = |source| ReplayError::Read {
         path: path.clone(),
         source,
-    })?;
+    };
     let mut messages = Vec::new();
-    for (i, line) in std::io::BufReader::new(reader).lines().enumerate() {
-        let line = line.map_err(|source| ReplayError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
+    crate::jsonl::for_each_line(file, io_error, |number, line| {
         messages.push(
-            RecordedMessage::from_line(&line).map_err(|source| ReplayError::BadLine {
+            RecordedMessage::from_line(line).map_err(|source| ReplayError::BadLine {
                 path: path.clone(),
-                line: i + 1,
+                line: number,
                 source,
             })?,
         );
-    }
+        Ok(())
+    })?;
     Ok(messages)
 }
 
