@@ -39,18 +39,15 @@ pub async fn produce_file(
     progress: bool,
 ) -> Result<u64, ProduceError> {
     let path = file.display().to_string();
-    let text = std::fs::read_to_string(file).map_err(|source| ProduceError::Read {
+    let io_error = |source| ProduceError::Read {
         path: path.clone(),
         source,
-    })?;
+    };
     let mut messages = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
+    crate::jsonl::for_each_line(file, io_error, |number, line| {
         let bad = |reason: String| ProduceError::BadLine {
             path: path.clone(),
-            line: i + 1,
+            line: number,
             reason,
         };
         let value: serde_json::Value =
@@ -67,7 +64,8 @@ pub async fn produce_file(
             value: Bytes::new(Some(line.as_bytes().to_vec())),
             headers: vec![],
         });
-    }
+        Ok(())
+    })?;
     let options = ReplayOptions {
         progress,
         ..ReplayOptions::default()
