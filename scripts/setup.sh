@@ -6,6 +6,8 @@
 #  - libcurl headers: librdkafka 2.12's cmake build includes <curl/curl.h>
 #    even with curl disabled (its config header defines the OIDC switch to 0,
 #    and rdkafka_conf.c tests it with #ifdef);
+#  - OpenSSL headers and pkg-config: librdkafka is built with TLS and
+#    SASL/SCRAM (rdkafka's `ssl` feature links the system OpenSSL);
 # The tests also need the tansu broker: scripts/test.sh installs it.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
@@ -15,6 +17,8 @@ need_apt=()
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 [ -f /usr/include/curl/curl.h ] || [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 # Validates docker-compose.yml in the tests (no Docker engine needed).
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 # The Python client tests make a venv.

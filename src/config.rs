@@ -37,6 +37,9 @@ pub struct Config {
     /// Kafka bootstrap servers, comma-separated (`--bootstrap-servers`, env
     /// `HINTSTREAM_BOOTSTRAP_SERVERS`).
     pub bootstrap_servers: String,
+    /// How long a stage may take at start-up to reach the cluster and find
+    /// its topics before it exits 1 saying why.
+    pub connect_timeout_secs: u64,
     /// librdkafka properties passed through as they are (`security.protocol`,
     /// `sasl.mechanism`, `sasl.username`, `sasl.password`, ...). Values whose
     /// names look secret are redacted by `hintstream config`.
@@ -44,24 +47,40 @@ pub struct Config {
     pub topics: TopicsConfig,
     pub limits: LimitsConfig,
     /// Stage 1, `hintstream hints`.
-    pub hints: StageConfig,
+    pub hints: HintsConfig,
     /// Stage 2, `hintstream advantages`.
-    pub advantages: StageConfig,
-    /// Stage 2's computation: kernel options, step assembly, step metrics.
+    pub advantages: AdvantagesConfig,
+    /// The advantage kernels (stage 2 and `advantages compute`).
     pub normalize: NormalizeConfig,
     /// Stage 1's model calls. Keys come from ANTHROPIC_API_KEY /
     /// OPENAI_API_KEY only, never from this file.
     pub llm: LlmConfig,
 }
 
+/// Which model API stage 1 calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmProvider {
+    /// Anthropic when ANTHROPIC_API_KEY is set, else an OpenAI-compatible
+    /// server when OPENAI_API_KEY or OPENAI_BASE_URL is set, else static
+    /// hints.
+    #[default]
+    Auto,
+    Anthropic,
+    Openai,
+    /// Static hints only.
+    None,
+}
+
+/// The longest `llm.timeout_secs` accepted: one hint may not hold its group
+/// (and its offsets) longer than this.
+pub const MAX_LLM_TIMEOUT_SECS: f64 = 600.0;
+
 /// Which model API stage 1 calls and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
-    /// `auto`: Anthropic when ANTHROPIC_API_KEY is set, else an
-    /// OpenAI-compatible server when OPENAI_API_KEY or OPENAI_BASE_URL is
-    /// set, else static hints. `anthropic`, `openai`, or `none` (static only).
-    pub provider: String,
+    pub provider: LlmProvider,
     /// The model fallback chain, tried in order; empty = the provider's
     /// default (`claude-sonnet-4-20250514`, or `gpt-4o-mini`). After the last
     /// model fails, the static hint is used.
@@ -77,12 +96,17 @@ pub struct LlmConfig {
     pub concurrency: usize,
     /// Retries of one model on 429/529/5xx/timeouts/broken connections.
     pub max_retries: u32,
-    /// Requests per minute (0 = no limit).
+    /// Requests per minute (0 = no limit). The default caps what a flood of
+    /// input can buy at 600 calls a minute.
     pub requests_per_minute: u32,
     /// Tokens per minute, input + output, from the real `usage` (0 = no limit).
     pub tokens_per_minute: u32,
-    /// How long a group waits for its `group_size` trajectories (ms).
-    pub group_wait_ms: u64,
+    /// Dollars of LLM calls per rolling hour (0 = no budget). When spent,
+    /// hints are static with `failure_reason = "budget_exhausted"` until
+    /// older spend leaves the window.
+    pub budget_usd_per_hour: f64,
+    /// Tokens (input + output) per rolling hour (0 = no budget).
+    pub budget_tokens_per_hour: u64,
     /// Dollars per million input / output tokens, by model.
     pub prices: BTreeMap<String, ModelPrice>,
 }
@@ -94,6 +118,11 @@ pub struct ModelPrice {
     pub output_per_mtok: f64,
 }
 
+/// The default `llm.requests_per_minute`: above what 20 concurrent calls of
+/// a few seconds each make (~300/min), so it never slows a healthy stage, and
+/// low enough that a flood of input cannot buy unlimited calls.
+pub const DEFAULT_REQUESTS_PER_MINUTE: u32 = 600;
+
 impl Default for LlmConfig {
     fn default() -> Self {
         let price = |input_per_mtok, output_per_mtok| ModelPrice {
@@ -101,7 +130,7 @@ impl Default for LlmConfig {
             output_per_mtok,
         };
         LlmConfig {
-            provider: "auto".into(),
+            provider: LlmProvider::Auto,
             models: vec![],
             base_url: String::new(),
             max_tokens: 300,
@@ -109,9 +138,10 @@ impl Default for LlmConfig {
             timeout_secs: 30.0,
             concurrency: 20,
             max_retries: 4,
-            requests_per_minute: 0,
+            requests_per_minute: DEFAULT_REQUESTS_PER_MINUTE,
             tokens_per_minute: 0,
-            group_wait_ms: 2000,
+            budget_usd_per_hour: 0.0,
+            budget_tokens_per_hour: 0,
             prices: [
                 ("claude-sonnet-4-20250514".to_string(), price(3.0, 15.0)),
                 ("claude-3-5-haiku-20241022".to_string(), price(0.8, 4.0)),
@@ -123,7 +153,7 @@ impl Default for LlmConfig {
     }
 }
 
-/// How stage 2 computes advantages and step metrics.
+/// How the advantage kernels compute (stage 2 and `advantages compute`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NormalizeConfig {
@@ -134,13 +164,6 @@ pub struct NormalizeConfig {
     pub epsilon: f64,
     /// Opt-in floor for baseline std (0 = off, the reference's behaviour).
     pub std_floor: f64,
-    /// A step whose rows have not all arrived this many seconds after its
-    /// first row goes to the DLQ (never a silent partial result).
-    pub step_timeout_secs: u64,
-    /// k values of the pass@k metrics (unbiased estimator over raw samples).
-    pub pass_at_k: Vec<u32>,
-    /// A rollout succeeded when its reward is above this.
-    pub success_threshold: f64,
 }
 
 impl Default for NormalizeConfig {
@@ -150,9 +173,6 @@ impl Default for NormalizeConfig {
             norm_by_std: true,
             epsilon: crate::normalize::DEFAULT_EPSILON,
             std_floor: 0.0,
-            step_timeout_secs: 300,
-            pass_at_k: vec![1, 4, 8],
-            success_threshold: 0.0,
         }
     }
 }
@@ -192,9 +212,10 @@ pub struct LimitsConfig {
     pub max_json_depth: usize,
 }
 
-/// What each stage has in common: where it reads, writes and reports.
+/// What each stage has in common: where it reads, writes and reports, and
+/// its bounds. (No `deny_unknown_fields` here: it is flattened into each
+/// stage's section, which reports unknown keys itself.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct StageConfig {
     /// Consumer group; processes with the same id share the partitions.
     pub group_id: String,
@@ -207,23 +228,120 @@ pub struct StageConfig {
     /// Messages taken off Kafka but not yet finished; intake pauses at this
     /// bound, which also bounds redelivery after a crash.
     pub max_in_flight: usize,
-    /// On SIGTERM/SIGINT, how long to wait for in-flight work before closing.
+    /// Bytes of messages held at once. Stage 1 pauses intake at this bound;
+    /// stage 2 dead-letters the oldest incomplete step (`step_evicted`) to
+    /// stay under it.
+    pub max_in_flight_bytes: u64,
+    /// On SIGTERM/SIGINT, and when partitions are revoked, how long in-flight
+    /// work may take to finish and commit before it is dropped uncommitted.
     pub drain_timeout_secs: u64,
 }
+
+/// Keys a stage section does not know, collected so that `validate` can name
+/// them (serde cannot deny unknown fields next to a flattened struct).
+type UnknownKeys = BTreeMap<String, serde_json::Value>;
+
+/// Stage 1's section: the common stage settings plus its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HintsConfig {
+    #[serde(flatten)]
+    pub stage: StageConfig,
+    /// How long a group waits for its `group_size` trajectories (ms).
+    pub group_wait_ms: u64,
+    /// How long a published hint is kept to answer a redelivered or late
+    /// member of its group without an LLM call (seconds).
+    pub cache_ttl_secs: u64,
+    /// Bytes of hints kept for that; the oldest go first.
+    pub cache_max_bytes: u64,
+    #[serde(flatten)]
+    unknown: UnknownKeys,
+}
+
+/// Stage 2's section: the common stage settings plus step assembly and the
+/// step metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdvantagesConfig {
+    #[serde(flatten)]
+    pub stage: StageConfig,
+    /// A step whose rows have not all arrived this many seconds after its
+    /// first row goes to the DLQ (never a silent partial result).
+    pub step_timeout_secs: u64,
+    /// k values of the pass@k metrics.
+    pub pass_at_k: Vec<u32>,
+    /// A rollout succeeded when its reward is above this.
+    pub success_threshold: f64,
+    #[serde(flatten)]
+    unknown: UnknownKeys,
+}
+
+impl std::ops::Deref for HintsConfig {
+    type Target = StageConfig;
+    fn deref(&self) -> &StageConfig {
+        &self.stage
+    }
+}
+
+impl std::ops::DerefMut for HintsConfig {
+    fn deref_mut(&mut self) -> &mut StageConfig {
+        &mut self.stage
+    }
+}
+
+impl std::ops::Deref for AdvantagesConfig {
+    type Target = StageConfig;
+    fn deref(&self) -> &StageConfig {
+        &self.stage
+    }
+}
+
+impl std::ops::DerefMut for AdvantagesConfig {
+    fn deref_mut(&mut self) -> &mut StageConfig {
+        &mut self.stage
+    }
+}
+
+/// Stage 1's default byte bound: 2,000 groups' worth of typical (~250 KB)
+/// trajectories, a small share of a 24 GiB machine.
+pub const DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES: u64 = 512 * 1024 * 1024;
+/// Stage 2's default byte bound: about three pending 1M-row steps of JSON
+/// rows (payload and decoded rows are both counted).
+pub const DEFAULT_ADVANTAGES_MAX_IN_FLIGHT_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 impl Default for Config {
     fn default() -> Self {
         let topics = TopicsConfig::default();
         Config {
             bootstrap_servers: "127.0.0.1:9092".into(),
+            connect_timeout_secs: 30,
             kafka: BTreeMap::new(),
-            hints: StageConfig::new(
-                "hintstream-hints",
-                &topics.failed,
-                &topics.hints,
-                "127.0.0.1:9464",
-            ),
-            advantages: StageConfig::advantages(&topics),
+            hints: HintsConfig {
+                stage: StageConfig::new(
+                    "hintstream-hints",
+                    &topics.failed,
+                    &topics.hints,
+                    "127.0.0.1:9464",
+                ),
+                group_wait_ms: 2000,
+                cache_ttl_secs: 3600,
+                cache_max_bytes: 64 * 1024 * 1024,
+                unknown: UnknownKeys::new(),
+            },
+            advantages: AdvantagesConfig {
+                stage: StageConfig {
+                    max_in_flight: 1_000_000,
+                    max_in_flight_bytes: DEFAULT_ADVANTAGES_MAX_IN_FLIGHT_BYTES,
+                    ..StageConfig::new(
+                        "hintstream-advantages",
+                        &topics.scored,
+                        &topics.advantages,
+                        "127.0.0.1:9465",
+                    )
+                },
+                step_timeout_secs: 300,
+                pass_at_k: vec![1, 4, 8],
+                success_threshold: 0.0,
+                unknown: UnknownKeys::new(),
+            },
             topics,
             limits: LimitsConfig::default(),
             normalize: NormalizeConfig::default(),
@@ -265,22 +383,14 @@ impl StageConfig {
             dlq_topic: format!("{input}.dlq"),
             metrics_addr: metrics_addr.into(),
             max_in_flight: 1000,
+            max_in_flight_bytes: DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES,
             drain_timeout_secs: 20,
         }
     }
 
-    /// Stage 2 parks every row of a step until the step completes, so its
-    /// bound must exceed the largest step (in messages).
-    fn advantages(topics: &TopicsConfig) -> Self {
-        StageConfig {
-            max_in_flight: 1_000_000,
-            ..StageConfig::new(
-                "hintstream-advantages",
-                &topics.scored,
-                &topics.advantages,
-                "127.0.0.1:9465",
-            )
-        }
+    /// `max_in_flight_bytes` as a usize (saturating on 32-bit targets).
+    pub fn max_in_flight_bytes(&self) -> usize {
+        usize::try_from(self.max_in_flight_bytes).unwrap_or(usize::MAX)
     }
 
     /// The parsed metrics address.
@@ -350,6 +460,12 @@ impl Config {
         if self.bootstrap_servers.trim().is_empty() {
             return bad("bootstrap_servers is empty; set --bootstrap-servers HOST:PORT".into());
         }
+        if !(1..=3600).contains(&self.connect_timeout_secs) {
+            return bad(format!(
+                "connect_timeout_secs = {} must be within 1..=3600",
+                self.connect_timeout_secs
+            ));
+        }
         if self.topics.partitions < 1 || self.topics.replication_factor < 1 {
             return bad("topics.partitions and topics.replication_factor must be >= 1".into());
         }
@@ -363,27 +479,55 @@ impl Config {
             None => 45_000,
         };
         let l = &self.llm;
-        if !["auto", "anthropic", "openai", "none"].contains(&l.provider.as_str()) {
+        if !(l.timeout_secs.is_finite() && l.timeout_secs > 0.0 && l.timeout_secs <= MAX_LLM_TIMEOUT_SECS) {
             return bad(format!(
-                "llm.provider {:?} must be auto, anthropic, openai or none",
-                l.provider
+                "llm.timeout_secs = {} must be within 0 < t <= {MAX_LLM_TIMEOUT_SECS} seconds",
+                l.timeout_secs
             ));
         }
-        if !(l.timeout_secs.is_finite() && l.timeout_secs > 0.0) || l.concurrency == 0 || l.max_tokens == 0 {
-            return bad("llm.timeout_secs, llm.concurrency and llm.max_tokens must be > 0".into());
+        if l.concurrency == 0 || l.max_tokens == 0 {
+            return bad("llm.concurrency and llm.max_tokens must be > 0".into());
         }
         if !(0.0..=2.0).contains(&l.temperature) {
             return bad(format!("llm.temperature {} must be within 0..=2", l.temperature));
         }
-        let n = &self.normalize;
         let non_negative = |x: f64| x.is_finite() && x >= 0.0;
+        if !non_negative(l.budget_usd_per_hour) {
+            return bad(format!(
+                "llm.budget_usd_per_hour = {} must be a finite number >= 0 (0 = no budget)",
+                l.budget_usd_per_hour
+            ));
+        }
+        for (model, price) in &l.prices {
+            if !(non_negative(price.input_per_mtok) && non_negative(price.output_per_mtok)) {
+                return bad(format!("llm.prices.\"{model}\" must have finite prices >= 0"));
+            }
+        }
+        let n = &self.normalize;
         if !(non_negative(n.epsilon) && non_negative(n.std_floor)) {
             return bad("normalize.epsilon and normalize.std_floor must be finite and >= 0".into());
         }
-        if n.pass_at_k.contains(&0) || n.step_timeout_secs == 0 {
-            return bad("normalize.pass_at_k values and normalize.step_timeout_secs must be >= 1".into());
+        let a = &self.advantages;
+        if a.pass_at_k.contains(&0) || a.step_timeout_secs == 0 {
+            return bad("advantages.pass_at_k values and advantages.step_timeout_secs must be >= 1".into());
         }
-        for (name, stage) in [("hints", &self.hints), ("advantages", &self.advantages)] {
+        if !a.success_threshold.is_finite() {
+            return bad("advantages.success_threshold must be finite".into());
+        }
+        for (name, unknown) in [
+            ("hints", &self.hints.unknown),
+            ("advantages", &self.advantages.unknown),
+        ] {
+            if let Some(key) = unknown.keys().next() {
+                return bad(format!(
+                    "unknown key `{name}.{key}`; see hintstream.example.toml for the keys of [{name}]"
+                ));
+            }
+        }
+        for (name, stage) in [
+            ("hints", &self.hints.stage),
+            ("advantages", &self.advantages.stage),
+        ] {
             for (key, topic) in [
                 ("input_topic", &stage.input_topic),
                 ("output_topic", &stage.output_topic),
@@ -400,10 +544,13 @@ impl Config {
                     stage.input_topic
                 ));
             }
-            if stage.max_in_flight == 0 {
-                return bad(format!("{name}.max_in_flight must be >= 1"));
+            if stage.max_in_flight == 0 || stage.max_in_flight_bytes == 0 {
+                return bad(format!(
+                    "{name}.max_in_flight and {name}.max_in_flight_bytes must be >= 1"
+                ));
             }
-            if stage.drain_timeout_secs * 1000 >= session_ms {
+            let drain_ms = stage.drain_timeout_secs.saturating_mul(1000);
+            if drain_ms >= session_ms {
                 return bad(format!(
                     "{name}.drain_timeout_secs ({}s) must be shorter than kafka.\"session.timeout.ms\" ({session_ms} ms), or the group evicts the member while it drains",
                     stage.drain_timeout_secs

@@ -10,28 +10,53 @@
 //!   into typed values with a typed error per way of being wrong.
 //! - [`config`]: layered settings (defaults, `hintstream.toml`, env
 //!   `HINTSTREAM_<SECTION>__<KEY>`, flags) with the rules that span fields.
-//! - [`kafka`]: everything that touches Kafka records: client construction,
-//!   the offset tracker and its single commit point (the at-least-once
-//!   contract), the dead-letter producer, the consume loop, topic admin.
+//! - [`kafka`]: everything that touches Kafka records: client construction
+//!   and start-up checks, the offset tracker and its single commit point (the
+//!   at-least-once contract), one handle per taken message, the dead-letter
+//!   producer, bounded produce, the consume loop with drain on revoke and
+//!   shutdown, topic admin.
+//! - [`stage`]: the skeleton both stages share: checks, clients, registry,
+//!   metrics endpoint, the loop.
+//! - [`llm`]: stage 1's model side: the HTTP clients (Anthropic,
+//!   OpenAI-compatible), the prompt, the Python-literal parser, the
+//!   synthesizer with retries, rate limits and the spend budget, the
+//!   cassette.
+//! - [`hints`]: stage 1, `hintstream hints`: decode, group, synthesize (at
+//!   most one LLM call per group: the hint cache), publish.
+//! - [`batch`]: Arrow schemas, columnar scored rows and IPC framing.
+//! - [`normalize`]: the advantage kernels (CPU, CUDA) and dense group ids.
+//! - [`advantages`]: stage 2, `hintstream advantages`: decode, assemble
+//!   steps, compute, publish advantages and step metrics; `advantages compute`
+//!   on files.
+//! - [`metrics`]: the consume loop's Prometheus counters and the `/metrics`
+//!   endpoint.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
 //!   topics.
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several
 //!   configs, with an LLM cassette, written as a JSON and HTML report.
+//! - [`quickstart`]: the whole pipeline in one process on sample data.
 //! - [`jsonl`]: the line loop of every JSONL reader.
-//! - [`metrics`]: Prometheus counters and the `/metrics` endpoint.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.
+
+pub mod messages;
+
+pub mod config;
+
+pub mod kafka;
+pub mod stage;
+
+pub mod hints;
+pub mod llm;
 
 pub mod advantages;
 pub mod batch;
-pub mod cli;
-pub mod config;
-pub mod eval;
-pub mod hints;
-pub mod jsonl;
-pub mod kafka;
-pub mod llm;
-pub mod messages;
-pub mod metrics;
 pub mod normalize;
+
+pub mod metrics;
+
+pub mod eval;
+pub mod jsonl;
 pub mod quickstart;
 pub mod tools;
+
+pub mod cli;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use hintstream::advantages::offline;
-use hintstream::advantages::stage::AdvantageStage;
+use hintstream::advantages::service::AdvantageStage;
 use hintstream::cli::{AdvantagesAction, Cli, Command, LogFormat, TopicsAction};
 use hintstream::config::Config;
 use hintstream::eval::{self, EvalConfig, EvalOptions};
@@ -14,6 +14,7 @@ use hintstream::hints::HintStage;
 use hintstream::kafka::shutdown_signal;
 use hintstream::kafka::{admin, create_producer};
 use hintstream::llm::cassette::CassetteMode;
+use hintstream::stage::StageError;
 use hintstream::tools::{produce, record, replay};
 
 fn main() -> ExitCode {
@@ -52,11 +53,21 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli.command, config, explicit_broker, eval_configs)) {
+    let result = runtime.block_on(run(cli.command, config, explicit_broker, eval_configs));
+    // Blocking calls left behind at a bound (a commit or close to a broker
+    // that is gone) must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            // A stage that could not start because of its configuration (a
+            // missing topic included) exits 2, like bad flags.
+            let code = e
+                .chain()
+                .find_map(|cause| cause.downcast_ref::<StageError>())
+                .map_or(1, StageError::exit_code);
+            ExitCode::from(code)
         }
     }
 }
@@ -95,6 +106,9 @@ async fn run(
                 .context("starting the hint stage")?;
             let summary = stage.run(shutdown_signal()).await;
             tracing::info!(?summary, "hint stage stopped");
+            if let Some(failure) = summary.failure {
+                anyhow::bail!("the hint stage failed: {failure}");
+            }
         }
         Command::Advantages { action: None, .. } => {
             let stage = AdvantageStage::build(config)
@@ -102,6 +116,9 @@ async fn run(
                 .context("starting the advantage stage")?;
             let summary = stage.run(shutdown_signal()).await;
             tracing::info!(?summary, "advantage stage stopped");
+            if let Some(failure) = summary.failure {
+                anyhow::bail!("the advantage stage failed: {failure}");
+            }
         }
         Command::Advantages {
             action:

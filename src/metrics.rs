@@ -14,60 +14,105 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// Label set of one label, `reason` or `kind`.
+/// Label set of one label, `kind` or `reason`.
 pub type Labels = Vec<(&'static str, String)>;
 
-/// Counters of the consume loop, shared by both stages.
+/// Counters of the consume loop and the delivery contract, shared by both
+/// stages.
 pub struct StageMetrics {
     received: Counter,
     read_errors: Counter,
     dead_letters: Family<Labels, Counter>,
+    handler_panics: Counter,
+    abandoned: Counter,
+    commit_failures: Counter,
+    store_failures: Counter,
+    revoke_finished: Counter,
     in_flight: Gauge,
+    in_flight_bytes: Gauge,
     consumer_lag: Gauge,
+    assigned: Gauge,
 }
 
 impl StageMetrics {
     /// Registers the loop's metrics under `registry` (which carries the stage
     /// prefix, for example `hintstream_hints`).
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = StageMetrics {
+        let m = StageMetrics {
             received: Counter::default(),
             read_errors: Counter::default(),
             dead_letters: Family::default(),
+            handler_panics: Counter::default(),
+            abandoned: Counter::default(),
+            commit_failures: Counter::default(),
+            store_failures: Counter::default(),
+            revoke_finished: Counter::default(),
             in_flight: Gauge::default(),
+            in_flight_bytes: Gauge::default(),
             consumer_lag: Gauge::default(),
+            assigned: Gauge::default(),
         };
         registry.register(
             "messages_received",
             "Messages taken off the input topic",
-            metrics.received.clone(),
+            m.received.clone(),
         );
         registry.register(
             "kafka_read_errors",
             "Errors returned by the consumer",
-            metrics.read_errors.clone(),
+            m.read_errors.clone(),
         );
         registry.register(
             "dead_letters",
-            "Input sent to the dead-letter topic, by reason",
-            metrics.dead_letters.clone(),
+            "Messages sent to the dead-letter topic, by kind",
+            m.dead_letters.clone(),
+        );
+        registry.register(
+            "handler_panics",
+            "Handler tasks that panicked (their messages are dead-lettered as handler_panic)",
+            m.handler_panics.clone(),
+        );
+        registry.register(
+            "abandoned_messages",
+            "Messages left unfinished at a partition revoke or shutdown (uncommitted, redelivered)",
+            m.abandoned.clone(),
+        );
+        registry.register(
+            "offset_commit_failures",
+            "Offset commits that failed (not counting deferrals during a rebalance)",
+            m.commit_failures.clone(),
+        );
+        registry.register(
+            "offset_store_failures",
+            "Offsets that could not be stored for commit",
+            m.store_failures.clone(),
+        );
+        registry.register(
+            "revoke_drained_messages",
+            "In-flight messages of revoked partitions that finished during the drain",
+            m.revoke_finished.clone(),
         );
         registry.register(
             "in_flight_messages",
             "Messages taken and not yet finished",
-            metrics.in_flight.clone(),
+            m.in_flight.clone(),
+        );
+        registry.register(
+            "in_flight_bytes",
+            "Bytes of messages taken and not yet finished (stages with a byte bound on intake)",
+            m.in_flight_bytes.clone(),
         );
         registry.register(
             "consumer_lag",
             "Messages behind the end of the assigned partitions (librdkafka statistics)",
-            metrics.consumer_lag.clone(),
+            m.consumer_lag.clone(),
         );
-        metrics
-    }
-
-    /// The lag gauge, for the consumer's context to update.
-    pub fn consumer_lag(&self) -> Gauge {
-        self.consumer_lag.clone()
+        registry.register(
+            "assigned_partitions",
+            "Input partitions assigned to this member",
+            m.assigned.clone(),
+        );
+        m
     }
 
     /// Metrics registered nowhere, for tools and tests that serve none.
@@ -83,25 +128,71 @@ impl StageMetrics {
         self.read_errors.inc();
     }
 
-    pub fn dead_lettered(&self, reason: &str) {
+    pub fn dead_lettered(&self, kind: &str) {
         self.dead_letters
-            .get_or_create(&vec![("reason", reason.to_string())])
+            .get_or_create(&vec![("kind", kind.to_string())])
             .inc();
     }
 
-    pub fn dead_letter_count(&self, reason: &str) -> u64 {
+    pub fn dead_letter_count(&self, kind: &str) -> u64 {
         self.dead_letters
-            .get_or_create(&vec![("reason", reason.to_string())])
+            .get_or_create(&vec![("kind", kind.to_string())])
             .get()
+    }
+
+    pub fn handler_panicked(&self) {
+        self.handler_panics.inc();
+    }
+
+    pub fn handler_panic_count(&self) -> u64 {
+        self.handler_panics.get()
+    }
+
+    pub fn abandoned(&self) {
+        self.abandoned.inc();
+    }
+
+    pub fn commit_failed(&self) {
+        self.commit_failures.inc();
+    }
+
+    pub fn store_failed(&self) {
+        self.store_failures.inc();
+    }
+
+    /// A revoke's drain ended with `finished` messages completed (those
+    /// cancelled are counted as abandoned when their handles drop).
+    pub fn revoke_drained(&self, finished: usize) {
+        self.revoke_finished.inc_by(finished as u64);
     }
 
     pub fn set_in_flight(&self, n: usize) {
         self.in_flight.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
+
+    pub fn set_in_flight_bytes(&self, n: usize) {
+        self.in_flight_bytes.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_consumer_lag(&self, lag: i64) {
+        self.consumer_lag.set(lag);
+    }
+
+    pub fn set_assigned(&self, partitions: usize) {
+        self.assigned.set(i64::try_from(partitions).unwrap_or(i64::MAX));
+    }
+
+    /// Partitions assigned now.
+    pub fn assigned(&self) -> i64 {
+        self.assigned.get()
+    }
 }
 
 /// A counter of `f64` (cost in dollars and the like).
 pub type FloatCounter = Counter<f64, AtomicU64>;
+
+/// A gauge of `f64` (dollars left and the like).
+pub type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Renders a registry in the Prometheus/OpenMetrics text format.
 pub fn render(registry: &Registry) -> String {
@@ -155,7 +246,7 @@ mod tests {
         assert_ne!(addr.port(), 0);
         let body = reqwest_free_get(addr).await;
         assert!(
-            body.contains("hintstream_test_dead_letters_total{reason=\"not_json\"} 1"),
+            body.contains("hintstream_test_dead_letters_total{kind=\"not_json\"} 1"),
             "{body}"
         );
     }

@@ -17,7 +17,7 @@ use rdkafka::Message;
 use thiserror::Error;
 use tokio::sync::watch;
 
-use crate::advantages::stage::AdvantageStage;
+use crate::advantages::service::AdvantageStage;
 use crate::batch::ipc;
 use crate::config::Config;
 use crate::hints::HintStage;
@@ -141,7 +141,7 @@ pub async fn run(
     config.advantages.group_id = format!("{}-{run_id}", config.advantages.group_id);
     config.hints.metrics_addr = "127.0.0.1:0".into();
     config.advantages.metrics_addr = "127.0.0.1:0".into();
-    config.llm.group_wait_ms = config.llm.group_wait_ms.min(1000);
+    config.hints.group_wait_ms = config.hints.group_wait_ms.min(1000);
 
     let env = LlmEnv::from_process();
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -12,7 +12,7 @@ use arrow_array::{
     Array, BooleanArray, DictionaryArray, Float32Array, Float64Array, Int32Array, RecordBatch, StringArray,
 };
 use arrow_schema::{DataType, Field, Schema};
-use hintstream::advantages::stage::AdvantageStage;
+use hintstream::advantages::service::AdvantageStage;
 use hintstream::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::kafka::{create_producer, DlqHeaders};
 use hintstream::tools::RecordedMessage;
@@ -98,8 +98,8 @@ async fn fresh_stage(broker: &str) -> (hintstream::config::Config, [String; 4]) 
     common::own_topics(&mut config.advantages, "scored", "advantages");
     let scored = config.advantages.input_topic.clone();
     config.topics.metrics = common::unique("metrics");
-    config.normalize.step_timeout_secs = 2;
-    config.normalize.pass_at_k = vec![1];
+    config.advantages.step_timeout_secs = 2;
+    config.advantages.pass_at_k = vec![1];
     let topics = [
         scored,
         config.advantages.output_topic.clone(),

@@ -13,15 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hintstream::config::Config;
-use hintstream::kafka::{
-    create_consumer, create_producer, run_stage, DeadLetters, RecordMeta, RunOptions, Work,
-};
+use hintstream::kafka::{create_producer, RecordMeta, RunOptions, StageLoop, Work};
 use hintstream::metrics::StageMetrics;
 use rand::Rng;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
 
 const MESSAGES: u64 = 10_000;
 const PARTITIONS: i32 = 4;
@@ -58,29 +54,9 @@ async fn produce(producer: &FutureProducer, topic: &str) {
     producer.flush(Duration::from_secs(30)).unwrap();
 }
 
-/// Committed offsets of `group` per partition (blocking call on the pool).
+/// Committed offsets of `group` per partition.
 async fn committed(config: &Config, group: &str, topic: &str) -> BTreeMap<i32, i64> {
-    let mut client = hintstream::kafka::base_config(config);
-    client.set("group.id", group);
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client.create().unwrap();
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..PARTITIONS {
-            tpl.add_partition(&topic, p);
-        }
-        let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
-        committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((e.partition(), o)),
-                _ => None,
-            })
-            .collect()
-    })
-    .await
-    .unwrap()
+    common::committed_offsets(config, group, topic, PARTITIONS).await
 }
 
 fn assert_no_commit_past_unfinished(committed: &BTreeMap<i32, i64>, progress: &Progress) {
@@ -103,21 +79,24 @@ async fn run_until(
 ) {
     let reached = Arc::new(tokio::sync::Notify::new());
     let stop_when = Arc::new(stop_when);
-    let consumer = Arc::new(create_consumer(config, group, Default::default()).unwrap());
-    consumer.subscribe(&[topic]).unwrap();
-    let dlq = DeadLetters::new(create_producer(config).unwrap(), format!("{topic}.dlq"));
     let options = RunOptions {
         max_in_flight: 256,
+        max_in_flight_bytes: None,
         drain_timeout: Duration::from_secs(10),
     };
+    let stage_loop = StageLoop::create(
+        config,
+        group,
+        topic,
+        &format!("{topic}.dlq"),
+        Arc::new(StageMetrics::unregistered()),
+        options,
+    )
+    .unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let handler_progress = progress.clone();
     let (handler_reached, handler_stop_when) = (reached.clone(), stop_when.clone());
-    let stage = run_stage(
-        consumer,
-        dlq,
-        Arc::new(StageMetrics::unregistered()),
-        options,
+    let stage = stage_loop.run(
         |bytes: &[u8], _: &RecordMeta| Ok(std::str::from_utf8(bytes).unwrap().parse::<u64>().unwrap()),
         move |work: Work<u64>| {
             let progress = handler_progress.clone();
@@ -126,7 +105,7 @@ async fn run_until(
                 let delay = rand::rng().random_range(0..20);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 let mut p = progress.lock().unwrap();
-                let (partition, offset) = (work.meta.partition, work.meta.offset);
+                let (partition, offset) = (work.message.meta().partition, work.message.offset());
                 if p.last_finished.get(&partition).is_some_and(|last| *last > offset) {
                     p.out_of_order += 1;
                 }
@@ -137,7 +116,7 @@ async fn run_until(
                     reached.notify_one();
                 }
                 drop(p);
-                work.done.finish();
+                work.message.ack();
             }
         },
         async {
@@ -152,6 +131,14 @@ async fn run_until(
             _ = &mut stage => break,
             _ = reached.notified() => {
                 if kill {
+                    // Kill once librdkafka's auto-commit has landed, so the
+                    // restart resumes mid-stream rather than from the start
+                    // (reaching the target can take less than its 1 s timer).
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                    while committed(config, group, topic).await.values().sum::<i64>() == 0 {
+                        assert!(tokio::time::Instant::now() < deadline, "nothing committed in 30 s");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                     return; // dropping `stage` aborts its tasks mid-flight
                 }
                 if let Some(tx) = stop_tx.take() {

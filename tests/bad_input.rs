@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
@@ -290,16 +289,15 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     producer.flush(Duration::from_secs(30)).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("bad.toml");
+    let endpoint = common::MetricsEndpoint::free();
+    config
+        .kafka
+        .insert("fetch.message.max.bytes".into(), "20000000".into());
+    config.hints.group_id = common::unique("bad-group");
+    config.hints.metrics_addr = endpoint.addr();
+    config.hints.group_wait_ms = 100;
+    let file = common::write_config(&config, dir.path());
     let h = &config.hints;
-    let mut f = std::fs::File::create(&file).unwrap();
-    writeln!(
-        f,
-        "bootstrap_servers = \"{}\"\n[kafka]\n\"fetch.message.max.bytes\" = \"20000000\"\n[hints]\ngroup_id = \"{}\"\ninput_topic = \"{}\"\noutput_topic = \"{}\"\ndlq_topic = \"{}\"\nmetrics_addr = \"127.0.0.1:0\"\n[llm]\ngroup_wait_ms = 100",
-        broker.bootstrap, common::unique("bad-group"), h.input_topic, h.output_topic, h.dlq_topic
-    )
-    .unwrap();
-    drop(f);
     let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
     common::without_llm_env(&mut command)
         .args(["hints", "--config"])
@@ -326,7 +324,6 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     };
     assert!(worker.running(), "the worker is still running after the corpus");
     let peak = common::peak_rss_mb(worker.pid());
-    worker.kill9();
 
     let kinds: HashMap<String, String> = dead
         .iter()
@@ -352,6 +349,25 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         let key = format!("bad/{i}");
         assert_eq!(kinds.get(&key).map(String::as_str), *kind, "{name}");
     }
+    // Every dead letter is counted, under its kind.
+    let mut by_kind: HashMap<&str, f64> = HashMap::new();
+    for kind in kinds.values() {
+        *by_kind.entry(kind.as_str()).or_default() += 1.0;
+    }
+    for (kind, count) in &by_kind {
+        assert_eq!(
+            endpoint
+                .value("hintstream_hints_dead_letters_total", &[("kind", kind)])
+                .await,
+            *count,
+            "dead_letters_total{{kind={kind}}}"
+        );
+    }
+    assert_eq!(
+        endpoint.value("hintstream_hints_dead_letters_total", &[]).await,
+        dead.len() as f64,
+        "no dead letter uncounted"
+    );
     // The 10 MB input did not fit a dead letter whole: cut, and marked so.
     let big_key = format!(
         "bad/{}",
@@ -385,6 +401,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         hints.iter().all(|h| h.hint.chars().count() < 10_000),
         "hints stay bounded"
     );
+    worker.kill9();
     eprintln!(
         "{} inputs: {expected_dlq} dead-lettered, {expected_hints} hinted; worker peak RSS {peak} MB",
         corpus.len()

@@ -367,7 +367,7 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "bad-scored", "bad-advantages");
     config.topics.metrics = common::unique("bad-metrics");
-    config.normalize.step_timeout_secs = 3;
+    config.advantages.step_timeout_secs = 3;
     config
         .kafka
         .insert("fetch.message.max.bytes".into(), "20000000".into());
@@ -404,8 +404,9 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
     producer.flush(Duration::from_secs(30)).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("bad.toml");
-    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+    let endpoint = common::MetricsEndpoint::free();
+    config.advantages.metrics_addr = endpoint.addr();
+    let file = common::write_config(&config, dir.path());
     let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
     command.args(["advantages", "--config"]).arg(&file);
     let mut worker = common::Process::spawn(command, "bad-scored");
@@ -430,7 +431,6 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
     };
     assert!(worker.running(), "the worker is still running after the corpus");
     let peak = common::peak_rss_mb(worker.pid());
-    worker.kill9();
 
     // Every dead letter: the expected kind, a reason, the original key.
     let header = |m: &hintstream::tools::RecordedMessage, n: &str| {
@@ -465,6 +465,21 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
         assert_eq!(got.get(key), Some(kinds), "{} ({key})", names[key.as_str()]);
     }
     assert_eq!(dead.len(), expected_dlq, "nothing else was dead-lettered");
+    // Every dead letter is counted, under its kind.
+    let mut by_kind: BTreeMap<&str, f64> = BTreeMap::new();
+    for kind in got.values().flatten() {
+        *by_kind.entry(kind.as_str()).or_default() += 1.0;
+    }
+    for (kind, count) in &by_kind {
+        assert_eq!(
+            endpoint
+                .value("hintstream_advantages_dead_letters_total", &[("kind", kind)])
+                .await,
+            *count,
+            "dead_letters_total{{kind={kind}}}"
+        );
+    }
+    worker.kill9();
 
     // The valid steps, the odd one included, are published once each.
     let mut steps: Vec<i64> = published

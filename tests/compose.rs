@@ -44,10 +44,11 @@ fn dashboard_queries_only_metrics_the_stages_export() {
     // each one, as the running stages do.
     let mut hints = Registry::with_prefix("hintstream_hints");
     hintstream::metrics::StageMetrics::register(&mut hints).dead_lettered("not_json");
-    let hint_metrics = hintstream::hints::stage::HintMetrics::register(&mut hints);
+    let hint_metrics = hintstream::hints::metrics::HintMetrics::register(&mut hints, (true, true));
     hint_metrics.attempt("m", "ok", std::time::Duration::from_millis(5));
     hint_metrics.retry("m", "http_429");
-    hint_metrics.published(&hintstream::llm::Synthesis {
+    hint_metrics.published(hintstream::messages::HintCategory::StaticFallback);
+    hint_metrics.synthesized(&hintstream::llm::Synthesis {
         hint: "h".into(),
         category: hintstream::messages::HintCategory::StaticFallback,
         model: None,
@@ -58,7 +59,7 @@ fn dashboard_queries_only_metrics_the_stages_export() {
     });
     let mut advantages = Registry::with_prefix("hintstream_advantages");
     hintstream::metrics::StageMetrics::register(&mut advantages).dead_lettered("not_json");
-    let advantage_metrics = hintstream::advantages::stage::AdvantageMetrics::register(&mut advantages);
+    let advantage_metrics = hintstream::advantages::metrics::AdvantageMetrics::register(&mut advantages);
     advantage_metrics.computed("cpu", 0.001);
     advantage_metrics.step_dead_lettered("step_incomplete");
     let exported = format!(

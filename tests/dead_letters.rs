@@ -7,12 +7,9 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hintstream::kafka::{
-    create_consumer, create_producer, run_stage, DeadLetters, DlqHeaders, RecordMeta, RunOptions, Work,
-};
+use hintstream::kafka::{create_producer, DlqHeaders, RecordMeta, RunOptions, StageLoop, Work};
 use hintstream::messages::{decode, FailedTrajectory};
 use hintstream::metrics::StageMetrics;
-use rdkafka::consumer::Consumer;
 use rdkafka::producer::{FutureRecord, Producer};
 
 fn valid(n: usize) -> serde_json::Value {
@@ -103,27 +100,31 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
     producer.flush(Duration::from_secs(10)).unwrap();
 
     let group = common::unique("dlq-group");
-    let consumer = Arc::new(create_consumer(&config, &group, Default::default()).unwrap());
-    consumer.subscribe(&[&topic]).unwrap();
     let metrics = Arc::new(StageMetrics::unregistered());
     let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let limits = config.decode_limits();
     let handler_seen = seen.clone();
-    let stage = tokio::spawn(run_stage(
-        consumer,
-        DeadLetters::new(create_producer(&config).unwrap(), dlq_topic.clone()),
+    let stage_loop = StageLoop::create(
+        &config,
+        &group,
+        &topic,
+        &dlq_topic,
         metrics.clone(),
         RunOptions {
             max_in_flight: 1,
+            max_in_flight_bytes: None,
             drain_timeout: Duration::from_secs(5),
         },
+    )
+    .unwrap();
+    let stage = tokio::spawn(stage_loop.run(
         move |bytes: &[u8], _: &RecordMeta| Ok(decode::<FailedTrajectory>(bytes, limits)?),
         move |work: Work<FailedTrajectory>| {
             let seen = handler_seen.clone();
             async move {
                 seen.lock().unwrap().push(work.input.trajectory_id.clone());
-                work.done.finish();
+                work.message.ack();
             }
         },
         async {
@@ -146,8 +147,11 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
         expected_valid,
         "valid messages processed in order around the bad ones"
     );
-    assert_eq!(summary.dead_lettered as usize, bad.len());
+    assert_eq!(summary.rejected as usize, bad.len());
     assert_eq!(metrics.dead_letter_count("invalid_value"), 2);
+    for (kind, _) in &bad {
+        assert!(metrics.dead_letter_count(kind) >= 1, "{kind} counted by kind");
+    }
 
     let letters = common::read_topic(&config, &dlq_topic).await;
     assert_eq!(letters.len(), bad.len());

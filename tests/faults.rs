@@ -130,12 +130,6 @@ fn assert_same_advantages(got: &BTreeMap<String, f64>, want: &BTreeMap<String, f
     }
 }
 
-fn write_config(config: &Config, dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("hintstream.toml");
-    std::fs::write(&path, toml::to_string(config).unwrap()).unwrap();
-    path
-}
-
 fn start(stage: &str, config_file: &Path, server: Option<&LlmServer>, name: &str) -> common::Process {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
     common::without_llm_env(&mut command)
@@ -148,23 +142,6 @@ fn start(stage: &str, config_file: &Path, server: Option<&LlmServer>, name: &str
             .env("ANTHROPIC_BASE_URL", s.base_url());
     }
     common::Process::spawn(command, name)
-}
-
-async fn wait_until(
-    what: &str,
-    within: Duration,
-    mut done: impl FnMut() -> bool,
-    context: impl Fn() -> String,
-) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {within:?}\n{}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Distinct group keys of the hints on `topic`.
@@ -193,8 +170,12 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     common::own_topics(&mut config.advantages, "scored", "advantages");
     config.topics.metrics = common::unique("metrics");
     config.llm.concurrency = 2;
-    config.llm.group_wait_ms = 100;
-    config.normalize.step_timeout_secs = 120;
+    config.hints.group_wait_ms = 100;
+    config.advantages.step_timeout_secs = 120;
+    let (hints_metrics, advantages_metrics) =
+        (common::MetricsEndpoint::free(), common::MetricsEndpoint::free());
+    config.hints.metrics_addr = hints_metrics.addr();
+    config.advantages.metrics_addr = advantages_metrics.addr();
     let (h, a) = (config.hints.clone(), config.advantages.clone());
     let topics = [
         &h.input_topic,
@@ -207,17 +188,28 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     ];
     common::create_topics(&config, &topics.map(String::as_str), 3).await;
     let dir = tempfile::tempdir().unwrap();
-    let file = write_config(&config, dir.path());
+    let file = common::write_config(&config, dir.path());
     let mut hints = start("hints", &file, Some(&server), "restart-hints");
     let mut advantages = start("advantages", &file, None, "restart-advantages");
     let logs = || format!("--- hints\n{}\n--- advantages\n{}", hints.log(), advantages.log());
-    wait_until(
-        "both workers joined",
-        Duration::from_secs(60),
-        || hints.log().contains("partitions assigned") && advantages.log().contains("partitions assigned"),
-        logs,
-    )
-    .await;
+    hints_metrics
+        .wait_for(
+            "hintstream_hints_assigned_partitions",
+            &[],
+            |n| n > 0.0,
+            Duration::from_secs(60),
+            logs,
+        )
+        .await;
+    advantages_metrics
+        .wait_for(
+            "hintstream_advantages_assigned_partitions",
+            &[],
+            |n| n > 0.0,
+            Duration::from_secs(60),
+            logs,
+        )
+        .await;
 
     // Groups and steps of one half of the stream.
     let send_half = |groups: std::ops::Range<usize>, steps: std::ops::RangeInclusive<i64>| {
@@ -242,14 +234,11 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     };
     // First halves, then the broker dies mid-stream.
     send_half(0..GROUPS / 2, 1..=STEPS / 2).await;
-    wait_until(
-        "hints flowing",
-        Duration::from_secs(60),
-        || hints.log().matches("Hint [").count() >= 40,
-        logs,
-    )
-    .await;
-    let before = hints.log().matches("Hint [").count();
+    let published = "hintstream_hints_hints_published_total";
+    hints_metrics
+        .wait_for(published, &[], |n| n >= 40.0, Duration::from_secs(60), logs)
+        .await;
+    let before = hints_metrics.value(published, &[]).await as usize;
     broker.kill9();
     let killed = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -305,48 +294,65 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
     common::own_topics(&mut config.advantages, "scored", "advantages");
     config.advantages.drain_timeout_secs = 2;
     config.topics.metrics = common::unique("metrics");
-    config.normalize.step_timeout_secs = 120;
+    config.advantages.step_timeout_secs = 120;
     // The restarted worker waits out the killed member's session.
     config.kafka.insert("session.timeout.ms".into(), "6000".into());
     config.hints.drain_timeout_secs = 2;
+    let endpoint = common::MetricsEndpoint::free();
+    config.advantages.metrics_addr = endpoint.addr();
     let a = config.advantages.clone();
-    // The output topic does not exist yet: a computed step cannot be
-    // acknowledged, so the kill below lands between compute and publish.
     common::create_topics(
         &config,
-        &[&a.input_topic, &a.dlq_topic, &config.topics.metrics],
+        &[
+            &a.input_topic,
+            &a.output_topic,
+            &a.dlq_topic,
+            &config.topics.metrics,
+        ],
         2,
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let file = write_config(&config, dir.path());
-    let mut first = start("advantages", &file, None, "adv-killed");
-    wait_until(
-        "the worker joined",
-        Duration::from_secs(60),
-        || first.log().contains("partitions assigned"),
-        || first.log(),
-    )
-    .await;
+    let file = common::write_config(&config, dir.path());
+    // The first worker's producer holds every record for 20 s before
+    // sending it: a computed step cannot be acknowledged in time, so the
+    // kill below lands between compute and publish.
+    let mut lingering = config.clone();
+    lingering.kafka.insert("linger.ms".into(), "20000".into());
+    lingering
+        .kafka
+        .insert("message.timeout.ms".into(), "60000".into());
+    let lingering_dir = tempfile::tempdir().unwrap();
+    let lingering_file = common::write_config(&lingering, lingering_dir.path());
+    let mut first = start("advantages", &lingering_file, None, "adv-killed");
+    endpoint
+        .wait_for(
+            "hintstream_advantages_assigned_partitions",
+            &[],
+            |n| n > 0.0,
+            Duration::from_secs(60),
+            || first.log(),
+        )
+        .await;
     let producer = common::one_per_batch_producer(&config);
     for step in 1..=3 {
         send_step(&producer, &a.input_topic, step).await;
     }
-    wait_until(
-        "a step computed",
-        Duration::from_secs(60),
-        || first.log().contains("step computed; publishing"),
-        || first.log(),
-    )
-    .await;
+    endpoint
+        .wait_for(
+            "hintstream_advantages_compute_seconds_count",
+            &[],
+            |n| n >= 1.0,
+            Duration::from_secs(60),
+            || first.log(),
+        )
+        .await;
+    let published = endpoint
+        .value("hintstream_advantages_steps_published_total", &[])
+        .await;
     first.kill9();
-    let log = first.log();
-    assert!(
-        !log.contains("advantages published"),
-        "published without a topic?\n{log}"
-    );
+    assert_eq!(published, 0.0, "a step was acknowledged before the kill");
 
-    common::create_topics(&config, &[&a.output_topic], 2).await;
     let second = start("advantages", &file, None, "adv-restarted");
     let deadline = Instant::now() + Duration::from_secs(120);
     let steps = loop {

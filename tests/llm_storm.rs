@@ -49,7 +49,7 @@ async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers()
     common::own_topics(&mut config.hints, "storm-in", "storm-hints");
     config.llm.timeout_secs = 2.0;
     config.llm.concurrency = 10;
-    config.llm.group_wait_ms = 50;
+    config.hints.group_wait_ms = 50;
     let h = config.hints.clone();
     common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 3).await;
 

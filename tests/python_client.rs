@@ -66,7 +66,7 @@ async fn python_client_and_wandb_bridge_round_trip() {
                 ])
                 .args(["--dlq-topic", &format!("{input}.dlq")])
                 .env("HINTSTREAM_TOPICS__METRICS", &t.metrics)
-                .env("HINTSTREAM_LLM__GROUP_WAIT_MS", "500")
+                .env("HINTSTREAM_HINTS__GROUP_WAIT_MS", "500")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -3,8 +3,13 @@
 //! A step is complete when its `step_end` arrived and that many distinct rows
 //! (by `trajectory_id`) are in. The messages stay parked, unfinished, until
 //! the step is published or dead-lettered, so a crash redelivers them.
+//!
+//! The assembler knows the bytes each pending step holds (its messages and
+//! its decoded rows), so the stage can keep the total under a bound by
+//! evicting the oldest incomplete step, and which partition each step came
+//! from, so a revoked partition's steps can be let go.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::batch::ScoredRows;
@@ -25,6 +30,10 @@ pub struct PendingStep<P> {
     pub duplicates: usize,
     pub parked: Vec<P>,
     pub first_seen: Instant,
+    /// Bytes held: the parked messages and the rows.
+    pub bytes: usize,
+    /// Input partitions its messages came from.
+    partitions: BTreeSet<i32>,
 }
 
 impl<P> PendingStep<P> {
@@ -38,6 +47,8 @@ impl<P> PendingStep<P> {
             duplicates: 0,
             parked: Vec::new(),
             first_seen: now,
+            bytes: 0,
+            partitions: BTreeSet::new(),
         }
     }
 
@@ -70,14 +81,34 @@ pub enum Outcome<P> {
 /// Steps in flight, of any number of runs.
 pub struct StepAssembler<P> {
     steps: HashMap<(String, i64), PendingStep<P>>,
+    bytes: usize,
 }
 
 impl<P> Default for StepAssembler<P> {
     fn default() -> Self {
         StepAssembler {
             steps: HashMap::new(),
+            bytes: 0,
         }
     }
+}
+
+/// Bytes a batch of decoded rows holds (strings and their headers, numbers).
+pub fn rows_footprint(rows: &ScoredRows) -> usize {
+    const STRING: usize = std::mem::size_of::<String>();
+    let strings: usize = rows
+        .run_id
+        .iter()
+        .chain(&rows.instance_id)
+        .chain(&rows.trajectory_id)
+        .map(|s| s.len() + STRING)
+        .sum();
+    let categories: usize = rows
+        .hint_category
+        .iter()
+        .map(|c| c.as_ref().map_or(0, String::len) + STRING)
+        .sum();
+    strings + categories + rows.len() * (8 + 8 + 1)
 }
 
 impl<P> StepAssembler<P> {
@@ -87,11 +118,18 @@ impl<P> StepAssembler<P> {
 
     /// Adds one message's rows, all of one (run_id, step) and at least one.
     /// Rows whose `trajectory_id` the step already has are dropped as
-    /// duplicates.
+    /// duplicates. `message_bytes`: what the parked message holds.
     ///
     /// # Panics
     /// When `rows` is empty (the caller checks).
-    pub fn add_rows(&mut self, rows: ScoredRows, position: Position, parked: P, now: Instant) -> Outcome<P> {
+    pub fn add_rows(
+        &mut self,
+        rows: ScoredRows,
+        position: Position,
+        parked: P,
+        message_bytes: usize,
+        now: Instant,
+    ) -> Outcome<P> {
         assert!(!rows.is_empty(), "add_rows takes at least one row");
         let run_id = rows.run_id[0].clone();
         let step_no = rows.step[0];
@@ -100,6 +138,7 @@ impl<P> StepAssembler<P> {
             .steps
             .entry(key.clone())
             .or_insert_with(|| PendingStep::new(&run_id, step_no, now));
+        step.partitions.insert(position.0);
         let keep: Vec<usize> = (0..rows.len())
             .filter(|&i| step.trajectories.insert(rows.trajectory_id[i].clone()))
             .collect();
@@ -109,21 +148,75 @@ impl<P> StepAssembler<P> {
         } else {
             rows.take(&keep)
         };
+        let added = message_bytes + rows_footprint(&rows);
+        step.bytes += added;
+        self.bytes += added;
         step.parts.push((position, rows));
         step.parked.push(parked);
         self.check(key)
     }
 
-    /// Records a step's `step_end`.
-    pub fn end(&mut self, run_id: &str, step_no: i64, count: i64, parked: P, now: Instant) -> Outcome<P> {
+    /// Records a step's `step_end`, which came from `partition`.
+    pub fn end(
+        &mut self,
+        run_id: &str,
+        step_no: i64,
+        count: i64,
+        (partition, parked, message_bytes): (i32, P, usize),
+        now: Instant,
+    ) -> Outcome<P> {
         let key = (run_id.to_string(), step_no);
         let step = self
             .steps
             .entry(key.clone())
             .or_insert_with(|| PendingStep::new(run_id, step_no, now));
         step.expected = Some(count);
+        step.partitions.insert(partition);
+        step.bytes += message_bytes;
+        self.bytes += message_bytes;
         step.parked.push(parked);
         self.check(key)
+    }
+
+    fn remove(&mut self, key: &(String, i64)) -> Option<PendingStep<P>> {
+        let step = self.steps.remove(key)?;
+        self.bytes -= step.bytes;
+        Some(step)
+    }
+
+    /// Bytes held by all pending steps.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Removes the oldest steps until the pending bytes are at most `limit`,
+    /// oldest first.
+    pub fn evict_over(&mut self, limit: usize) -> Vec<PendingStep<P>> {
+        let mut evicted = Vec::new();
+        while self.bytes > limit {
+            let Some(oldest) = self
+                .steps
+                .iter()
+                .min_by_key(|(_, s)| s.first_seen)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            evicted.extend(self.remove(&oldest));
+        }
+        evicted
+    }
+
+    /// Removes the steps with messages from any of `partitions` (revoked:
+    /// their rows go on arriving at the partition's new owner).
+    pub fn release(&mut self, partitions: &[i32]) -> Vec<PendingStep<P>> {
+        let keys: Vec<(String, i64)> = self
+            .steps
+            .iter()
+            .filter(|(_, s)| partitions.iter().any(|p| s.partitions.contains(p)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.iter().filter_map(|k| self.remove(k)).collect()
     }
 
     fn check(&mut self, key: (String, i64)) -> Outcome<P> {
@@ -132,14 +225,10 @@ impl<P> StepAssembler<P> {
             .get(&key)
             .and_then(|s| s.expected.map(|expected| (s.row_count() as i64).cmp(&expected)));
         match state {
-            Some(std::cmp::Ordering::Equal) => self
-                .steps
-                .remove(&key)
-                .map_or(Outcome::Pending, Outcome::Complete),
-            Some(std::cmp::Ordering::Greater) => self
-                .steps
-                .remove(&key)
-                .map_or(Outcome::Pending, Outcome::Overfull),
+            Some(std::cmp::Ordering::Equal) => self.remove(&key).map_or(Outcome::Pending, Outcome::Complete),
+            Some(std::cmp::Ordering::Greater) => {
+                self.remove(&key).map_or(Outcome::Pending, Outcome::Overfull)
+            }
             _ => Outcome::Pending,
         }
     }
@@ -152,7 +241,7 @@ impl<P> StepAssembler<P> {
             .filter(|(_, s)| now.duration_since(s.first_seen) >= timeout)
             .map(|(k, _)| k.clone())
             .collect();
-        keys.into_iter().filter_map(|k| self.steps.remove(&k)).collect()
+        keys.into_iter().filter_map(|k| self.remove(&k)).collect()
     }
 
     /// Steps in flight.
@@ -191,11 +280,12 @@ mod tests {
         let mut a: StepAssembler<u32> = StepAssembler::new();
         let now = Instant::now();
         assert!(matches!(
-            a.add_rows(rows("r", 1, &["b"]), (0, 5), 1, now),
+            a.add_rows(rows("r", 1, &["b"]), (0, 5), 1, 10, now),
             Outcome::Pending
         ));
-        assert!(matches!(a.end("r", 1, 2, 2, now), Outcome::Pending));
-        match a.add_rows(rows("r", 1, &["a"]), (0, 3), 3, now) {
+        assert!(matches!(a.end("r", 1, 2, (0, 2, 10), now), Outcome::Pending));
+        assert!(a.bytes() > 20);
+        match a.add_rows(rows("r", 1, &["a"]), (0, 3), 3, 10, now) {
             Outcome::Complete(step) => {
                 let (rows, parked) = step.into_rows();
                 assert_eq!(rows.trajectory_id, vec!["a", "b"], "rows back in offset order");
@@ -204,26 +294,60 @@ mod tests {
             _ => panic!("step should be complete"),
         }
         assert!(a.is_empty());
+        assert_eq!(a.bytes(), 0, "a published step's bytes are released");
     }
 
     #[test]
     fn drops_duplicate_rows_and_flags_overfull_steps() {
         let mut a: StepAssembler<u32> = StepAssembler::new();
         let now = Instant::now();
-        a.add_rows(rows("r", 1, &["a", "b"]), (0, 0), 0, now);
-        a.add_rows(rows("r", 1, &["a"]), (0, 1), 1, now);
-        assert!(matches!(a.end("r", 1, 1, 2, now), Outcome::Overfull(_)));
+        a.add_rows(rows("r", 1, &["a", "b"]), (0, 0), 0, 0, now);
+        a.add_rows(rows("r", 1, &["a"]), (0, 1), 1, 0, now);
+        assert!(matches!(a.end("r", 1, 1, (0, 2, 0), now), Outcome::Overfull(_)));
     }
 
     #[test]
     fn expires_steps_that_never_complete() {
         let mut a: StepAssembler<u32> = StepAssembler::new();
         let t0 = Instant::now();
-        a.add_rows(rows("r", 1, &["a"]), (0, 0), 0, t0);
-        a.add_rows(rows("r", 2, &["a"]), (0, 1), 1, t0 + Duration::from_secs(5));
+        a.add_rows(rows("r", 1, &["a"]), (0, 0), 0, 0, t0);
+        a.add_rows(rows("r", 2, &["a"]), (0, 1), 1, 0, t0 + Duration::from_secs(5));
         let expired = a.expired(t0 + Duration::from_secs(6), Duration::from_secs(6));
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].step, 1);
+        assert_eq!(a.len(), 1);
+    }
+
+    #[test]
+    fn evicts_the_oldest_steps_to_stay_under_the_byte_bound() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let t0 = Instant::now();
+        for step in 1..=3 {
+            a.add_rows(
+                rows("r", step, &["a"]),
+                (0, step),
+                0,
+                1000,
+                t0 + Duration::from_secs(step as u64),
+            );
+        }
+        let one = a.bytes() / 3;
+        let evicted = a.evict_over(2 * one);
+        assert_eq!(evicted.iter().map(|s| s.step).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(a.len(), 2);
+        assert!(a.bytes() <= 2 * one);
+        assert!(a.evict_over(usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn releases_the_steps_of_revoked_partitions() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        a.add_rows(rows("r", 1, &["a"]), (0, 0), 0, 10, now);
+        a.add_rows(rows("r", 2, &["a"]), (1, 0), 1, 10, now);
+        let released = a.release(&[1]);
+        assert_eq!(released.len(), 1);
+        assert_eq!(released[0].step, 2);
         assert_eq!(a.len(), 1);
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::advantages::stage::{decode_scored, ScoredInput};
+use crate::advantages::decode::{decode_scored, ScoredInput};
 use crate::batch::ScoredRows;
 use crate::hints::group::best_index;
 use crate::kafka::RecordMeta;

@@ -18,7 +18,7 @@ use thiserror::Error;
 
 use crate::advantages::compute_step;
 use crate::advantages::step_metrics::step_metrics;
-use crate::config::Config;
+use crate::config::{Config, LlmProvider};
 use crate::hints::build_hint;
 use crate::llm::cassette::{Cassette, CassetteError, CassetteMode};
 use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
@@ -118,9 +118,11 @@ fn playback_env(config: &Config, env: &LlmEnv, mode: CassetteMode) -> LlmEnv {
     let mut env = env.clone();
     if mode == CassetteMode::Strict {
         let placeholder = || Some("strict-playback-sends-no-request".to_string());
-        match config.llm.provider.as_str() {
-            "anthropic" if env.anthropic_api_key.is_none() => env.anthropic_api_key = placeholder(),
-            "openai" if env.openai_api_key.is_none() => env.openai_api_key = placeholder(),
+        match config.llm.provider {
+            LlmProvider::Anthropic if env.anthropic_api_key.is_none() => {
+                env.anthropic_api_key = placeholder()
+            }
+            LlmProvider::Openai if env.openai_api_key.is_none() => env.openai_api_key = placeholder(),
             _ => {}
         }
     }
@@ -284,8 +286,8 @@ fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalError> {
         let metrics = step_metrics(
             &result.rows,
             &result.advantages,
-            config.normalize.success_threshold,
-            &config.normalize.pass_at_k,
+            config.advantages.success_threshold,
+            &config.advantages.pass_at_k,
         );
         steps.push(StepOutcome {
             run_id,

@@ -1,8 +1,20 @@
 //! Stage 1, `hintstream hints`: groups failed trajectories by
 //! `run_id/step/instance_id`, picks each group's best trajectory, asks the LLM
 //! for a hint (static fallback otherwise) and publishes one hint per group.
+//!
+//! - [`decode`]: what a group member keeps of its message;
+//! - [`group`]: gathering a group and picking its best member;
+//! - [`hint`]: the `Hint` message built from a synthesis;
+//! - [`cache`]: one LLM call per group, whatever the redeliveries;
+//! - [`metrics`]: the stage's Prometheus metrics;
+//! - [`service`]: build and run.
 
+pub mod cache;
+pub mod decode;
 pub mod group;
-pub mod stage;
+pub mod hint;
+pub mod metrics;
+pub mod service;
 
-pub use stage::{build_hint, HintStage};
+pub use hint::build_hint;
+pub use service::HintStage;

@@ -1,23 +1,36 @@
 //! Consumer and producer construction: the librdkafka settings that the
-//! delivery contract depends on are set here and nowhere else.
+//! delivery contract depends on are set here and nowhere else. The consumer's
+//! context keeps the offset tracker in step with the group's assignment and
+//! drains a revoked partition's in-flight work before letting it go.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use prometheus_client::metrics::gauge::Gauge;
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
 
 use super::commit::lock;
+use super::lifecycle::Lifecycle;
 use super::tracker::OffsetTracker;
 use crate::config::Config;
+use crate::metrics::StageMetrics;
 
 /// The consumer type both stages use.
 pub type StageConsumer = StreamConsumer<StageContext>;
+
+/// A partition of an input topic.
+pub type Partition = (Arc<str>, i32);
+
+/// Called when partitions are revoked, before their drain: a stage releases
+/// work it parks outside handler tasks (stage 2's incomplete steps), which
+/// could never finish on this member.
+pub type RevokeHook = Box<dyn Fn(&[Partition]) + Send + Sync>;
 
 /// Client configuration every client starts from: bootstrap servers, then the
 /// `[kafka]` passthrough table, which may override anything below it.
@@ -33,12 +46,116 @@ pub fn base_config(config: &Config) -> ClientConfig {
 }
 
 /// Consumer context: keeps the offset tracker in step with the group's
-/// assignment, reports commit failures and exports the consumer lag.
+/// assignment, drains revoked partitions, reports commit failures and
+/// exports the consumer lag.
 pub struct StageContext {
     pub(crate) tracker: Arc<Mutex<OffsetTracker>>,
-    /// Messages behind the partitions' ends, summed over the assigned
-    /// partitions (from librdkafka's statistics).
-    lag: Gauge,
+    pub(crate) metrics: Arc<StageMetrics>,
+    pub(crate) lifecycle: Lifecycle,
+    /// How long a revoked partition's in-flight work may take to finish.
+    drain_timeout: Duration,
+    revoke_hooks: Mutex<Vec<RevokeHook>>,
+}
+
+impl StageContext {
+    pub fn new(metrics: Arc<StageMetrics>, lifecycle: Lifecycle, drain_timeout: Duration) -> Self {
+        StageContext {
+            tracker: Arc::new(Mutex::new(OffsetTracker::new())),
+            metrics,
+            lifecycle,
+            drain_timeout,
+            revoke_hooks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Registers a hook called when partitions are revoked.
+    pub fn on_revoke(&self, hook: RevokeHook) {
+        self.revoke_hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hook);
+    }
+
+    fn reset(&self, partitions: &[Partition]) {
+        let mut tracker = lock(&self.tracker);
+        for (topic, partition) in partitions {
+            tracker.reset(topic, *partition);
+        }
+    }
+
+    /// Drain on revoke: the revoked partitions' in-flight work gets up to
+    /// the drain timeout to finish (and store its offsets), which are then
+    /// committed; what has not finished by then is cancelled, uncommitted,
+    /// and its new owner redoes it.
+    fn drain(&self, consumer: &BaseConsumer<Self>, partitions: &[Partition]) {
+        {
+            let mut tracker = lock(&self.tracker);
+            for (topic, partition) in partitions {
+                tracker.mark_revoking(topic, *partition);
+            }
+        }
+        for hook in self.revoke_hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            hook(partitions);
+        }
+        let started = Instant::now();
+        let in_flight = || {
+            let tracker = lock(&self.tracker);
+            partitions
+                .iter()
+                .map(|(t, p)| tracker.in_flight_on(t, *p))
+                .sum::<usize>()
+        };
+        let before = in_flight();
+        let wait = || {
+            while in_flight() > 0 && started.elapsed() < self.drain_timeout && !self.lifecycle.is_stopping() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        // The callback runs inside the consume loop's poll, on a runtime
+        // worker: hand the worker's other tasks off while waiting, so the
+        // handlers being waited for keep running.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+            Ok(_) => {} // a current-thread runtime cannot run them meanwhile
+            Err(_) => wait(),
+        }
+        let abandoned = in_flight();
+        {
+            let tracker = lock(&self.tracker);
+            for (topic, partition) in partitions {
+                tracker.cancel(topic, *partition);
+            }
+        }
+        if before > abandoned {
+            if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
+                self.commit_failed(&e, "revoked partitions' offsets not committed");
+            }
+        }
+        self.metrics.revoke_drained(before - abandoned);
+        tracing::info!(
+            partitions = %describe_partitions(partitions),
+            finished = before - abandoned,
+            abandoned,
+            drain_ms = started.elapsed().as_millis() as u64,
+            "revoked partitions drained"
+        );
+    }
+
+    fn commit_failed(&self, e: &KafkaError, what: &str) {
+        match e {
+            KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset) => {}
+            // A member left or joined meanwhile; the offsets stay stored and
+            // the next commit after the rebalance carries them (librdkafka
+            // #4059). Expected when a worker of the group stops.
+            KafkaError::ConsumerCommit(
+                RDKafkaErrorCode::RebalanceInProgress | RDKafkaErrorCode::IllegalGeneration,
+            ) => tracing::info!(error = %e, "offset commit deferred: group rebalancing"),
+            _ => {
+                self.metrics.commit_failed();
+                tracing::warn!(error = %e, "{what}");
+            }
+        }
+    }
 }
 
 /// How often librdkafka reports statistics (and so the lag gauge updates).
@@ -54,52 +171,58 @@ impl ClientContext for StageContext {
             .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
             .map(|p| p.consumer_lag)
             .sum();
-        self.lag.set(lag);
+        self.metrics.set_consumer_lag(lag);
     }
 }
 
 impl ConsumerContext for StageContext {
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
-            tracing::info!(partitions = %describe(tpl), "partitions revoked");
-            self.reset(tpl);
+            let partitions = partitions_of(tpl);
+            tracing::info!(partitions = %describe_partitions(&partitions), "partitions revoked");
+            // At shutdown the stage drained already; the close revokes all.
+            if !self.lifecycle.is_stopping() {
+                self.drain(consumer, &partitions);
+            }
+            self.reset(&partitions);
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
-                tracing::info!(partitions = %describe(tpl), "partitions assigned");
-                self.reset(tpl);
+                let partitions = partitions_of(tpl);
+                tracing::info!(partitions = %describe_partitions(&partitions), "partitions assigned");
+                self.reset(&partitions);
             }
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
             Rebalance::Revoke(_) => {}
         }
+        self.metrics
+            .set_assigned(consumer.assignment().map_or(0, |a| a.count()));
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
             Ok(()) => tracing::debug!(offsets = %describe(offsets), "offsets committed"),
-            Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
-            // A member left or joined meanwhile; the offsets stay stored and
-            // the next commit after the rebalance carries them (librdkafka
-            // #4059). Expected when a worker of the group stops.
-            Err(KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::RebalanceInProgress
-                | rdkafka::types::RDKafkaErrorCode::IllegalGeneration,
-            )) => tracing::info!(offsets = %describe(offsets), "offset commit deferred: group rebalancing"),
-            Err(e) => tracing::warn!(error = %e, offsets = %describe(offsets), "offset commit failed"),
+            Err(e) => self.commit_failed(&e, "offset commit failed"),
         }
     }
 }
 
-impl StageContext {
-    fn reset(&self, tpl: &TopicPartitionList) {
-        let mut tracker = lock(&self.tracker);
-        for element in tpl.elements() {
-            tracker.reset(element.topic(), element.partition());
-        }
-    }
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<Partition> {
+    tpl.elements()
+        .iter()
+        .map(|e| (Arc::from(e.topic()), e.partition()))
+        .collect()
+}
+
+fn describe_partitions(partitions: &[Partition]) -> String {
+    partitions
+        .iter()
+        .map(|(t, p)| format!("{t}[{p}]"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn describe(tpl: &TopicPartitionList) -> String {
@@ -112,11 +235,15 @@ fn describe(tpl: &TopicPartitionList) -> String {
 
 /// A group consumer for at-least-once processing: offsets are committed on a
 /// timer, but only offsets the [`Committer`](super::Committer) stored.
-/// `lag` receives the consumer lag every few seconds.
-pub fn create_consumer(config: &Config, group_id: &str, lag: Gauge) -> KafkaResult<StageConsumer> {
-    let mut client = base_config(config);
+/// `prefetch_bytes` bounds what librdkafka fetches ahead of the stage.
+pub fn create_consumer(
+    config: &Config,
+    group_id: &str,
+    context: StageContext,
+    prefetch_bytes: Option<usize>,
+) -> KafkaResult<StageConsumer> {
+    let mut client = ClientConfig::new();
     client
-        .set("group.id", group_id)
         .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         .set("auto.offset.reset", "earliest")
         // Incremental rebalances: a member joining or leaving moves only the
@@ -124,16 +251,29 @@ pub fn create_consumer(config: &Config, group_id: &str, lag: Gauge) -> KafkaResu
         // revoked and redone.
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("auto.commit.interval.ms", "1000");
+    if let Some(bytes) = prefetch_bytes {
+        // librdkafka's default (64 MiB) would let prefetched messages alone
+        // exceed a small in-flight byte bound.
+        let kbytes = (bytes / 1024).clamp(1024, 65_536);
+        client.set("queued.max.messages.kbytes", kbytes.to_string());
+    }
+    // The passthrough table may tune anything above.
+    for (key, value) in base_config(config).config_map() {
+        client.set(key, value);
+    }
+    client.set("group.id", group_id);
     // The two settings the delivery contract rests on; set after the
     // passthrough table so that it cannot turn them off.
     client
         .set("enable.auto.commit", "true")
         .set("enable.auto.offset.store", "false");
-    client.create_with_context(StageContext {
-        tracker: Arc::new(Mutex::new(OffsetTracker::new())),
-        lag,
-    })
+    client.create_with_context(context)
 }
+
+/// How long librdkafka tries to deliver one produced message before it
+/// reports a failure, which the stage then retries or dead-letters
+/// (librdkafka's default is 300 s).
+const MESSAGE_TIMEOUT_MS: &str = "30000";
 
 /// An idempotent producer: acks from all in-sync replicas and no reordering
 /// or duplication by the producer's own retries, so per-key order holds.
@@ -142,7 +282,8 @@ pub fn create_producer(config: &Config) -> KafkaResult<FutureProducer> {
     client
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("linger.ms", "5");
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
     // Passthrough last: a deployment may tune batching and timeouts.
     for (key, value) in base_config(config).config_map() {
         client.set(key, value);

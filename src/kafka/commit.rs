@@ -3,34 +3,53 @@
 //! a stage means its output (hint, advantages or dead letter) was produced and
 //! the broker acknowledged it. Automatic offset storing is off
 //! (`enable.auto.offset.store=false`); librdkafka commits the stored offsets on
-//! its timer and on close. No other module stores offsets.
+//! its timer, on revoke and on close. No other module stores offsets.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
 
 use super::tracker::OffsetTracker;
 pub use super::tracker::Ticket;
 use super::StageConsumer;
+use crate::metrics::StageMetrics;
 
 /// Hands out tickets for taken messages and stores offsets as they finish.
+/// It holds the consumer weakly: messages that outlive their stage's loop
+/// (parked in a stage's state) cannot keep the consumer open, so the loop
+/// closes it at a place and time of its choosing.
 #[derive(Clone)]
 pub struct Committer {
-    consumer: Arc<StageConsumer>,
+    consumer: Weak<StageConsumer>,
     tracker: Arc<Mutex<OffsetTracker>>,
+    metrics: Arc<StageMetrics>,
 }
 
 impl Committer {
-    pub fn new(consumer: Arc<StageConsumer>) -> Self {
+    pub fn new(consumer: &Arc<StageConsumer>) -> Self {
         let tracker = consumer.context().tracker.clone();
-        Committer { consumer, tracker }
+        let metrics = consumer.context().metrics.clone();
+        Committer {
+            consumer: Arc::downgrade(consumer),
+            tracker,
+            metrics,
+        }
     }
 
-    /// Records a message as taken (in flight).
-    pub fn begin(&self, topic: &str, partition: i32, offset: i64) -> Ticket {
+    /// Records a message as taken (in flight). The token is cancelled when
+    /// its partition is revoked and the drain ends.
+    pub fn begin(&self, topic: &str, partition: i32, offset: i64) -> (Ticket, CancellationToken) {
         lock(&self.tracker).begin(topic, partition, offset)
+    }
+
+    /// Whether dropping `ticket` unfinished abandons it: its partition was
+    /// revoked (the new owner redoes the message).
+    pub fn abandons(&self, ticket: &Ticket) -> bool {
+        lock(&self.tracker).abandons(ticket)
     }
 
     /// Marks a message finished and stores the partition's committable offset
@@ -41,14 +60,20 @@ impl Committer {
         let Some(next) = tracker.finish(&ticket) else {
             return;
         };
+        // The loop closed the consumer: nothing can be stored any more, and
+        // the message is redelivered to the next owner.
+        let Some(consumer) = self.consumer.upgrade() else {
+            return;
+        };
         let mut tpl = TopicPartitionList::new();
         if let Err(e) = tpl.add_partition_offset(&ticket.topic, ticket.partition, Offset::Offset(next)) {
+            self.metrics.store_failed();
             tracing::warn!(topic = %ticket.topic, partition = ticket.partition, error = %e, "cannot build offset list");
             return;
         }
         // `store_offsets` maps to rd_kafka_offsets_store, which stores the
         // offset as given: `next` is already the next offset to consume.
-        match self.consumer.store_offsets(&tpl) {
+        match consumer.store_offsets(&tpl) {
             Ok(()) => {}
             // The partition was revoked meanwhile: its new owner resumes from
             // the last commit, which is the safe side.
@@ -56,10 +81,13 @@ impl Committer {
                 topic = %ticket.topic, partition = ticket.partition, offset = next,
                 "offset not stored: partition no longer assigned"
             ),
-            Err(e) => tracing::warn!(
-                topic = %ticket.topic, partition = ticket.partition, offset = next, error = %e,
-                "offset store failed"
-            ),
+            Err(e) => {
+                self.metrics.store_failed();
+                tracing::warn!(
+                    topic = %ticket.topic, partition = ticket.partition, offset = next, error = %e,
+                    "offset store failed"
+                )
+            }
         }
     }
 
@@ -68,17 +96,26 @@ impl Committer {
         lock(&self.tracker).in_flight()
     }
 
-    /// Commits the stored offsets now and waits for the broker (shutdown).
-    /// Blocking: runs on the blocking pool.
-    pub async fn commit_sync(&self) -> Result<(), KafkaError> {
-        let consumer = self.consumer.clone();
-        let result = tokio::task::spawn_blocking(move || consumer.commit_consumer_state(CommitMode::Sync))
-            .await
-            .map_err(|_| KafkaError::Canceled)?;
+    /// Commits the stored offsets now and waits for the broker, at most
+    /// `within` (shutdown; the broker may be gone). Blocking: runs on the
+    /// blocking pool, which is left behind when the bound passes.
+    pub async fn commit_sync(&self, within: Duration) -> Result<(), KafkaError> {
+        let Some(consumer) = self.consumer.upgrade() else {
+            return Ok(());
+        };
+        let commit = tokio::task::spawn_blocking(move || consumer.commit_consumer_state(CommitMode::Sync));
+        let result = match tokio::time::timeout(within, commit).await {
+            Ok(joined) => joined.map_err(|_| KafkaError::Canceled)?,
+            Err(_) => Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::RequestTimedOut)),
+        };
         match result {
             // Nothing was stored since the last commit.
             Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(()),
-            other => other,
+            Err(e) => {
+                self.metrics.commit_failed();
+                Err(e)
+            }
+            Ok(()) => Ok(()),
         }
     }
 }

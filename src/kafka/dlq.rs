@@ -1,11 +1,16 @@
 //! The dead-letter producer: input that can never be processed is copied, key
 //! and bytes unchanged, to the stage's DLQ topic with headers that say why and
 //! where it came from. Its offset then counts as finished: redelivering it
-//! would fail the same way.
+//! would fail the same way. Every dead letter of a stage goes through here
+//! and is counted here, by kind (`dead_letters_total{kind}`).
+
+use std::sync::Arc;
 
 use rdkafka::producer::FutureProducer;
 
-use super::produce::{headers, send_until_acked, Outgoing};
+use super::lifecycle::Lifecycle;
+use super::produce::{headers, send, Outgoing, SendError};
+use crate::metrics::StageMetrics;
 
 /// Header names on dead letters.
 pub struct DlqHeaders;
@@ -46,19 +51,27 @@ pub struct DeadLetters {
     producer: FutureProducer,
     topic: String,
     max_payload: usize,
+    metrics: Arc<StageMetrics>,
 }
 
 impl DeadLetters {
-    /// `max_payload`: payload bytes kept (see [`DEFAULT_MAX_DLQ_PAYLOAD_BYTES`]).
-    pub fn new(producer: FutureProducer, topic: impl Into<String>) -> Self {
-        Self::with_max_payload(producer, topic, DEFAULT_MAX_DLQ_PAYLOAD_BYTES)
+    /// Dead letters keep [`DEFAULT_MAX_DLQ_PAYLOAD_BYTES`] of their payload.
+    pub fn new(producer: FutureProducer, topic: impl Into<String>, metrics: Arc<StageMetrics>) -> Self {
+        Self::with_max_payload(producer, topic, metrics, DEFAULT_MAX_DLQ_PAYLOAD_BYTES)
     }
 
-    pub fn with_max_payload(producer: FutureProducer, topic: impl Into<String>, max_payload: usize) -> Self {
+    /// `max_payload`: payload bytes kept.
+    pub fn with_max_payload(
+        producer: FutureProducer,
+        topic: impl Into<String>,
+        metrics: Arc<StageMetrics>,
+        max_payload: usize,
+    ) -> Self {
         DeadLetters {
             producer,
             topic: topic.into(),
             max_payload,
+            metrics,
         }
     }
 
@@ -67,9 +80,11 @@ impl DeadLetters {
     }
 
     /// Produces the dead letter and waits for the broker's ack, retrying
-    /// until it is acknowledged: a dead letter is never dropped, and the
-    /// caller finishes the source offset only after this returns.
-    pub async fn send(&self, letter: &DeadLetter<'_>) {
+    /// transient failures until it is acknowledged or the drain deadline
+    /// passes: a dead letter is never dropped, and the caller finishes the
+    /// source offset only after this returned `Ok`. A permanent failure means
+    /// the dead-letter topic itself is unusable.
+    pub async fn send(&self, letter: &DeadLetter<'_>, lifecycle: &Lifecycle) -> Result<(), SendError> {
         let reason = truncate(letter.reason, MAX_REASON_BYTES);
         let partition = letter.partition.to_string();
         let offset = letter.offset.to_string();
@@ -92,20 +107,14 @@ impl DeadLetters {
             payload,
             headers: headers(pairs),
         };
-        if let Err(e) = send_until_acked(&self.producer, &record).await {
-            // Nothing more can be done here: say loudly where the original is.
-            tracing::error!(
-                topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
-                kind = letter.kind, dlq = %self.topic, error = %e,
-                "dead letter rejected by the broker; the input stays only in its source topic"
-            );
-            return;
-        }
+        send(&self.producer, &record, lifecycle).await?;
+        self.metrics.dead_lettered(letter.kind);
         tracing::warn!(
             topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
             kind = letter.kind, reason, dlq = %self.topic,
             "input sent to dead-letter topic"
         );
+        Ok(())
     }
 }
 

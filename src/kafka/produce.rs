@@ -1,10 +1,11 @@
 //! Producing a record until the broker acknowledges it. Outputs and dead
 //! letters go through here: the caller finishes the source offset only after
 //! this returns, so a transient produce failure delays a commit but never
-//! loses input. Errors that retrying cannot fix (a record over
-//! `message.max.bytes`, an invalid record, no authorization) come back to the
-//! caller, which dead-letters or reports them instead of stalling its
-//! partition.
+//! loses input. Errors that retrying cannot fix (an unknown topic after
+//! librdkafka's metadata refresh, no authorization, a record over
+//! `message.max.bytes`, an invalid record) come back to the caller, which
+//! dead-letters or reports them instead of stalling its partition. Once
+//! shutdown began, retrying stops at the drain deadline.
 
 use std::time::Duration;
 
@@ -13,11 +14,19 @@ use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
+use thiserror::Error;
+use tokio::time::Instant;
 
-/// How long one attempt may wait in the producer queue and for its ack.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+use super::lifecycle::Lifecycle;
+
+/// How long one attempt may wait for room in the producer queue. (Its
+/// delivery is bounded by librdkafka's `message.timeout.ms`.)
+const QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest pause between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// After failing this long, a produce says so at error level: the
+/// partition's offsets stay uncommitted until it succeeds.
+const STALL_WARNING: Duration = Duration::from_secs(60);
 
 /// One record to produce.
 pub struct Outgoing<'a> {
@@ -25,6 +34,18 @@ pub struct Outgoing<'a> {
     pub key: Option<&'a [u8]>,
     pub payload: Option<&'a [u8]>,
     pub headers: OwnedHeaders,
+}
+
+/// Why a record was not acknowledged.
+#[derive(Debug, Error)]
+pub enum SendError {
+    /// Retrying cannot help ([`is_permanent`]).
+    #[error("{0}")]
+    Permanent(KafkaError),
+    /// Shutdown began and its drain deadline passed first: the source stays
+    /// unfinished and is redelivered after a restart.
+    #[error("the drain deadline passed before the broker acknowledged it")]
+    Stopped,
 }
 
 /// Whether retrying cannot help.
@@ -36,20 +57,32 @@ pub fn is_permanent(e: &KafkaError) -> bool {
                 | RDKafkaErrorCode::InvalidMessageSize
                 | RDKafkaErrorCode::InvalidMessage
                 | RDKafkaErrorCode::InvalidRecord
+                | RDKafkaErrorCode::InvalidRequiredAcks
                 | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::InvalidTopic
         )
     )
 }
 
 /// Produces `record`, retrying transient failures with exponential backoff
 /// until it is acknowledged. Returns the (partition, offset) it was written
-/// at, or the error when it is permanent ([`is_permanent`]).
-pub async fn send_until_acked(
+/// at; the error when it is permanent; or [`SendError::Stopped`] when the
+/// stage's drain deadline passed first.
+pub async fn send(
     producer: &FutureProducer,
     record: &Outgoing<'_>,
-) -> Result<(i32, i64), KafkaError> {
+    lifecycle: &Lifecycle,
+) -> Result<(i32, i64), SendError> {
     let mut backoff = Duration::from_millis(100);
+    let started = Instant::now();
+    let mut attempts = 0u32;
+    let deadline = lifecycle.deadline_passed();
+    tokio::pin!(deadline);
     loop {
+        attempts += 1;
         let mut future: FutureRecord<'_, [u8], [u8]> =
             FutureRecord::to(record.topic).headers(record.headers.clone());
         if let Some(key) = record.key {
@@ -58,21 +91,38 @@ pub async fn send_until_acked(
         if let Some(payload) = record.payload {
             future = future.payload(payload);
         }
-        match producer.send(future, Timeout::After(ATTEMPT_TIMEOUT)).await {
+        let result = tokio::select! {
+            biased;
+            _ = &mut deadline => return Err(SendError::Stopped),
+            result = producer.send(future, Timeout::After(QUEUE_TIMEOUT)) => result,
+        };
+        let error = match result {
             Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
             Err((e, _)) if is_permanent(&e) => {
                 tracing::error!(topic = record.topic, error = %e, "produce failed permanently");
-                return Err(e);
+                return Err(SendError::Permanent(e));
             }
-            Err((e, _)) => {
-                tracing::error!(
-                    topic = record.topic, error = %e, retry_in_ms = backoff.as_millis() as u64,
-                    "produce failed; retrying"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
+            Err((e, _)) => e,
+        };
+        let failing_for = started.elapsed();
+        if failing_for >= STALL_WARNING {
+            tracing::error!(
+                topic = record.topic, error = %error, attempts, failing_for_s = failing_for.as_secs(),
+                "produce keeps failing; this partition's offsets stay uncommitted until it succeeds: \
+                 check that the brokers are reachable"
+            );
+        } else {
+            tracing::warn!(
+                topic = record.topic, error = %error, attempts, retry_in_ms = backoff.as_millis() as u64,
+                "produce failed; retrying"
+            );
         }
+        tokio::select! {
+            biased;
+            _ = &mut deadline => return Err(SendError::Stopped),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

@@ -4,9 +4,16 @@
 //! The committable offset of a partition is the lowest offset still in flight,
 //! or one past the highest offset seen when nothing is in flight. Every offset
 //! below it has finished; nothing above it is ever committed early.
+//!
+//! The tracker also knows each partition's life: an epoch that changes on
+//! every assign and revoke (a ticket of an older epoch is stale), a
+//! `revoking` mark while a revoked partition drains, and a cancellation token
+//! that stops the partition's unfinished work when the drain ends.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
 
 /// Identifies one message taken from a partition. Finishing a ticket issued
 /// before the partition was revoked or re-assigned has no effect.
@@ -26,6 +33,11 @@ struct PartitionState {
     next_after_seen: Option<i64>,
     /// The last offset handed out as committable.
     stored: Option<i64>,
+    /// The partition was revoked and its in-flight work is draining: work
+    /// that finishes still commits, work dropped unfinished is abandoned.
+    revoking: bool,
+    /// Cancelled when the partition's drain ends: stops its unfinished work.
+    work: CancellationToken,
 }
 
 impl PartitionState {
@@ -45,17 +57,47 @@ impl OffsetTracker {
         Self::default()
     }
 
-    /// Records that `offset` was taken and is now in flight.
-    pub fn begin(&mut self, topic: &str, partition: i32, offset: i64) -> Ticket {
+    /// Records that `offset` was taken and is now in flight. The token is
+    /// cancelled when the partition is revoked and its drain ends.
+    pub fn begin(&mut self, topic: &str, partition: i32, offset: i64) -> (Ticket, CancellationToken) {
         let key = self.key(topic, partition);
         let state = self.partitions.entry(key.clone()).or_default();
         state.in_flight.insert(offset);
         state.next_after_seen = Some(state.next_after_seen.map_or(offset + 1, |n| n.max(offset + 1)));
-        Ticket {
+        let ticket = Ticket {
             topic: key.0,
             partition,
             offset,
             epoch: state.epoch,
+        };
+        (ticket, state.work.clone())
+    }
+
+    /// Whether dropping `ticket` unfinished abandons it (its partition is
+    /// revoking, or was reset since) rather than losing it to a failure.
+    pub fn abandons(&self, ticket: &Ticket) -> bool {
+        self.partitions
+            .get(&(ticket.topic.clone(), ticket.partition))
+            .is_none_or(|s| s.revoking || s.epoch != ticket.epoch)
+    }
+
+    /// Marks a revoked partition as draining.
+    pub fn mark_revoking(&mut self, topic: &str, partition: i32) {
+        let key = self.key(topic, partition);
+        self.partitions.entry(key).or_default().revoking = true;
+    }
+
+    /// Messages in flight on the given partition.
+    pub fn in_flight_on(&self, topic: &str, partition: i32) -> usize {
+        self.partitions
+            .get(&(Arc::from(topic), partition))
+            .map_or(0, |s| s.in_flight.len())
+    }
+
+    /// Cancels the partition's unfinished work.
+    pub fn cancel(&self, topic: &str, partition: i32) {
+        if let Some(state) = self.partitions.get(&(Arc::from(topic), partition)) {
+            state.work.cancel();
         }
     }
 
@@ -78,18 +120,22 @@ impl OffsetTracker {
     }
 
     /// Forgets a partition (revoked or newly assigned): its in-flight tickets
-    /// become stale, so a late finish cannot store an offset for a new owner.
+    /// become stale, so a late finish cannot store an offset for a new owner,
+    /// and its unfinished work is cancelled.
     pub fn reset(&mut self, topic: &str, partition: i32) {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
         let key = self.key(topic, partition);
-        self.partitions.insert(
+        let old = self.partitions.insert(
             key,
             PartitionState {
                 epoch,
                 ..PartitionState::default()
             },
         );
+        if let Some(old) = old {
+            old.work.cancel();
+        }
     }
 
     /// The offset that may be committed now: every offset below it finished.
@@ -118,12 +164,18 @@ impl OffsetTracker {
 mod tests {
     use super::*;
 
+    impl OffsetTracker {
+        fn take(&mut self, topic: &str, partition: i32, offset: i64) -> Ticket {
+            self.begin(topic, partition, offset).0
+        }
+    }
+
     #[test]
     fn commits_only_up_to_lowest_unfinished() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 10);
-        let b = t.begin("t", 0, 11);
-        let c = t.begin("t", 0, 12);
+        let a = t.take("t", 0, 10);
+        let b = t.take("t", 0, 11);
+        let c = t.take("t", 0, 12);
         assert_eq!(t.finish(&c), Some(10), "12 finished but 10 is still in flight");
         assert_eq!(t.committable("t", 0), Some(10));
         assert_eq!(t.finish(&a), Some(11));
@@ -134,19 +186,34 @@ mod tests {
     #[test]
     fn ignores_tickets_from_before_a_reset() {
         let mut t = OffsetTracker::new();
-        let old = t.begin("t", 1, 5);
+        let (old, work) = t.begin("t", 1, 5);
+        assert!(!t.abandons(&old));
         t.reset("t", 1);
+        assert!(work.is_cancelled(), "a reset stops the old epoch's work");
+        assert!(t.abandons(&old));
         assert_eq!(t.finish(&old), None);
         assert_eq!(t.committable("t", 1), None);
-        let new = t.begin("t", 1, 3);
+        let new = t.take("t", 1, 3);
         assert_eq!(t.finish(&new), Some(4));
+    }
+
+    #[test]
+    fn a_revoking_partition_still_commits_what_finishes() {
+        let mut t = OffsetTracker::new();
+        let a = t.take("t", 0, 1);
+        let b = t.take("t", 0, 2);
+        t.mark_revoking("t", 0);
+        assert!(t.abandons(&b), "dropped unfinished while revoking: abandoned");
+        assert_eq!(t.in_flight_on("t", 0), 2);
+        assert_eq!(t.finish(&a), Some(2), "the drain still stores offsets");
+        assert_eq!(t.in_flight_on("t", 0), 1);
     }
 
     #[test]
     fn keeps_partitions_apart() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 1);
-        let b = t.begin("t", 1, 100);
+        let a = t.take("t", 0, 1);
+        let b = t.take("t", 1, 100);
         assert_eq!(t.finish(&b), Some(101));
         assert_eq!(t.committable("t", 0), Some(1));
         assert_eq!(t.in_flight(), 1);
@@ -158,7 +225,7 @@ mod tests {
         use rand::seq::SliceRandom;
         let mut rng = rand::rng();
         let mut t = OffsetTracker::new();
-        let mut tickets: Vec<_> = (0..500).map(|o| t.begin("t", 0, o)).collect();
+        let mut tickets: Vec<_> = (0..500).map(|o| t.take("t", 0, o)).collect();
         tickets.shuffle(&mut rng);
         let mut finished = std::collections::HashSet::new();
         for ticket in tickets {

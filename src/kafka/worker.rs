@@ -1,251 +1,309 @@
 //! The consume loop both stages run: take a message, decode it, hand good
 //! input to the stage's handler as a concurrent task and bad input to the
-//! dead-letter topic, with a bound on messages in flight. On shutdown it stops
-//! fetching, drains in-flight work up to a deadline and commits.
+//! dead-letter topic (also as a task, so a slow broker never blocks intake or
+//! shutdown), with bounds on messages and bytes in flight. On shutdown it
+//! stops fetching, drains in-flight work up to a deadline and commits.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
+use rdkafka::error::KafkaResult;
+use rdkafka::message::Message;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
-use super::commit::{Committer, Ticket};
-use super::dlq::{DeadLetter, DeadLetters};
+use super::client::{create_consumer, create_producer, StageContext};
+use super::commit::Committer;
+use super::dlq::DeadLetters;
+use super::lifecycle::Lifecycle;
+use super::message::{Delivery, RecordMeta, Rejected, Taken};
 use super::StageConsumer;
-use crate::messages::DecodeError;
+use crate::config::Config;
 use crate::metrics::StageMetrics;
 
-/// Where a record came from, detached from the consumer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordMeta {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub headers: Vec<(String, Vec<u8>)>,
-}
-
-impl RecordMeta {
-    fn of(message: &BorrowedMessage<'_>) -> Self {
-        let headers = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        RecordMeta {
-            topic: message.topic().to_string(),
-            partition: message.partition(),
-            offset: message.offset(),
-            key: message.key().map(<[u8]>::to_vec),
-            headers,
-        }
-    }
-
-    /// The key as text (lossy), for logs.
-    pub fn key_text(&self) -> String {
-        self.key
-            .as_deref()
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-            .unwrap_or_default()
-    }
-
-    /// A header's value, if present.
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_slice())
-    }
-}
-
-/// Why an input can never be processed: it goes to the dead-letter topic
-/// with this kind and reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejected {
-    pub kind: &'static str,
-    pub reason: String,
-}
-
-impl From<DecodeError> for Rejected {
-    fn from(e: DecodeError) -> Self {
-        Rejected {
-            kind: e.kind(),
-            reason: e.to_string(),
-        }
-    }
-}
-
-/// The obligation to finish one message. Call [`Done::finish`] once the
-/// message's output was acknowledged; dropping it unfinished leaves the offset
-/// uncommitted, so the message is redelivered after a restart.
-pub struct Done {
-    committer: Committer,
-    ticket: Option<Ticket>,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Done {
-    pub fn finish(mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            self.committer.finish(ticket);
-        }
-    }
-
-    pub fn offset(&self) -> Option<i64> {
-        self.ticket.as_ref().map(|t| t.offset)
-    }
-}
-
-/// One decoded input, handed to the stage.
+/// One decoded input, handed to the stage with its message.
 pub struct Work<T> {
     pub input: T,
-    /// The raw bytes, kept for the dead-letter topic when handling fails
-    /// permanently.
-    pub payload: Vec<u8>,
-    pub meta: RecordMeta,
-    pub done: Done,
+    pub message: Taken,
 }
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Messages taken but not finished; intake waits at this bound.
     pub max_in_flight: usize,
-    /// How long shutdown waits for in-flight work.
+    /// Bytes of taken, unfinished messages; intake waits at this bound.
+    /// `None` for a stage that bounds its bytes itself (stage 2 evicts).
+    pub max_in_flight_bytes: Option<usize>,
+    /// How long shutdown (and a revoke) waits for in-flight work.
     pub drain_timeout: Duration,
 }
+
+/// How long the final commit may wait for the broker at shutdown, after the
+/// drain: a stage stops within its drain timeout plus this (and a moment to
+/// close), even with the broker gone.
+const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a run did, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunSummary {
     pub received: u64,
-    pub dead_lettered: u64,
+    /// Inputs rejected by the decoder (sent to the dead-letter topic).
+    pub rejected: u64,
     /// Handler tasks still running at the drain deadline (their messages stay
     /// uncommitted and are redelivered).
     pub abandoned: usize,
+    /// Handler tasks that panicked.
+    pub panicked: u64,
+    /// Why the stage stopped on its own, when it did (exit 1).
+    pub failure: Option<String>,
 }
 
-/// Runs the loop until `shutdown` resolves. `decode` turns a payload (and its
-/// record's metadata, headers included) into the stage's input; an `Err` sends
-/// the message to the DLQ; `handle` is called in message order on the loop
-/// itself (what it does before returning its future is ordered), and the
-/// future it returns runs as its own task, which must call [`Done::finish`]
-/// when the output is acknowledged.
-pub async fn run_stage<T, D, H, F>(
-    consumer: Arc<StageConsumer>,
-    dlq: DeadLetters,
-    metrics: Arc<StageMetrics>,
-    options: RunOptions,
-    decode: D,
-    handle: H,
-    shutdown: impl Future<Output = ()>,
-) -> RunSummary
-where
-    T: Send + 'static,
-    D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,
-    H: Fn(Work<T>) -> F,
-    F: Future<Output = ()> + Send + 'static,
-{
-    let committer = Committer::new(consumer.clone());
-    let permits = Arc::new(Semaphore::new(options.max_in_flight));
-    let mut tasks = JoinSet::new();
-    let mut summary = RunSummary::default();
-    tokio::pin!(shutdown);
+/// A stage's consumer and what finishing its messages needs.
+pub struct StageLoop {
+    pub consumer: Arc<StageConsumer>,
+    pub delivery: Delivery,
+    pub options: RunOptions,
+}
 
-    loop {
-        while tasks.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break, // the semaphore is never closed
-            },
-        };
-        let message = tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            message = consumer.recv() => message,
-        };
-        let message = match message {
-            Ok(m) => m,
-            Err(e) => {
-                metrics.read_error();
-                tracing::warn!(error = %e, "kafka read error");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+impl StageLoop {
+    /// Creates a group consumer subscribed to `input` and a dead-letter
+    /// producer for `dlq_topic`, counting into `metrics`.
+    pub fn create(
+        config: &Config,
+        group_id: &str,
+        input: &str,
+        dlq_topic: &str,
+        metrics: Arc<StageMetrics>,
+        options: RunOptions,
+    ) -> KafkaResult<Self> {
+        let lifecycle = Lifecycle::new();
+        let context = StageContext::new(metrics.clone(), lifecycle.clone(), options.drain_timeout);
+        let consumer = Arc::new(create_consumer(
+            config,
+            group_id,
+            context,
+            options.max_in_flight_bytes,
+        )?);
+        consumer.subscribe(&[input])?;
+        let dlq = DeadLetters::new(create_producer(config)?, dlq_topic, metrics.clone());
+        let delivery = Delivery::new(Committer::new(&consumer), dlq, lifecycle, metrics);
+        Ok(StageLoop {
+            consumer,
+            delivery,
+            options,
+        })
+    }
+
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.delivery.lifecycle
+    }
+
+    /// Runs the loop until `shutdown` resolves or the stage fails. `decode`
+    /// turns a payload (and its record's metadata, headers included) into the
+    /// stage's input; an `Err` sends the message to the DLQ; `handle` is
+    /// called in message order on the loop itself (what it does before
+    /// returning its future is ordered), and the future it returns runs as
+    /// its own task, cancelled when the message's partition is revoked and
+    /// its drain ends.
+    pub async fn run<T, D, H, F>(self, decode: D, handle: H, shutdown: impl Future<Output = ()>) -> RunSummary
+    where
+        T: Send + 'static,
+        D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,
+        H: Fn(Work<T>) -> F,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let StageLoop {
+            consumer,
+            delivery,
+            options,
+        } = self;
+        let metrics = delivery.metrics.clone();
+        let lifecycle = delivery.lifecycle.clone();
+        // Dropped mid-run (its caller cancelled it), the loop abandons its
+        // tasks' messages as a crash would: uncommitted, redelivered.
+        let _abandon_on_drop = AbandonOnDrop(lifecycle.clone());
+        let messages = Arc::new(Semaphore::new(options.max_in_flight));
+        let bytes = options
+            .max_in_flight_bytes
+            .map(|b| (Arc::new(Semaphore::new(b)), b));
+        let mut tasks = JoinSet::new();
+        let mut summary = RunSummary::default();
+        let failed = lifecycle.failed();
+        tokio::pin!(shutdown, failed);
+
+        loop {
+            while let Some(joined) = tasks.try_join_next() {
+                reap(joined, &mut summary, &metrics);
             }
-        };
-        summary.received += 1;
-        metrics.received();
-        let meta = RecordMeta::of(&message);
-        let ticket = committer.begin(&meta.topic, meta.partition, meta.offset);
-        let payload = message.payload().unwrap_or_default();
-        match decode(payload, &meta) {
-            Ok(input) => {
-                let work = Work {
-                    input,
-                    payload: payload.to_vec(),
-                    meta: meta.clone(),
-                    done: Done {
-                        committer: committer.clone(),
-                        ticket: Some(ticket),
-                        _permit: permit,
+            let message_permit = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                _ = &mut failed => break,
+                permit = messages.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => break, // the semaphore is never closed
+                },
+            };
+            let message = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                _ = &mut failed => break,
+                message = consumer.recv() => message,
+            };
+            let message = match message {
+                Ok(m) => m,
+                Err(e) => {
+                    metrics.read_error();
+                    tracing::warn!(error = %e, "kafka read error");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            summary.received += 1;
+            metrics.received();
+            let meta = RecordMeta::of(&message);
+            let payload = message.payload().unwrap_or_default().to_vec();
+            drop(message);
+            let mut permits = vec![message_permit];
+            if let Some((bytes, total)) = &bytes {
+                // A message bigger than the whole bound takes all of it.
+                let need = (payload.len() + meta.footprint()).min(*total);
+                let need = u32::try_from(need).unwrap_or(u32::MAX);
+                let permit = tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break,
+                    _ = &mut failed => break,
+                    permit = bytes.clone().acquire_many_owned(need) => match permit {
+                        Ok(p) => p,
+                        Err(_) => break,
                     },
                 };
-                let span = tracing::info_span!(
-                    "message",
-                    topic = %meta.topic, partition = meta.partition, offset = meta.offset, key = %meta.key_text()
-                );
-                tasks.spawn(handle(work).instrument(span));
+                permits.push(permit);
             }
-            Err(error) => {
-                summary.dead_lettered += 1;
-                metrics.dead_lettered(error.kind);
-                dlq.send(&DeadLetter {
-                    key: meta.key.as_deref(),
-                    payload: message.payload(),
-                    source_topic: &meta.topic,
-                    partition: meta.partition,
-                    offset: meta.offset,
-                    kind: error.kind,
-                    reason: &error.reason,
-                })
-                .await;
-                committer.finish(ticket);
-                drop(permit);
+            let (ticket, work_token) = delivery.committer.begin(&meta.topic, meta.partition, meta.offset);
+            let span = tracing::info_span!(
+                "message",
+                topic = %meta.topic, partition = meta.partition, offset = meta.offset, key = %meta.key_text()
+            );
+            let decoded = decode(&payload, &meta);
+            let taken = Taken::new(payload, meta, ticket, delivery.clone(), permits);
+            match decoded {
+                Ok(input) => {
+                    let work = handle(Work {
+                        input,
+                        message: taken,
+                    });
+                    tasks.spawn(
+                        async move {
+                            tokio::select! {
+                                _ = work_token.cancelled() => {}
+                                _ = work => {}
+                            }
+                        }
+                        .instrument(span),
+                    );
+                }
+                Err(rejected) => {
+                    summary.rejected += 1;
+                    tasks.spawn(
+                        async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
+                    );
+                }
+            }
+            metrics.set_in_flight(delivery.committer.in_flight());
+            if let Some((bytes, total)) = &bytes {
+                metrics.set_in_flight_bytes(total - bytes.available_permits());
             }
         }
-        metrics.set_in_flight(committer.in_flight());
-    }
 
-    tracing::info!(
-        in_flight = tasks.len(),
-        "stopping intake; draining in-flight work"
-    );
-    let drained = tokio::time::timeout(options.drain_timeout, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        summary.abandoned = tasks.len();
-        tracing::warn!(
-            abandoned = tasks.len(),
-            "drain deadline reached; unfinished messages will be redelivered"
+        lifecycle.begin_shutdown(options.drain_timeout);
+        tracing::info!(
+            in_flight = tasks.len(),
+            "stopping intake; draining in-flight work"
         );
-        tasks.abort_all();
+        let drained = tokio::select! {
+            biased;
+            _ = lifecycle.deadline_passed() => false,
+            _ = async {
+                while let Some(joined) = tasks.join_next().await {
+                    reap(joined, &mut summary, &metrics);
+                }
+            } => true,
+        };
+        if !drained {
+            summary.abandoned = tasks.len();
+            tracing::warn!(
+                abandoned = tasks.len(),
+                "drain deadline reached; unfinished messages will be redelivered"
+            );
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+        if let Err(e) = delivery.committer.commit_sync(FINAL_COMMIT_TIMEOUT).await {
+            tracing::warn!(error = %e, "final commit failed; the last stored offsets may be redelivered");
+        }
+        close(consumer).await;
+        summary.failure = lifecycle.failure();
+        summary
     }
-    if let Err(e) = committer.commit_sync().await {
-        tracing::warn!(error = %e, "final commit failed; the last stored offsets may be redelivered");
+}
+
+/// How long closing the consumer (leaving the group) may take at shutdown.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Closes the consumer (it leaves its group, so the others rebalance at
+/// once) on a thread of its own, waiting at most [`CLOSE_TIMEOUT`]: a close
+/// can hang when the broker is gone (rust-rdkafka #509, #611), and then the
+/// group notices the member's absence at its session timeout instead.
+async fn close(consumer: Arc<StageConsumer>) {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("consumer-close".into())
+        .spawn(move || {
+            drop(consumer);
+            let _ = done_tx.send(());
+        });
+    if spawned.is_err() {
+        tracing::warn!("cannot start a thread to close the consumer; leaving it to the process exit");
+        return;
     }
-    consumer.unsubscribe();
-    summary
+    if tokio::time::timeout(CLOSE_TIMEOUT, done_rx).await.is_err() {
+        tracing::warn!(
+            timeout_s = CLOSE_TIMEOUT.as_secs(),
+            "the consumer did not close in time; the group will notice this member left at its session timeout"
+        );
+    }
+}
+
+/// Sets the lifecycle stopping when dropped, so handles dropped with the
+/// loop's tasks are abandoned rather than rejected.
+struct AbandonOnDrop(Lifecycle);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.begin_shutdown(Duration::ZERO);
+    }
+}
+
+/// Logs and counts a handler task that panicked. Its message was rejected
+/// as `handler_panic` when the task dropped it.
+fn reap(joined: Result<(), JoinError>, summary: &mut RunSummary, metrics: &StageMetrics) {
+    if let Err(e) = joined {
+        if e.is_panic() {
+            summary.panicked += 1;
+            metrics.handler_panicked();
+            let panic = e.into_panic();
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-text panic payload".into());
+            tracing::error!(panic = %text, "a handler task panicked");
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -93,6 +93,10 @@ pub enum LlmError {
     /// Strict playback: the cassette has no call for this request.
     #[error("the cassette has no recorded call for this request (model {model}); record it first")]
     NotInCassette { model: String },
+    /// The hourly spend budget (`llm.budget_usd_per_hour` or
+    /// `llm.budget_tokens_per_hour`) is spent: no request was sent.
+    #[error("the LLM spend budget for the rolling hour is spent")]
+    BudgetExhausted,
 }
 
 impl LlmError {
@@ -108,6 +112,7 @@ impl LlmError {
             LlmError::Malformed(_) => "malformed_response".into(),
             LlmError::Empty => "empty".into(),
             LlmError::NotInCassette { .. } => "cassette_miss".into(),
+            LlmError::BudgetExhausted => "budget_exhausted".into(),
         }
     }
 
@@ -117,7 +122,10 @@ impl LlmError {
         match self {
             LlmError::Timeout | LlmError::Connect(_) => true,
             LlmError::Status { status, .. } => *status == 429 || *status >= 500,
-            LlmError::Malformed(_) | LlmError::Empty | LlmError::NotInCassette { .. } => false,
+            LlmError::Malformed(_)
+            | LlmError::Empty
+            | LlmError::NotInCassette { .. }
+            | LlmError::BudgetExhausted => false,
         }
     }
 

@@ -3,6 +3,7 @@
 //! accumulators, and the synthesizer that turns a failed trajectory into a
 //! hint with retries, fallbacks and accounting.
 
+pub mod budget;
 pub mod cassette;
 pub mod client;
 pub mod prompt;

@@ -12,13 +12,14 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::Semaphore;
 
+use super::budget::{Remaining, SpendBudget};
 use super::cassette::{request_key, Attempt, Call, Cassette, CassetteMode, Outcome};
 use super::client::{
     ApiKey, Completion, Endpoint, LlmClient, LlmError, Provider, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,
 };
 use super::prompt::{feedback, static_hint, user_prompt, PROMPT_VERSION, SYSTEM_PROMPT};
-use crate::config::{LlmConfig, ModelPrice};
+use crate::config::{LlmConfig, LlmProvider, ModelPrice};
 use crate::messages::{FailedTrajectory, HintCategory, Usage};
 
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-20250514";
@@ -30,6 +31,8 @@ pub trait SynthObserver: Send + Sync {
     fn attempt(&self, model: &str, status: &str, latency: Duration);
     fn retry(&self, model: &str, reason: &str);
     fn calls_in_flight(&self, n: usize);
+    /// What is left of the spend budgets, after each change.
+    fn budget(&self, _remaining: Remaining) {}
 }
 
 /// The result of synthesis for one group.
@@ -45,12 +48,25 @@ pub struct Synthesis {
 }
 
 /// Environment the endpoint is resolved from (the official SDKs' variables).
-#[derive(Debug, Clone, Default)]
+/// Its `Debug` shows whether a key is set, never the key.
+#[derive(Clone, Default)]
 pub struct LlmEnv {
     pub anthropic_api_key: Option<String>,
     pub anthropic_base_url: Option<String>,
     pub openai_api_key: Option<String>,
     pub openai_base_url: Option<String>,
+}
+
+impl std::fmt::Debug for LlmEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = |k: &Option<String>| if k.is_some() { "<redacted>" } else { "<unset>" };
+        f.debug_struct("LlmEnv")
+            .field("anthropic_api_key", &key(&self.anthropic_api_key))
+            .field("anthropic_base_url", &self.anthropic_base_url)
+            .field("openai_api_key", &key(&self.openai_api_key))
+            .field("openai_base_url", &self.openai_base_url)
+            .finish()
+    }
 }
 
 impl LlmEnv {
@@ -74,6 +90,7 @@ pub struct Synthesizer {
     tokens: Option<DefaultDirectRateLimiter>,
     observer: Option<Arc<dyn SynthObserver>>,
     cassette: Option<Arc<Cassette>>,
+    budget: Option<SpendBudget>,
 }
 
 /// How long a synthesis took: the recorded time of calls played from a
@@ -98,13 +115,15 @@ impl Clock {
 impl Synthesizer {
     /// Resolves provider, endpoint and model chain from the config and env.
     pub fn new(config: &LlmConfig, env: &LlmEnv) -> Result<Self, LlmError> {
-        let provider = match config.provider.as_str() {
-            "anthropic" => env.anthropic_api_key.is_some().then_some(Provider::Anthropic),
-            "openai" => Some(Provider::Openai),
-            "none" => None,
-            _ if env.anthropic_api_key.is_some() => Some(Provider::Anthropic),
-            _ if env.openai_api_key.is_some() || env.openai_base_url.is_some() => Some(Provider::Openai),
-            _ => None,
+        let provider = match config.provider {
+            LlmProvider::Anthropic => env.anthropic_api_key.is_some().then_some(Provider::Anthropic),
+            LlmProvider::Openai => Some(Provider::Openai),
+            LlmProvider::None => None,
+            LlmProvider::Auto if env.anthropic_api_key.is_some() => Some(Provider::Anthropic),
+            LlmProvider::Auto if env.openai_api_key.is_some() || env.openai_base_url.is_some() => {
+                Some(Provider::Openai)
+            }
+            LlmProvider::Auto => None,
         };
         let client = match provider {
             None => None,
@@ -146,10 +165,14 @@ impl Synthesizer {
             tokens: per_minute(config.tokens_per_minute),
             observer: None,
             cassette: None,
+            budget: SpendBudget::new(config.budget_usd_per_hour, config.budget_tokens_per_hour),
         })
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn SynthObserver>) -> Self {
+        if let Some(budget) = &self.budget {
+            observer.budget(budget.remaining());
+        }
         self.observer = Some(observer);
         self
     }
@@ -206,7 +229,11 @@ impl Synthesizer {
                 latency_ms: started.elapsed().as_millis() as u64,
             };
         };
-        let deadline = started + Duration::from_secs_f64(self.config.timeout_secs);
+        // The config bounds timeout_secs; a value past Duration's range
+        // would mean "no deadline", which the bound rules out.
+        let budget =
+            Duration::try_from_secs_f64(self.config.timeout_secs).unwrap_or(Duration::from_secs(600));
+        let deadline = started + budget;
         let user = user_prompt(t, &fb);
         let mut usage = Usage::default();
         let mut clock = Clock::default();
@@ -236,7 +263,12 @@ impl Synthesizer {
                     last_error = e;
                 }
             }
-            if Instant::now() >= deadline || matches!(last_error, LlmError::NotInCassette { .. }) {
+            if Instant::now() >= deadline
+                || matches!(
+                    last_error,
+                    LlmError::NotInCassette { .. } | LlmError::BudgetExhausted
+                )
+            {
                 break;
             }
         }
@@ -363,25 +395,58 @@ impl Synthesizer {
             .with_max_times(self.config.max_retries as usize)
             .build();
         loop {
-            self.wait_for_rate(request.user).await;
+            // Waiting for the rate limits and for a free call slot is part
+            // of the hint's time budget.
+            if tokio::time::timeout_at(deadline.into(), self.wait_for_rate(request.user))
+                .await
+                .is_err()
+            {
+                return Err(LlmError::Timeout);
+            }
+            let permit = match tokio::time::timeout_at(deadline.into(), self.calls.acquire()).await {
+                Ok(Ok(permit)) => permit,
+                // The semaphore is never closed.
+                Ok(Err(_)) => return Err(LlmError::Connect("shutting down".into())),
+                Err(_) => return Err(LlmError::Timeout),
+            };
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 return Err(LlmError::Timeout);
             }
-            let attempt_started = Instant::now();
-            let result = {
-                // The semaphore is never closed, so acquire cannot fail.
-                let _permit = self
-                    .calls
-                    .acquire()
-                    .await
-                    .map_err(|_| LlmError::Connect("shutting down".into()))?;
-                self.observe_in_flight();
-                let result = client.complete(request, remaining).await;
-                drop(_permit);
-                self.observe_in_flight();
-                result
+            let reservation = match &self.budget {
+                None => None,
+                Some(budget) => {
+                    let tokens = self.estimate_tokens(request.user);
+                    let usd = self.price(model).map_or(0.0, |p| {
+                        (self.estimate_input_tokens(request.user) as f64 * p.input_per_mtok
+                            + f64::from(self.config.max_tokens) * p.output_per_mtok)
+                            / 1e6
+                    });
+                    match budget.reserve(usd, tokens) {
+                        Ok(r) => Some(r),
+                        Err(_) => {
+                            self.observe_budget();
+                            return Err(LlmError::BudgetExhausted);
+                        }
+                    }
+                }
             };
+            let attempt_started = Instant::now();
+            self.observe_in_flight();
+            let result = client.complete(request, remaining).await;
+            drop(permit);
+            self.observe_in_flight();
+            if let Some(reservation) = reservation {
+                match &result {
+                    Ok(reply) => reservation.settle(
+                        self.cost(&reply.usage, model),
+                        reply.usage.input_tokens + reply.usage.output_tokens,
+                    ),
+                    // A failed attempt costs nothing the reply can tell.
+                    Err(_) => drop(reservation),
+                }
+                self.observe_budget();
+            }
             let status = result
                 .as_ref()
                 .map_or_else(LlmError::failure_reason, |_| "ok".to_string());
@@ -432,15 +497,31 @@ impl Synthesizer {
         }
     }
 
-    /// Waits for the request limit, and for the token limit with the prompt's
-    /// estimated size (4 characters a token) plus the output allowance.
+    fn observe_budget(&self) {
+        if let (Some(budget), Some(o)) = (&self.budget, &self.observer) {
+            o.budget(budget.remaining());
+        }
+    }
+
+    /// The prompt's estimated size in tokens (4 characters a token).
+    fn estimate_input_tokens(&self, user: &str) -> u64 {
+        ((user.len() + SYSTEM_PROMPT.len()) / 4) as u64
+    }
+
+    /// An attempt's estimated tokens: the prompt plus the output allowance.
+    fn estimate_tokens(&self, user: &str) -> u64 {
+        self.estimate_input_tokens(user) + u64::from(self.config.max_tokens)
+    }
+
+    /// Waits for the request limit, and for the token limit with the
+    /// attempt's estimated tokens.
     async fn wait_for_rate(&self, user: &str) {
         if let Some(limiter) = &self.requests {
             limiter.until_ready().await;
         }
         if let Some(limiter) = &self.tokens {
-            let estimate = (user.len() + SYSTEM_PROMPT.len()) / 4 + self.config.max_tokens as usize;
-            self.take_tokens(limiter, estimate as u32).await;
+            let estimate = self.estimate_tokens(user).min(u64::from(u32::MAX)) as u32;
+            self.take_tokens(limiter, estimate).await;
         }
     }
 
@@ -465,9 +546,13 @@ impl Synthesizer {
         let _ = limiter.until_n_ready(n).await;
     }
 
-    fn cost(&self, usage: &Usage, model: &str) -> f64 {
+    fn price(&self, model: &str) -> Option<&ModelPrice> {
         let prices: &BTreeMap<String, ModelPrice> = &self.config.prices;
-        prices.get(model).map_or(0.0, |p| {
+        prices.get(model)
+    }
+
+    fn cost(&self, usage: &Usage, model: &str) -> f64 {
+        self.price(model).map_or(0.0, |p| {
             (usage.input_tokens as f64 * p.input_per_mtok + usage.output_tokens as f64 * p.output_per_mtok)
                 / 1e6
         })

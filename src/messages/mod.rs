@@ -4,25 +4,17 @@
 pub mod decode;
 mod failed;
 mod hint;
+pub mod keys;
 mod scored;
 
 pub use decode::{decode, DecodeError, DecodeLimits, Validate};
 pub use failed::{ChatContent, ChatMessage, ContentBlock, FailedTrajectory};
 pub use hint::{Hint, HintCategory, HintSource, Usage};
+pub use keys::{group_key, step_key};
 pub use scored::{ScoredMessage, ScoredRollout, StepEnd};
 
 /// The only `schema_version` this build reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// Key of a GRPO group's messages: `run_id/step/instance_id`.
-pub fn group_key(run_id: &str, step: i64, instance_id: &str) -> String {
-    format!("{run_id}/{step}/{instance_id}")
-}
-
-/// Key of a training step's messages: `run_id/step`.
-pub fn step_key(run_id: &str, step: i64) -> String {
-    format!("{run_id}/{step}")
-}
 
 /// The Kafka key a JSON message of any known kind is published under, read
 /// from its own fields. Used by `hintstream produce`.

@@ -340,6 +340,30 @@ impl Process {
         self.child.try_wait().unwrap().is_none()
     }
 
+    /// SIGTERM: the stage drains and commits.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits up to `within` for the process to exit; its status, or `None`
+    /// when it is still running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGKILL: no drain, no final commit.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -371,4 +395,126 @@ pub fn without_llm_env(command: &mut Command) -> &mut Command {
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
+}
+
+/// A stage's Prometheus endpoint, read by tests: they wait on what the stage
+/// counts, not on its log wording.
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsEndpoint(pub std::net::SocketAddr);
+
+impl MetricsEndpoint {
+    /// A free loopback port for `--metrics-addr`.
+    pub fn free() -> Self {
+        MetricsEndpoint(format!("127.0.0.1:{}", free_port()).parse().unwrap())
+    }
+
+    /// `HOST:PORT`, for `--metrics-addr` or `metrics_addr`.
+    pub fn addr(&self) -> String {
+        self.0.to_string()
+    }
+
+    /// The endpoint's text, or `None` while nothing answers.
+    pub async fn scrape(&self) -> Option<String> {
+        let response = reqwest::Client::new()
+            .get(format!("http://{}/metrics", self.0))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        response.text().await.ok()
+    }
+
+    /// The sum of the series of `name` whose labels contain every
+    /// `key="value"` of `labels`; 0 when there is none (or no answer).
+    pub async fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.scrape()
+            .await
+            .map_or(0.0, |text| metric_value(&text, name, labels))
+    }
+
+    /// Waits until `name` (summed as [`MetricsEndpoint::value`] does)
+    /// satisfies `until`, failing with `context()` after `within`.
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        until: impl Fn(f64) -> bool,
+        within: Duration,
+        context: impl Fn() -> String,
+    ) -> f64 {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.value(name, labels).await;
+            if until(v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}{labels:?} = {v} after {within:?}\n{}",
+                context()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Sums the samples of `name` (exactly that name, no suffix added) whose
+/// label set contains every pair of `labels`.
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (series_name, series_labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if series_name != name {
+                return None;
+            }
+            let all = labels.iter().all(|(k, v)| {
+                series_labels
+                    .split(',')
+                    .any(|pair| pair == format!("{k}=\"{v}\""))
+            });
+            all.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+/// Writes `config` as a TOML file in `dir` for a `hintstream` process.
+pub fn write_config(config: &Config, dir: &std::path::Path) -> PathBuf {
+    let path = dir.join("hintstream.toml");
+    std::fs::write(&path, toml::to_string(config).unwrap()).unwrap();
+    path
+}
+
+/// Committed offsets of `group` on `topic`'s partitions `0..partitions`.
+pub async fn committed_offsets(
+    config: &Config,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> std::collections::BTreeMap<i32, i64> {
+    let mut client = hintstream::kafka::base_config(config);
+    client.set("group.id", group);
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client.create().unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(&topic, p);
+        }
+        let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+        committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect()
+    })
+    .await
+    .unwrap()
 }

@@ -1,0 +1,101 @@
+//! Stage 2's Prometheus metrics (`hintstream_advantages_*`), beside the
+//! consume loop's: steps and rows published, steps dead-lettered by reason,
+//! compute time by device, extreme advantages, pending steps and their bytes.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::metrics::Labels;
+
+/// Prometheus metrics of stage 2.
+pub struct AdvantageMetrics {
+    steps_published: Counter,
+    rows_published: Counter,
+    steps_dead_lettered: Family<Labels, Counter>,
+    compute_seconds: Family<Labels, Histogram>,
+    extreme_advantages: Counter,
+    pending_steps: Gauge,
+    pending_bytes: Gauge,
+}
+
+impl AdvantageMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = AdvantageMetrics {
+            steps_published: Counter::default(),
+            rows_published: Counter::default(),
+            steps_dead_lettered: Family::default(),
+            compute_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1e-5, 4.0, 12))
+            }),
+            extreme_advantages: Counter::default(),
+            pending_steps: Gauge::default(),
+            pending_bytes: Gauge::default(),
+        };
+        registry.register(
+            "steps_published",
+            "Steps whose advantages were published",
+            m.steps_published.clone(),
+        );
+        registry.register(
+            "rows_published",
+            "Rows whose advantages were published",
+            m.rows_published.clone(),
+        );
+        registry.register(
+            "steps_dead_lettered",
+            "Steps sent to the DLQ (incomplete, overfull, evicted, output rejected, compute error), by reason",
+            m.steps_dead_lettered.clone(),
+        );
+        registry.register(
+            "compute_seconds",
+            "Advantage computation time per step, by device",
+            m.compute_seconds.clone(),
+        );
+        registry.register(
+            "extreme_advantages",
+            "Rows with |advantage| > 1e3 (std-0 baselines)",
+            m.extreme_advantages.clone(),
+        );
+        registry.register(
+            "pending_steps",
+            "Steps waiting for rows or their step_end",
+            m.pending_steps.clone(),
+        );
+        registry.register(
+            "pending_bytes",
+            "Bytes held by pending steps (their messages and rows), bounded by advantages.max_in_flight_bytes",
+            m.pending_bytes.clone(),
+        );
+        m
+    }
+
+    /// Steps and bytes waiting for rows or their step_end.
+    pub fn set_pending(&self, steps: usize, bytes: usize) {
+        self.pending_steps.set(i64::try_from(steps).unwrap_or(i64::MAX));
+        self.pending_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// A step was published with `rows` rows, `extreme` of them extreme.
+    pub fn step_published(&self, rows: usize, extreme: u64) {
+        self.steps_published.inc();
+        self.rows_published.inc_by(rows as u64);
+        self.extreme_advantages.inc_by(extreme);
+    }
+
+    /// A step's advantages were computed on `device` in `seconds`.
+    pub fn computed(&self, device: &str, seconds: f64) {
+        self.compute_seconds
+            .get_or_create(&vec![("device", device.to_string())])
+            .observe(seconds);
+    }
+
+    /// A step went to the DLQ for `reason`.
+    pub fn step_dead_lettered(&self, reason: &str) {
+        self.steps_dead_lettered
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
+    }
+}

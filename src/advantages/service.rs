@@ -1,0 +1,361 @@
+//! Stage 2's service: build (the shared stage skeleton) and run (the consume
+//! loop, step assembly under a byte bound, computing and publishing, the
+//! timeout sweeper).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::FutureProducer;
+
+use super::assemble::{Outcome, PendingStep, StepAssembler};
+use super::compute::{advantages_batch, compute_step};
+use super::decode::{decode_scored, ScoredInput};
+use super::metrics::AdvantageMetrics;
+use super::step_metrics::step_metrics;
+use crate::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
+use crate::config::Config;
+use crate::kafka::produce::headers;
+use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
+use crate::messages::step_key;
+use crate::normalize::{AdvantageOptions, Device, Ran};
+use crate::stage::{StageError, StageShell};
+
+/// Header that says which kernel computed a published step.
+pub const DEVICE_HEADER: &str = "hintstream.device";
+
+/// What the handler tasks, the sweeper and the revoke hook share.
+struct Shared {
+    assembler: Mutex<StepAssembler<Taken>>,
+    producer: FutureProducer,
+    lifecycle: Lifecycle,
+    output_topic: String,
+    metrics_topic: String,
+    options: AdvantageOptions,
+    device: Device,
+    success_threshold: f64,
+    pass_at_k: Vec<u32>,
+    step_timeout: Duration,
+    max_bytes: usize,
+    metrics: AdvantageMetrics,
+}
+
+/// What adding one message to its step led to.
+struct Assembled {
+    outcome: Outcome<Taken>,
+    /// Older incomplete steps evicted to stay under the byte bound.
+    evicted: Vec<PendingStep<Taken>>,
+}
+
+impl Shared {
+    fn assembler(&self) -> MutexGuard<'_, StepAssembler<Taken>> {
+        // The assembler's maps stay consistent across a panic in a caller
+        // (each method completes its change before returning).
+        self.assembler.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn update_pending(&self, assembler: &StepAssembler<Taken>) {
+        self.metrics.set_pending(assembler.len(), assembler.bytes());
+    }
+
+    /// Adds a message to its step. Called synchronously by the consume loop,
+    /// so messages reach the assembler in partition order: a row that comes
+    /// after its step's `step_end` is seen as such, never as part of it.
+    fn assemble(&self, work: Work<ScoredInput>) -> Assembled {
+        let Work { input, message } = work;
+        let position = (message.meta().partition, message.meta().offset);
+        let bytes = message.footprint();
+        let mut assembler = self.assembler();
+        let now = Instant::now();
+        let outcome = match input {
+            ScoredInput::Rows(rows) => assembler.add_rows(rows, position, message, bytes, now),
+            ScoredInput::End { run_id, step, count } => {
+                assembler.end(&run_id, step, count, (position.0, message, bytes), now)
+            }
+        };
+        let evicted = assembler.evict_over(self.max_bytes);
+        self.update_pending(&assembler);
+        Assembled { outcome, evicted }
+    }
+
+    /// Publishes or dead-letters what [`Shared::assemble`] completed.
+    async fn settle(&self, assembled: Assembled) {
+        for step in assembled.evicted {
+            let reason = format!(
+                "step {}/{} was evicted incomplete ({} rows, {} bytes) to keep pending steps under \
+                 advantages.max_in_flight_bytes = {}; raise it if steps this large are expected",
+                step.run_id,
+                step.step,
+                step.row_count(),
+                step.bytes,
+                self.max_bytes
+            );
+            self.dead_letter_step(step, "step_evicted", &reason).await;
+        }
+        match assembled.outcome {
+            Outcome::Pending => {}
+            Outcome::Complete(step) => self.publish(step).await,
+            Outcome::Overfull(step) => {
+                let reason = format!(
+                    "step {}/{} has {} distinct rows, more than its step_end count {}",
+                    step.run_id,
+                    step.step,
+                    step.row_count(),
+                    step.expected.unwrap_or_default()
+                );
+                self.dead_letter_step(step, "step_overfull", &reason).await;
+            }
+        }
+    }
+
+    async fn publish(&self, step: PendingStep<Taken>) {
+        let (run_id, step_no, duplicates) = (step.run_id.clone(), step.step, step.duplicates);
+        let (rows, parked) = step.into_rows();
+        let (options, device) = (self.options, self.device);
+        let started = Instant::now();
+        // Number crunching leaves the async workers.
+        let computed = tokio::task::spawn_blocking(move || compute_step(rows, &options, device)).await;
+        let result = match computed {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => {
+                let reason = format!("computing step {run_id}/{step_no}: {e}");
+                return self.dead_letter_parked(parked, e.kind(), &reason).await;
+            }
+            Err(e) => {
+                let reason = format!("computing step {run_id}/{step_no} panicked: {e}");
+                return self.dead_letter_parked(parked, "compute_panic", &reason).await;
+            }
+        };
+        let device_name = match result.ran {
+            Ran::Cpu => "cpu",
+            Ran::Cuda => "cuda",
+        };
+        self.metrics
+            .computed(device_name, started.elapsed().as_secs_f64());
+        tracing::debug!(run_id = %run_id, step = step_no, rows = result.rows.len(), device = device_name, "step computed; publishing");
+        let encoded = advantages_batch(&result.rows, &result.advantages)
+            .map_err(|e| e.to_string())
+            .and_then(|batch| ipc::encode_stream(&[batch]).map_err(|e| e.to_string()));
+        let payload = match encoded {
+            Ok(p) => p,
+            Err(e) => return self.dead_letter_parked(parked, "encode", &e).await,
+        };
+        let mut metrics = step_metrics(
+            &result.rows,
+            &result.advantages,
+            self.success_threshold,
+            &self.pass_at_k,
+        );
+        metrics.insert("step".into(), step_no as f64);
+        metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
+        let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
+        // A map of names to finite numbers always serialises.
+        let metrics_json = serde_json::to_vec(&metrics).unwrap_or_default();
+        let key = step_key(&run_id, step_no);
+        let published = send(
+            &self.producer,
+            &Outgoing {
+                topic: &self.output_topic,
+                key: Some(key.as_bytes()),
+                payload: Some(&payload),
+                headers: headers([
+                    ("content-type", ARROW_STREAM_CONTENT_TYPE),
+                    (DEVICE_HEADER, device_name),
+                ]),
+            },
+            &self.lifecycle,
+        )
+        .await;
+        match published {
+            Ok(_) => {}
+            Err(SendError::Permanent(e)) => {
+                let reason = format!(
+                    "the advantages of step {run_id}/{step_no} ({} bytes) were rejected: {e}; raise message.max.bytes \
+                     in [kafka] and max.message.bytes on {}",
+                    payload.len(),
+                    self.output_topic
+                );
+                self.metrics.step_dead_lettered("output_rejected");
+                return self.dead_letter_parked(parked, "output_rejected", &reason).await;
+            }
+            // Shutdown's deadline passed: the step stays uncommitted.
+            Err(SendError::Stopped) => return,
+        }
+        // The metrics are a small JSON object: a rejection here is a broker
+        // or ACL problem, reported and not worth withholding the step for.
+        match send(
+            &self.producer,
+            &Outgoing {
+                topic: &self.metrics_topic,
+                key: Some(key.as_bytes()),
+                payload: Some(&metrics_json),
+                headers: headers([("content-type", "application/json")]),
+            },
+            &self.lifecycle,
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(SendError::Permanent(e)) => {
+                tracing::error!(run_id = %run_id, step = step_no, error = %e, topic = %self.metrics_topic, "step metrics rejected")
+            }
+            Err(SendError::Stopped) => return,
+        }
+        self.metrics.step_published(result.rows.len(), extreme);
+        tracing::info!(
+            run_id = %run_id, step = step_no, rows = result.rows.len(), device = device_name,
+            extreme, "advantages published"
+        );
+        for p in parked {
+            p.ack();
+        }
+    }
+
+    async fn dead_letter_step(&self, step: PendingStep<Taken>, kind: &'static str, reason: &str) {
+        self.metrics.step_dead_lettered(kind);
+        let (_, parked) = step.into_rows();
+        self.dead_letter_parked(parked, kind, reason).await;
+    }
+
+    async fn dead_letter_parked(&self, parked: Vec<Taken>, kind: &'static str, reason: &str) {
+        tracing::error!(
+            kind,
+            reason,
+            messages = parked.len(),
+            "step sent to the dead-letter topic"
+        );
+        for p in parked {
+            p.reject(kind, reason).await;
+        }
+    }
+
+    /// Dead-letters steps still incomplete after the timeout.
+    async fn sweep(&self) {
+        let expired = {
+            let mut assembler = self.assembler();
+            let expired = assembler.expired(Instant::now(), self.step_timeout);
+            self.update_pending(&assembler);
+            expired
+        };
+        for step in expired {
+            let reason = format!(
+                "step {}/{} incomplete after {:?}: {} of {} rows",
+                step.run_id,
+                step.step,
+                self.step_timeout,
+                step.row_count(),
+                step.expected
+                    .map_or("an unknown number of (no step_end)".to_string(), |c| c
+                        .to_string())
+            );
+            self.dead_letter_step(step, "step_incomplete", &reason).await;
+        }
+    }
+}
+
+/// A built stage 2: topics checked, clients created, metrics endpoint
+/// listening.
+pub struct AdvantageStage {
+    config: Config,
+    shell: StageShell,
+    shared: Arc<Shared>,
+    pub metrics_addr: SocketAddr,
+}
+
+impl AdvantageStage {
+    /// Checks the cluster and topics, creates the clients and starts the
+    /// metrics endpoint.
+    pub async fn build(config: Config) -> Result<Self, StageError> {
+        let stage = &config.advantages;
+        let mut shell = StageShell::build(
+            &config,
+            stage,
+            "hintstream_advantages",
+            &[config.topics.metrics.as_str()],
+            false,
+        )
+        .await?;
+        let metrics = AdvantageMetrics::register(&mut shell.registry);
+        let metrics_addr = shell.serve_metrics().await?;
+        let shared = Arc::new(Shared {
+            assembler: Mutex::new(StepAssembler::new()),
+            producer: shell.producer.clone(),
+            lifecycle: shell.lifecycle(),
+            output_topic: stage.output_topic.clone(),
+            metrics_topic: config.topics.metrics.clone(),
+            options: config.normalize.options(),
+            device: config.normalize.device,
+            success_threshold: stage.success_threshold,
+            pass_at_k: stage.pass_at_k.clone(),
+            step_timeout: Duration::from_secs(stage.step_timeout_secs),
+            max_bytes: stage.max_in_flight_bytes(),
+            metrics,
+        });
+        // A revoked partition's pending steps can never complete here: let
+        // them go (uncommitted; the new owner gathers them again).
+        let hook_shared = Arc::downgrade(&shared);
+        shell.on_revoke(Box::new(move |partitions| {
+            let Some(shared) = hook_shared.upgrade() else {
+                return;
+            };
+            let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
+            let released = {
+                let mut assembler = shared.assembler();
+                let released = assembler.release(&numbers);
+                shared.update_pending(&assembler);
+                released
+            };
+            if !released.is_empty() {
+                tracing::info!(
+                    steps = released.len(),
+                    "pending steps of revoked partitions released"
+                );
+            }
+        }));
+        Ok(AdvantageStage {
+            config,
+            shell,
+            shared,
+            metrics_addr,
+        })
+    }
+
+    /// Runs until `shutdown` resolves (or the stage fails: see
+    /// `RunSummary::failure`), then drains and commits.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> RunSummary {
+        let stage = &self.config.advantages;
+        let sweeper_shared = self.shared.clone();
+        let sweep_every =
+            (self.shared.step_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let sweeper = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(sweep_every);
+            loop {
+                tick.tick().await;
+                sweeper_shared.sweep().await;
+            }
+        });
+        let limits = self.config.decode_limits();
+        let shared = self.shared.clone();
+        tracing::info!(
+            input = %stage.input_topic, output = %stage.output_topic, group = %stage.group_id,
+            device = ?self.shared.device, cuda = crate::normalize::cuda_available(),
+            "advantage stage running"
+        );
+        let summary = self
+            .shell
+            .run(
+                move |bytes: &[u8], meta: &RecordMeta| decode_scored(bytes, meta, limits),
+                move |work: Work<ScoredInput>| {
+                    // Assembly here, in message order; the slow part in a task.
+                    let assembled = shared.assemble(work);
+                    let shared = shared.clone();
+                    async move { shared.settle(assembled).await }
+                },
+                shutdown,
+            )
+            .await;
+        sweeper.abort();
+        summary
+    }
+}

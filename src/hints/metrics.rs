@@ -1,0 +1,163 @@
+//! Stage 1's Prometheus metrics (`hintstream_hints_*`), beside the consume
+//! loop's: hints by category, LLM attempts, retries and latency, tokens and
+//! cost, the spend budget left, open groups and the hint cache.
+
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::llm::budget::Remaining;
+use crate::llm::synth::SynthObserver;
+use crate::llm::Synthesis;
+use crate::messages::HintCategory;
+use crate::metrics::{FloatCounter, FloatGauge, Labels};
+
+pub struct HintMetrics {
+    hints: Family<Labels, Counter>,
+    llm_requests: Family<Labels, Counter>,
+    llm_retries: Family<Labels, Counter>,
+    llm_latency: Histogram,
+    hint_latency: Family<Labels, Histogram>,
+    tokens: Family<Labels, Counter>,
+    cost: FloatCounter,
+    llm_in_flight: Gauge,
+    groups_open: Gauge,
+    cache_hits: Counter,
+    budget_usd_left: FloatGauge,
+    budget_tokens_left: Gauge,
+    budgets: (bool, bool),
+}
+
+impl HintMetrics {
+    /// Registers the metrics. The budget gauges exist only for the budgets
+    /// that are set (`usd`, `tokens`): an unset budget has nothing left to
+    /// report, not 0.
+    pub fn register(registry: &mut Registry, budgets: (bool, bool)) -> Self {
+        let m = HintMetrics {
+            hints: Family::default(),
+            llm_requests: Family::default(),
+            llm_retries: Family::default(),
+            llm_latency: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
+            hint_latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.05, 2.0, 12))),
+            tokens: Family::default(),
+            cost: FloatCounter::default(),
+            llm_in_flight: Gauge::default(),
+            groups_open: Gauge::default(),
+            cache_hits: Counter::default(),
+            budget_usd_left: FloatGauge::default(),
+            budget_tokens_left: Gauge::default(),
+            budgets,
+        };
+        registry.register("hints_published", "Hints published, by category", m.hints.clone());
+        registry.register(
+            "llm_requests",
+            "LLM HTTP attempts, by model and status",
+            m.llm_requests.clone(),
+        );
+        registry.register(
+            "llm_retries",
+            "LLM retries, by model and reason",
+            m.llm_retries.clone(),
+        );
+        registry.register(
+            "llm_request_seconds",
+            "Latency of one LLM HTTP attempt",
+            m.llm_latency.clone(),
+        );
+        registry.register(
+            "hint_seconds",
+            "Time to synthesize a hint, by category",
+            m.hint_latency.clone(),
+        );
+        registry.register("llm_tokens", "Tokens used, by direction", m.tokens.clone());
+        registry.register("llm_cost_usd", "Dollars spent on LLM calls", m.cost.clone());
+        registry.register("llm_in_flight", "LLM calls in flight", m.llm_in_flight.clone());
+        registry.register(
+            "groups_open",
+            "Groups waiting for trajectories or a hint",
+            m.groups_open.clone(),
+        );
+        registry.register(
+            "hint_cache_hits",
+            "Hints republished from the cache for a redelivered or late group member, without an LLM call",
+            m.cache_hits.clone(),
+        );
+        if budgets.0 {
+            registry.register(
+                "llm_budget_remaining_usd",
+                "Dollars left of llm.budget_usd_per_hour in the rolling hour",
+                m.budget_usd_left.clone(),
+            );
+        }
+        if budgets.1 {
+            registry.register(
+                "llm_budget_remaining_tokens",
+                "Tokens left of llm.budget_tokens_per_hour in the rolling hour",
+                m.budget_tokens_left.clone(),
+            );
+        }
+        m
+    }
+
+    /// A hint was synthesized (not answered from the cache).
+    pub fn synthesized(&self, s: &Synthesis) {
+        self.hint_latency
+            .get_or_create(&vec![("category", s.category.as_str().to_string())])
+            .observe(s.latency_ms as f64 / 1e3);
+        self.tokens
+            .get_or_create(&vec![("direction", "input".into())])
+            .inc_by(s.usage.input_tokens);
+        self.tokens
+            .get_or_create(&vec![("direction", "output".into())])
+            .inc_by(s.usage.output_tokens);
+        self.cost.inc_by(s.cost_usd);
+    }
+
+    /// A hint was published (synthesized or from the cache).
+    pub fn published(&self, category: HintCategory) {
+        self.hints
+            .get_or_create(&vec![("category", category.as_str().to_string())])
+            .inc();
+    }
+
+    pub fn cache_hit(&self) {
+        self.cache_hits.inc();
+    }
+
+    pub fn set_groups_open(&self, n: usize) {
+        self.groups_open.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+}
+
+impl SynthObserver for HintMetrics {
+    fn attempt(&self, model: &str, status: &str, latency: Duration) {
+        self.llm_requests
+            .get_or_create(&vec![("model", model.into()), ("status", status.into())])
+            .inc();
+        self.llm_latency.observe(latency.as_secs_f64());
+    }
+
+    fn retry(&self, model: &str, reason: &str) {
+        self.llm_retries
+            .get_or_create(&vec![("model", model.into()), ("reason", reason.into())])
+            .inc();
+    }
+
+    fn calls_in_flight(&self, n: usize) {
+        self.llm_in_flight.set(n as i64);
+    }
+
+    fn budget(&self, remaining: Remaining) {
+        if let (true, Some(usd)) = (self.budgets.0, remaining.usd) {
+            self.budget_usd_left.set(usd);
+        }
+        if let (true, Some(tokens)) = (self.budgets.1, remaining.tokens) {
+            self.budget_tokens_left
+                .set(i64::try_from(tokens).unwrap_or(i64::MAX));
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Stage 1's service: build (the shared stage skeleton, the LLM client, the
+//! hint cache) and run (group gathering, synthesis, publishing). A slow LLM
+//! call holds back nothing but its own group: every message is its own task.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rdkafka::producer::FutureProducer;
+
+use super::cache::{CachedHint, HintCache};
+use super::decode::{decode_arrival, decode_trajectory, Arrival};
+use super::group::{best_index, Groups, Joined};
+use super::hint::build_hint;
+use super::metrics::HintMetrics;
+use crate::config::Config;
+use crate::kafka::produce::headers;
+use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
+use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
+use crate::llm::synth::LlmEnv;
+use crate::llm::Synthesizer;
+use crate::messages::DecodeLimits;
+use crate::stage::{StageError, StageShell};
+
+/// Header names on published hints.
+pub const CATEGORY_HEADER: &str = "hintstream.category";
+pub const PROMPT_VERSION_HEADER: &str = "hintstream.prompt-version";
+pub const TRACE_ID_HEADER: &str = "hintstream.trace-id";
+
+/// A trajectory waiting in its group: its message (bytes and unfinished
+/// offset) and its reward, which picks the best member.
+struct Member {
+    reward: f64,
+    message: Taken,
+}
+
+/// Groups are gathered per input partition: a group's messages share a key
+/// and so a partition, and a revoked partition takes its open groups with
+/// it. (Members of one group on several partitions form one group each; the
+/// hint cache still makes them one LLM call and one hint.)
+fn gathering_key(partition: i32, group_key: &str) -> String {
+    format!("{partition}:{group_key}")
+}
+
+struct Shared {
+    groups: Mutex<Groups<Member>>,
+    synth: Synthesizer,
+    cache: HintCache,
+    producer: FutureProducer,
+    lifecycle: Lifecycle,
+    output_topic: String,
+    group_wait: Duration,
+    limits: DecodeLimits,
+    metrics: Arc<HintMetrics>,
+}
+
+/// Takes a gathering group out of the map if its leader is dropped before
+/// the group was taken (its partition was revoked or the stage stopped), so
+/// the members are dropped with it (abandoned: redelivered to the next
+/// owner) instead of waiting in the map forever.
+struct LeaderGuard<'a> {
+    shared: &'a Shared,
+    key: &'a str,
+    armed: bool,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut groups = self.shared.groups();
+            drop(groups.take(self.key));
+            self.shared.metrics.set_groups_open(groups.len());
+        }
+    }
+}
+
+impl Shared {
+    fn groups(&self) -> MutexGuard<'_, Groups<Member>> {
+        // Groups' methods complete their change before returning, so a
+        // poisoned lock holds consistent data.
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn handle(&self, work: Work<Arrival>) {
+        let Work { input, message } = work;
+        let key = gathering_key(message.meta().partition, &input.group_key);
+        let joined = {
+            let mut groups = self.groups();
+            let joined = groups.join(
+                &key,
+                input.expected,
+                Member {
+                    reward: input.reward,
+                    message,
+                },
+            );
+            self.metrics.set_groups_open(groups.len());
+            joined
+        };
+        let Joined::Leader(complete) = joined else {
+            return;
+        };
+        let mut guard = LeaderGuard {
+            shared: self,
+            key: &key,
+            armed: true,
+        };
+        tokio::select! {
+            _ = complete.notified() => {}
+            _ = tokio::time::sleep(self.group_wait) => {}
+        }
+        let group = {
+            let mut groups = self.groups();
+            let group = groups.take(&key);
+            self.metrics.set_groups_open(groups.len());
+            group
+        };
+        guard.armed = false;
+        let Some(group) = group else {
+            return;
+        };
+        if group.members.len() < group.expected {
+            tracing::debug!(group = %input.group_key, got = group.members.len(), expected = group.expected, "group wait ran out; hinting from what arrived");
+        }
+        let members: Vec<Taken> = {
+            let best = best_index(&group.members, |m| m.reward).unwrap_or(0);
+            let mut members: Vec<Taken> = group.members.into_iter().map(|m| m.message).collect();
+            // The best member first: the hint is built from it.
+            members.swap(0, best);
+            members
+        };
+        self.hint_group(&input.group_key, members).await;
+    }
+
+    /// Publishes the hint of a gathered group (`members[0]` is its best
+    /// trajectory) and finishes every member.
+    async fn hint_group(&self, group_key: &str, members: Vec<Taken>) {
+        let best = &members[0];
+        // It decoded when it arrived; decoding is deterministic.
+        let trajectory = match decode_trajectory(best.payload(), self.limits) {
+            Ok(t) => t,
+            Err(e) => {
+                let reason = format!("the group's best trajectory no longer decodes: {e}");
+                for m in members {
+                    m.reject(e.kind(), &reason).await;
+                }
+                return;
+            }
+        };
+        let hint_id = self.synth.hint_id(group_key);
+        let source: RecordMeta = best.meta().clone();
+        let (cached, from_cache) = self
+            .cache
+            .get_or_make(&hint_id, async {
+                let synthesis = self.synth.synthesize(&trajectory).await;
+                self.metrics.synthesized(&synthesis);
+                CachedHint::new(build_hint(hint_id.clone(), &trajectory, &source, synthesis))
+            })
+            .await;
+        let hint = &cached.hint;
+        if from_cache {
+            self.metrics.cache_hit();
+        }
+        tracing::info!(
+            category = hint.category.as_str(), instance = %hint.instance_id, hint_id = %hint.hint_id,
+            failure_reason = hint.failure_reason.as_deref().unwrap_or(""), from_cache,
+            "Hint [{}] for instance {} (best_reward={}): {}",
+            hint.category.as_str(), hint.instance_id, trajectory.reward, truncate_chars(&hint.hint, 500)
+        );
+        let trace_id = format!("{:032x}", rand::random::<u128>());
+        let published = send(
+            &self.producer,
+            &Outgoing {
+                topic: &self.output_topic,
+                key: Some(group_key.as_bytes()),
+                payload: Some(&cached.payload),
+                headers: headers([
+                    ("content-type", "application/json"),
+                    (CATEGORY_HEADER, hint.category.as_str()),
+                    (PROMPT_VERSION_HEADER, PROMPT_VERSION),
+                    (TRACE_ID_HEADER, trace_id.as_str()),
+                ]),
+            },
+            &self.lifecycle,
+        )
+        .await;
+        match published {
+            Ok(_) => {
+                self.metrics.published(hint.category);
+                for m in members {
+                    m.ack();
+                }
+            }
+            Err(SendError::Permanent(e)) => {
+                let reason = format!(
+                    "the hint for {group_key} was rejected by {}: {e}",
+                    self.output_topic
+                );
+                for m in members {
+                    m.reject("output_rejected", &reason).await;
+                }
+            }
+            // Shutdown's deadline passed: the members stay uncommitted.
+            Err(SendError::Stopped) => {}
+        }
+    }
+}
+
+/// A built stage 1.
+pub struct HintStage {
+    config: Config,
+    shell: StageShell,
+    shared: Arc<Shared>,
+    pub metrics_addr: SocketAddr,
+}
+
+impl HintStage {
+    /// Checks the cluster and topics, creates the LLM client (from config
+    /// and the SDK env variables) and the Kafka clients, and starts the
+    /// metrics endpoint.
+    pub async fn build(config: Config, env: &LlmEnv) -> Result<Self, StageError> {
+        let mut shell = StageShell::build(&config, &config.hints, "hintstream_hints", &[], true).await?;
+        let llm = &config.llm;
+        let metrics = Arc::new(HintMetrics::register(
+            &mut shell.registry,
+            (llm.budget_usd_per_hour > 0.0, llm.budget_tokens_per_hour > 0),
+        ));
+        let synth = Synthesizer::new(llm, env)?.with_observer(metrics.clone());
+        tracing::info!("hints: {}", synth.describe());
+        if synth.has_model() && llm.budget_usd_per_hour == 0.0 && llm.budget_tokens_per_hour == 0 {
+            tracing::warn!(
+                requests_per_minute = llm.requests_per_minute,
+                "no LLM spend budget is set (llm.budget_usd_per_hour, llm.budget_tokens_per_hour): \
+                 whoever can write to the input topic decides what this stage spends, up to \
+                 llm.requests_per_minute calls a minute"
+            );
+        }
+        let metrics_addr = shell.serve_metrics().await?;
+        let hints = &config.hints;
+        let shared = Arc::new(Shared {
+            groups: Mutex::new(Groups::default()),
+            synth,
+            cache: HintCache::new(hints.cache_max_bytes, Duration::from_secs(hints.cache_ttl_secs)),
+            producer: shell.producer.clone(),
+            lifecycle: shell.lifecycle(),
+            output_topic: hints.output_topic.clone(),
+            group_wait: Duration::from_millis(hints.group_wait_ms),
+            limits: config.decode_limits(),
+            metrics,
+        });
+        Ok(HintStage {
+            config,
+            shell,
+            shared,
+            metrics_addr,
+        })
+    }
+
+    /// Runs until `shutdown` resolves (or the stage fails: see
+    /// `RunSummary::failure`), then drains and commits.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> RunSummary {
+        let stage = &self.config.hints;
+        let limits = self.config.decode_limits();
+        let shared = self.shared.clone();
+        tracing::info!(input = %stage.input_topic, output = %stage.output_topic, group = %stage.group_id, "hint stage running");
+        self.shell
+            .run(
+                move |bytes: &[u8], meta: &RecordMeta| decode_arrival(bytes, meta, limits),
+                move |work: Work<Arrival>| {
+                    let shared = shared.clone();
+                    async move { shared.handle(work).await }
+                },
+                shutdown,
+            )
+            .await
+    }
+}

@@ -1,0 +1,274 @@
+//! One handle per taken message. A message taken off the input topic is a
+//! [`Taken`]: its bytes, where it came from, and the obligation to finish it.
+//! It ends in exactly one of three ways:
+//!
+//! - [`Taken::ack`]: its output was acknowledged; its offset may commit.
+//! - [`Taken::reject`]: it can never be processed; it is dead-lettered with
+//!   a typed kind and reason, then its offset may commit.
+//! - dropped unfinished: when its partition was revoked or shutdown began,
+//!   that is abandonment (uncommitted; redelivered to whoever owns the
+//!   partition next). Otherwise the handler lost it (it panicked or returned
+//!   early): it is rejected as `handler_panic`, so no offset can stick
+//!   behind it.
+
+use std::sync::Arc;
+
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::commit::{Committer, Ticket};
+use super::dlq::{DeadLetter, DeadLetters};
+use super::lifecycle::Lifecycle;
+use super::produce::SendError;
+use crate::messages::DecodeError;
+use crate::metrics::StageMetrics;
+
+/// The kind of a message dropped unfinished by its handler.
+pub const HANDLER_PANIC: &str = "handler_panic";
+
+/// Where a record came from, detached from the consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMeta {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl RecordMeta {
+    pub(crate) fn of(message: &BorrowedMessage<'_>) -> Self {
+        let headers = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        RecordMeta {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            headers,
+        }
+    }
+
+    /// The key as text (lossy), for logs.
+    pub fn key_text(&self) -> String {
+        self.key
+            .as_deref()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// A header's value, if present.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// Bytes this metadata holds, for the in-flight byte bounds.
+    pub fn footprint(&self) -> usize {
+        self.topic.len()
+            + self.key.as_ref().map_or(0, Vec::len)
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 48)
+                .sum::<usize>()
+            + 96
+    }
+}
+
+/// Why an input can never be processed: it goes to the dead-letter topic
+/// with this kind and reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub kind: &'static str,
+    pub reason: String,
+}
+
+impl From<DecodeError> for Rejected {
+    fn from(e: DecodeError) -> Self {
+        Rejected {
+            kind: e.kind(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// What finishing a taken message needs: the commit point, the dead-letter
+/// topic, the stage's lifecycle and its counters.
+#[derive(Clone)]
+pub struct Delivery {
+    pub(crate) committer: Committer,
+    pub(crate) dlq: DeadLetters,
+    pub(crate) lifecycle: Lifecycle,
+    pub(crate) metrics: Arc<StageMetrics>,
+}
+
+impl Delivery {
+    pub fn new(
+        committer: Committer,
+        dlq: DeadLetters,
+        lifecycle: Lifecycle,
+        metrics: Arc<StageMetrics>,
+    ) -> Self {
+        Delivery {
+            committer,
+            dlq,
+            lifecycle,
+            metrics,
+        }
+    }
+
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    pub fn dead_letters(&self) -> &DeadLetters {
+        &self.dlq
+    }
+}
+
+/// The unfinished part of a taken message.
+struct Pending {
+    ticket: Ticket,
+    delivery: Delivery,
+    /// Intake bounds (messages, bytes), released when the message ends.
+    _permits: Vec<OwnedSemaphorePermit>,
+    /// Set on the copy made to reject a message its handler dropped: a
+    /// second drop abandons it instead of rejecting it again.
+    reported: bool,
+}
+
+/// One message taken off the input topic. See the module docs.
+pub struct Taken {
+    payload: Vec<u8>,
+    meta: RecordMeta,
+    pending: Option<Pending>,
+}
+
+impl Taken {
+    pub(crate) fn new(
+        payload: Vec<u8>,
+        meta: RecordMeta,
+        ticket: Ticket,
+        delivery: Delivery,
+        permits: Vec<OwnedSemaphorePermit>,
+    ) -> Self {
+        Taken {
+            payload,
+            meta,
+            pending: Some(Pending {
+                ticket,
+                delivery,
+                _permits: permits,
+                reported: false,
+            }),
+        }
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    pub fn meta(&self) -> &RecordMeta {
+        &self.meta
+    }
+
+    pub fn offset(&self) -> i64 {
+        self.meta.offset
+    }
+
+    /// Bytes this message holds, for the in-flight byte bounds.
+    pub fn footprint(&self) -> usize {
+        self.payload.len() + self.meta.footprint()
+    }
+
+    /// Its output was acknowledged: the offset may commit.
+    pub fn ack(mut self) {
+        if let Some(pending) = self.pending.take() {
+            pending.delivery.committer.finish(pending.ticket);
+        }
+    }
+
+    /// It can never be processed: dead-letters it with `kind` and `reason`,
+    /// then the offset may commit. When the drain deadline passes first, it
+    /// stays unfinished (redelivered after a restart); when the dead-letter
+    /// topic itself rejects it, the stage fails.
+    pub async fn reject(mut self, kind: &'static str, reason: &str) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        let delivery = &pending.delivery;
+        let letter = DeadLetter {
+            key: self.meta.key.as_deref(),
+            payload: Some(&self.payload),
+            source_topic: &self.meta.topic,
+            partition: self.meta.partition,
+            offset: self.meta.offset,
+            kind,
+            reason,
+        };
+        match delivery.dlq.send(&letter, &delivery.lifecycle).await {
+            Ok(()) => delivery.committer.finish(pending.ticket),
+            Err(SendError::Stopped) => {
+                delivery.metrics.abandoned();
+                tracing::info!(
+                    topic = %self.meta.topic, partition = self.meta.partition, offset = self.meta.offset, kind,
+                    "drain deadline passed before the dead letter was acknowledged; the message stays uncommitted"
+                );
+            }
+            Err(SendError::Permanent(e)) => delivery.lifecycle.fail(format!(
+                "the dead-letter topic {} rejects messages ({e}); the input at {}[{}]@{} stays uncommitted. \
+                 Create the topic (`hintstream topics create`) or grant this client write access",
+                delivery.dlq.topic(),
+                self.meta.topic,
+                self.meta.partition,
+                self.meta.offset
+            )),
+        }
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        let delivery = &pending.delivery;
+        if pending.reported
+            || delivery.lifecycle.is_stopping()
+            || delivery.committer.abandons(&pending.ticket)
+        {
+            delivery.metrics.abandoned();
+            return;
+        }
+        // The handler lost it: reject it, so the partition's offsets move on.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            delivery.metrics.abandoned();
+            return;
+        };
+        tracing::error!(
+            topic = %self.meta.topic, partition = self.meta.partition, offset = self.meta.offset,
+            "the handler dropped a message without finishing it; dead-lettering it as {HANDLER_PANIC}"
+        );
+        let copy = Taken {
+            payload: std::mem::take(&mut self.payload),
+            meta: self.meta.clone(),
+            pending: Some(Pending {
+                reported: true,
+                ..pending
+            }),
+        };
+        runtime.spawn(copy.reject(
+            HANDLER_PANIC,
+            "the stage's handler dropped this message without finishing it (it panicked or returned early)",
+        ));
+    }
+}

@@ -1,0 +1,153 @@
+//! The skeleton both stage services share: check that the cluster answers
+//! and every topic the stage touches exists, build the Kafka clients (the
+//! consume loop, the output producer, the dead-letter producer), the metrics
+//! registry with the loop's counters, and serve the metrics endpoint. Each
+//! stage adds its own metrics to the registry and its decode and handle
+//! functions to the loop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
+use thiserror::Error;
+
+use crate::config::{Config, ConfigError, StageConfig};
+use crate::kafka::client::RevokeHook;
+use crate::kafka::{
+    check_cluster, create_producer, ConnectError, Delivery, Lifecycle, RecordMeta, Rejected, RunOptions,
+    RunSummary, StageLoop, Work,
+};
+use crate::llm::LlmError;
+use crate::metrics::StageMetrics;
+
+/// Why a stage could not start, or stopped on its own.
+#[derive(Debug, Error)]
+pub enum StageError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("metrics endpoint {addr}: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("LLM client: {0}")]
+    Llm(#[from] LlmError),
+}
+
+impl StageError {
+    /// 2 for what the user fixes in the configuration (a missing topic
+    /// included), 1 for runtime failures.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StageError::Config(_) => 2,
+            StageError::Connect(e) if e.is_config() => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A stage's Kafka clients and metrics, built and checked.
+pub struct StageShell {
+    intake: StageLoop,
+    /// For the stage's outputs.
+    pub producer: FutureProducer,
+    /// Where the stage registers its own metrics before serving them.
+    pub registry: Registry,
+    pub metrics: Arc<StageMetrics>,
+    metrics_socket: SocketAddr,
+}
+
+impl StageShell {
+    /// Checks the cluster and topics (`outputs`: the topics the stage writes
+    /// besides its output and dead-letter topics), then creates the clients
+    /// and registers the loop's metrics under `prefix`. `bytes_on_intake`:
+    /// whether the loop pauses intake at the byte bound (stage 1), or the
+    /// stage bounds its bytes itself (stage 2).
+    pub async fn build(
+        config: &Config,
+        stage: &StageConfig,
+        prefix: &str,
+        outputs: &[&str],
+        bytes_on_intake: bool,
+    ) -> Result<Self, StageError> {
+        let metrics_socket = stage.metrics_socket()?;
+        let mut topics = vec![
+            stage.input_topic.as_str(),
+            stage.output_topic.as_str(),
+            stage.dlq_topic.as_str(),
+        ];
+        topics.extend_from_slice(outputs);
+        check_cluster(config, &topics, Duration::from_secs(config.connect_timeout_secs)).await?;
+        let mut registry = Registry::with_prefix(prefix);
+        let metrics = Arc::new(StageMetrics::register(&mut registry));
+        let intake = StageLoop::create(
+            config,
+            &stage.group_id,
+            &stage.input_topic,
+            &stage.dlq_topic,
+            metrics.clone(),
+            RunOptions {
+                max_in_flight: stage.max_in_flight,
+                max_in_flight_bytes: bytes_on_intake.then(|| stage.max_in_flight_bytes()),
+                drain_timeout: Duration::from_secs(stage.drain_timeout_secs),
+            },
+        )?;
+        Ok(StageShell {
+            intake,
+            producer: create_producer(config)?,
+            registry,
+            metrics,
+            metrics_socket,
+        })
+    }
+
+    /// What finishing a message needs (the commit point, the dead-letter
+    /// topic, the lifecycle).
+    pub fn delivery(&self) -> Delivery {
+        self.intake.delivery.clone()
+    }
+
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.intake.lifecycle().clone()
+    }
+
+    /// Registers a hook called when partitions are revoked, before they
+    /// drain.
+    pub fn on_revoke(&self, hook: RevokeHook) {
+        self.intake.consumer.context().on_revoke(hook);
+    }
+
+    /// Serves the registry as it is now on the stage's metrics address.
+    /// Returns the bound address (port 0 picks a free one).
+    pub async fn serve_metrics(&mut self) -> Result<SocketAddr, StageError> {
+        let registry = std::mem::take(&mut self.registry);
+        crate::metrics::serve(self.metrics_socket, Arc::new(registry))
+            .await
+            .map_err(|source| StageError::Metrics {
+                addr: self.metrics_socket,
+                source,
+            })
+    }
+
+    /// Runs the consume loop until `shutdown` resolves or the stage fails
+    /// (`RunSummary::failure`).
+    pub async fn run<T, D, H, F>(self, decode: D, handle: H, shutdown: impl Future<Output = ()>) -> RunSummary
+    where
+        T: Send + 'static,
+        D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,
+        H: Fn(Work<T>) -> F,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.intake.run(decode, handle, shutdown).await
+    }
+}

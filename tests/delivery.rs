@@ -1,0 +1,414 @@
+//! Delivery without silent stalls, against a real tansu broker: a handler
+//! that panics loses its message to the dead-letter topic (not its
+//! partition's commits); a stage whose topic is missing exits 2 naming it; a
+//! stage whose broker died exits within its drain bound on SIGTERM; a group
+//! costs one LLM call whatever its late members; ids containing `/` never
+//! share a key; an hourly budget stops LLM requests.
+
+mod common;
+#[path = "common/llm_server.rs"]
+mod llm_server;
+
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hintstream::config::Config;
+use hintstream::hints::HintStage;
+use hintstream::kafka::{DlqHeaders, RecordMeta, RunOptions, StageLoop, Work, HANDLER_PANIC};
+use hintstream::messages::{decode, group_key, DecodeLimits, Hint, HintCategory};
+use hintstream::metrics::StageMetrics;
+use llm_server::{Behavior, LlmServer};
+use rdkafka::producer::Producer;
+
+fn trajectory(run: &str, step: i64, instance: &str, id: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schema_version": 1, "run_id": run, "step": step, "instance_id": instance,
+        "trajectory_id": id, "task_prompt": format!("Solve {instance}"), "reward": 0.0,
+        "chat_history": [{"role": "user", "content": "go"}],
+        "verifier_stdout": ">>> ERROR_ACCUMULATOR >>>\n['check_output failed']\n<<< ERROR_ACCUMULATOR <<<",
+    }))
+    .unwrap()
+}
+
+async fn hints_in(config: &Config) -> Vec<Hint> {
+    common::read_topic(config, &config.hints.output_topic)
+        .await
+        .iter()
+        .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).unwrap())
+        .collect()
+}
+
+async fn wait_hints(config: &Config, n: usize, within: Duration) -> Vec<Hint> {
+    let deadline = Instant::now() + within;
+    loop {
+        let hints = hints_in(config).await;
+        if hints.len() >= n {
+            return hints;
+        }
+        assert!(Instant::now() < deadline, "{} of {n} hints", hints.len());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A config whose stage 1 reads and writes topics of its own, created.
+async fn hint_config(bootstrap: &str) -> Config {
+    let mut config = common::config_for(bootstrap);
+    common::own_topics(&mut config.hints, "failed", "hints");
+    config.hints.group_wait_ms = 50;
+    let h = &config.hints;
+    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_panicking_handler_dead_letters_its_message_and_later_offsets_commit() {
+    let broker = common::start_tansu();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("panic-in");
+    let dlq = format!("{topic}.dlq");
+    common::create_topics(&config, &[&topic, &dlq], 1).await;
+    let producer = common::one_per_batch_producer(&config);
+    for i in 0..10 {
+        let payload = if i == 4 { "boom".to_string() } else { i.to_string() };
+        common::send(&producer, &topic, "k", payload.as_bytes()).await;
+    }
+    let group = common::unique("panic-group");
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let stage_loop = StageLoop::create(
+        &config,
+        &group,
+        &topic,
+        &dlq,
+        metrics.clone(),
+        RunOptions {
+            max_in_flight: 4,
+            max_in_flight_bytes: Some(1 << 20),
+            drain_timeout: Duration::from_secs(5),
+        },
+    )
+    .unwrap();
+    let acked = Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let handler_acked = acked.clone();
+    let running = common::spawn_stage(move |stop| {
+        stage_loop.run(
+            |bytes: &[u8], _: &RecordMeta| Ok(String::from_utf8_lossy(bytes).into_owned()),
+            move |work: Work<String>| {
+                let acked = handler_acked.clone();
+                async move {
+                    if work.input == "boom" {
+                        panic!("the handler choked on {}", work.input);
+                    }
+                    acked.lock().unwrap().insert(work.message.offset());
+                    work.message.ack();
+                }
+            },
+            stop,
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.lock().unwrap().len() < 9 || metrics.dead_letter_count(HANDLER_PANIC) < 1 {
+        assert!(Instant::now() < deadline, "acked {:?}", acked.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let summary = running.stop().await;
+    assert_eq!(summary.panicked, 1);
+    assert_eq!(metrics.handler_panic_count(), 1, "the panic is counted");
+    assert_eq!(metrics.dead_letter_count(HANDLER_PANIC), 1);
+    let letters = common::read_topic(&config, &dlq).await;
+    assert_eq!(letters.len(), 1);
+    let header = |name: &str| {
+        letters[0]
+            .headers
+            .iter()
+            .find(|h| h.key == name)
+            .and_then(|h| h.value.bytes.clone())
+    };
+    assert_eq!(
+        header(DlqHeaders::ERROR_KIND).as_deref(),
+        Some(HANDLER_PANIC.as_bytes())
+    );
+    assert_eq!(header(DlqHeaders::SOURCE_OFFSET).as_deref(), Some(&b"4"[..]));
+    assert_eq!(letters[0].value_bytes(), Some(&b"boom"[..]));
+    let committed = common::committed_offsets(&config, &group, &topic, 1).await;
+    assert_eq!(committed.get(&0), Some(&10), "offsets past the panic commit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_output_topic_exits_2_naming_it() {
+    let broker = common::start_tansu();
+    let mut config = common::config_for(&broker.bootstrap);
+    common::own_topics(&mut config.hints, "failed", "hints");
+    let h = config.hints.clone();
+    common::create_topics(&config, &[&h.input_topic, &h.dlq_topic], 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = common::write_config(&config, dir.path());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    common::without_llm_env(&mut command)
+        .args(["hints", "--config"])
+        .arg(&file);
+    let mut process = common::Process::spawn(command, "missing-topic");
+    let status = process
+        .wait_exit(Duration::from_secs(40))
+        .unwrap_or_else(|| panic!("still running with a missing topic:\n{}", process.log()));
+    let log = process.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains(&h.output_topic), "names the topic:\n{log}");
+    assert!(
+        log.contains("hintstream topics create"),
+        "says what to do:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_with_the_broker_gone_exits_within_the_drain_bound() {
+    const DRAIN_SECS: u64 = 3;
+    let mut broker = common::start_tansu_on(common::Storage::Memory);
+    let server = LlmServer::start(Some("sk-k")).await;
+    // Slow answers: hints are in flight when the broker dies, and their
+    // produce (and dead letters) then retry against nothing.
+    server.default(Behavior::Text("Slow hint.".into(), Duration::from_secs(2)));
+    let mut config = hint_config(&broker.bootstrap).await;
+    config.hints.drain_timeout_secs = DRAIN_SECS;
+    let endpoint = common::MetricsEndpoint::free();
+    config.hints.metrics_addr = endpoint.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let file = common::write_config(&config, dir.path());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    command
+        .args(["hints", "--config"])
+        .arg(&file)
+        .env("ANTHROPIC_API_KEY", "sk-k")
+        .env("ANTHROPIC_BASE_URL", server.base_url());
+    let mut process = common::Process::spawn(command, "broker-gone");
+    endpoint
+        .wait_for(
+            "hintstream_hints_assigned_partitions",
+            &[],
+            |n| n > 0.0,
+            Duration::from_secs(60),
+            || process.log(),
+        )
+        .await;
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    for i in 0..20 {
+        let instance = format!("g{i}");
+        common::send(
+            &producer,
+            &config.hints.input_topic,
+            &group_key("run", 1, &instance),
+            &trajectory("run", 1, &instance, "t"),
+        )
+        .await;
+    }
+    // Bad input too: its dead letters are sent while the broker is gone.
+    for _ in 0..5 {
+        common::send(&producer, &config.hints.input_topic, "bad", b"{not json").await;
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    endpoint
+        .wait_for(
+            "hintstream_hints_llm_in_flight",
+            &[],
+            |n| n > 0.0,
+            Duration::from_secs(30),
+            || process.log(),
+        )
+        .await;
+    broker.kill9();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        process.running(),
+        "the stage died with its broker:\n{}",
+        process.log()
+    );
+    let signalled = Instant::now();
+    process.terminate();
+    let bound = Duration::from_secs(DRAIN_SECS + 5);
+    let status = process.wait_exit(bound + Duration::from_secs(10));
+    let took = signalled.elapsed();
+    eprintln!("SIGTERM with the broker gone: exited in {took:.1?} (drain {DRAIN_SECS} s)");
+    assert!(
+        status.is_some(),
+        "still running {took:?} after SIGTERM:\n{}",
+        process.log()
+    );
+    assert!(
+        took <= bound,
+        "took {took:?}, over drain + 5 s:\n{}",
+        process.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_member_gets_the_cached_hint_without_an_llm_call() {
+    let broker = common::start_tansu();
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Derived(Duration::from_millis(10)));
+    let mut config = hint_config(&broker.bootstrap).await;
+    let endpoint = common::MetricsEndpoint::free();
+    config.hints.metrics_addr = endpoint.addr();
+    let env = llm_server::anthropic_env(&server, "sk-k");
+    let stage = HintStage::build(config.clone(), &env).await.unwrap();
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    let key = group_key("run", 3, "late");
+    // group_size 1: the first member is the whole group.
+    common::send(
+        &producer,
+        &config.hints.input_topic,
+        &key,
+        &trajectory("run", 3, "late", "first"),
+    )
+    .await;
+    let first = wait_hints(&config, 1, Duration::from_secs(60)).await;
+    let requests = server.seen().len();
+    assert_eq!(requests, 1);
+    // A late member of the same group, and a redelivery of the first.
+    common::send(
+        &producer,
+        &config.hints.input_topic,
+        &key,
+        &trajectory("run", 3, "late", "second"),
+    )
+    .await;
+    common::send(
+        &producer,
+        &config.hints.input_topic,
+        &key,
+        &trajectory("run", 3, "late", "first"),
+    )
+    .await;
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let hints = wait_hints(&config, 3, Duration::from_secs(60)).await;
+    let cache_hits = endpoint
+        .value("hintstream_hints_hint_cache_hits_total", &[])
+        .await;
+    running.stop().await;
+    assert_eq!(server.seen().len(), requests, "no new LLM request");
+    assert!(
+        hints
+            .iter()
+            .all(|h| h.hint == first[0].hint && h.hint_id == first[0].hint_id),
+        "every copy is the same hint: {hints:?}"
+    );
+    assert_eq!(cache_hits, 2.0, "the stage counts both as cache hits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ids_with_slashes_never_share_a_group() {
+    let broker = common::start_tansu();
+    let config = hint_config(&broker.bootstrap).await;
+    let stage = HintStage::build(config.clone(), &hintstream::llm::synth::LlmEnv::default())
+        .await
+        .unwrap();
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    // Unencoded, both keys were `r/1/2/x`.
+    for (run, step, instance) in [("r/1", 2, "x"), ("r", 1, "2/x")] {
+        common::send(
+            &producer,
+            &config.hints.input_topic,
+            &group_key(run, step, instance),
+            &trajectory(run, step, instance, "t"),
+        )
+        .await;
+    }
+    let hints = wait_hints(&config, 2, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hints_again = hints_in(&config).await;
+    running.stop().await;
+    assert_eq!(hints_again.len(), 2, "{hints:?}");
+    let groups: HashSet<(String, i64, String)> = hints_again
+        .iter()
+        .map(|h| (h.run_id.clone(), h.step, h.instance_id.clone()))
+        .collect();
+    assert!(groups.contains(&("r/1".into(), 2, "x".into())));
+    assert!(groups.contains(&("r".into(), 1, "2/x".into())));
+    assert_ne!(hints_again[0].hint_id, hints_again[1].hint_id);
+    let keys: HashSet<Vec<u8>> = common::read_topic(&config, &config.hints.output_topic)
+        .await
+        .iter()
+        .map(|m| m.key_bytes().unwrap().to_vec())
+        .collect();
+    assert_eq!(keys.len(), 2, "two distinct keys");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_hourly_budget_stops_llm_requests_and_loses_nothing() {
+    const GROUPS: usize = 60;
+    const BUDGET_USD: f64 = 0.05;
+    let broker = common::start_tansu();
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Text(
+        "Read the error first.".into(),
+        Duration::from_millis(20),
+    ));
+    let mut config = hint_config(&broker.bootstrap).await;
+    config.llm.budget_usd_per_hour = BUDGET_USD;
+    config.llm.concurrency = 4;
+    let model = hintstream::llm::synth::DEFAULT_ANTHROPIC_MODEL;
+    // $10 per million tokens both ways: a call costs about half a cent.
+    config.llm.prices.insert(
+        model.into(),
+        hintstream::config::ModelPrice {
+            input_per_mtok: 10.0,
+            output_per_mtok: 10.0,
+        },
+    );
+    let endpoint = common::MetricsEndpoint::free();
+    config.hints.metrics_addr = endpoint.addr();
+    let env = llm_server::anthropic_env(&server, "sk-k");
+    let stage = HintStage::build(config.clone(), &env).await.unwrap();
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    for i in 0..GROUPS {
+        let instance = format!("b{i}");
+        common::send(
+            &producer,
+            &config.hints.input_topic,
+            &group_key("run", 1, &instance),
+            &trajectory("run", 1, &instance, "t"),
+        )
+        .await;
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let hints = wait_hints(&config, GROUPS, Duration::from_secs(120)).await;
+    let remaining = endpoint
+        .value("hintstream_hints_llm_budget_remaining_usd", &[])
+        .await;
+    running.stop().await;
+
+    let by_group: HashMap<&str, &Hint> = hints.iter().map(|h| (h.instance_id.as_str(), h)).collect();
+    assert_eq!(by_group.len(), GROUPS, "every group hinted");
+    let spent: f64 = hints.iter().map(|h| h.cost_usd).sum();
+    let llm = hints
+        .iter()
+        .filter(|h| h.category == HintCategory::LlmSynthesized)
+        .count();
+    let exhausted = hints
+        .iter()
+        .filter(|h| h.failure_reason.as_deref() == Some("budget_exhausted"))
+        .count();
+    eprintln!(
+        "budget ${BUDGET_USD}/h: {llm} LLM hints costing ${spent:.4}, {exhausted} budget_exhausted, {} requests, ${remaining:.4} left",
+        server.seen().len()
+    );
+    assert!(spent <= BUDGET_USD, "spent ${spent} over the budget");
+    assert!(
+        llm >= 1 && exhausted >= 1,
+        "{llm} LLM hints, {exhausted} exhausted"
+    );
+    assert_eq!(llm + exhausted, GROUPS);
+    assert_eq!(server.seen().len(), llm, "no request once the budget was spent");
+    assert!(
+        hints
+            .iter()
+            .filter(|h| h.failure_reason.as_deref() == Some("budget_exhausted"))
+            .all(|h| h.category == HintCategory::LlmFailedStaticFallback
+                && h.hint.contains("check_output failed")),
+        "budget_exhausted hints are the static fallback"
+    );
+    assert!((0.0..BUDGET_USD).contains(&remaining), "{remaining}");
+}
