@@ -24,4 +24,4 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ] || ! "$venv/bin/python" -c "impo
   rm -rf python/build python/src/*.egg-info
   echo "$hash" >"$stamp"
 fi
-echo "$venv/bin/python"
+echo "$(cd "$venv" && pwd)/bin/python"

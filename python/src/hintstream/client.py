@@ -31,7 +31,6 @@ from typing import (
     Iterable,
     List,
     Mapping,
-    MutableMapping,
     Optional,
     Sequence,
     Set,
@@ -164,6 +163,7 @@ class TrainerClient:
         self._metrics: _Bounded = _Bounded(max_buffered_steps, "metric steps")
         self._unreadable: _Bounded = _Bounded(max_buffered_steps, "unreadable-message notes")
         self._received: Dict[str, int] = collections.Counter()
+        self._last_offsets: Dict[Tuple[str, Optional[int]], int] = {}
         self._closed = False
         self._stop = threading.Event()
 
@@ -199,6 +199,8 @@ class TrainerClient:
             {
                 "group.id": f"hintstream-trainer-{uuid.uuid4().hex}",
                 "auto.offset.reset": "latest",
+                # A step waits on these reads: fetch with little delay.
+                "fetch.wait.max.ms": 100,
                 **base,
                 **dict(consumer_config or {}),
                 # Offsets are assigned explicitly and never committed.
@@ -266,7 +268,19 @@ class TrainerClient:
             if err.code() != KafkaError._PARTITION_EOF:
                 self._pending.append(ConsumeError(err, m.topic(), m.partition()))
             return
-        topic = m.topic()
+        topic = m.topic() or ""
+        # Offsets only grow on an assigned partition that is never sought.
+        # A message at or below the last one is a repeat: tansu 0.6.0 sends
+        # a burst of repeated batches when a fetch starts inside a record
+        # batch (as one at an undercounted high watermark does).
+        position = (topic, m.partition())
+        offset = m.offset()
+        last = self._last_offsets.get(position)
+        if offset is not None and last is not None and offset <= last:
+            self._received["repeated"] += 1
+            return
+        if offset is not None:
+            self._last_offsets[position] = offset
         self._received[topic] += 1
         try:
             if topic == self.topics.hints:
@@ -343,31 +357,6 @@ class TrainerClient:
                     return None
                 self._lock.wait(min(remaining, 1.0))
 
-    def _take_hints(self, run_id: str, step: int, wanted: Mapping[str, Optional[str]], timeout: float) -> Dict[str, Dict[str, Any]]:
-        """Hints for ``wanted`` (instance_id → the trajectory_id the hint must
-        have been built from, or None for any), as many as arrive by the
-        timeout."""
-        keys = {iid: group_key(run_id, step, iid) for iid in wanted}
-        found: Dict[str, Dict[str, Any]] = {}
-
-        def ready() -> Optional[bool]:
-            for iid, key in keys.items():
-                if iid in found:
-                    continue
-                for hint in self._hints.get(key, {}).values():
-                    if wanted[iid] is None or hint.get("trajectory_id") == wanted[iid]:
-                        found[iid] = hint
-                        break
-            return True if len(found) == len(keys) else None
-
-        try:
-            self._wait(ready, timeout)
-        finally:
-            with self._lock:
-                for iid in found:
-                    for hint_id in self._hints.pop(keys[iid], {}):
-                        self._remember_returned(hint_id)
-        return found
 
     def _remember_returned(self, hint_id: str) -> None:
         if hint_id in self._returned_hint_set:
@@ -382,8 +371,31 @@ class TrainerClient:
         ``Hint`` message as a dict: ``hint``, ``category``, ``hint_id``,
         ``trajectory_id``, ...), once every group has one or at the timeout,
         whichever comes first: a group missing from the result got no hint in
-        time. Hints published twice (redelivery) are returned once."""
-        return self._take_hints(run_id, step, {iid: None for iid in instance_ids}, timeout)
+        time. Hints published twice (redelivery) are returned once: a hint
+        handed over is not handed over again.
+
+        Only hints published after the client was created are seen; when a
+        group has several (stage 1 restarted with another model chain), the
+        first to arrive is returned."""
+        keys = {iid: group_key(run_id, step, iid) for iid in instance_ids}
+        found: Dict[str, Dict[str, Any]] = {}
+
+        def ready() -> Optional[bool]:
+            for iid, key in keys.items():
+                if iid not in found:
+                    entry = self._hints.get(key)
+                    if entry:
+                        found[iid] = next(iter(entry.values()))
+            return True if len(found) == len(keys) else None
+
+        try:
+            self._wait(ready, timeout)
+        finally:
+            with self._lock:
+                for iid in found:
+                    for hint_id in self._hints.pop(keys[iid], {}):
+                        self._remember_returned(hint_id)
+        return found
 
     def wait_advantages(self, run_id: str, step: int, timeout: float = 300.0) -> pa.Table:
         """The step's advantages as one ``pyarrow.Table`` in input order
@@ -392,7 +404,7 @@ class TrainerClient:
         partial step: raises :class:`WaitTimeout` when the whole step has not
         arrived in time."""
         key = step_key(run_id, step)
-        table = self._wait(lambda: self._advantages.pop(key, None), timeout)
+        table: Optional[pa.Table] = self._wait(lambda: self._advantages.pop(key, None), timeout)
         if table is None:
             raise WaitTimeout(self._timeout_text("advantages", self.topics.advantages, key, timeout))
         return table
@@ -401,7 +413,7 @@ class TrainerClient:
         """The step's metrics (``rl.metrics``: metric name → number); raises
         :class:`WaitTimeout` when none arrived in time."""
         key = step_key(run_id, step)
-        metrics = self._wait(lambda: self._metrics.pop(key, None), timeout)
+        metrics: Optional[Dict[str, Any]] = self._wait(lambda: self._metrics.pop(key, None), timeout)
         if metrics is None:
             raise WaitTimeout(self._timeout_text("metrics", self.topics.metrics, key, timeout))
         return metrics
@@ -451,7 +463,7 @@ class TrainerClient:
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ValueError(f"trajectory_id {dup!r} appears twice in step {step}: stage 2 would drop the copy and the step would never complete")
         key = step_key(run_id, step)
-        items: List[Tuple[str, bytes, Optional[List[Tuple[str, bytes]]]]] = []
+        items: List[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]] = []
         if arrow and messages:
             payload = wire.ipc_stream(wire.scored_table(messages))
             items.append((key, payload, [(wire.CONTENT_TYPE_HEADER, wire.ARROW_STREAM_CONTENT_TYPE.encode())]))
@@ -461,13 +473,13 @@ class TrainerClient:
         self._produce_all(self.topics.scored, items, timeout)
         return len(messages)
 
-    def _produce_all(self, topic: str, items: Sequence[Tuple[str, bytes, Optional[List[Tuple[str, bytes]]]]], timeout: float) -> None:
+    def _produce_all(self, topic: str, items: Sequence[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]], timeout: float) -> None:
         self._check_open()
         failures: List[Tuple[str, Optional[bytes], KafkaError]] = []
 
         def on_delivery(err: Optional[KafkaError], msg: Message) -> None:
             if err is not None:
-                failures.append((msg.topic(), msg.key(), err))
+                failures.append((msg.topic() or topic, msg.key(), err))
 
         with self._publish_lock:
             deadline = time.monotonic() + max(0.0, timeout)
@@ -523,8 +535,10 @@ class TrainerClient:
 
     @property
     def stats(self) -> Dict[str, int]:
-        """Messages received per topic since start (``unreadable`` and
-        ``duplicate_hints`` counted too) and unread entries dropped."""
+        """Messages received per topic since start; also ``unreadable``,
+        ``duplicate_hints`` (same ``hint_id``), ``repeated`` (a partition's
+        offset seen again: dropped) and ``evicted`` (unread entries dropped
+        at the buffer bounds)."""
         with self._lock:
             out = dict(self._received)
             out["evicted"] = self._hints.evicted + self._advantages.evicted + self._metrics.evicted + self._partial.evicted

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import wire
 from .client import TrainerClient
@@ -60,7 +60,7 @@ def _wire_instance_ids(requests: Sequence[Mapping[str, Any]]) -> List[str]:
     own group ``<instance_id>#<request index>``, so every request gets a hint
     built from its own trajectory."""
     taken = {str(r.get("instance_id")) for r in requests if r.get("instance_id") not in (None, "")}
-    used: set = set()
+    used: Set[str] = set()
     out = []
     for i, request in enumerate(requests):
         iid = request.get("instance_id")
@@ -128,8 +128,8 @@ async def synthesize_hints_batch(
     one per request, in request order, as the reference returns them.
 
     Each request is published as a ``FailedTrajectory`` (its own group, a
-    fresh ``trajectory_id``) to stage 1, which answers on the hints topic.
-    Whatever has no hint built from its own trajectory when ``timeout``
+    fresh ``trajectory_id``) to stage 1, which answers on the hints topic
+    with the group's key. Whatever has no hint when ``timeout``
     seconds have passed (stage 1 slow or down, broker unreachable, publish
     failed) gets a local fallback with category
     ``llm_failed_static_fallback``: ``static_fallback_fn(verifier_stdout,
@@ -160,9 +160,9 @@ async def synthesize_hints_batch(
             asyncio.to_thread(client.publish_failed, trajectories, max(0.0, deadline - time.monotonic())),
             timeout=max(0.0, deadline - time.monotonic()) + DEADLINE_MARGIN / 2,
         )
-        wanted = {t["instance_id"]: t["trajectory_id"] for t in trajectories}
+        wanted = [t["instance_id"] for t in trajectories]
         hints = await asyncio.wait_for(
-            asyncio.to_thread(client._take_hints, run_id, step, wanted, max(0.0, deadline - time.monotonic())),
+            asyncio.to_thread(client.wait_hints, run_id, step, wanted, max(0.0, deadline - time.monotonic())),
             timeout=max(0.0, deadline - time.monotonic()) + DEADLINE_MARGIN / 2,
         )
     except asyncio.TimeoutError:

@@ -151,10 +151,11 @@ def bridge(
                 if idle_seconds is not None and time.monotonic() - last >= idle_seconds:
                     break
                 continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                raise KafkaException(m.error())
+                raise KafkaException(err)
             last = time.monotonic()
             if sink.log_message(m.key(), m.value()):
                 logged += 1

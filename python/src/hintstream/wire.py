@@ -33,7 +33,8 @@ CHUNK_HEADER = "hintstream.chunk"
 CHUNKS_HEADER = "hintstream.chunks"
 ROWS_HEADER = "hintstream.rows"
 
-Headers = List[Tuple[str, bytes]]
+#: Kafka message headers as confluent-kafka gives or takes them.
+Headers = Union[Sequence[Tuple[str, Union[str, bytes, None]]], Mapping[str, Union[str, bytes, None]], None]
 
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -207,7 +208,7 @@ def ipc_stream(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def read_ipc_stream(payload: bytes) -> pa.Table:
@@ -220,11 +221,14 @@ def json_bytes(message: Any) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-def header(headers: Optional[Sequence[Tuple[str, Optional[bytes]]]], name: str) -> Optional[bytes]:
+def header(headers: Headers, name: str) -> Optional[bytes]:
     """The first value of header ``name`` (case-sensitive), if any."""
-    for key, value in headers or ():
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    for key, value in pairs:
         if key == name:
-            return value if value is not None else b""
+            if value is None:
+                return b""
+            return value.encode("utf-8") if isinstance(value, str) else bytes(value)
     return None
 
 
@@ -238,7 +242,7 @@ class ChunkInfo:
     rows: Optional[int]
 
 
-def chunk_info(headers: Optional[Sequence[Tuple[str, Optional[bytes]]]]) -> ChunkInfo:
+def chunk_info(headers: Headers) -> ChunkInfo:
     """The chunk headers of an advantages message; without them, chunk 0 of
     1. ``ValueError`` when they are present but not consistent decimals."""
     index, count, rows = (header(headers, h) for h in (CHUNK_HEADER, CHUNKS_HEADER, ROWS_HEADER))
