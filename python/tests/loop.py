@@ -84,7 +84,7 @@ def scored_rows(requests: List[Dict[str, Any]], hints: List[Tuple[str, str]], rn
     return rows
 
 
-async def run_step(client: TrainerClient, run_id: str, step: int, rng: random.Random, arrow: bool = False, hint_timeout: float = 30.0) -> Step:
+async def run_step(client: TrainerClient, run_id: str, step: int, rng: random.Random, arrow: bool = False, hint_timeout: float = 30.0, wait_timeout: float = 60.0) -> Step:
     """One step: hints through the drop-in, scored rows published, advantages
     and metrics awaited."""
     t0 = time.monotonic()
@@ -93,8 +93,8 @@ async def run_step(client: TrainerClient, run_id: str, step: int, rng: random.Ra
     t1 = time.monotonic()
     rows = scored_rows(requests, hints, rng)
     client.publish_scored(run_id, step, rows, arrow=arrow)
-    advantages = client.wait_advantages(run_id, step, timeout=60)
+    advantages = client.wait_advantages(run_id, step, timeout=wait_timeout)
     t2 = time.monotonic()
-    metrics = client.wait_metrics(run_id, step, timeout=60)
+    metrics = client.wait_metrics(run_id, step, timeout=wait_timeout)
     t3 = time.monotonic()
     return Step(requests, tokens, hints, rows, advantages, metrics, {"hints": t1 - t0, "advantages": t2 - t1, "metrics": t3 - t2, "step": t3 - t0})

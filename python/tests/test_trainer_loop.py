@@ -64,3 +64,20 @@ def test_twenty_steps_of_sixteen_groups(make_pipeline, make_client) -> None:
         "(a count here means stage 2 predates issue 12 item 5); (step, published, reference): "
         f"{rescued_mismatches}"
     )
+
+
+def test_a_run_id_with_slash_and_percent(make_pipeline, make_client) -> None:
+    """Keys carry ids percent-encoded (`%` → `%25`, `/` → `%2F`): a run_id
+    with both goes through both stages, and its advantages and metrics come
+    back under its step key."""
+    pipeline = make_pipeline()
+    client = make_client(pipeline.bootstrap, pipeline.topics)
+    run_id = f"team/exp%{uuid.uuid4().hex[:6]}/seed-1"
+    try:
+        s = asyncio.run(run_step(client, run_id, 4, random.Random(5), arrow=True, wait_timeout=20))
+    except Exception:
+        print(pipeline.logs())
+        raise
+    assert [c for _, c in s.hints] == ["llm_synthesized"] * FAILED_GROUPS
+    assert s.advantages.column("run_id").to_pylist() == [run_id] * len(s.rows)
+    assert s.metrics["hint/prompts_hinted"] == FAILED_GROUPS

@@ -43,7 +43,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from . import wire
-from .keys import group_key, step_key
+from .keys import decode_id, group_key, step_key
 from .wire import Topics
 
 log = logging.getLogger("hintstream")
@@ -423,6 +423,11 @@ class TrainerClient:
         with self._lock:
             partial = self._partial.get(key) if what == "advantages" else None
             note = self._unreadable.get((topic, key))
+            buffered = self._advantages if what == "advantages" else self._metrics
+            # The same step under a key whose ids are not percent-encoded.
+            unencoded = [k for k in buffered if k != key and decode_id(k) == decode_id(key)]
+        if unencoded:
+            text += f"; it arrived under the key {unencoded[0]!r}, whose ids are not percent-encoded (a publisher older than the key encoding?)"
         if partial is not None:
             text += f" ({len(partial.parts)} of {partial.count} chunks arrived)"
         if note is not None:
