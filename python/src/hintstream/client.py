@@ -515,12 +515,13 @@ class TrainerClient:
                 self._purge()
                 raise
             if failures or left:
+                failed = list(failures)  # before the purge adds its own callbacks
                 self._purge()
-                first = failures[0][2] if failures else None
-                reason = f"{len(failures)} failed (first: {first})" if failures else ""
+                first = failed[0][2] if failed else None
+                reason = f"{len(failed)} failed (first: {first})" if failed else ""
                 if left:
                     reason += ("; " if reason else "") + f"{left} still undelivered after {timeout:g} s (broker unreachable or topic missing?)"
-                raise DeliveryError(f"publishing {len(items)} messages to {topic!r}: {reason}", failures, left)
+                raise DeliveryError(f"publishing {len(items)} messages to {topic!r}: {reason}", failed, left)
 
     def _raise_producer_fatal(self) -> None:
         if self._producer_fatal:
