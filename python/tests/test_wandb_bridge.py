@@ -11,16 +11,13 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 
 from harness import create_topics
 from hintstream import step_key
 from wandb_offline import read_run
 
-pytest.importorskip("wandb")
-
-from hintstream.wandb_bridge import STEP_METRIC, bridge, wandb_run_id  # noqa: E402
+from hintstream.wandb_bridge import STEP_METRIC, bridge, wandb_run_id
 
 
 def _produce(bootstrap: str, topic: str, run_id: str, steps) -> None:
