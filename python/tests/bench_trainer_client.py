@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import random
 import statistics
 import sys
@@ -86,6 +87,8 @@ def main() -> None:
         llm.stop()
         if tansu:
             tansu.kill()
+            tansu.log.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
 
     m_fresh, m_after = statistics.median(fresh), statistics.median(after)
     ratio = m_after / m_fresh
