@@ -1,0 +1,50 @@
+"""hintstream for Python trainers.
+
+- :class:`TrainerClient`: publish failed trajectories and scored rollouts,
+  wait for a step's hints, advantages (``pyarrow.Table``) and metrics.
+- :func:`synthesize_hints_batch`: a drop-in for the reference trainer's hint
+  synthesis (same arguments, same ``[(hint_text, category), ...]``), with a
+  local fallback at the deadline; :func:`apply_hint` builds the hinted prompt.
+- :func:`static_hint`: the static hint stage 1 builds from verifier feedback.
+- ``python -m hintstream.wandb_bridge``: step metrics to Weights & Biases.
+"""
+
+from .client import ConsumeError, DeliveryError, HintstreamError, TrainerClient, WaitTimeout
+from .dropin import apply_hint, build_trajectories, synthesize_hints_batch
+from .keys import decode_id, encode_id, group_key, parse_group_key, parse_step_key, step_key
+from .static_hint import static_hint
+from .wire import (
+    CATEGORY_LLM,
+    CATEGORY_LLM_FAILED,
+    CATEGORY_STATIC,
+    SCHEMA_VERSION,
+    Topics,
+    failed_trajectory,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CATEGORY_LLM",
+    "CATEGORY_LLM_FAILED",
+    "CATEGORY_STATIC",
+    "ConsumeError",
+    "DeliveryError",
+    "HintstreamError",
+    "SCHEMA_VERSION",
+    "Topics",
+    "TrainerClient",
+    "WaitTimeout",
+    "__version__",
+    "apply_hint",
+    "build_trajectories",
+    "decode_id",
+    "encode_id",
+    "failed_trajectory",
+    "group_key",
+    "parse_group_key",
+    "parse_step_key",
+    "static_hint",
+    "step_key",
+    "synthesize_hints_batch",
+]

@@ -1,0 +1,585 @@
+"""``TrainerClient``: the trainer's side of the pipeline over Kafka.
+
+One producer publishes failed trajectories and scored rollouts; delivery is
+checked (any failed or still-queued message raises). One long-lived consumer,
+created with the client, reads the hints, advantages and metrics topics from
+their ends at that moment: partitions are assigned explicitly (no consumer
+group, no rebalances, no commits), and a background thread buffers what
+arrives by key. Waiting for step N is then a dictionary look-up, whatever the
+topics' history: step 10,000 costs what step 10 does.
+
+What a ``wait_*`` call returns is handed over and forgotten (buffers stay
+bounded over a long run); redelivered hints are deduplicated by
+``hint_id``, and a step's advantages are returned whole or not at all
+(chunked steps are reassembled in chunk order).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from . import wire
+from .keys import decode_id, group_key, step_key
+from .wire import Topics
+
+log = logging.getLogger("hintstream")
+
+T = TypeVar("T")
+
+#: Producer errors that no retry fixes: publishing fails at once.
+_FAIL_FAST = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+
+
+class HintstreamError(Exception):
+    """Base class of this package's errors."""
+
+
+class DeliveryError(HintstreamError):
+    """Some messages were not delivered: ``failures`` holds (topic, key,
+    error) of those that failed, ``undelivered`` how many were still queued
+    at the deadline (then purged, so they are not sent later)."""
+
+    def __init__(self, message: str, failures: Sequence[Tuple[str, Optional[bytes], KafkaError]] = (), undelivered: int = 0):
+        super().__init__(message)
+        self.failures = list(failures)
+        self.undelivered = undelivered
+
+
+class ConsumeError(HintstreamError):
+    """The consumer reported an error (anything but partition EOF)."""
+
+    def __init__(self, error: KafkaError, topic: Optional[str] = None, partition: Optional[int] = None):
+        where = f" on {topic}[{partition}]" if topic is not None else ""
+        super().__init__(f"consumer error{where}: {error}")
+        self.error = error
+
+
+class WaitTimeout(HintstreamError, TimeoutError):
+    """Nothing complete arrived for a step before the timeout."""
+
+
+@dataclass
+class _ChunkSet:
+    """The chunks of one step's advantages received so far."""
+
+    count: int
+    rows: Optional[int]
+    parts: Dict[int, pa.Table] = field(default_factory=dict)
+
+
+class _Bounded(collections.OrderedDict):  # type: ignore[type-arg]
+    """An insertion-ordered dict that drops its oldest entries past a bound."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        super().__init__()
+        self.limit = limit
+        self.what = what
+        self.evicted = 0
+
+    def trim(self) -> None:
+        while len(self) > self.limit:
+            key, _ = self.popitem(last=False)
+            self.evicted += 1
+            if self.evicted == 1 or self.evicted % 1000 == 0:
+                log.warning("hintstream: dropped %d unread %s (oldest first, bound %d); latest %r", self.evicted, self.what, self.limit, key)
+
+
+class TrainerClient:
+    """The trainer's connection to hintstream.
+
+    :param bootstrap_servers: Kafka bootstrap servers, comma-separated.
+    :param config: librdkafka properties for both the producer and the
+        consumer, passed through as they are (``security.protocol``,
+        ``sasl.mechanism``, ``sasl.username``, ``sasl.password``,
+        ``ssl.ca.location``, ...).
+    :param topics: topic names (:class:`~hintstream.wire.Topics` or a mapping
+        overriding some of ``failed``, ``hints``, ``scored``, ``advantages``,
+        ``metrics``); the design's defaults otherwise.
+    :param producer_config: extra librdkafka properties for the producer only
+        (over ``config``).
+    :param consumer_config: extra librdkafka properties for the consumer only.
+    :param start_timeout: seconds to find the end of the topics at start.
+    :param max_buffered_steps: unread steps kept per kind (advantages,
+        metrics) before the oldest are dropped.
+    :param max_buffered_groups: unread groups' hints kept before the oldest
+        are dropped.
+
+    Creating the client fixes where reading starts: messages published to the
+    hints, advantages and metrics topics before it exists are never read.
+    Create it before publishing a step's input. The hints, advantages and
+    metrics topics must exist.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        config: Optional[Mapping[str, Any]] = None,
+        topics: Union[Topics, Mapping[str, str], None] = None,
+        *,
+        producer_config: Optional[Mapping[str, Any]] = None,
+        consumer_config: Optional[Mapping[str, Any]] = None,
+        start_timeout: float = 30.0,
+        max_buffered_steps: int = 1024,
+        max_buffered_groups: int = 100_000,
+    ) -> None:
+        self.topics = Topics.of(topics)
+        base: Dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **dict(config or {})}
+        user_error_cb = base.pop("error_cb", None)
+
+        self._lock = threading.Condition()
+        self._publish_lock = threading.Lock()
+        self._pending: Deque[Exception] = collections.deque()
+        self._producer_fatal: List[KafkaError] = []
+        self._hints: _Bounded = _Bounded(max_buffered_groups, "groups' hints")
+        self._returned_hint_ids: Deque[str] = collections.deque()
+        self._returned_hint_set: Set[str] = set()
+        self._max_returned = max(10 * max_buffered_groups, 1000)
+        self._partial: _Bounded = _Bounded(max_buffered_steps, "incomplete advantage steps")
+        self._advantages: _Bounded = _Bounded(max_buffered_steps, "advantage steps")
+        self._metrics: _Bounded = _Bounded(max_buffered_steps, "metric steps")
+        self._unreadable: _Bounded = _Bounded(max_buffered_steps, "unreadable-message notes")
+        self._received: Dict[str, int] = collections.Counter()
+        self._last_offsets: Dict[Tuple[str, Optional[int]], int] = {}
+        self._closed = False
+        self._stop = threading.Event()
+
+        def producer_error(err: KafkaError) -> None:
+            if user_error_cb is not None:
+                user_error_cb(err)
+            if err.fatal() or err.code() in _FAIL_FAST:
+                self._producer_fatal.append(err)
+            else:
+                log.debug("hintstream producer: %s", err)
+
+        def consumer_error(err: KafkaError) -> None:
+            if user_error_cb is not None:
+                user_error_cb(err)
+            if err.fatal() or err.code() in _FAIL_FAST:
+                with self._lock:
+                    self._pending.append(ConsumeError(err))
+                    self._lock.notify_all()
+            else:
+                log.debug("hintstream consumer: %s", err)
+
+        self._producer = Producer(
+            {
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                **base,
+                **dict(producer_config or {}),
+                "error_cb": producer_error,
+            }
+        )
+        self._consumer = Consumer(
+            {
+                "group.id": f"hintstream-trainer-{uuid.uuid4().hex}",
+                "auto.offset.reset": "latest",
+                # A step waits on these reads: fetch with little delay.
+                "fetch.wait.max.ms": 100,
+                **base,
+                **dict(consumer_config or {}),
+                # Offsets are assigned explicitly and never committed.
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                "error_cb": consumer_error,
+            }
+        )
+        try:
+            self._consumer.assign(self._ends(start_timeout))
+        except BaseException:
+            self._consumer.close()
+            raise
+        self._thread = threading.Thread(target=self._poll_loop, name="hintstream-consumer", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ start
+
+    def _ends(self, timeout: float) -> List[TopicPartition]:
+        """Every partition of the read topics at its current end offset."""
+        deadline = time.monotonic() + timeout
+        assignment = []
+        for topic in (self.topics.hints, self.topics.advantages, self.topics.metrics):
+            metadata = self._consumer.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                reason = info.error if info is not None else "absent from metadata"
+                raise HintstreamError(f"topic {topic!r} is not readable ({reason}); create it (hintstream topics create) or pass topics=")
+            for partition in sorted(info.partitions):
+                tp = TopicPartition(topic, partition)
+                _, high = self._consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()), cached=False)
+                # The high watermark, resolved now: whatever is published
+                # from here on is read (OFFSET_END would be resolved later,
+                # racing with a fast stage).
+                assignment.append(TopicPartition(topic, partition, high))
+        return assignment
+
+    # ------------------------------------------------------------ background
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                messages = self._consumer.consume(num_messages=1000, timeout=0.1)
+            except KafkaException as e:
+                self._push_error(ConsumeError(e.args[0]))
+                continue
+            except RuntimeError:  # closed under us
+                return
+            if not messages:
+                continue
+            with self._lock:
+                for m in messages:
+                    self._route(m)
+                self._lock.notify_all()
+
+    def _push_error(self, error: Exception) -> None:
+        with self._lock:
+            self._pending.append(error)
+            self._lock.notify_all()
+
+    def _route(self, m: Message) -> None:
+        err = m.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                self._pending.append(ConsumeError(err, m.topic(), m.partition()))
+            return
+        topic = m.topic() or ""
+        # Offsets only grow on an assigned partition that is never sought.
+        # A message at or below the last one is a repeat: tansu 0.6.0 sends
+        # a burst of repeated batches when a fetch starts inside a record
+        # batch (as one at an undercounted high watermark does).
+        position = (topic, m.partition())
+        offset = m.offset()
+        last = self._last_offsets.get(position)
+        if offset is not None and last is not None and offset <= last:
+            self._received["repeated"] += 1
+            return
+        if offset is not None:
+            self._last_offsets[position] = offset
+        self._received[topic] += 1
+        try:
+            if topic == self.topics.hints:
+                self._add_hint(m.value())
+            elif topic == self.topics.advantages:
+                self._add_advantages(m)
+            elif topic == self.topics.metrics:
+                key = (m.key() or b"").decode("utf-8")
+                value = json.loads(m.value() or b"")
+                if not isinstance(value, dict):
+                    raise ValueError("metrics message is not a JSON object")
+                self._metrics[key] = value
+                self._metrics.trim()
+        except Exception as e:  # a bad message must not stop the client
+            key_text = (m.key() or b"").decode("utf-8", errors="replace")
+            log.warning("hintstream: unreadable message on %s[%d]@%d (key %r): %s", topic, m.partition(), m.offset(), key_text, e)
+            self._received["unreadable"] += 1
+            self._unreadable[(topic, key_text)] = f"{topic}[{m.partition()}]@{m.offset()}: {e}"
+            self._unreadable.trim()
+
+    def _add_hint(self, payload: Optional[bytes]) -> None:
+        hint = json.loads(payload or b"")
+        if not isinstance(hint, dict):
+            raise ValueError("hint is not a JSON object")
+        hint_id = str(hint["hint_id"])
+        if hint_id in self._returned_hint_set:
+            self._received["duplicate_hints"] += 1
+            return
+        key = group_key(hint["run_id"], hint["step"], hint["instance_id"])
+        entry = self._hints.get(key)
+        if entry is None:
+            entry = self._hints[key] = {}
+            self._hints.trim()
+        if hint_id in entry:
+            self._received["duplicate_hints"] += 1
+        else:
+            entry[hint_id] = hint
+
+    def _add_advantages(self, m: Message) -> None:
+        key = (m.key() or b"").decode("utf-8")
+        info = wire.chunk_info(m.headers())
+        table = wire.read_ipc_stream(m.value() or b"")
+        state = self._partial.get(key)
+        if state is None or state.count != info.count or state.rows != info.rows:
+            # A first chunk, or a chunk set that restarted with another shape.
+            state = self._partial[key] = _ChunkSet(info.count, info.rows)
+            self._partial.trim()
+        state.parts.setdefault(info.index, table)
+        if len(state.parts) < state.count:
+            return
+        del self._partial[key]
+        whole = pa.concat_tables([state.parts[i] for i in range(state.count)]) if state.count > 1 else state.parts[0]
+        if state.rows is not None and whole.num_rows != state.rows:
+            raise ValueError(f"chunks of {key} hold {whole.num_rows} rows, headers say {state.rows}; step discarded")
+        self._advantages[key] = whole
+        self._advantages.trim()
+
+    # ------------------------------------------------------------------ waits
+
+    def _wait(self, ready: Callable[[], Optional[T]], timeout: float) -> Optional[T]:
+        """Calls ``ready`` (under the lock) until it returns something or the
+        timeout passes; raises the consumer's errors as they come."""
+        self._check_open()
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            while True:
+                if self._pending:
+                    raise self._pending.popleft()
+                result = ready()
+                if result is not None:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._lock.wait(min(remaining, 1.0))
+
+
+    def _remember_returned(self, hint_id: str) -> None:
+        if hint_id in self._returned_hint_set:
+            return
+        self._returned_hint_ids.append(hint_id)
+        self._returned_hint_set.add(hint_id)
+        while len(self._returned_hint_ids) > self._max_returned:
+            self._returned_hint_set.discard(self._returned_hint_ids.popleft())
+
+    def wait_hints(self, run_id: str, step: int, instance_ids: Iterable[str], timeout: float = 60.0) -> Dict[str, Dict[str, Any]]:
+        """The hints of step ``step``'s groups, ``{instance_id: hint}`` (the
+        ``Hint`` message as a dict: ``hint``, ``category``, ``hint_id``,
+        ``trajectory_id``, ...), once every group has one or at the timeout,
+        whichever comes first: a group missing from the result got no hint in
+        time. Hints published twice (redelivery) are returned once: a hint
+        handed over is not handed over again.
+
+        Only hints published after the client was created are seen; when a
+        group has several (stage 1 restarted with another model chain), the
+        first to arrive is returned."""
+        keys = {iid: group_key(run_id, step, iid) for iid in instance_ids}
+        found: Dict[str, Dict[str, Any]] = {}
+
+        def ready() -> Optional[bool]:
+            for iid, key in keys.items():
+                if iid not in found:
+                    entry = self._hints.get(key)
+                    if entry:
+                        found[iid] = next(iter(entry.values()))
+            return True if len(found) == len(keys) else None
+
+        try:
+            self._wait(ready, timeout)
+        finally:
+            with self._lock:
+                for iid in found:
+                    for hint_id in self._hints.pop(keys[iid], {}):
+                        self._remember_returned(hint_id)
+        return found
+
+    def wait_advantages(self, run_id: str, step: int, timeout: float = 300.0) -> pa.Table:
+        """The step's advantages as one ``pyarrow.Table`` in input order
+        (``run_id, step, trajectory_id, instance_id, reward, is_hinted,
+        advantage, group_mean, group_std``), chunks reassembled. Never a
+        partial step: raises :class:`WaitTimeout` when the whole step has not
+        arrived in time."""
+        key = step_key(run_id, step)
+        table: Optional[pa.Table] = self._wait(lambda: self._advantages.pop(key, None), timeout)
+        if table is None:
+            raise WaitTimeout(self._timeout_text("advantages", self.topics.advantages, key, timeout))
+        return table
+
+    def wait_metrics(self, run_id: str, step: int, timeout: float = 60.0) -> Dict[str, Any]:
+        """The step's metrics (``rl.metrics``: metric name → number); raises
+        :class:`WaitTimeout` when none arrived in time."""
+        key = step_key(run_id, step)
+        metrics: Optional[Dict[str, Any]] = self._wait(lambda: self._metrics.pop(key, None), timeout)
+        if metrics is None:
+            raise WaitTimeout(self._timeout_text("metrics", self.topics.metrics, key, timeout))
+        return metrics
+
+    def _timeout_text(self, what: str, topic: str, key: str, timeout: float) -> str:
+        text = f"no complete {what} for {key!r} on {topic!r} within {timeout:g} s"
+        with self._lock:
+            partial = self._partial.get(key) if what == "advantages" else None
+            note = self._unreadable.get((topic, key))
+            buffered = self._advantages if what == "advantages" else self._metrics
+            # The same step under a key whose ids are not percent-encoded.
+            unencoded = [k for k in buffered if k != key and decode_id(k) == decode_id(key)]
+        if unencoded:
+            text += f"; it arrived under the key {unencoded[0]!r}, whose ids are not percent-encoded (a publisher older than the key encoding?)"
+        if partial is not None:
+            text += f" ({len(partial.parts)} of {partial.count} chunks arrived)"
+        if note is not None:
+            text += f"; a message for it could not be read: {note}"
+        return text
+
+    # -------------------------------------------------------------- publish
+
+    def publish_failed(self, trajectories: Iterable[Mapping[str, Any]], timeout: float = 30.0) -> int:
+        """Publishes ``FailedTrajectory`` dicts (``schema_version`` filled in
+        when absent), keyed ``run_id/step/instance_id``, and waits until the
+        broker acknowledged every one. Raises :class:`DeliveryError` when any
+        delivery failed or is still pending after ``timeout`` seconds, and
+        ``ValueError`` for a trajectory stage 1 would reject. Returns how many
+        were published."""
+        items = []
+        for t in trajectories:
+            message = dict(t)
+            message.setdefault("schema_version", wire.SCHEMA_VERSION)
+            wire.check_failed(message)
+            key = group_key(message["run_id"], message["step"], message["instance_id"])
+            items.append((key, wire.json_bytes(message), None))
+        self._produce_all(self.topics.failed, items, timeout)
+        return len(items)
+
+    def publish_scored(self, run_id: str, step: int, rows: Iterable[Mapping[str, Any]], arrow: bool = False, timeout: float = 30.0) -> int:
+        """Publishes a step's scored rollouts, keyed ``run_id/step``, then its
+        ``step_end`` with the row count, and waits for delivery as
+        :meth:`publish_failed` does. Each row: ``instance_id``,
+        ``trajectory_id`` (unique in the step: hinted rows need their own),
+        ``reward``, ``is_hinted`` and optionally ``hint_category``. With
+        ``arrow=True`` the rows go as one Arrow IPC stream message (header
+        ``content-type: application/vnd.apache.arrow.stream``). Returns the
+        row count."""
+        messages = wire.scored_rows(run_id, step, rows)
+        ids = [m["trajectory_id"] for m in messages]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"trajectory_id {dup!r} appears twice in step {step}: stage 2 would drop the copy and the step would never complete")
+        key = step_key(run_id, step)
+        items: List[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]] = []
+        if arrow and messages:
+            payload = wire.ipc_stream(wire.scored_table(messages))
+            items.append((key, payload, [(wire.CONTENT_TYPE_HEADER, wire.ARROW_STREAM_CONTENT_TYPE.encode())]))
+        elif not arrow:
+            items.extend((key, wire.json_bytes(m), None) for m in messages)
+        items.append((key, wire.json_bytes(wire.step_end(run_id, step, len(messages))), None))
+        self._produce_all(self.topics.scored, items, timeout)
+        return len(messages)
+
+    def _produce_all(self, topic: str, items: Sequence[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]], timeout: float) -> None:
+        self._check_open()
+        failures: List[Tuple[str, Optional[bytes], KafkaError]] = []
+
+        def on_delivery(err: Optional[KafkaError], msg: Message) -> None:
+            if err is not None:
+                failures.append((msg.topic() or topic, msg.key(), err))
+
+        with self._publish_lock:
+            deadline = time.monotonic() + max(0.0, timeout)
+            try:
+                for key, value, headers in items:
+                    while True:
+                        self._raise_producer_fatal()
+                        try:
+                            self._producer.produce(topic, value=value, key=key.encode("utf-8"), headers=headers, on_delivery=on_delivery)
+                            break
+                        except BufferError:  # local queue full: let it drain
+                            if time.monotonic() >= deadline:
+                                raise DeliveryError(f"the producer queue stayed full for {timeout:g} s") from None
+                            self._producer.poll(0.05)
+                    self._producer.poll(0)
+                    if failures:
+                        break
+                while not failures:
+                    remaining = self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+                    self._raise_producer_fatal()
+                    if remaining == 0 or time.monotonic() >= deadline:
+                        break
+                left = len(self._producer)
+            except KafkaException as e:
+                self._purge()
+                raise DeliveryError(f"publishing to {topic!r} failed: {e.args[0]}") from e
+            except DeliveryError:
+                self._purge()
+                raise
+            if failures or left:
+                failed = list(failures)  # before the purge adds its own callbacks
+                self._purge()
+                first = failed[0][2] if failed else None
+                reason = f"{len(failed)} failed (first: {first})" if failed else ""
+                if left:
+                    reason += ("; " if reason else "") + f"{left} still undelivered after {timeout:g} s (broker unreachable or topic missing?)"
+                raise DeliveryError(f"publishing {len(items)} messages to {topic!r}: {reason}", failed, left)
+
+    def _raise_producer_fatal(self) -> None:
+        if self._producer_fatal:
+            err = self._producer_fatal.pop(0)
+            raise DeliveryError(f"producer error: {err}")
+
+    def _purge(self) -> None:
+        """Drops whatever is still queued, so a failed publish is not sent
+        later behind the caller's back."""
+        try:
+            self._producer.purge(in_queue=True, in_flight=True, blocking=True)
+            self._producer.poll(0)
+        except KafkaException as e:  # pragma: no cover - purge itself failing
+            log.warning("hintstream: purging the producer queue failed: %s", e)
+
+    # --------------------------------------------------------------- close
+
+    @property
+    def stats(self) -> Dict[str, int]:
+        """Messages received per topic since start; also ``unreadable``,
+        ``duplicate_hints`` (same ``hint_id``), ``repeated`` (a partition's
+        offset seen again: dropped) and ``evicted`` (unread entries dropped
+        at the buffer bounds)."""
+        with self._lock:
+            out = dict(self._received)
+            out["evicted"] = self._hints.evicted + self._advantages.evicted + self._metrics.evicted + self._partial.evicted
+            return out
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HintstreamError("the TrainerClient is closed")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stops the consumer and flushes the producer (bounded by
+        ``timeout``). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join(timeout)
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as e:  # pragma: no cover
+            log.debug("hintstream: closing the consumer: %s", e)
+        if self._producer.flush(timeout):
+            self._purge()
+        with self._lock:
+            self._lock.notify_all()
+
+    def __enter__(self) -> "TrainerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            if not self._closed:
+                self._stop.set()
+        except AttributeError:
+            pass

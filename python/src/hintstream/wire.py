@@ -1,0 +1,263 @@
+"""The rest of the wire contract: topic names, message builders, header
+names, Arrow encoding of scored rollouts and the chunk headers of advantages.
+Field names are exactly DESIGN.md's."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import uuid
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import pyarrow as pa
+
+#: The only ``schema_version`` written and read.
+SCHEMA_VERSION = 1
+
+#: Hint categories (the reference trainer's strings).
+CATEGORY_LLM = "llm_synthesized"
+CATEGORY_STATIC = "static_fallback"
+CATEGORY_LLM_FAILED = "llm_failed_static_fallback"
+CATEGORIES = (CATEGORY_LLM, CATEGORY_STATIC, CATEGORY_LLM_FAILED)
+
+#: ``content-type`` of an Arrow IPC stream message.
+ARROW_STREAM_CONTENT_TYPE = "application/vnd.apache.arrow.stream"
+CONTENT_TYPE_HEADER = "content-type"
+
+#: Headers of a chunked step on the advantages topic: the chunk's 0-based
+#: index, the number of chunks and the step's total row count, each as
+#: decimal text. A message without them is a whole step (chunk 0 of 1).
+CHUNK_HEADER = "hintstream.chunk"
+CHUNKS_HEADER = "hintstream.chunks"
+ROWS_HEADER = "hintstream.rows"
+
+#: Kafka message headers as confluent-kafka gives or takes them.
+Headers = Union[Sequence[Tuple[str, Union[str, bytes, None]]], Mapping[str, Union[str, bytes, None]], None]
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Topic names; the defaults are the design's."""
+
+    failed: str = "rl.trajectories.failed"
+    hints: str = "rl.hints"
+    scored: str = "rl.rollouts.scored"
+    advantages: str = "rl.advantages"
+    metrics: str = "rl.metrics"
+
+    @classmethod
+    def of(cls, topics: Union["Topics", Mapping[str, str], None]) -> "Topics":
+        """``topics`` as a :class:`Topics`: a mapping overrides the defaults
+        it names (unknown names are an error)."""
+        if topics is None:
+            return cls()
+        if isinstance(topics, Topics):
+            return topics
+        known = {f.name for f in fields(cls)}
+        unknown = set(topics) - known
+        if unknown:
+            raise ValueError(f"unknown topic names {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**dict(topics))
+
+
+def now_rfc3339() -> str:
+    """The current time as RFC 3339 (UTC)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def new_trajectory_id(prefix: str = "traj") -> str:
+    """A fresh, unique trajectory id."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _content(content: Any) -> Union[str, List[Dict[str, Any]]]:
+    """A chat message's content in the contract's shape: a string, or a list
+    of blocks that each have a non-empty string ``type``. Other values are
+    rendered as Python's ``str`` renders them (as the reference does)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        blocks: List[Dict[str, Any]] = []
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("type"), str) and block["type"]:
+                blocks.append(block)
+            else:
+                blocks.append({"type": "text", "text": str(block)[:200]})
+        return blocks
+    return str(content)
+
+
+def chat_history(messages: Optional[Iterable[Any]]) -> List[Dict[str, Any]]:
+    """A trainer's chat history in the contract's shape (``role`` and
+    ``content`` only; ``None`` content becomes ``"None"`` as the reference's
+    ``str()`` writes it)."""
+    out: List[Dict[str, Any]] = []
+    for message in messages or []:
+        if isinstance(message, Mapping):
+            out.append({"role": str(message.get("role", "unknown")), "content": _content(message.get("content", ""))})
+        else:
+            out.append({"role": "unknown", "content": str(message)})
+    return out
+
+
+def failed_trajectory(
+    *,
+    run_id: str,
+    step: int,
+    instance_id: str,
+    task_prompt: str,
+    chat_history_messages: Optional[Iterable[Any]] = None,
+    verifier_stdout: Optional[str] = None,
+    verifier_error: Optional[str] = None,
+    tool_error_messages: Optional[Sequence[Any]] = None,
+    reward: float = 0.0,
+    trajectory_id: Optional[str] = None,
+    group_size: int = 1,
+    env_class: Optional[str] = None,
+) -> Dict[str, Any]:
+    """A ``FailedTrajectory`` message (schema_version 1), with a fresh
+    ``trajectory_id`` unless one is given."""
+    message: Dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "step": int(step),
+        "instance_id": instance_id,
+        "trajectory_id": trajectory_id or new_trajectory_id(),
+        "task_prompt": task_prompt if isinstance(task_prompt, str) else str(task_prompt),
+        "chat_history": chat_history(chat_history_messages),
+        "verifier_stdout": None if verifier_stdout is None else str(verifier_stdout),
+        "verifier_error": None if verifier_error is None else str(verifier_error),
+        "tool_error_messages": None if tool_error_messages is None else [str(e) for e in tool_error_messages],
+        "reward": float(reward),
+        "group_size": int(group_size),
+        "produced_at": now_rfc3339(),
+    }
+    if env_class is not None:
+        message["env_class"] = env_class
+    return message
+
+
+def check_failed(message: Mapping[str, Any]) -> None:
+    """Raises ``ValueError`` when a FailedTrajectory misses what its key and
+    stage 1 need (the stage would dead-letter it)."""
+    for name in ("run_id", "instance_id", "trajectory_id"):
+        value = message.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"FailedTrajectory.{name} must be a non-empty string, got {value!r}")
+    step = message.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"FailedTrajectory.step must be an integer >= 0, got {step!r}")
+    if not isinstance(message.get("task_prompt"), str):
+        raise ValueError("FailedTrajectory.task_prompt must be a string")
+    if not isinstance(message.get("chat_history"), list):
+        raise ValueError("FailedTrajectory.chat_history must be a list")
+
+
+def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """``scored_rollout`` messages of one step: each row needs
+    ``instance_id``, ``trajectory_id``, ``reward`` and ``is_hinted``
+    (``hint_category`` optional)."""
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            message: Dict[str, Any] = {
+                "type": "scored_rollout",
+                "schema_version": SCHEMA_VERSION,
+                "run_id": run_id,
+                "step": int(step),
+                "instance_id": str(row["instance_id"]),
+                "trajectory_id": str(row["trajectory_id"]),
+                "reward": float(row["reward"]),
+                "is_hinted": bool(row["is_hinted"]),
+            }
+        except KeyError as e:
+            raise ValueError(f"scored row {i} has no {e.args[0]!r}") from None
+        if row.get("hint_category") is not None:
+            message["hint_category"] = str(row["hint_category"])
+        out.append(message)
+    return out
+
+
+def step_end(run_id: str, step: int, count: int) -> Dict[str, Any]:
+    """The ``step_end`` message that closes a step of ``count`` rows."""
+    return {"type": "step_end", "schema_version": SCHEMA_VERSION, "run_id": run_id, "step": int(step), "count": int(count)}
+
+
+def scored_table(messages: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """``scored_rollout`` messages as the Arrow table stage 2 reads
+    (``instance_id`` dictionary-encoded, ``reward`` float64)."""
+    return pa.table(
+        {
+            "run_id": pa.array([m["run_id"] for m in messages], pa.string()),
+            "step": pa.array([m["step"] for m in messages], pa.int64()),
+            "instance_id": pa.array([m["instance_id"] for m in messages], pa.string()).dictionary_encode(),
+            "trajectory_id": pa.array([m["trajectory_id"] for m in messages], pa.string()),
+            "reward": pa.array([m["reward"] for m in messages], pa.float64()),
+            "is_hinted": pa.array([m["is_hinted"] for m in messages], pa.bool_()),
+            "hint_category": pa.array([m.get("hint_category") for m in messages], pa.string()),
+        }
+    )
+
+
+def ipc_stream(table: pa.Table) -> bytes:
+    """``table`` as one Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def read_ipc_stream(payload: bytes) -> pa.Table:
+    """An Arrow IPC stream message as a table."""
+    return pa.ipc.open_stream(payload).read_all()
+
+
+def json_bytes(message: Any) -> bytes:
+    """A message as compact UTF-8 JSON (NaN and infinities refused)."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def header(headers: Headers, name: str) -> Optional[bytes]:
+    """The first value of header ``name`` (case-sensitive), if any."""
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    for key, value in pairs:
+        if key == name:
+            if value is None:
+                return b""
+            return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    return None
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """Where one advantages message sits in its step."""
+
+    index: int
+    count: int
+    #: The step's total row count, when the message says it.
+    rows: Optional[int]
+
+
+def chunk_info(headers: Headers) -> ChunkInfo:
+    """The chunk headers of an advantages message; without them, chunk 0 of
+    1. ``ValueError`` when they are present but not consistent decimals."""
+    index, count, rows = (header(headers, h) for h in (CHUNK_HEADER, CHUNKS_HEADER, ROWS_HEADER))
+    if index is None and count is None:
+        return ChunkInfo(0, 1, _decimal(ROWS_HEADER, rows) if rows is not None else None)
+    if index is None or count is None:
+        raise ValueError(f"{CHUNK_HEADER} and {CHUNKS_HEADER} must come together")
+    info = ChunkInfo(_decimal(CHUNK_HEADER, index), _decimal(CHUNKS_HEADER, count), _decimal(ROWS_HEADER, rows) if rows is not None else None)
+    if info.count < 1 or not 0 <= info.index < info.count:
+        raise ValueError(f"chunk {info.index} of {info.count} is out of range")
+    return info
+
+
+def _decimal(name: str, value: bytes) -> int:
+    text = value.decode("ascii", errors="replace").strip()
+    if not _DIGITS.fullmatch(text):
+        raise ValueError(f"header {name} is not a decimal number: {value!r}")
+    return int(text)

@@ -1,0 +1,318 @@
+"""What the integration tests and the benchmark run against: a tansu broker
+(or ``HINTSTREAM_TEST_BOOTSTRAP``), both hintstream stages as processes, and
+a loopback OpenAI-compatible LLM server that echoes a token found in the
+request. Not part of the package.
+
+Binaries: ``CARGO_BIN_EXE_hintstream`` (else ``hintstream`` on PATH, else the
+workspace's ``target/debug/hintstream``) and ``TANSU_BIN`` (else ``tansu`` on
+PATH, else ``~/.cargo/bin/tansu``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from hintstream import Topics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The loopback LLM answers with the first such token of the request.
+TOKEN_RE = re.compile(r"TOKEN-[0-9a-f]{8,}")
+
+#: librdkafka settings for every test client on tansu: one message per
+#: record batch (tansu 0.6.0 skips the rest of a batch when a consumer
+#: resumes inside it; see notes/kafka.md) and no compression.
+TANSU_PRODUCER = {"linger.ms": 0, "batch.num.messages": 1, "compression.type": "none"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _binary(env: str, name: str, fallbacks: List[Path]) -> str:
+    if os.environ.get(env):
+        return os.environ[env]
+    found = shutil.which(name)
+    if found:
+        return found
+    for path in fallbacks:
+        if path.is_file():
+            return str(path)
+    raise RuntimeError(f"{name} not found: set {env}")
+
+
+def hintstream_bin() -> str:
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return _binary("CARGO_BIN_EXE_hintstream", "hintstream", [target / "debug" / "hintstream", target / "release" / "hintstream"])
+
+
+def tansu_bin() -> str:
+    cargo_home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
+    return _binary("TANSU_BIN", "tansu", [cargo_home / "bin" / "tansu"])
+
+
+def wait_for_broker(bootstrap: str, within: float = 30.0) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            admin.list_topics(timeout=2)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+class Tansu:
+    """A tansu broker with memory storage on a free port of 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.log = Path(tempfile.gettempdir()) / f"tansu-py-{self.port}.log"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "Tansu":
+        url = f"tcp://127.0.0.1:{self.port}"
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                stdout=log,
+                stderr=log,
+            )
+        wait_for_broker(self.bootstrap)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+def create_topics(bootstrap: str, names: List[str], partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names], operation_timeout=30)
+    for name, future in futures.items():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while set(names) - set(admin.list_topics(timeout=5).topics):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics {names} did not appear")
+        time.sleep(0.1)
+
+
+def unique_topics(prefix: str = "py") -> Topics:
+    tag = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    return Topics(
+        failed=f"{tag}.failed",
+        hints=f"{tag}.hints",
+        scored=f"{tag}.scored",
+        advantages=f"{tag}.advantages",
+        metrics=f"{tag}.metrics",
+    )
+
+
+def make_topics(bootstrap: str, topics: Topics, partitions: int = 3) -> None:
+    create_topics(bootstrap, [topics.failed, topics.hints, topics.scored, topics.advantages, topics.metrics], partitions)
+    create_topics(bootstrap, [topics.failed + ".dlq", topics.scored + ".dlq"], 1)
+
+
+class _LlmHandler(BaseHTTPRequestHandler):
+    server: "LlmServer"
+    # Keep-alive, as real APIs do: clients reuse their connections.
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        length = int(self.headers.get("content-length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if not self.path.endswith("/chat/completions"):
+            self.send_error(404)
+            return
+        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        found = TOKEN_RE.search(prompt)
+        self.server.requests += 1
+        text = f"Echo {found.group(0)}: re-run the failing check before finishing." if found else "No token in the request."
+        answer = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "test-model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": 12, "total_tokens": len(prompt) // 4 + 12},
+        }
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class LlmServer(ThreadingHTTPServer):
+    """``POST /v1/chat/completions`` on 127.0.0.1: answers with the first
+    ``TOKEN-<hex>`` of the request's messages."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _LlmHandler)
+        self.requests = 0
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class Stage:
+    """A ``hintstream hints`` or ``hintstream advantages`` process."""
+
+    def __init__(self, name: str, bootstrap: str, topics: Topics, llm_base_url: Optional[str], workdir: Path) -> None:
+        self.name = name
+        tag = uuid.uuid4().hex[:8]
+        config = workdir / f"{name}-{tag}.toml"
+        config.write_text(
+            "\n".join(
+                [
+                    f'bootstrap_servers = "{bootstrap}"',
+                    "[kafka]",
+                    # Test latency: fetch without waiting out librdkafka's 500 ms default.
+                    '"fetch.wait.max.ms" = "50"',
+                    "[topics]",
+                    *(f'{k} = "{getattr(topics, k)}"' for k in ("failed", "hints", "scored", "advantages", "metrics")),
+                    "[hints]",
+                    f'group_id = "py-hints-{tag}"',
+                    f'input_topic = "{topics.failed}"',
+                    f'output_topic = "{topics.hints}"',
+                    f'dlq_topic = "{topics.failed}.dlq"',
+                    'metrics_addr = "127.0.0.1:0"',
+                    "group_wait_ms = 200",
+                    "[advantages]",
+                    f'group_id = "py-advantages-{tag}"',
+                    f'input_topic = "{topics.scored}"',
+                    f'output_topic = "{topics.advantages}"',
+                    f'dlq_topic = "{topics.scored}.dlq"',
+                    'metrics_addr = "127.0.0.1:0"',
+                    "step_timeout_secs = 120",
+                    "[llm]",
+                    f'provider = "{"openai" if llm_base_url else "none"}"',
+                    'models = ["loopback-model"]',
+                    "timeout_secs = 10.0",
+                    "[normalize]",
+                    'device = "cpu"',
+                    "",
+                ]
+            )
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "OPENROUTER_", "HINTSTREAM_"))}
+        if llm_base_url:
+            env["OPENAI_BASE_URL"] = llm_base_url
+        env.setdefault("RUST_LOG", "info")
+        self.log = workdir / f"{name}-{tag}.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([hintstream_bin(), name, "--config", str(config)], env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class Pipeline:
+    """Fresh topics on ``bootstrap`` with both stages running on them."""
+
+    def __init__(self, bootstrap: str, llm: Optional[LlmServer], workdir: Path, partitions: int = 3, hints_stage: bool = True) -> None:
+        self.bootstrap = bootstrap
+        self.topics = unique_topics()
+        make_topics(bootstrap, self.topics, partitions)
+        self.stages: Dict[str, Stage] = {}
+        if hints_stage:
+            self.stages["hints"] = Stage("hints", bootstrap, self.topics, llm.base_url if llm else None, workdir)
+        self.stages["advantages"] = Stage("advantages", bootstrap, self.topics, None, workdir)
+
+    def stop(self) -> None:
+        for stage in self.stages.values():
+            stage.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n} ---\n{s.log_text()[-4000:]}" for n, s in self.stages.items())
+
+
+def put_history(bootstrap: str, topics: Topics, hints: int, advantages: int) -> float:
+    """Publishes ``hints`` old hints and ``advantages`` old advantage
+    messages (other runs' steps) on the topics, batched; returns seconds."""
+    import pyarrow as pa
+    from confluent_kafka import Producer
+
+    from hintstream import group_key, step_key
+    from hintstream.wire import ipc_stream, json_bytes
+
+    started = time.monotonic()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "none", "queue.buffering.max.messages": 200000})
+    for i in range(hints):
+        run, step, iid = f"old-run-{i % 7}", i // 16, f"old/task-{i % 16}"
+        hint = {
+            "schema_version": 1, "hint_id": f"old-{i}", "run_id": run, "step": step, "instance_id": iid,
+            "trajectory_id": f"old-t-{i}", "hint": "Re-run the failing check before finishing. " * 4,
+            "category": "llm_synthesized", "model": "loopback-model", "prompt_version": "v1", "latency_ms": 5,
+            "usage": {"input_tokens": 900, "output_tokens": 40}, "cost_usd": 0.0, "failure_reason": None,
+            "source": {"topic": topics.failed, "partition": 0, "offset": i}, "created_at": "2026-01-01T00:00:00Z",
+        }
+        producer.produce(topics.hints, key=group_key(run, step, iid).encode(), value=json_bytes(hint))
+        if i % 1000 == 0:
+            producer.poll(0)
+    n = 112
+    for i in range(advantages):
+        run, step = f"old-run-{i % 7}", i
+        table = pa.table({
+            "run_id": [run] * n, "step": pa.array([step] * n, pa.int64()),
+            "trajectory_id": [f"t{j}" for j in range(n)], "instance_id": [f"g{j // 6}" for j in range(n)],
+            "reward": pa.array([0.5] * n, pa.float64()), "is_hinted": [j % 6 > 3 for j in range(n)],
+            "advantage": pa.array([0.1] * n, pa.float64()), "group_mean": pa.array([0.0] * n, pa.float64()),
+            "group_std": pa.array([1.0] * n, pa.float64()),
+        })
+        producer.produce(topics.advantages, key=step_key(run, step).encode(), value=ipc_stream(table),
+                         headers=[("content-type", b"application/vnd.apache.arrow.stream")])
+        if i % 200 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left:
+        raise RuntimeError(f"{left} history messages not delivered")
+    return time.monotonic() - started

@@ -1,0 +1,95 @@
+"""Keys, headers, message builders and the drop-in's pure parts (no broker)."""
+
+import pyarrow as pa
+import pytest
+
+import hintstream
+from hintstream import apply_hint, build_trajectories, group_key, parse_group_key, parse_step_key, step_key
+from hintstream.keys import decode_id, encode_id
+from hintstream.wire import ChunkInfo, Topics, chunk_info, read_ipc_stream, ipc_stream, scored_rows, scored_table
+
+
+def test_ids_without_percent_or_slash_keep_their_keys() -> None:
+    assert group_key("run-1", 12, "swe-task-7") == "run-1/12/swe-task-7"
+    assert step_key("run-1", 12) == "run-1/12"
+
+
+def test_percent_and_slash_are_encoded_and_nothing_else() -> None:
+    assert encode_id("a/b%c d+é%2F") == "a%2Fb%25c d+é%252F"
+    assert group_key("org/run%1", 3, "repo/issue-9") == "org%2Frun%251/3/repo%2Fissue-9"
+    assert step_key("org/run%1", 3) == "org%2Frun%251/3"
+    # Different ids never share a key.
+    assert group_key("a/b", 1, "c") != group_key("a", 1, "b/c")
+
+
+@pytest.mark.parametrize("value", ["", "plain", "a/b", "%", "%2F", "%25", "/%/", "x%2fy", "é/ü%"])
+def test_decode_inverts_encode(value: str) -> None:
+    assert decode_id(encode_id(value)) == value
+
+
+def test_keys_parse_back() -> None:
+    assert parse_group_key(group_key("r/1", 5, "i%2")) == ("r/1", 5, "i%2")
+    assert parse_step_key(step_key("r/1%", 7)) == ("r/1%", 7)
+    assert decode_id("a%2fb") == "a/b"
+    for bad in ["r", "r/x", "a/b/1/", "/1"]:
+        with pytest.raises(ValueError):
+            parse_step_key(bad)
+
+
+def test_chunk_headers() -> None:
+    assert chunk_info(None) == ChunkInfo(0, 1, None)
+    assert chunk_info([("content-type", b"x"), ("hintstream.rows", b"7")]) == ChunkInfo(0, 1, 7)
+    assert chunk_info([("hintstream.chunk", b"2"), ("hintstream.chunks", b"3"), ("hintstream.rows", b"100")]) == ChunkInfo(2, 3, 100)
+    for bad in (
+        [("hintstream.chunk", b"3"), ("hintstream.chunks", b"3")],
+        [("hintstream.chunk", b"0")],
+        [("hintstream.chunk", b"-1"), ("hintstream.chunks", b"3")],
+        [("hintstream.chunk", b"x"), ("hintstream.chunks", b"3")],
+    ):
+        with pytest.raises(ValueError):
+            chunk_info(bad)
+
+
+def test_topics() -> None:
+    assert Topics.of(None).failed == "rl.trajectories.failed"
+    assert Topics.of({"hints": "h"}).hints == "h"
+    with pytest.raises(ValueError):
+        Topics.of({"hint": "h"})
+
+
+def test_scored_arrow_round_trip() -> None:
+    rows = scored_rows("r", 2, [{"instance_id": "g", "trajectory_id": "t", "reward": 0.1, "is_hinted": True, "hint_category": "llm_synthesized"}])
+    table = read_ipc_stream(ipc_stream(scored_table(rows)))
+    assert table.column("reward").type == pa.float64()
+    assert table.column("reward").to_pylist() == [0.1]
+    assert table.column("instance_id").type == pa.dictionary(pa.int32(), pa.string())
+
+
+def test_apply_hint_is_the_reference_template() -> None:
+    assert apply_hint("Fix it.", "Run the tests.") == "Fix it.\n\nHere is feedback from a previous attempt to help you:\nRun the tests."
+    assert apply_hint("Fix it.", "") == "Fix it."
+
+
+def test_each_request_is_its_own_group() -> None:
+    requests = [
+        {"task_prompt": "a", "instance_id": "g1"},
+        {"task_prompt": "b", "instance_id": "g1"},
+        {"task_prompt": "c", "instance_id": "g1#1"},
+        {"task_prompt": "d"},
+        {"task_prompt": "e", "instance_id": "g2", "chat_history": [{"role": "assistant", "content": None}, {"role": "tool", "content": [{"type": "text", "text": "x"}, "raw"]}]},
+    ]
+    ts = build_trajectories(requests, "run", 4)
+    ids = [t["instance_id"] for t in ts]
+    assert ids[0] == "g1" and ids[4] == "g2"
+    assert len(set(ids)) == 5, ids
+    assert len({t["trajectory_id"] for t in ts}) == 5
+    assert all(t["reward"] == 0.0 and t["group_size"] == 1 and t["schema_version"] == 1 for t in ts)
+    assert ts[4]["chat_history"] == [
+        {"role": "assistant", "content": "None"},
+        {"role": "tool", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "raw"}]},
+    ]
+
+
+def test_public_names() -> None:
+    for name in hintstream.__all__:
+        assert hasattr(hintstream, name), name
