@@ -266,12 +266,27 @@ pub struct AdvantagesConfig {
     /// A step whose rows have not all arrived this many seconds after its
     /// first row goes to the DLQ (never a silent partial result).
     pub step_timeout_secs: u64,
-    /// k values of the pass@k metrics.
+    /// k values of the `reward/pass_at_<k>` metrics.
     pub pass_at_k: Vec<u32>,
+    /// The n of `reward/avg_pass_at_<n>`: the trainer's samples per prompt
+    /// (SkyRL's `generator.n_samples_per_prompt`); 0 = the step's largest
+    /// group of raw rows.
+    pub samples_per_prompt: u32,
     /// A rollout succeeded when its reward is above this.
     pub success_threshold: f64,
     #[serde(flatten)]
     unknown: UnknownKeys,
+}
+
+impl AdvantagesConfig {
+    /// How the step metrics are computed.
+    pub fn metric_options(&self) -> crate::advantages::step_metrics::MetricOptions<'_> {
+        crate::advantages::step_metrics::MetricOptions {
+            success_threshold: self.success_threshold,
+            pass_at_k: &self.pass_at_k,
+            samples_per_prompt: (self.samples_per_prompt > 0).then_some(self.samples_per_prompt),
+        }
+    }
 }
 
 impl std::ops::Deref for HintsConfig {
@@ -339,6 +354,7 @@ impl Default for Config {
                 },
                 step_timeout_secs: 300,
                 pass_at_k: vec![1, 4, 8],
+                samples_per_prompt: 0,
                 success_threshold: 0.0,
                 unknown: UnknownKeys::new(),
             },

@@ -6,7 +6,7 @@
 //! prints the hints as they arrive, plays the scored rollouts, prints the
 //! step's metrics, and stops cleanly.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -69,8 +69,15 @@ pub fn sample_dir(dir: Option<&Path>) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(SAMPLE_DIR)
 }
 
-/// Reads a JSONL sample file, giving every message the run id `run_id`.
-fn read_sample(path: &Path, topic: &str, run_id: &str) -> Result<Vec<RecordedMessage>, QuickstartError> {
+/// Reads a JSONL sample file, giving every message the run id `run_id` and
+/// every hinted row the category of its group's hint (`categories`, by
+/// instance_id), as a trainer copies it into the rollout.
+fn read_sample(
+    path: &Path,
+    topic: &str,
+    run_id: &str,
+    categories: &HashMap<String, String>,
+) -> Result<Vec<RecordedMessage>, QuickstartError> {
     let bad = |reason: String| QuickstartError::Data {
         path: path.to_path_buf(),
         reason,
@@ -81,6 +88,12 @@ fn read_sample(path: &Path, topic: &str, run_id: &str) -> Result<Vec<RecordedMes
         .map(|line| {
             let mut value: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
             value["run_id"] = serde_json::Value::String(run_id.to_string());
+            let category = value["instance_id"]
+                .as_str()
+                .and_then(|instance| categories.get(instance));
+            if let (Some(true), Some(category)) = (value["is_hinted"].as_bool(), category) {
+                value["hint_category"] = serde_json::Value::String(category.clone());
+            }
             let key = key_for(&value).ok_or_else(|| bad("a message lacks run_id or step".into()))?;
             Ok(RecordedMessage {
                 topic: topic.to_string(),
@@ -173,6 +186,7 @@ pub async fn run(
         &data.join("failed_trajectories.jsonl"),
         &config.topics.failed,
         &run_id,
+        &HashMap::new(),
     )?;
     let groups: HashSet<Vec<u8>> = failed
         .iter()
@@ -227,6 +241,11 @@ pub async fn run(
         &data.join("scored_rollouts.jsonl"),
         &config.topics.scored,
         &run_id,
+        &report
+            .hints
+            .iter()
+            .map(|h| (h.instance_id.clone(), h.category.as_str().to_string()))
+            .collect(),
     )?;
     send_all(&producer, &scored, &ReplayOptions::default(), "scored rollouts").await?;
     let step_key = scored

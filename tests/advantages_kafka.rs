@@ -332,6 +332,7 @@ async fn publishes_advantages_and_metrics_per_step() {
         ("hint/hint_success_rate", 0.5),
         ("hint/prompts_hinted", 1.0),
         ("hint/signal_rescued", 1.0),
+        ("hint/signal_rescued_count", 1.0),
         ("hint/category_llm_synthesized_count", 1.0),
         ("hint/category_llm_synthesized_success_rate", 1.0),
         ("hint/category_static_fallback_count", 1.0),

@@ -32,7 +32,15 @@ fn python_package_pytest_suite() {
     let log = tempfile::NamedTempFile::new().unwrap();
     let started = Instant::now();
     let mut child = Command::new(&python)
-        .args(["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", "--durations=8"])
+        .args([
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rfE",
+            "--durations=8",
+        ])
         .arg(root().join("python/tests"))
         .env("CARGO_BIN_EXE_hintstream", env!("CARGO_BIN_EXE_hintstream"))
         .env("WANDB_MODE", "offline")

@@ -45,6 +45,13 @@ fn assert_ran_to_the_end(out: &std::process::Output) {
             "quick start output lacks {needle}:\n{stdout}"
         );
     }
+    // The scored step carries the categories of the hints just produced:
+    // static ones here, so no LLM category is counted.
+    assert!(stdout.contains("hint/category_static_fallback_count"), "{stdout}");
+    assert!(
+        !stdout.contains("hint/category_llm_synthesized"),
+        "the metrics count categories the hints did not have:\n{stdout}"
+    );
 }
 
 #[test]

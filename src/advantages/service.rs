@@ -34,8 +34,7 @@ struct Shared {
     metrics_topic: String,
     options: AdvantageOptions,
     device: Device,
-    success_threshold: f64,
-    pass_at_k: Vec<u32>,
+    stage: crate::config::AdvantagesConfig,
     step_timeout: Duration,
     max_bytes: usize,
     metrics: AdvantageMetrics,
@@ -141,12 +140,7 @@ impl Shared {
             Ok(p) => p,
             Err(e) => return self.dead_letter_parked(parked, "encode", &e).await,
         };
-        let mut metrics = step_metrics(
-            &result.rows,
-            &result.advantages,
-            self.success_threshold,
-            &self.pass_at_k,
-        );
+        let mut metrics = step_metrics(&result.rows, &result.advantages, &self.stage.metric_options());
         metrics.insert("step".into(), step_no as f64);
         metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
         let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
@@ -286,8 +280,7 @@ impl AdvantageStage {
             metrics_topic: config.topics.metrics.clone(),
             options: config.normalize.options(),
             device: config.normalize.device,
-            success_threshold: stage.success_threshold,
-            pass_at_k: stage.pass_at_k.clone(),
+            stage: stage.clone(),
             step_timeout: Duration::from_secs(stage.step_timeout_secs),
             max_bytes: stage.max_in_flight_bytes(),
             metrics,

@@ -1,5 +1,27 @@
-//! The per-step metrics published on `rl.metrics`, with the reference
-//! trainer's names (`hint/...`), plus pass@k and the extreme-advantage count.
+//! The per-step metrics published on `rl.metrics`. Names shared with the
+//! reference trainer (SkyRL-Fleet's generator and trainer) mean what they
+//! mean there; a metric that is undefined for a step is absent, never 0.
+//!
+//! | name | meaning | present when |
+//! |---|---|---|
+//! | `hint/total_hinted_rollouts` | hinted rows | the step has hinted rows |
+//! | `hint/hint_success_rate` | hinted rows that succeeded / hinted rows | the step has hinted rows |
+//! | `hint/prompts_hinted` | groups (instance_ids) with a hinted row | the step has hinted rows |
+//! | `hint/signal_rescued` | hinted groups with a successful hinted row / hinted groups | the step has hinted rows |
+//! | `hint/signal_rescued_count` | hinted groups with a successful hinted row | the step has hinted rows |
+//! | `hint/zero_signal_rescued_count` | hinted groups whose raw rows all failed and a hinted row succeeded (GRPO signal that would otherwise be zero) | the step has hinted rows |
+//! | `hint/category_llm_synthesized_count`, `_success_rate` | hinted rows of that category; their successes / count | that category has rows |
+//! | `hint/category_static_fallback_count`, `_success_rate` | hinted rows whose category ends in `fallback` (both fallback kinds) | such rows exist |
+//! | `reward/avg_pass_at_<n>` | groups with any successful row, hinted rows included / groups (the reference's definition; n = `advantages.samples_per_prompt`, else the largest raw group) | always |
+//! | `reward/pass_at_<k>` | the unbiased pass@k estimator 1 − C(n−c,k)/C(n,k) over raw rows, averaged over groups with ≥ k raw rows | some group has ≥ k raw rows |
+//! | `reward/avg_raw_reward` | mean reward over all rows, hinted included (the reference's name) | always |
+//! | `reward/mean_positive_reward` | mean of max(reward, 0) over all rows | always |
+//! | `advantage/extreme_count` | rows with abs(advantage) > 1e3 | always |
+//! | `advantage/rows` | rows in the step | always |
+//!
+//! A row succeeded when its reward is above `advantages.success_threshold`
+//! (0 by default, the reference's `> 0`). The service adds `step` and
+//! `advantage/duplicate_rows`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,35 +44,27 @@ impl Tally {
         self.successes += u64::from(success);
     }
 
-    fn rate(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.successes as f64 / self.count as f64
-        }
+    /// Successes / count; `None` for an empty tally (undefined, not 0).
+    fn rate(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.successes as f64 / self.count as f64)
     }
 }
 
-/// Computes the step's metrics. A rollout succeeded when its reward is above
-/// `success_threshold`.
-///
-/// - `hint/total_hinted_rollouts`: hinted rows;
-/// - `hint/hint_success_rate`: successes among hinted rows;
-/// - `hint/prompts_hinted`: groups with a hinted row;
-/// - `hint/signal_rescued`: hinted groups whose raw rows all failed but a
-///   hinted row succeeded (a GRPO signal that would otherwise be zero);
-/// - `hint/category_<c>_count` and `_success_rate` for `llm_synthesized` and
-///   `static_fallback` (which counts both fallback categories);
-/// - `reward/pass_at_<k>`: the unbiased pass@k estimator, 1 − C(n−c,k)/C(n,k),
-///   averaged over groups with at least k raw rows (absent when none has);
-/// - `advantage/extreme_count`: rows with |advantage| above 1e3.
-pub fn step_metrics(
-    rows: &ScoredRows,
-    advantages: &Advantages,
-    success_threshold: f64,
-    pass_at_k: &[u32],
-) -> StepMetrics {
-    let success = |i: usize| rows.reward[i] > success_threshold;
+/// What the step metrics are computed with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricOptions<'a> {
+    /// A row succeeded when its reward is above this.
+    pub success_threshold: f64,
+    /// The k of `reward/pass_at_<k>`.
+    pub pass_at_k: &'a [u32],
+    /// The n of `reward/avg_pass_at_<n>` (the trainer's samples per
+    /// prompt); `None` = the largest raw group of the step.
+    pub samples_per_prompt: Option<u32>,
+}
+
+/// Computes the step's metrics (see the module docs for each one).
+pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &MetricOptions<'_>) -> StepMetrics {
+    let success = |i: usize| rows.reward[i] > options.success_threshold;
     let mut hinted = Tally::default();
     let mut llm = Tally::default();
     let mut fallback = Tally::default();
@@ -63,51 +77,74 @@ pub fn step_metrics(
             entry.1.add(success(i));
             match rows.hint_category[i].as_deref() {
                 Some(c) if c == HintCategory::LlmSynthesized.as_str() => llm.add(success(i)),
-                Some(c)
-                    if c == HintCategory::StaticFallback.as_str()
-                        || c == HintCategory::LlmFailedStaticFallback.as_str() =>
-                {
-                    fallback.add(success(i))
-                }
+                Some(c) if c.ends_with("fallback") => fallback.add(success(i)),
                 _ => {}
             }
         } else {
             entry.0.add(success(i));
         }
     }
-    let prompts_hinted = groups.values().filter(|(_, h)| h.count > 0).count();
-    let rescued = groups
-        .values()
-        .filter(|(raw, h)| h.successes > 0 && raw.successes == 0)
-        .count();
 
     let mut m = StepMetrics::new();
-    m.insert("hint/total_hinted_rollouts".into(), hinted.count as f64);
-    m.insert("hint/hint_success_rate".into(), hinted.rate());
-    m.insert("hint/prompts_hinted".into(), prompts_hinted as f64);
-    m.insert("hint/signal_rescued".into(), rescued as f64);
-    m.insert("hint/category_llm_synthesized_count".into(), llm.count as f64);
-    m.insert("hint/category_llm_synthesized_success_rate".into(), llm.rate());
-    m.insert(
-        "hint/category_static_fallback_count".into(),
-        fallback.count as f64,
-    );
-    m.insert(
-        "hint/category_static_fallback_success_rate".into(),
-        fallback.rate(),
-    );
-    for &k in pass_at_k {
+    if hinted.count > 0 {
+        let prompts_hinted = groups.values().filter(|(_, h)| h.count > 0).count();
+        let rescued = groups.values().filter(|(_, h)| h.successes > 0).count();
+        let rescued_from_zero = groups
+            .values()
+            .filter(|(raw, h)| h.successes > 0 && raw.successes == 0)
+            .count();
+        m.insert("hint/total_hinted_rollouts".into(), hinted.count as f64);
+        m.extend(hinted.rate().map(|r| ("hint/hint_success_rate".into(), r)));
+        m.insert("hint/prompts_hinted".into(), prompts_hinted as f64);
+        m.insert(
+            "hint/signal_rescued".into(),
+            rescued as f64 / prompts_hinted as f64,
+        );
+        m.insert("hint/signal_rescued_count".into(), rescued as f64);
+        m.insert("hint/zero_signal_rescued_count".into(), rescued_from_zero as f64);
+        for (name, tally) in [("llm_synthesized", &llm), ("static_fallback", &fallback)] {
+            if let Some(rate) = tally.rate() {
+                m.insert(format!("hint/category_{name}_count"), tally.count as f64);
+                m.insert(format!("hint/category_{name}_success_rate"), rate);
+            }
+        }
+    }
+
+    if !rows.is_empty() {
+        let n = options.samples_per_prompt.unwrap_or_else(|| {
+            let largest = groups.values().map(|(raw, _)| raw.count).max().unwrap_or(0);
+            u32::try_from(largest).unwrap_or(u32::MAX)
+        });
+        let passed = groups
+            .values()
+            .filter(|(raw, h)| raw.successes + h.successes > 0)
+            .count();
+        m.insert(
+            format!("reward/avg_pass_at_{n}"),
+            passed as f64 / groups.len() as f64,
+        );
+        let count = rows.len() as f64;
+        m.insert(
+            "reward/avg_raw_reward".into(),
+            rows.reward.iter().sum::<f64>() / count,
+        );
+        m.insert(
+            "reward/mean_positive_reward".into(),
+            rows.reward.iter().map(|r| r.max(0.0)).sum::<f64>() / count,
+        );
+    }
+    for &k in options.pass_at_k {
         let estimates: Vec<f64> = groups
             .values()
             .filter(|(raw, _)| raw.count >= u64::from(k))
             .map(|(raw, _)| pass_at_k_estimate(raw.count, raw.successes, u64::from(k)))
             .collect();
-        let mean = if estimates.is_empty() {
-            0.0
-        } else {
-            estimates.iter().sum::<f64>() / estimates.len() as f64
-        };
-        m.insert(format!("reward/pass_at_{k}"), mean);
+        if !estimates.is_empty() {
+            m.insert(
+                format!("reward/pass_at_{k}"),
+                estimates.iter().sum::<f64>() / estimates.len() as f64,
+            );
+        }
     }
     let extreme = advantages
         .advantage
@@ -134,6 +171,40 @@ pub fn pass_at_k_estimate(n: u64, c: u64, k: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::ScoredRollout;
+
+    fn rows(spec: &[(&str, f64, Option<&str>)]) -> ScoredRows {
+        let mut r = ScoredRows::default();
+        for (i, (group, reward, category)) in spec.iter().enumerate() {
+            r.push(&ScoredRollout {
+                schema_version: 1,
+                run_id: "r".into(),
+                step: 1,
+                instance_id: (*group).into(),
+                trajectory_id: format!("t{i}"),
+                reward: *reward,
+                is_hinted: category.is_some(),
+                hint_category: category.map(str::to_string),
+            });
+        }
+        r
+    }
+
+    fn metrics(r: &ScoredRows) -> StepMetrics {
+        let advantages = Advantages {
+            advantage: vec![0.0; r.len()],
+            ..Default::default()
+        };
+        step_metrics(
+            r,
+            &advantages,
+            &MetricOptions {
+                success_threshold: 0.0,
+                pass_at_k: &[1, 4, 8],
+                samples_per_prompt: None,
+            },
+        )
+    }
 
     #[test]
     fn pass_at_k_matches_the_closed_form() {
@@ -143,5 +214,60 @@ mod tests {
         assert_eq!(pass_at_k_estimate(4, 3, 2), 1.0);
         // k=1 is the success rate.
         assert!((pass_at_k_estimate(8, 3, 1) - 3.0 / 8.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn signal_rescued_is_the_reference_fraction() {
+        let llm = Some("llm_synthesized");
+        let r = rows(&[
+            // a: raw all failed, a hinted success: rescued from zero.
+            ("a", 0.0, None),
+            ("a", 0.0, None),
+            ("a", 1.0, llm),
+            // b: a raw success and a hinted success: rescued, not from zero.
+            ("b", 1.0, None),
+            ("b", 0.0, None),
+            ("b", 1.0, Some("static_fallback")),
+            // c: hinted, never succeeded.
+            ("c", 0.0, None),
+            ("c", 0.0, Some("llm_failed_static_fallback")),
+            // d: not hinted.
+            ("d", 0.5, None),
+        ]);
+        let m = metrics(&r);
+        assert_eq!(m["hint/prompts_hinted"], 3.0);
+        assert_eq!(m["hint/signal_rescued"], 2.0 / 3.0);
+        assert_eq!(m["hint/signal_rescued_count"], 2.0);
+        assert_eq!(m["hint/zero_signal_rescued_count"], 1.0);
+        assert_eq!(m["hint/total_hinted_rollouts"], 3.0);
+        assert_eq!(m["hint/hint_success_rate"], 2.0 / 3.0);
+        assert_eq!(m["hint/category_llm_synthesized_count"], 1.0);
+        assert_eq!(m["hint/category_static_fallback_count"], 2.0);
+        assert_eq!(m["hint/category_static_fallback_success_rate"], 0.5);
+        // Every group with any success, hinted included: a, b, d of 4.
+        assert_eq!(m["reward/avg_pass_at_2"], 3.0 / 4.0);
+        assert_eq!(m["reward/avg_raw_reward"], 3.5 / 9.0);
+        assert_eq!(m["reward/mean_positive_reward"], 3.5 / 9.0);
+    }
+
+    #[test]
+    fn undefined_metrics_are_absent_not_zero() {
+        let r = rows(&[("a", 0.0, None), ("a", -1.0, None)]);
+        let m = metrics(&r);
+        assert!(
+            !m.keys().any(|k| k.starts_with("hint/")),
+            "no hinted rows, no hint metrics: {m:?}"
+        );
+        assert!(!m.contains_key("reward/pass_at_4"), "no group has 4 raw rows");
+        assert!(!m.contains_key("reward/pass_at_8"));
+        assert_eq!(m["reward/pass_at_1"], 0.0, "defined, and 0");
+        assert_eq!(m["reward/mean_positive_reward"], 0.0);
+        assert_eq!(m["reward/avg_raw_reward"], -0.5);
+        let only_llm = metrics(&rows(&[("a", 0.0, None), ("a", 1.0, Some("llm_synthesized"))]));
+        assert!(only_llm.contains_key("hint/category_llm_synthesized_success_rate"));
+        assert!(
+            !only_llm.contains_key("hint/category_static_fallback_success_rate"),
+            "a category without rows is absent"
+        );
     }
 }

@@ -322,17 +322,29 @@ fn outcomes_section(report: &Report, page: &mut String) {
             c.success_rate * 100.0
         );
     }
-    page.push_str("</table>\n<table id=\"steps\"><tr><th>run / step</th><th>rows</th><th>signal rescued</th><th>hint success rate</th></tr>\n");
-    let metric = |s: &super::report::StepOutcome, name: &str| s.metrics.get(name).copied().unwrap_or(0.0);
+    page.push_str("</table>\n<table id=\"steps\"><tr><th>run / step</th><th>rows</th><th>groups rescued</th><th>hint success rate</th></tr>\n");
+    // A step without hinted rows has neither metric: shown as a dash.
+    let metric = |s: &super::report::StepOutcome, name: &str, percent: bool| {
+        s.metrics.get(name).map_or_else(
+            || "–".to_string(),
+            |v| {
+                if percent {
+                    format!("{:.1}%", v * 100.0)
+                } else {
+                    v.to_string()
+                }
+            },
+        )
+    };
     for s in &o.steps {
         let _ = writeln!(
             page,
-            "<tr><td>{} / {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}%</td></tr>",
+            "<tr><td>{} / {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             escape(&s.run_id),
             s.step,
             s.rows,
-            metric(s, "hint/signal_rescued"),
-            metric(s, "hint/hint_success_rate") * 100.0
+            metric(s, "hint/signal_rescued_count", false),
+            metric(s, "hint/hint_success_rate", true)
         );
     }
     page.push_str("</table>\n");

@@ -286,8 +286,7 @@ fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalError> {
         let metrics = step_metrics(
             &result.rows,
             &result.advantages,
-            config.advantages.success_threshold,
-            &config.advantages.pass_at_k,
+            &config.advantages.metric_options(),
         );
         steps.push(StepOutcome {
             run_id,
@@ -298,7 +297,7 @@ fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalError> {
     }
     let signal_rescued = steps
         .iter()
-        .map(|s| s.metrics.get("hint/signal_rescued").copied().unwrap_or(0.0) as u64)
+        .map(|s| s.metrics.get("hint/signal_rescued_count").copied().unwrap_or(0.0) as u64)
         .sum();
     Ok(Outcomes {
         rows,
@@ -385,7 +384,8 @@ mod tests {
         assert_eq!(o.rejected.get("not_json"), Some(&1));
         assert_eq!(o.steps.len(), 2);
         assert_eq!(o.signal_rescued, 2);
-        assert_eq!(o.steps[0].metrics["hint/signal_rescued"], 1.0);
+        assert_eq!(o.steps[0].metrics["hint/signal_rescued_count"], 1.0);
+        assert_eq!(o.steps[0].metrics["hint/signal_rescued"], 0.5, "g1 of g1 and g2");
         let llm = o.by_category["llm_synthesized"];
         assert_eq!((llm.hinted_rollouts, llm.successes), (3, 2));
         let fallback = o.by_category["static_fallback"];
