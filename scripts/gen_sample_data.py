@@ -90,7 +90,9 @@ for g in range(groups):
     for k in range(size):
         errs = errors[: max(1, len(errors) - (k % 2))]
         tool_errors = [r for (_, _, r) in calls if r.startswith("error") or "Error" in r]
-        reward = round(rng.choice([0.0, 0.0, 0.1, 0.25]), 2)
+        # Failed groups only (best reward <= hints.reward_threshold, 0): the
+        # trainer publishes a group when every rollout failed; penalties below 0.
+        reward = round(rng.choice([0.0, 0.0, -0.1, -0.25]), 2)
         failed.append({
             "schema_version": 1, "run_id": RUN, "step": STEP, "instance_id": instance,
             "trajectory_id": "%s-r%d" % (instance, k), "task_prompt": task,

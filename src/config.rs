@@ -118,6 +118,13 @@ pub struct ModelPrice {
     pub output_per_mtok: f64,
 }
 
+/// Upper bounds of settings that size in-memory structures: beyond them a
+/// value is a typo, and exits 2 instead of failing at start-up.
+pub const MAX_IN_FLIGHT_MESSAGES: usize = 100_000_000;
+pub const MAX_IN_FLIGHT_BYTES: u64 = 1 << 40;
+pub const MAX_LLM_CONCURRENCY: usize = 10_000;
+pub const MAX_CACHE_TTL_SECS: u64 = 30 * 24 * 3600;
+
 /// The default `llm.requests_per_minute`: above what 20 concurrent calls of
 /// a few seconds each make (~300/min), so it never slows a healthy stage, and
 /// low enough that a flood of input cannot buy unlimited calls.
@@ -248,6 +255,9 @@ pub struct HintsConfig {
     pub stage: StageConfig,
     /// How long a group waits for its `group_size` trajectories (ms).
     pub group_wait_ms: u64,
+    /// A group whose best reward is above this gets no LLM call and no hint
+    /// (the reference trainer's `hint_reward_threshold`): it did not fail.
+    pub reward_threshold: f64,
     /// How long a published hint is kept to answer a redelivered or late
     /// member of its group without an LLM call (seconds).
     pub cache_ttl_secs: u64,
@@ -337,6 +347,7 @@ impl Default for Config {
                     "127.0.0.1:9464",
                 ),
                 group_wait_ms: 2000,
+                reward_threshold: 0.0,
                 cache_ttl_secs: 3600,
                 cache_max_bytes: 64 * 1024 * 1024,
                 unknown: UnknownKeys::new(),
@@ -494,6 +505,11 @@ impl Config {
             })?,
             None => 45_000,
         };
+        if !(1..=3_600_000).contains(&session_ms) {
+            return bad(format!(
+                "kafka.\"session.timeout.ms\" = {session_ms} must be within 1..=3600000 (librdkafka's range)"
+            ));
+        }
         let l = &self.llm;
         if !(l.timeout_secs.is_finite() && l.timeout_secs > 0.0 && l.timeout_secs <= MAX_LLM_TIMEOUT_SECS) {
             return bad(format!(
@@ -504,6 +520,12 @@ impl Config {
         if l.concurrency == 0 || l.max_tokens == 0 {
             return bad("llm.concurrency and llm.max_tokens must be > 0".into());
         }
+        if l.concurrency > MAX_LLM_CONCURRENCY {
+            return bad(format!(
+                "llm.concurrency = {} is over {MAX_LLM_CONCURRENCY}",
+                l.concurrency
+            ));
+        }
         if !(0.0..=2.0).contains(&l.temperature) {
             return bad(format!("llm.temperature {} must be within 0..=2", l.temperature));
         }
@@ -513,6 +535,15 @@ impl Config {
                 "llm.budget_usd_per_hour = {} must be a finite number >= 0 (0 = no budget)",
                 l.budget_usd_per_hour
             ));
+        }
+        if l.budget_usd_per_hour > 0.0 {
+            if let Some(model) = l.models.iter().find(|m| !l.prices.contains_key(*m)) {
+                return bad(format!(
+                    "llm.budget_usd_per_hour is set, but model {model:?} has no price in [llm.prices]: \
+                     its calls would cost $0 against the budget. Add llm.prices.\"{model}\" = \
+                     {{ input_per_mtok = ..., output_per_mtok = ... }}"
+                ));
+            }
         }
         for (model, price) in &l.prices {
             if !(non_negative(price.input_per_mtok) && non_negative(price.output_per_mtok)) {
@@ -526,6 +557,23 @@ impl Config {
         let a = &self.advantages;
         if a.pass_at_k.contains(&0) || a.step_timeout_secs == 0 {
             return bad("advantages.pass_at_k values and advantages.step_timeout_secs must be >= 1".into());
+        }
+        if !self.hints.reward_threshold.is_finite() {
+            return bad("hints.reward_threshold must be finite".into());
+        }
+        if !(1..=MAX_CACHE_TTL_SECS).contains(&self.hints.cache_ttl_secs) {
+            return bad(format!(
+                "hints.cache_ttl_secs = {} must be within 1..={MAX_CACHE_TTL_SECS} (30 days)",
+                self.hints.cache_ttl_secs
+            ));
+        }
+        let one_message = self.limits.max_message_bytes as u64;
+        if a.max_in_flight_bytes < 2 * one_message {
+            return bad(format!(
+                "advantages.max_in_flight_bytes = {} must be at least twice limits.max_message_bytes ({one_message}), \
+                 or every step is evicted at its first message",
+                a.max_in_flight_bytes
+            ));
         }
         if !a.success_threshold.is_finite() {
             return bad("advantages.success_threshold must be finite".into());
@@ -560,9 +608,16 @@ impl Config {
                     stage.input_topic
                 ));
             }
-            if stage.max_in_flight == 0 || stage.max_in_flight_bytes == 0 {
+            if !(1..=MAX_IN_FLIGHT_MESSAGES).contains(&stage.max_in_flight) {
                 return bad(format!(
-                    "{name}.max_in_flight and {name}.max_in_flight_bytes must be >= 1"
+                    "{name}.max_in_flight = {} must be within 1..={MAX_IN_FLIGHT_MESSAGES}",
+                    stage.max_in_flight
+                ));
+            }
+            if !(1..=MAX_IN_FLIGHT_BYTES).contains(&stage.max_in_flight_bytes) {
+                return bad(format!(
+                    "{name}.max_in_flight_bytes = {} must be within 1..={MAX_IN_FLIGHT_BYTES} (1 TiB)",
+                    stage.max_in_flight_bytes
                 ));
             }
             let drain_ms = stage.drain_timeout_secs.saturating_mul(1000);

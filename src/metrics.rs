@@ -186,6 +186,21 @@ impl StageMetrics {
     pub fn assigned(&self) -> i64 {
         self.assigned.get()
     }
+
+    /// Messages in flight now.
+    pub fn in_flight(&self) -> usize {
+        usize::try_from(self.in_flight.get()).unwrap_or(0)
+    }
+
+    /// Messages abandoned so far.
+    pub fn abandoned_count(&self) -> u64 {
+        self.abandoned.get()
+    }
+
+    /// In-flight messages of revoked partitions that finished during drains.
+    pub fn revoke_finished(&self) -> u64 {
+        self.revoke_finished.get()
+    }
 }
 
 /// A counter of `f64` (cost in dollars and the like).

@@ -188,9 +188,24 @@ pub async fn run(
         &run_id,
         &HashMap::new(),
     )?;
-    let groups: HashSet<Vec<u8>> = failed
-        .iter()
-        .filter_map(|m| m.key_bytes().map(<[u8]>::to_vec))
+    // The groups stage 1 hints: those whose best reward is at most
+    // hints.reward_threshold (the others did not fail).
+    let mut best: HashMap<Vec<u8>, f64> = HashMap::new();
+    for m in &failed {
+        let reward = m
+            .value_bytes()
+            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
+            .and_then(|v| v["reward"].as_f64())
+            .unwrap_or(f64::NEG_INFINITY);
+        if let Some(key) = m.key_bytes() {
+            let entry = best.entry(key.to_vec()).or_insert(f64::NEG_INFINITY);
+            *entry = entry.max(reward);
+        }
+    }
+    let groups: HashSet<Vec<u8>> = best
+        .into_iter()
+        .filter(|(_, reward)| *reward <= config.hints.reward_threshold)
+        .map(|(key, _)| key)
         .collect();
     let hints_reader = reader(&config, &config.topics.hints)?;
     send_all(

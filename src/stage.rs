@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 use thiserror::Error;
@@ -124,7 +123,7 @@ impl StageShell {
     /// Registers a hook called when partitions are revoked, before they
     /// drain.
     pub fn on_revoke(&self, hook: RevokeHook) {
-        self.intake.consumer.context().on_revoke(hook);
+        self.intake.on_revoke(hook);
     }
 
     /// Serves the registry as it is now on the stage's metrics address.
@@ -141,7 +140,12 @@ impl StageShell {
 
     /// Runs the consume loop until `shutdown` resolves or the stage fails
     /// (`RunSummary::failure`).
-    pub async fn run<T, D, H, F>(self, decode: D, handle: H, shutdown: impl Future<Output = ()>) -> RunSummary
+    pub async fn run<T, D, H, F>(
+        self,
+        decode: D,
+        handle: H,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> RunSummary
     where
         T: Send + 'static,
         D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,

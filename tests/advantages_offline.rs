@@ -182,3 +182,79 @@ fn bad_input_fails_with_the_line_number() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 2") && err.contains("non-finite"), "{err}");
 }
+
+/// The README's step-metrics table names exactly what stage 2 publishes: a
+/// step rich enough to define every metric (both hint categories, groups of
+/// 8 raw rows) yields one key per table row, and nothing else.
+#[test]
+fn the_readme_metrics_table_matches_what_stage_2_publishes() {
+    use hintstream::advantages::step_metrics::{step_metrics, MetricOptions};
+    use hintstream::messages::ScoredRollout;
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split("### Step metrics")
+        .nth(1)
+        .expect("README has a Step metrics section");
+    let table: std::collections::BTreeSet<String> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| metric |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.split('`')
+                .nth(1)
+                .expect("a metric name in backticks")
+                .to_string()
+        })
+        .collect();
+
+    let mut rows = hintstream::batch::ScoredRows::default();
+    for g in 0..3 {
+        for i in 0..8 {
+            let category = match i {
+                6 => Some("llm_synthesized"),
+                7 => Some("llm_failed_static_fallback"),
+                _ => None,
+            };
+            rows.push(&ScoredRollout {
+                schema_version: 1,
+                run_id: "r".into(),
+                step: 1,
+                instance_id: format!("g{g}"),
+                trajectory_id: format!("t{g}-{i}"),
+                reward: f64::from(u8::from(i % 3 == 0)),
+                is_hinted: category.is_some(),
+                hint_category: category.map(str::to_string),
+            });
+        }
+    }
+    let advantages = hintstream::normalize::Advantages {
+        advantage: vec![0.0; rows.len()],
+        ..Default::default()
+    };
+    let published = step_metrics(
+        &rows,
+        &advantages,
+        &MetricOptions {
+            success_threshold: 0.0,
+            pass_at_k: &[4],
+            samples_per_prompt: None,
+        },
+    );
+    // The service adds these two to every step's object.
+    let mut names: std::collections::BTreeSet<String> = published
+        .keys()
+        .cloned()
+        .chain(["step".to_string(), "advantage/duplicate_rows".to_string()])
+        .collect();
+    // The table writes the configurable numbers as <n> and <k>.
+    names = names
+        .into_iter()
+        .map(|n| {
+            n.replace("reward/avg_pass_at_6", "reward/avg_pass_at_<n>")
+                .replace("reward/pass_at_4", "reward/pass_at_<k>")
+        })
+        .collect();
+    assert_eq!(names, table, "README table vs published metrics");
+}

@@ -202,10 +202,6 @@ async fn sigterm_with_the_broker_gone_exits_within_the_drain_bound() {
         )
         .await;
     }
-    // Bad input too: its dead letters are sent while the broker is gone.
-    for _ in 0..5 {
-        common::send(&producer, &config.hints.input_topic, "bad", b"{not json").await;
-    }
     producer.flush(Duration::from_secs(10)).unwrap();
     endpoint
         .wait_for(
@@ -347,6 +343,9 @@ async fn an_hourly_budget_stops_llm_requests_and_loses_nothing() {
     ));
     let mut config = hint_config(&broker.bootstrap).await;
     config.llm.budget_usd_per_hour = BUDGET_USD;
+    // A small output allowance keeps each reservation near the real cost, so
+    // an overshoot would show.
+    config.llm.max_tokens = 16;
     config.llm.concurrency = 4;
     let model = hintstream::llm::synth::DEFAULT_ANTHROPIC_MODEL;
     // $10 per million tokens both ways: a call costs about half a cent.
@@ -411,4 +410,74 @@ async fn an_hourly_budget_stops_llm_requests_and_loses_nothing() {
         "budget_exhausted hints are the static fallback"
     );
     assert!((0.0..BUDGET_USD).contains(&remaining), "{remaining}");
+}
+
+/// The original hang: a dead letter whose produce keeps failing (here the
+/// mock cluster answers every Produce with a retriable error) used to be
+/// awaited in the consume loop, retried forever, so SIGTERM never took
+/// effect. Now it gives up at the drain deadline, uncommitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_letter_that_cannot_be_produced_does_not_hold_shutdown() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    const DRAIN: Duration = Duration::from_secs(2);
+    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+    let config = common::config_for(&cluster.bootstrap_servers());
+    let topic = common::unique("stuck-in");
+    let dlq = format!("{topic}.dlq");
+    for t in [&topic, &dlq] {
+        cluster.create_topic(t, 1, 1).unwrap();
+    }
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    for _ in 0..5 {
+        common::send(&producer, &topic, "bad", b"{not json").await;
+    }
+    // From now on every Produce fails, retriably: dead letters cannot land.
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000],
+    );
+    let group = common::unique("stuck-group");
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let stage_loop = StageLoop::create(
+        &config,
+        &group,
+        &topic,
+        &dlq,
+        metrics.clone(),
+        RunOptions {
+            max_in_flight: 100,
+            max_in_flight_bytes: None,
+            drain_timeout: DRAIN,
+        },
+    )
+    .unwrap();
+    let running = common::spawn_stage(move |stop| {
+        stage_loop.run(
+            |bytes: &[u8], _: &RecordMeta| Ok(decode::<Hint>(bytes, DecodeLimits::default())?),
+            |work: Work<Hint>| async move { work.message.ack() },
+            stop,
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metrics.in_flight() < 5 {
+        assert!(Instant::now() < deadline, "{} taken", metrics.in_flight());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stopping = Instant::now();
+    let summary = tokio::time::timeout(Duration::from_secs(30), running.stop())
+        .await
+        .expect("shutdown hung on dead letters that cannot be produced");
+    let took = stopping.elapsed();
+    eprintln!("shutdown with 5 dead letters stuck: {took:.1?} (drain {DRAIN:?})");
+    assert_eq!(summary.rejected, 5);
+    assert!(took <= DRAIN + Duration::from_secs(6), "took {took:?}");
+    assert_eq!(metrics.dead_letter_count("not_json"), 0, "none was acknowledged");
+    assert_eq!(metrics.abandoned_count(), 5, "all five left uncommitted");
+    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    let committed = common::committed_offsets(&config, &group, &topic, 1).await;
+    assert_eq!(
+        committed.get(&0),
+        None,
+        "nothing committed past an unfinished dead letter"
+    );
 }

@@ -52,8 +52,12 @@ async fn wait_hints(config: &Config, topic: &str, secs: u64, done: impl Fn(&[Hin
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out with {} hints",
-            hints.len()
+            "timed out with {} hints: {:?}",
+            hints.len(),
+            hints
+                .iter()
+                .map(|h| (&h.instance_id, &h.category, &h.failure_reason))
+                .collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -89,7 +93,8 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
     let topic = config.hints.input_topic.clone();
     let producer = create_producer(&config).unwrap();
     // A group of three, out of reward order; two single groups; bad input.
-    for (t, r) in [("a1", 0.1), ("a2", 0.5), ("a3", 0.2)] {
+    // (Failed: the best reward is at most hints.reward_threshold, 0.)
+    for (t, r) in [("a1", -0.3), ("a2", 0.0), ("a3", -0.1)] {
         send(&producer, &topic, "run-h/1/A", &trajectory(1, "A", t, r, 3)).await;
     }
     send(&producer, &topic, "run-h/1/B", &trajectory(1, "B", "b1", 0.0, 1)).await;
@@ -128,7 +133,7 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
     {
         assert_eq!(h.category, HintCategory::LlmSynthesized);
         assert_eq!(h.hint, "Call the parser on a week date before editing it.");
-        assert_eq!(h.prompt_version, "v1");
+        assert_eq!(h.prompt_version, hintstream::llm::prompt::PROMPT_VERSION);
         assert_eq!(h.source.topic, topic);
     }
     let d = by_group["D"];
@@ -383,4 +388,66 @@ async fn two_processes(cluster: Cluster, kill: bool) {
         hints.len() - 180
     );
     drop(b);
+}
+
+/// The reference trainer hints a group only when its best reward is at most
+/// `hint_reward_threshold`: a group above it gets no LLM call and no hint,
+/// its messages are committed, and the stage counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn groups_above_the_reward_threshold_get_no_hint() {
+    let broker = common::start_tansu();
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Text("A hint.".into(), Duration::ZERO));
+    let (mut config, partitions) = stage_config(&broker.bootstrap, 1);
+    config.hints.group_wait_ms = 200;
+    let endpoint = common::MetricsEndpoint::free();
+    config.hints.metrics_addr = endpoint.addr();
+    create(&config, partitions).await;
+    let topic = config.hints.input_topic.clone();
+    let producer = create_producer(&config).unwrap();
+    // P: one of two trajectories passed partly (0.5 > 0): not hinted.
+    // F: both failed (0.0): hinted.
+    for (instance, t, r) in [
+        ("P", "p1", 0.0),
+        ("P", "p2", 0.5),
+        ("F", "f1", 0.0),
+        ("F", "f2", 0.0),
+    ] {
+        send(
+            &producer,
+            &topic,
+            &format!("run-h/1/{instance}"),
+            &trajectory(1, instance, t, r, 2),
+        )
+        .await;
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let env = llm_server::anthropic_env(&server, "sk-k");
+    let stage = HintStage::build(config.clone(), &env).await.unwrap();
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    let skipped = endpoint
+        .wait_for(
+            "hintstream_hints_hints_skipped_total",
+            &[("reason", "above_reward_threshold")],
+            |n| n >= 1.0,
+            Duration::from_secs(60),
+            String::new,
+        )
+        .await;
+    let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| !h.is_empty()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let hints_again = hints_in(&config, &config.hints.output_topic).await;
+    let in_flight = endpoint.value("hintstream_hints_in_flight_messages", &[]).await;
+    running.stop().await;
+    assert_eq!(skipped, 1.0);
+    assert_eq!(hints_again.len(), 1, "{hints:?}");
+    assert_eq!(hints_again[0].instance_id, "F");
+    assert!(
+        server
+            .seen()
+            .iter()
+            .all(|r| !r.body.to_string().contains("Solve P")),
+        "no LLM call for the group that passed"
+    );
+    assert_eq!(in_flight, 0.0, "the skipped group's messages are finished");
 }

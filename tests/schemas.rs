@@ -103,3 +103,29 @@ fn produced_hints_match_their_schema() {
     let round_trip = serde_json::to_vec(&hint).unwrap();
     schema_accepts(&validator("hint"), &round_trip).unwrap();
 }
+
+/// The static-hint fixtures shared with the Python package
+/// (python/tests/test_static_hint.py checks the same files): the Rust text
+/// of each is exactly the fixture's. Rewrite them with
+/// scripts/static-hint-fixtures.sh after changing the static hint.
+#[test]
+fn static_hint_fixtures_hold_the_rust_text() {
+    use hintstream::llm::prompt::{feedback, static_hint};
+    use hintstream::messages::FailedTrajectory;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/fixtures/static_hint");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let fixture: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let trajectory: FailedTrajectory = serde_json::from_value(fixture["trajectory"].clone()).unwrap();
+        assert_eq!(
+            static_hint(&feedback(&trajectory)),
+            fixture["hint"].as_str().unwrap(),
+            "{}",
+            path.display()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} fixtures");
+}

@@ -76,6 +76,9 @@ pub enum Outcome<P> {
     Complete(PendingStep<P>),
     /// More distinct rows than `step_end` announced: dead-letter it.
     Overfull(PendingStep<P>),
+    /// Its messages came from more than one partition: they were not all
+    /// keyed `run_id/step`, so no one member can gather the step for sure.
+    MixedPartitions(PendingStep<P>),
 }
 
 /// Steps in flight, of any number of runs.
@@ -153,6 +156,11 @@ impl<P> StepAssembler<P> {
         self.bytes += added;
         step.parts.push((position, rows));
         step.parked.push(parked);
+        if step.partitions.len() > 1 {
+            return self
+                .remove(&key)
+                .map_or(Outcome::Pending, Outcome::MixedPartitions);
+        }
         self.check(key)
     }
 
@@ -175,6 +183,11 @@ impl<P> StepAssembler<P> {
         step.bytes += message_bytes;
         self.bytes += message_bytes;
         step.parked.push(parked);
+        if step.partitions.len() > 1 {
+            return self
+                .remove(&key)
+                .map_or(Outcome::Pending, Outcome::MixedPartitions);
+        }
         self.check(key)
     }
 
@@ -207,8 +220,9 @@ impl<P> StepAssembler<P> {
         evicted
     }
 
-    /// Removes the steps with messages from any of `partitions` (revoked:
-    /// their rows go on arriving at the partition's new owner).
+    /// Removes the steps of `partitions` (revoked: their rows go on arriving
+    /// at the partition's new owner). A step's messages all come from one
+    /// partition ([`Outcome::MixedPartitions`] otherwise).
     pub fn release(&mut self, partitions: &[i32]) -> Vec<PendingStep<P>> {
         let keys: Vec<(String, i64)> = self
             .steps
@@ -337,6 +351,19 @@ mod tests {
         assert_eq!(a.len(), 2);
         assert!(a.bytes() <= 2 * one);
         assert!(a.evict_over(usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_step_from_two_partitions_is_refused() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        a.add_rows(rows("r", 1, &["a"]), (0, 0), 0, 10, now);
+        assert!(matches!(
+            a.add_rows(rows("r", 1, &["b"]), (1, 0), 1, 10, now),
+            Outcome::MixedPartitions(_)
+        ));
+        assert!(a.is_empty());
+        assert_eq!(a.bytes(), 0);
     }
 
     #[test]

@@ -78,8 +78,11 @@ impl Shared {
         Assembled { outcome, evicted }
     }
 
-    /// Publishes or dead-letters what [`Shared::assemble`] completed.
-    async fn settle(&self, assembled: Assembled) {
+    /// Publishes or dead-letters what [`Shared::assemble`] completed. Steps
+    /// dead-lettered because of this message (evicted, overfull, mixed) are
+    /// sent by a task of their own: their messages may sit on partitions
+    /// other than this message's, whose revoke must not cancel them.
+    async fn settle(self: Arc<Self>, assembled: Assembled) {
         for step in assembled.evicted {
             let reason = format!(
                 "step {}/{} was evicted incomplete ({} rows, {} bytes) to keep pending steps under \
@@ -90,7 +93,7 @@ impl Shared {
                 step.bytes,
                 self.max_bytes
             );
-            self.dead_letter_step(step, "step_evicted", &reason).await;
+            self.clone().dead_letter_detached(step, "step_evicted", reason);
         }
         match assembled.outcome {
             Outcome::Pending => {}
@@ -103,9 +106,25 @@ impl Shared {
                     step.row_count(),
                     step.expected.unwrap_or_default()
                 );
-                self.dead_letter_step(step, "step_overfull", &reason).await;
+                self.clone().dead_letter_detached(step, "step_overfull", reason);
+            }
+            Outcome::MixedPartitions(step) => {
+                let reason = format!(
+                    "the messages of step {}/{} came from more than one partition: produce every row and the \
+                     step_end of a step with the key run_id/step (`{}`), so that one worker gathers it",
+                    step.run_id,
+                    step.step,
+                    step_key(&step.run_id, step.step)
+                );
+                self.clone()
+                    .dead_letter_detached(step, "mixed_partitions", reason);
             }
         }
+    }
+
+    /// Dead-letters a step from a task of its own.
+    fn dead_letter_detached(self: Arc<Self>, step: PendingStep<Taken>, kind: &'static str, reason: String) {
+        tokio::spawn(async move { self.dead_letter_step(step, kind, &reason).await });
     }
 
     async fn publish(&self, step: PendingStep<Taken>) {
@@ -170,7 +189,6 @@ impl Shared {
                     payload.len(),
                     self.output_topic
                 );
-                self.metrics.step_dead_lettered("output_rejected");
                 return self.dead_letter_parked(parked, "output_rejected", &reason).await;
             }
             // Shutdown's deadline passed: the step stays uncommitted.
@@ -207,11 +225,12 @@ impl Shared {
     }
 
     async fn dead_letter_step(&self, step: PendingStep<Taken>, kind: &'static str, reason: &str) {
-        self.metrics.step_dead_lettered(kind);
         let (_, parked) = step.into_rows();
         self.dead_letter_parked(parked, kind, reason).await;
     }
 
+    /// Dead-letters a step's messages, all sends at once, and counts the
+    /// step once they are done.
     async fn dead_letter_parked(&self, parked: Vec<Taken>, kind: &'static str, reason: &str) {
         tracing::error!(
             kind,
@@ -219,9 +238,8 @@ impl Shared {
             messages = parked.len(),
             "step sent to the dead-letter topic"
         );
-        for p in parked {
-            p.reject(kind, reason).await;
-        }
+        futures::future::join_all(parked.into_iter().map(|p| p.reject(kind, reason))).await;
+        self.metrics.step_dead_lettered(kind);
     }
 
     /// Dead-letters steps still incomplete after the timeout.
@@ -316,7 +334,7 @@ impl AdvantageStage {
 
     /// Runs until `shutdown` resolves (or the stage fails: see
     /// `RunSummary::failure`), then drains and commits.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> RunSummary {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> RunSummary {
         let stage = &self.config.advantages;
         let sweeper_shared = self.shared.clone();
         let sweep_every =
@@ -342,8 +360,7 @@ impl AdvantageStage {
                 move |work: Work<ScoredInput>| {
                     // Assembly here, in message order; the slow part in a task.
                     let assembled = shared.assemble(work);
-                    let shared = shared.clone();
-                    async move { shared.settle(assembled).await }
+                    shared.clone().settle(assembled)
                 },
                 shutdown,
             )

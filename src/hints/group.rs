@@ -67,6 +67,21 @@ impl<T> Groups<T> {
         self.open.remove(key)
     }
 
+    /// Takes out every group still short of members whose key `pick`s, and
+    /// wakes its leader (which then finds its group gone).
+    pub fn take_incomplete(&mut self, pick: impl Fn(&str) -> bool) -> Vec<Gathering<T>> {
+        let keys: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(k, g)| g.members.len() < g.expected && pick(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.iter()
+            .filter_map(|k| self.open.remove(k))
+            .inspect(|g| g.complete.notify_one())
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.open.len()
     }
@@ -105,6 +120,18 @@ mod tests {
             matches!(g.join("k", 3, 4), Joined::Leader(_)),
             "a late member opens a new group"
         );
+    }
+
+    #[test]
+    fn takes_out_only_incomplete_groups_that_match() {
+        let mut g: Groups<u32> = Groups::default();
+        g.join("0:a", 2, 1);
+        g.join("0:b", 1, 2);
+        g.join("1:c", 2, 3);
+        let taken = g.take_incomplete(|k| k.starts_with("0:"));
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].members, vec![1]);
+        assert_eq!(g.len(), 2, "complete 0:b and other-partition 1:c stay");
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub struct HintMetrics {
     llm_in_flight: Gauge,
     groups_open: Gauge,
     cache_hits: Counter,
+    skipped: Family<Labels, Counter>,
     budget_usd_left: FloatGauge,
     budget_tokens_left: Gauge,
     budgets: (bool, bool),
@@ -48,6 +49,7 @@ impl HintMetrics {
             llm_in_flight: Gauge::default(),
             groups_open: Gauge::default(),
             cache_hits: Counter::default(),
+            skipped: Family::default(),
             budget_usd_left: FloatGauge::default(),
             budget_tokens_left: Gauge::default(),
             budgets,
@@ -85,6 +87,11 @@ impl HintMetrics {
             "hint_cache_hits",
             "Hints republished from the cache for a redelivered or late group member, without an LLM call",
             m.cache_hits.clone(),
+        );
+        registry.register(
+            "hints_skipped",
+            "Groups that got no hint, by reason (above_reward_threshold: the best reward was above hints.reward_threshold)",
+            m.skipped.clone(),
         );
         if budgets.0 {
             registry.register(
@@ -126,6 +133,13 @@ impl HintMetrics {
 
     pub fn cache_hit(&self) {
         self.cache_hits.inc();
+    }
+
+    /// A group got no hint, for `reason`.
+    pub fn skipped(&self, reason: &str) {
+        self.skipped
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
     }
 
     pub fn set_groups_open(&self, n: usize) {

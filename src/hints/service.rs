@@ -23,6 +23,9 @@ use crate::llm::Synthesizer;
 use crate::messages::DecodeLimits;
 use crate::stage::{StageError, StageShell};
 
+/// How often the budget gauges are refreshed while no call changes them.
+const BUDGET_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Header names on published hints.
 pub const CATEGORY_HEADER: &str = "hintstream.category";
 pub const PROMPT_VERSION_HEADER: &str = "hintstream.prompt-version";
@@ -43,6 +46,13 @@ fn gathering_key(partition: i32, group_key: &str) -> String {
     format!("{partition}:{group_key}")
 }
 
+/// Whether a gathering key belongs to one of `partitions`.
+fn on_partitions(key: &str, partitions: &[i32]) -> bool {
+    key.split_once(':')
+        .and_then(|(p, _)| p.parse::<i32>().ok())
+        .is_some_and(|p| partitions.contains(&p))
+}
+
 struct Shared {
     groups: Mutex<Groups<Member>>,
     synth: Synthesizer,
@@ -51,6 +61,7 @@ struct Shared {
     lifecycle: Lifecycle,
     output_topic: String,
     group_wait: Duration,
+    reward_threshold: f64,
     limits: DecodeLimits,
     metrics: Arc<HintMetrics>,
 }
@@ -123,8 +134,21 @@ impl Shared {
         if group.members.len() < group.expected {
             tracing::debug!(group = %input.group_key, got = group.members.len(), expected = group.expected, "group wait ran out; hinting from what arrived");
         }
+        let best = best_index(&group.members, |m| m.reward).unwrap_or(0);
+        let best_reward = group.members[best].reward;
+        if best_reward > self.reward_threshold {
+            // The group did not fail: the reference trainer does not hint it.
+            tracing::debug!(
+                group = %input.group_key, best_reward, threshold = self.reward_threshold,
+                "best reward above hints.reward_threshold; no hint"
+            );
+            self.metrics.skipped("above_reward_threshold");
+            for m in group.members {
+                m.message.ack();
+            }
+            return;
+        }
         let members: Vec<Taken> = {
-            let best = best_index(&group.members, |m| m.reward).unwrap_or(0);
             let mut members: Vec<Taken> = group.members.into_iter().map(|m| m.message).collect();
             // The best member first: the hint is built from it.
             members.swap(0, best);
@@ -246,8 +270,46 @@ impl HintStage {
             lifecycle: shell.lifecycle(),
             output_topic: hints.output_topic.clone(),
             group_wait: Duration::from_millis(hints.group_wait_ms),
+            reward_threshold: hints.reward_threshold,
             limits: config.decode_limits(),
             metrics,
+        });
+        // A revoked partition's groups still gathering members cannot
+        // complete here (the rest goes to the new owner): let them go whole,
+        // uncommitted, rather than hint from part of a group. Groups already
+        // complete drain: their hints are published before the revoke ends.
+        let hook_shared = Arc::downgrade(&shared);
+        shell.on_revoke(Box::new(move |partitions| {
+            let Some(shared) = hook_shared.upgrade() else {
+                return;
+            };
+            let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
+            let released = {
+                let mut groups = shared.groups();
+                let released = groups.take_incomplete(|key| on_partitions(key, &numbers));
+                shared.metrics.set_groups_open(groups.len());
+                released
+            };
+            if !released.is_empty() {
+                tracing::info!(
+                    groups = released.len(),
+                    "gathering groups of revoked partitions released"
+                );
+            }
+        }));
+        // Keep the budget gauges current while idle: spend leaves the window.
+        tokio::spawn({
+            let shared = Arc::downgrade(&shared);
+            async move {
+                let mut tick = tokio::time::interval(BUDGET_GAUGE_INTERVAL);
+                loop {
+                    tick.tick().await;
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    shared.synth.report_budget();
+                }
+            }
         });
         Ok(HintStage {
             config,
@@ -259,7 +321,7 @@ impl HintStage {
 
     /// Runs until `shutdown` resolves (or the stage fails: see
     /// `RunSummary::failure`), then drains and commits.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> RunSummary {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> RunSummary {
         let stage = &self.config.hints;
         let limits = self.config.decode_limits();
         let shared = self.shared.clone();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
@@ -84,9 +84,12 @@ impl StageContext {
     }
 
     /// Drain on revoke: the revoked partitions' in-flight work gets up to
-    /// the drain timeout to finish (and store its offsets), which are then
-    /// committed; what has not finished by then is cancelled, uncommitted,
-    /// and its new owner redoes it.
+    /// the drain timeout to finish and store its offsets (librdkafka commits
+    /// a removed partition's stored offsets itself on unassign); what has not
+    /// finished by then is cancelled, uncommitted, and its new owner redoes
+    /// it. A lost assignment (the group moved on without us) is not drained:
+    /// its partitions belong to others already. Shutdown beginning meanwhile
+    /// ends the wait.
     fn drain(&self, consumer: &BaseConsumer<Self>, partitions: &[Partition]) {
         {
             let mut tracker = lock(&self.tracker);
@@ -98,16 +101,21 @@ impl StageContext {
             hook(partitions);
         }
         let started = Instant::now();
-        let in_flight = || {
+        let live = || {
             let tracker = lock(&self.tracker);
             partitions
                 .iter()
-                .map(|(t, p)| tracker.in_flight_on(t, *p))
+                .map(|(t, p)| tracker.live_on(t, *p))
                 .sum::<usize>()
         };
-        let before = in_flight();
+        let before = live();
+        let lost = consumer.assignment_lost();
         let wait = || {
-            while in_flight() > 0 && started.elapsed() < self.drain_timeout && !self.lifecycle.is_stopping() {
+            while !lost
+                && live() > 0
+                && started.elapsed() < self.drain_timeout
+                && !self.lifecycle.is_stopping()
+            {
                 std::thread::sleep(Duration::from_millis(10));
             }
         };
@@ -119,23 +127,19 @@ impl StageContext {
             Ok(_) => {} // a current-thread runtime cannot run them meanwhile
             Err(_) => wait(),
         }
-        let abandoned = in_flight();
+        let abandoned = live();
         {
             let tracker = lock(&self.tracker);
             for (topic, partition) in partitions {
                 tracker.cancel(topic, *partition);
             }
         }
-        if before > abandoned {
-            if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
-                self.commit_failed(&e, "revoked partitions' offsets not committed");
-            }
-        }
-        self.metrics.revoke_drained(before - abandoned);
+        self.metrics.revoke_drained(before.saturating_sub(abandoned));
         tracing::info!(
             partitions = %describe_partitions(partitions),
-            finished = before - abandoned,
+            finished = before.saturating_sub(abandoned),
             abandoned,
+            assignment_lost = lost,
             drain_ms = started.elapsed().as_millis() as u64,
             "revoked partitions drained"
         );

@@ -43,7 +43,10 @@ impl Committer {
     /// Records a message as taken (in flight). The token is cancelled when
     /// its partition is revoked and the drain ends.
     pub fn begin(&self, topic: &str, partition: i32, offset: i64) -> (Ticket, CancellationToken) {
-        lock(&self.tracker).begin(topic, partition, offset)
+        let mut tracker = lock(&self.tracker);
+        let taken = tracker.begin(topic, partition, offset);
+        self.metrics.set_in_flight(tracker.in_flight());
+        taken
     }
 
     /// Whether dropping `ticket` unfinished abandons it: its partition was
@@ -52,12 +55,20 @@ impl Committer {
         lock(&self.tracker).abandons(ticket)
     }
 
+    /// A handle was dropped unfinished: its offset stays uncommitted, and a
+    /// revoke drain no longer waits for it.
+    pub fn abandon(&self, ticket: &Ticket) {
+        lock(&self.tracker).abandon(ticket);
+    }
+
     /// Marks a message finished and stores the partition's committable offset
     /// when it advanced. The store happens under the tracker's lock, so stored
     /// offsets never go backwards.
     pub fn finish(&self, ticket: Ticket) {
         let mut tracker = lock(&self.tracker);
-        let Some(next) = tracker.finish(&ticket) else {
+        let next = tracker.finish(&ticket);
+        self.metrics.set_in_flight(tracker.in_flight());
+        let Some(next) = next else {
             return;
         };
         // The loop closed the consumer: nothing can be stored any more, and
@@ -109,8 +120,13 @@ impl Committer {
             Err(_) => Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::RequestTimedOut)),
         };
         match result {
-            // Nothing was stored since the last commit.
-            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(()),
+            // Nothing was stored since the last commit; or the group is
+            // rebalancing, and the stored offsets go with the next commit.
+            Err(KafkaError::ConsumerCommit(
+                RDKafkaErrorCode::NoOffset
+                | RDKafkaErrorCode::RebalanceInProgress
+                | RDKafkaErrorCode::IllegalGeneration,
+            )) => Ok(()),
             Err(e) => {
                 self.metrics.commit_failed();
                 Err(e)

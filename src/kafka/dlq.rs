@@ -23,6 +23,8 @@ impl DlqHeaders {
     pub const SOURCE_OFFSET: &'static str = "hintstream.source.offset";
     /// Present when the payload was cut to fit: the original length in bytes.
     pub const TRUNCATED_FROM: &'static str = "hintstream.payload.truncated-from";
+    /// Present when the key was cut to fit: the original length in bytes.
+    pub const KEY_TRUNCATED_FROM: &'static str = "hintstream.key.truncated-from";
 }
 
 /// Payload bytes a dead letter carries at most by default: librdkafka's
@@ -33,6 +35,12 @@ pub const DEFAULT_MAX_DLQ_PAYLOAD_BYTES: usize = 900_000;
 
 /// Longest reason text kept in a header; longer reasons are cut.
 const MAX_REASON_BYTES: usize = 1024;
+
+/// Key bytes a dead letter carries at most; longer keys are cut and marked
+/// with [`DlqHeaders::KEY_TRUNCATED_FROM`] (the original stays in the source
+/// topic), so one record with a huge key cannot make its dead letter too
+/// large for the broker.
+pub const MAX_DLQ_KEY_BYTES: usize = 16 * 1024;
 
 /// Where a dead letter came from and why.
 #[derive(Debug, Clone)]
@@ -86,28 +94,20 @@ impl DeadLetters {
     /// the dead-letter topic itself is unusable.
     pub async fn send(&self, letter: &DeadLetter<'_>, lifecycle: &Lifecycle) -> Result<(), SendError> {
         let reason = truncate(letter.reason, MAX_REASON_BYTES);
-        let partition = letter.partition.to_string();
-        let offset = letter.offset.to_string();
-        let original_len = letter.payload.map_or(0, <[u8]>::len);
-        let payload = letter.payload.map(|p| &p[..p.len().min(self.max_payload)]);
-        let truncated_from = original_len.to_string();
-        let mut pairs = vec![
-            (DlqHeaders::ERROR_KIND, letter.kind),
-            (DlqHeaders::REASON, reason),
-            (DlqHeaders::SOURCE_TOPIC, letter.source_topic),
-            (DlqHeaders::SOURCE_PARTITION, partition.as_str()),
-            (DlqHeaders::SOURCE_OFFSET, offset.as_str()),
-        ];
-        if original_len > self.max_payload {
-            pairs.push((DlqHeaders::TRUNCATED_FROM, truncated_from.as_str()));
+        match self.send_cut(letter, reason, self.max_payload, lifecycle).await {
+            // Still too large for the broker (its limit is below ours): the
+            // dead letter goes without its payload rather than failing the
+            // stage on every restart.
+            Err(SendError::Permanent(e))
+                if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge) =>
+            {
+                tracing::warn!(dlq = %self.topic, error = %e, "dead letter too large; sending it without its payload");
+                self.send_cut(letter, reason, 0, lifecycle).await?;
+            }
+            other => {
+                other?;
+            }
         }
-        let record = Outgoing {
-            topic: &self.topic,
-            key: letter.key,
-            payload,
-            headers: headers(pairs),
-        };
-        send(&self.producer, &record, lifecycle).await?;
         self.metrics.dead_lettered(letter.kind);
         tracing::warn!(
             topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
@@ -115,6 +115,44 @@ impl DeadLetters {
             "input sent to dead-letter topic"
         );
         Ok(())
+    }
+
+    /// Sends the letter with its payload cut to `max_payload` bytes and its
+    /// key to [`MAX_DLQ_KEY_BYTES`], marking what was cut.
+    async fn send_cut(
+        &self,
+        letter: &DeadLetter<'_>,
+        reason: &str,
+        max_payload: usize,
+        lifecycle: &Lifecycle,
+    ) -> Result<(i32, i64), SendError> {
+        let partition = letter.partition.to_string();
+        let offset = letter.offset.to_string();
+        let payload_len = letter.payload.map_or(0, <[u8]>::len);
+        let payload = letter.payload.map(|p| &p[..p.len().min(max_payload)]);
+        let key_len = letter.key.map_or(0, <[u8]>::len);
+        let key = letter.key.map(|k| &k[..k.len().min(MAX_DLQ_KEY_BYTES)]);
+        let (payload_from, key_from) = (payload_len.to_string(), key_len.to_string());
+        let mut pairs = vec![
+            (DlqHeaders::ERROR_KIND, letter.kind),
+            (DlqHeaders::REASON, reason),
+            (DlqHeaders::SOURCE_TOPIC, letter.source_topic),
+            (DlqHeaders::SOURCE_PARTITION, partition.as_str()),
+            (DlqHeaders::SOURCE_OFFSET, offset.as_str()),
+        ];
+        if payload_len > max_payload {
+            pairs.push((DlqHeaders::TRUNCATED_FROM, payload_from.as_str()));
+        }
+        if key_len > MAX_DLQ_KEY_BYTES {
+            pairs.push((DlqHeaders::KEY_TRUNCATED_FROM, key_from.as_str()));
+        }
+        let record = Outgoing {
+            topic: &self.topic,
+            key,
+            payload,
+            headers: headers(pairs),
+        };
+        send(&self.producer, &record, lifecycle).await
     }
 }
 

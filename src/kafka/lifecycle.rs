@@ -56,6 +56,16 @@ impl Lifecycle {
         self.0.deadline.borrow().is_some()
     }
 
+    /// Resolves once shutdown began.
+    pub fn stopping(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.deadline.subscribe();
+        async move {
+            if rx.wait_for(Option::is_some).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Resolves once shutdown began and its deadline passed; never before.
     pub fn deadline_passed(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut rx = self.0.deadline.subscribe();

@@ -135,12 +135,57 @@ impl Delivery {
     }
 }
 
+/// An intake bound a message holds (a message slot, or its bytes) until it
+/// ends. Byte holds keep the in-flight bytes gauge current as they go.
+pub struct Hold {
+    _permit: OwnedSemaphorePermit,
+    bytes: Option<(usize, Arc<std::sync::atomic::AtomicUsize>, Arc<StageMetrics>)>,
+}
+
+impl Hold {
+    /// A message slot.
+    pub fn slot(permit: OwnedSemaphorePermit) -> Self {
+        Hold {
+            _permit: permit,
+            bytes: None,
+        }
+    }
+
+    /// `bytes` of the byte bound; `held` sums what every hold has.
+    pub fn bytes(
+        permit: OwnedSemaphorePermit,
+        bytes: usize,
+        held: Arc<std::sync::atomic::AtomicUsize>,
+        metrics: Arc<StageMetrics>,
+    ) -> Self {
+        let now = held.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed) + bytes;
+        metrics.set_in_flight_bytes(now);
+        Hold {
+            _permit: permit,
+            bytes: Some((bytes, held, metrics)),
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some((bytes, held, metrics)) = &self.bytes {
+            let now = held.fetch_sub(*bytes, std::sync::atomic::Ordering::Relaxed) - bytes;
+            metrics.set_in_flight_bytes(now);
+        }
+    }
+}
+
 /// The unfinished part of a taken message.
 struct Pending {
     ticket: Ticket,
     delivery: Delivery,
     /// Intake bounds (messages, bytes), released when the message ends.
-    _permits: Vec<OwnedSemaphorePermit>,
+    _holds: Vec<Hold>,
+    /// Set while a reject is being sent: when the send is dropped midway,
+    /// the handle is rejected again with the same kind and reason (or
+    /// abandoned, on a revoke or at shutdown), so its offset never sticks.
+    rejecting: Option<(&'static str, String)>,
     /// Set on the copy made to reject a message its handler dropped: a
     /// second drop abandons it instead of rejecting it again.
     reported: bool,
@@ -159,7 +204,7 @@ impl Taken {
         meta: RecordMeta,
         ticket: Ticket,
         delivery: Delivery,
-        permits: Vec<OwnedSemaphorePermit>,
+        holds: Vec<Hold>,
     ) -> Self {
         Taken {
             payload,
@@ -167,7 +212,8 @@ impl Taken {
             pending: Some(Pending {
                 ticket,
                 delivery,
-                _permits: permits,
+                _holds: holds,
+                rejecting: None,
                 reported: false,
             }),
         }
@@ -200,12 +246,14 @@ impl Taken {
     /// It can never be processed: dead-letters it with `kind` and `reason`,
     /// then the offset may commit. When the drain deadline passes first, it
     /// stays unfinished (redelivered after a restart); when the dead-letter
-    /// topic itself rejects it, the stage fails.
+    /// topic itself rejects it, the stage fails. Cancel-safe: dropped midway,
+    /// the handle is rejected again (or abandoned) by its `Drop`.
     pub async fn reject(mut self, kind: &'static str, reason: &str) {
-        let Some(pending) = self.pending.take() else {
+        let Some(pending) = self.pending.as_mut() else {
             return;
         };
-        let delivery = &pending.delivery;
+        pending.rejecting = Some((kind, reason.to_string()));
+        let delivery = pending.delivery.clone();
         let letter = DeadLetter {
             key: self.meta.key.as_deref(),
             payload: Some(&self.payload),
@@ -215,9 +263,14 @@ impl Taken {
             kind,
             reason,
         };
-        match delivery.dlq.send(&letter, &delivery.lifecycle).await {
+        let sent = delivery.dlq.send(&letter, &delivery.lifecycle).await;
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        match sent {
             Ok(()) => delivery.committer.finish(pending.ticket),
             Err(SendError::Stopped) => {
+                delivery.committer.abandon(&pending.ticket);
                 delivery.metrics.abandoned();
                 tracing::info!(
                     topic = %self.meta.topic, partition = self.meta.partition, offset = self.meta.offset, kind,
@@ -238,37 +291,43 @@ impl Taken {
 
 impl Drop for Taken {
     fn drop(&mut self) {
-        let Some(pending) = self.pending.take() else {
+        let Some(mut pending) = self.pending.take() else {
             return;
         };
-        let delivery = &pending.delivery;
+        let delivery = pending.delivery.clone();
         if pending.reported
             || delivery.lifecycle.is_stopping()
             || delivery.committer.abandons(&pending.ticket)
         {
+            delivery.committer.abandon(&pending.ticket);
             delivery.metrics.abandoned();
             return;
         }
-        // The handler lost it: reject it, so the partition's offsets move on.
+        // Not finished on a live partition: reject it, so the partition's
+        // offsets move on. A reject dropped midway is sent again as it was;
+        // anything else the handler lost.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            delivery.committer.abandon(&pending.ticket);
             delivery.metrics.abandoned();
             return;
         };
-        tracing::error!(
-            topic = %self.meta.topic, partition = self.meta.partition, offset = self.meta.offset,
-            "the handler dropped a message without finishing it; dead-lettering it as {HANDLER_PANIC}"
-        );
+        let (kind, reason) = pending.rejecting.take().unwrap_or_else(|| {
+            tracing::error!(
+                topic = %self.meta.topic, partition = self.meta.partition, offset = self.meta.offset,
+                "the handler dropped a message without finishing it; dead-lettering it as {HANDLER_PANIC}"
+            );
+            (
+                HANDLER_PANIC,
+                "the stage's handler dropped this message without finishing it (it panicked or returned early)"
+                    .to_string(),
+            )
+        });
+        pending.reported = true;
         let copy = Taken {
             payload: std::mem::take(&mut self.payload),
             meta: self.meta.clone(),
-            pending: Some(Pending {
-                reported: true,
-                ..pending
-            }),
+            pending: Some(pending),
         };
-        runtime.spawn(copy.reject(
-            HANDLER_PANIC,
-            "the stage's handler dropped this message without finishing it (it panicked or returned early)",
-        ));
+        runtime.spawn(async move { copy.reject(kind, &reason).await });
     }
 }

@@ -28,7 +28,12 @@ pub struct Ticket {
 #[derive(Debug, Default)]
 struct PartitionState {
     epoch: u64,
+    /// Offsets taken and not finished, abandoned ones included: the commit
+    /// never passes any of them.
     in_flight: BTreeSet<i64>,
+    /// The offsets of `in_flight` whose handles were dropped unfinished
+    /// (abandoned): no work is left on them, but they stay uncommitted.
+    abandoned: BTreeSet<i64>,
     /// One past the highest offset taken in this epoch.
     next_after_seen: Option<i64>,
     /// The last offset handed out as committable.
@@ -87,11 +92,22 @@ impl OffsetTracker {
         self.partitions.entry(key).or_default().revoking = true;
     }
 
-    /// Messages in flight on the given partition.
-    pub fn in_flight_on(&self, topic: &str, partition: i32) -> usize {
+    /// Messages with live work on the given partition: in flight and not
+    /// abandoned. A revoke drain waits for this to reach 0.
+    pub fn live_on(&self, topic: &str, partition: i32) -> usize {
         self.partitions
             .get(&(Arc::from(topic), partition))
-            .map_or(0, |s| s.in_flight.len())
+            .map_or(0, |s| s.in_flight.len() - s.abandoned.len())
+    }
+
+    /// Records that a ticket's handle was dropped unfinished: it stays in
+    /// flight (uncommitted) but has no work left.
+    pub fn abandon(&mut self, ticket: &Ticket) {
+        if let Some(state) = self.partitions.get_mut(&(ticket.topic.clone(), ticket.partition)) {
+            if state.epoch == ticket.epoch && state.in_flight.contains(&ticket.offset) {
+                state.abandoned.insert(ticket.offset);
+            }
+        }
     }
 
     /// Cancels the partition's unfinished work.
@@ -204,9 +220,16 @@ mod tests {
         let b = t.take("t", 0, 2);
         t.mark_revoking("t", 0);
         assert!(t.abandons(&b), "dropped unfinished while revoking: abandoned");
-        assert_eq!(t.in_flight_on("t", 0), 2);
+        assert_eq!(t.live_on("t", 0), 2);
         assert_eq!(t.finish(&a), Some(2), "the drain still stores offsets");
-        assert_eq!(t.in_flight_on("t", 0), 1);
+        assert_eq!(t.live_on("t", 0), 1);
+        t.abandon(&b);
+        assert_eq!(t.live_on("t", 0), 0, "nothing left to wait for");
+        assert_eq!(
+            t.committable("t", 0),
+            Some(2),
+            "but the abandoned offset is never passed"
+        );
     }
 
     #[test]

@@ -15,11 +15,11 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
-use super::client::{create_consumer, create_producer, StageContext};
+use super::client::{create_consumer, create_producer, RevokeHook, StageContext};
 use super::commit::Committer;
 use super::dlq::DeadLetters;
 use super::lifecycle::Lifecycle;
-use super::message::{Delivery, RecordMeta, Rejected, Taken};
+use super::message::{Delivery, Hold, RecordMeta, Rejected, Taken};
 use super::StageConsumer;
 use crate::config::Config;
 use crate::metrics::StageMetrics;
@@ -101,6 +101,12 @@ impl StageLoop {
         &self.delivery.lifecycle
     }
 
+    /// Registers a hook called when partitions are revoked, before they
+    /// drain (see [`RevokeHook`]).
+    pub fn on_revoke(&self, hook: RevokeHook) {
+        self.consumer.context().on_revoke(hook);
+    }
+
     /// Runs the loop until `shutdown` resolves or the stage fails. `decode`
     /// turns a payload (and its record's metadata, headers included) into the
     /// stage's input; an `Err` sends the message to the DLQ; `handle` is
@@ -108,7 +114,12 @@ impl StageLoop {
     /// returning its future is ordered), and the future it returns runs as
     /// its own task, cancelled when the message's partition is revoked and
     /// its drain ends.
-    pub async fn run<T, D, H, F>(self, decode: D, handle: H, shutdown: impl Future<Output = ()>) -> RunSummary
+    pub async fn run<T, D, H, F>(
+        self,
+        decode: D,
+        handle: H,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> RunSummary
     where
         T: Send + 'static,
         D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,
@@ -122,17 +133,33 @@ impl StageLoop {
         } = self;
         let metrics = delivery.metrics.clone();
         let lifecycle = delivery.lifecycle.clone();
-        // Dropped mid-run (its caller cancelled it), the loop abandons its
-        // tasks' messages as a crash would: uncommitted, redelivered.
-        let _abandon_on_drop = AbandonOnDrop(lifecycle.clone());
-        let messages = Arc::new(Semaphore::new(options.max_in_flight));
-        let bytes = options
-            .max_in_flight_bytes
-            .map(|b| (Arc::new(Semaphore::new(b)), b));
+        let messages = Arc::new(Semaphore::new(options.max_in_flight.min(Semaphore::MAX_PERMITS)));
+        let bytes = options.max_in_flight_bytes.map(|b| {
+            let b = b.min(Semaphore::MAX_PERMITS);
+            (Arc::new(Semaphore::new(b)), b)
+        });
+        let held_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
+        // Declared after the tasks, so dropped before them: a loop dropped
+        // mid-run (its caller cancelled it, or it panicked) marks the stage
+        // stopping first, and its tasks' messages are then abandoned, as a
+        // crash would leave them (uncommitted, redelivered), never rejected.
+        let _abandon_on_drop = AbandonOnDrop(lifecycle.clone());
         let mut summary = RunSummary::default();
+        // Shutdown is noticed even while the loop is held in a rebalance
+        // callback (a revoke drain ends at once when it begins).
+        let watcher = {
+            let lifecycle = lifecycle.clone();
+            let drain = options.drain_timeout;
+            tokio::spawn(async move {
+                shutdown.await;
+                lifecycle.begin_shutdown(drain);
+            })
+        };
+        let _stop_watcher = AbortOnDrop(watcher);
+        let stopping = lifecycle.stopping();
         let failed = lifecycle.failed();
-        tokio::pin!(shutdown, failed);
+        tokio::pin!(stopping, failed);
 
         loop {
             while let Some(joined) = tasks.try_join_next() {
@@ -140,7 +167,7 @@ impl StageLoop {
             }
             let message_permit = tokio::select! {
                 biased;
-                _ = &mut shutdown => break,
+                _ = &mut stopping => break,
                 _ = &mut failed => break,
                 permit = messages.clone().acquire_owned() => match permit {
                     Ok(p) => p,
@@ -149,7 +176,7 @@ impl StageLoop {
             };
             let message = tokio::select! {
                 biased;
-                _ = &mut shutdown => break,
+                _ = &mut stopping => break,
                 _ = &mut failed => break,
                 message = consumer.recv() => message,
             };
@@ -167,21 +194,26 @@ impl StageLoop {
             let meta = RecordMeta::of(&message);
             let payload = message.payload().unwrap_or_default().to_vec();
             drop(message);
-            let mut permits = vec![message_permit];
+            let mut holds = vec![Hold::slot(message_permit)];
             if let Some((bytes, total)) = &bytes {
                 // A message bigger than the whole bound takes all of it.
                 let need = (payload.len() + meta.footprint()).min(*total);
                 let need = u32::try_from(need).unwrap_or(u32::MAX);
                 let permit = tokio::select! {
                     biased;
-                    _ = &mut shutdown => break,
+                    _ = &mut stopping => break,
                     _ = &mut failed => break,
                     permit = bytes.clone().acquire_many_owned(need) => match permit {
                         Ok(p) => p,
                         Err(_) => break,
                     },
                 };
-                permits.push(permit);
+                holds.push(Hold::bytes(
+                    permit,
+                    need as usize,
+                    held_bytes.clone(),
+                    metrics.clone(),
+                ));
             }
             let (ticket, work_token) = delivery.committer.begin(&meta.topic, meta.partition, meta.offset);
             let span = tracing::info_span!(
@@ -189,7 +221,7 @@ impl StageLoop {
                 topic = %meta.topic, partition = meta.partition, offset = meta.offset, key = %meta.key_text()
             );
             let decoded = decode(&payload, &meta);
-            let taken = Taken::new(payload, meta, ticket, delivery.clone(), permits);
+            let taken = Taken::new(payload, meta, ticket, delivery.clone(), holds);
             match decoded {
                 Ok(input) => {
                     let work = handle(Work {
@@ -212,10 +244,6 @@ impl StageLoop {
                         async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
                     );
                 }
-            }
-            metrics.set_in_flight(delivery.committer.in_flight());
-            if let Some((bytes, total)) = &bytes {
-                metrics.set_in_flight_bytes(total - bytes.available_permits());
             }
         }
 
@@ -275,6 +303,15 @@ async fn close(consumer: Arc<StageConsumer>) {
             timeout_s = CLOSE_TIMEOUT.as_secs(),
             "the consumer did not close in time; the group will notice this member left at its session timeout"
         );
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

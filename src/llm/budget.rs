@@ -1,7 +1,10 @@
 //! The spend guard: an hourly budget of dollars and/or tokens over a rolling
 //! window. Each LLM attempt reserves its estimated cost before it is sent
 //! (so concurrent calls cannot overshoot together) and settles the real cost
-//! from the reply's `usage` afterwards. When a reservation does not fit, the
+//! from the reply's `usage` afterwards. An attempt whose cost is unknown (no
+//! usable reply, a timeout after sending, a cancelled call) is charged its
+//! estimate; only one the API provably did not process (an error status, a
+//! refused connection) is released. When a reservation does not fit, the
 //! attempt is not sent: the hint falls back to the static one with
 //! `failure_reason = "budget_exhausted"` until older spend leaves the window.
 
@@ -96,6 +99,7 @@ impl SpendBudget {
             budget: self,
             usd,
             tokens,
+            done: false,
         })
     }
 
@@ -112,37 +116,68 @@ impl SpendBudget {
     }
 }
 
-/// An attempt's reserved share of the budget. Settle it with the real cost;
-/// dropping it unsettled releases the reservation (nothing was spent).
+/// An attempt's reserved share of the budget. Settle it with the real cost,
+/// or release it when nothing was spent; dropped otherwise (a cancelled
+/// call), it is charged its estimate.
 #[derive(Debug)]
 pub struct Reservation<'a> {
     budget: &'a SpendBudget,
     usd: f64,
     tokens: u64,
+    done: bool,
 }
 
 impl Reservation<'_> {
     /// Records the attempt's real cost in place of its estimate.
-    pub fn settle(self, usd: f64, tokens: u64) {
+    pub fn settle(mut self, usd: f64, tokens: u64) {
+        self.end(Some((usd, tokens)));
+    }
+
+    /// Charges the estimate: the attempt may have been billed, but its cost
+    /// is unknown.
+    pub fn charge_estimate(mut self) {
+        let estimate = (self.usd, self.tokens);
+        self.end(Some(estimate));
+    }
+
+    /// Frees the reservation: the API did not process the attempt.
+    pub fn release(mut self) {
+        self.end(None);
+    }
+
+    fn end(&mut self, spent: Option<(f64, u64)>) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
         let mut w = self.budget.window();
-        w.spent.push_back((Instant::now(), usd, tokens));
-        w.spent_usd += usd;
-        w.spent_tokens += tokens;
-        // `self` drops after the lock is released and frees the reservation.
+        w.reserved_usd = (w.reserved_usd - self.usd).max(0.0);
+        w.reserved_tokens = w.reserved_tokens.saturating_sub(self.tokens);
+        if let Some((usd, tokens)) = spent {
+            w.spent.push_back((Instant::now(), usd, tokens));
+            w.spent_usd += usd;
+            w.spent_tokens += tokens;
+        }
     }
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        let mut w = self.budget.window();
-        w.reserved_usd = (w.reserved_usd - self.usd).max(0.0);
-        w.reserved_tokens = w.reserved_tokens.saturating_sub(self.tokens);
+        let estimate = (self.usd, self.tokens);
+        self.end(Some(estimate));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_of_unknown_cost_is_charged_its_estimate() {
+        let budget = SpendBudget::new(0.0, 1000).unwrap();
+        budget.reserve(0.0, 300).unwrap().charge_estimate();
+        drop(budget.reserve(0.0, 300).unwrap()); // cancelled mid-call
+        assert_eq!(budget.remaining().tokens, Some(400));
+    }
 
     #[test]
     fn no_budget_means_no_guard() {
@@ -168,7 +203,7 @@ mod tests {
         let budget = SpendBudget::new(0.0, 1000).unwrap();
         let a = budget.reserve(0.0, 600).unwrap();
         assert!(budget.reserve(0.0, 600).is_err(), "600 reserved + 600 > 1000");
-        drop(a);
+        a.release();
         let b = budget.reserve(0.0, 600).unwrap();
         b.settle(0.0, 300);
         assert_eq!(budget.remaining().tokens, Some(700));

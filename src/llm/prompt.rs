@@ -1,7 +1,9 @@
 //! The hint prompt, versioned: how a failed trajectory and its verifier
 //! feedback are shown to the LLM, and the static hint built from the same
-//! feedback when there is no LLM answer. Bounds follow the prototype: the last
-//! 15 chat messages, 3,000 characters a message, 150,000 in all.
+//! feedback when there is no LLM answer. Bounds follow the reference trainer:
+//! the task's first 5,000 characters; the last 15 chat messages, 3,000
+//! characters a message, 150,000 in all (a message that would pass that is
+//! dropped whole, with every later one); verifier checks with their counts.
 
 use std::collections::BTreeSet;
 
@@ -10,7 +12,7 @@ use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
 use super::pyliteral::parse_list;
 
 /// Stamped on every hint as `prompt_version`; change it with the template.
-pub const PROMPT_VERSION: &str = "v1";
+pub const PROMPT_VERSION: &str = "v2";
 
 /// The system prompt of version [`PROMPT_VERSION`].
 pub const SYSTEM_PROMPT: &str = "\
@@ -24,6 +26,8 @@ the agent's next attempt at the same task:
 - do not restate the task, and do not say that the previous attempt failed.
 Answer with the guidance only.";
 
+/// Characters kept of the task prompt.
+pub const MAX_TASK_CHARS: usize = 5_000;
 /// Most chat messages shown, counted from the end.
 pub const MAX_MESSAGES: usize = 15;
 /// Characters kept of one message.
@@ -48,6 +52,9 @@ pub const MAX_TOOL_ERROR_CHARS: usize = 300;
 pub struct VerifierFeedback {
     pub failed_checks: Vec<String>,
     pub passed_checks: Vec<String>,
+    /// How many checks failed and passed, before the lists were bounded.
+    pub failed_total: usize,
+    pub passed_total: usize,
     pub verifier_error: Option<String>,
     pub tool_errors: Vec<String>,
 }
@@ -60,13 +67,15 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
     }
 }
 
-/// The list printed between `>>> NAME >>>` and the next `<<<` (or the end),
-/// parsed as a Python literal; `None` when the block is absent or garbage.
+/// The list printed between `>>> NAME >>>` and its closing line
+/// `<<< NAME <<<` (or the end), parsed as a Python literal; `None` when the
+/// block is absent or garbage. A `<<<` inside a check's text does not end it.
 pub fn accumulator(stdout: &str, name: &str) -> Option<Vec<String>> {
     let marker = format!(">>> {name} >>>");
     let start = stdout.find(&marker)? + marker.len();
     let rest = &stdout[start..];
-    let body = rest.find("<<<").map_or(rest, |end| &rest[..end]);
+    let end_marker = format!("\n<<< {name} <<<");
+    let body = rest.find(&end_marker).map_or(rest, |end| &rest[..end]);
     parse_list(body)
 }
 
@@ -90,9 +99,13 @@ pub fn feedback(t: &FailedTrajectory) -> VerifierFeedback {
         .take(MAX_TOOL_ERRORS)
         .map(|e| truncate_chars(e, MAX_TOOL_ERROR_CHARS))
         .collect();
+    let failed = accumulator(stdout, "ERROR_ACCUMULATOR").unwrap_or_default();
+    let passed = accumulator(stdout, "SUCCESS_ACCUMULATOR").unwrap_or_default();
     VerifierFeedback {
-        failed_checks: bounded(accumulator(stdout, "ERROR_ACCUMULATOR").unwrap_or_default()),
-        passed_checks: bounded(accumulator(stdout, "SUCCESS_ACCUMULATOR").unwrap_or_default()),
+        failed_total: failed.len(),
+        passed_total: passed.len(),
+        failed_checks: bounded(failed),
+        passed_checks: bounded(passed),
         verifier_error: t
             .verifier_error
             .as_deref()
@@ -141,18 +154,36 @@ fn content_text(content: &ChatContent) -> String {
     }
 }
 
-/// The last [`MAX_MESSAGES`] messages, each cut to [`MAX_MESSAGE_CHARS`],
-/// stopping at [`MAX_HISTORY_CHARS`] in all.
+/// One message's text, cut to [`MAX_MESSAGE_CHARS`] with a marker that
+/// says how long it was.
+fn message_text(content: &ChatContent) -> String {
+    let text = content_text(content);
+    let chars = text.chars().count();
+    if chars > MAX_MESSAGE_CHARS {
+        let end = text
+            .char_indices()
+            .nth(MAX_MESSAGE_CHARS)
+            .map_or(text.len(), |(i, _)| i);
+        format!("{}... [truncated, {chars} chars total]", &text[..end])
+    } else {
+        text
+    }
+}
+
+/// The last [`MAX_MESSAGES`] messages, each cut to [`MAX_MESSAGE_CHARS`]. A
+/// message that would take the whole past [`MAX_HISTORY_CHARS`] is dropped
+/// whole, with every later one, and a marker says so.
 pub fn format_history(messages: &[ChatMessage]) -> String {
     let start = messages.len().saturating_sub(MAX_MESSAGES);
     let mut out = String::new();
     let mut total = 0usize;
     for message in &messages[start..] {
-        let text = truncate_chars(&content_text(&message.content), MAX_MESSAGE_CHARS);
-        let entry = format!("[{}]: {}\n", message.role, text);
+        let entry = format!("[{}]: {}\n", message.role, message_text(&message.content));
         let len = entry.chars().count();
         if total + len > MAX_HISTORY_CHARS {
-            out.push_str(&truncate_chars(&entry, MAX_HISTORY_CHARS - total));
+            out.push_str(&format!(
+                "... [trajectory truncated at {MAX_HISTORY_CHARS} chars]\n"
+            ));
             break;
         }
         total += len;
@@ -165,19 +196,19 @@ pub fn format_history(messages: &[ChatMessage]) -> String {
 pub fn user_prompt(t: &FailedTrajectory, fb: &VerifierFeedback) -> String {
     let mut p = String::new();
     p.push_str("## Task\n");
-    p.push_str(&truncate_chars(&t.task_prompt, MAX_MESSAGE_CHARS));
+    p.push_str(&truncate_chars(&t.task_prompt, MAX_TASK_CHARS));
     p.push_str("\n\n## Conversation (most recent messages)\n");
     p.push_str(&format_history(&t.chat_history));
     p.push_str(&format!("\n## Outcome\nReward: {}\n", t.reward));
-    if !fb.failed_checks.is_empty() {
-        p.push_str("\nFailed checks:\n");
-        fb.failed_checks
+    if !fb.passed_checks.is_empty() {
+        p.push_str(&format!("\nVerifier checks PASSED ({}):\n", fb.passed_total));
+        fb.passed_checks
             .iter()
             .for_each(|c| p.push_str(&format!("- {c}\n")));
     }
-    if !fb.passed_checks.is_empty() {
-        p.push_str("\nPassed checks:\n");
-        fb.passed_checks
+    if !fb.failed_checks.is_empty() {
+        p.push_str(&format!("\nVerifier checks FAILED ({}):\n", fb.failed_total));
+        fb.failed_checks
             .iter()
             .for_each(|c| p.push_str(&format!("- {c}\n")));
     }
@@ -309,13 +340,71 @@ mod tests {
     }
 
     #[test]
+    fn an_accumulator_ends_at_its_closing_line_not_at_the_first_angle_brackets() {
+        let fb = feedback(&trajectory(
+            ">>> ERROR_ACCUMULATOR >>>\n['expected <<< in output', 'b']\n<<< ERROR_ACCUMULATOR <<<",
+        ));
+        assert_eq!(fb.failed_checks, vec!["expected <<< in output", "b"]);
+    }
+
+    #[test]
+    fn the_prompt_counts_checks_before_bounding_them() {
+        let items: Vec<String> = (0..12).map(|i| format!("'c{i}'")).collect();
+        let t = trajectory(&format!(
+            ">>> ERROR_ACCUMULATOR >>>\n[{}]\n<<< ERROR_ACCUMULATOR <<<\n>>> SUCCESS_ACCUMULATOR >>>\n['ok']\n<<< SUCCESS_ACCUMULATOR <<<",
+            items.join(", ")
+        ));
+        let fb = feedback(&t);
+        let prompt = user_prompt(&t, &fb);
+        assert!(prompt.contains("Verifier checks FAILED (12):"), "{prompt}");
+        assert!(prompt.contains("Verifier checks PASSED (1):"), "{prompt}");
+        assert_eq!(prompt.matches("\n- c").count(), MAX_ACCUMULATOR_ITEMS);
+    }
+
+    #[test]
+    fn the_task_keeps_5000_characters() {
+        let mut t = trajectory("");
+        t.task_prompt = format!("{}END", "t".repeat(4_997));
+        assert!(user_prompt(&t, &VerifierFeedback::default()).contains("tEND"));
+        t.task_prompt = format!("{}END", "t".repeat(5_000));
+        assert!(!user_prompt(&t, &VerifierFeedback::default()).contains("END"));
+    }
+
+    #[test]
+    fn a_message_past_the_history_budget_is_dropped_whole() {
+        let message = |text: String| ChatMessage {
+            role: "user".into(),
+            content: ChatContent::Text(text),
+        };
+        // A role so long that the second message cannot fit whole.
+        let long_role = ChatMessage {
+            role: "r".repeat(100_000),
+            content: ChatContent::Text("short".into()),
+        };
+        let text = format_history(&[
+            message("first".into()),
+            long_role.clone(),
+            long_role,
+            message("last".into()),
+        ]);
+        assert!(text.contains("first"));
+        assert!(text.contains("... [trajectory truncated at 150000 chars]"));
+        assert!(!text.contains("last"), "every later message goes too");
+        assert_eq!(
+            text.matches("short").count(),
+            1,
+            "no message is cut in the middle"
+        );
+    }
+
+    #[test]
     fn caps_each_message_and_the_whole_history() {
         let long = ChatMessage {
             role: "user".into(),
             content: ChatContent::Text("a".repeat(50_000)),
         };
         let text = format_history(&vec![long; 15]);
-        assert!(text.chars().count() <= 15 * (MAX_MESSAGE_CHARS + 20));
+        assert!(text.chars().count() <= 15 * (MAX_MESSAGE_CHARS + 50));
         let prompt = user_prompt(&trajectory(""), &VerifierFeedback::default());
         assert!(prompt.contains("Fix the parser"));
     }

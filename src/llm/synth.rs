@@ -87,7 +87,7 @@ pub struct Synthesizer {
     config: LlmConfig,
     calls: Arc<Semaphore>,
     requests: Option<DefaultDirectRateLimiter>,
-    tokens: Option<DefaultDirectRateLimiter>,
+    tokens: Option<Arc<DefaultDirectRateLimiter>>,
     observer: Option<Arc<dyn SynthObserver>>,
     cassette: Option<Arc<Cassette>>,
     budget: Option<SpendBudget>,
@@ -162,7 +162,7 @@ impl Synthesizer {
             config: config.clone(),
             calls: Arc::new(Semaphore::new(config.concurrency)),
             requests: per_minute(config.requests_per_minute),
-            tokens: per_minute(config.tokens_per_minute),
+            tokens: per_minute(config.tokens_per_minute).map(Arc::new),
             observer: None,
             cassette: None,
             budget: SpendBudget::new(config.budget_usd_per_hour, config.budget_tokens_per_hour),
@@ -442,8 +442,11 @@ impl Synthesizer {
                         self.cost(&reply.usage, model),
                         reply.usage.input_tokens + reply.usage.output_tokens,
                     ),
-                    // A failed attempt costs nothing the reply can tell.
-                    Err(_) => drop(reservation),
+                    // The API refused it: nothing was processed.
+                    Err(LlmError::Status { .. } | LlmError::Connect(_)) => reservation.release(),
+                    // Processed, maybe billed, cost unknown (an empty or
+                    // malformed reply, a timeout after sending).
+                    Err(_) => reservation.charge_estimate(),
                 }
                 self.observe_budget();
             }
@@ -464,7 +467,7 @@ impl Synthesizer {
                 Ok(reply) => {
                     usage.input_tokens += reply.usage.input_tokens;
                     usage.output_tokens += reply.usage.output_tokens;
-                    self.charge_tokens(reply.usage).await;
+                    self.charge_tokens(reply.usage, request.user);
                     return Ok(reply.text);
                 }
                 Err(e) => e,
@@ -497,15 +500,23 @@ impl Synthesizer {
         }
     }
 
+    /// Reports what is left of the spend budgets to the observer (the
+    /// window rolls on while idle).
+    pub fn report_budget(&self) {
+        self.observe_budget();
+    }
+
     fn observe_budget(&self) {
         if let (Some(budget), Some(o)) = (&self.budget, &self.observer) {
             o.budget(budget.remaining());
         }
     }
 
-    /// The prompt's estimated size in tokens (4 characters a token).
+    /// The prompt's estimated size in tokens: 3 bytes a token, on the high
+    /// side for code, JSON and non-Latin text (English prose is nearer 4),
+    /// so that concurrent reservations do not overshoot a budget.
     fn estimate_input_tokens(&self, user: &str) -> u64 {
-        ((user.len() + SYSTEM_PROMPT.len()) / 4) as u64
+        ((user.len() + SYSTEM_PROMPT.len()) / 3) as u64
     }
 
     /// An attempt's estimated tokens: the prompt plus the output allowance.
@@ -521,29 +532,23 @@ impl Synthesizer {
         }
         if let Some(limiter) = &self.tokens {
             let estimate = self.estimate_tokens(user).min(u64::from(u32::MAX)) as u32;
-            self.take_tokens(limiter, estimate).await;
+            take_tokens(limiter, self.config.tokens_per_minute, estimate).await;
         }
     }
 
-    /// After a reply, charges what the real usage exceeded the estimate by.
-    async fn charge_tokens(&self, real: Usage) {
+    /// After a reply, charges what the real usage exceeded the attempt's
+    /// estimate by, as a debt later requests wait for: the reply that ran
+    /// over is not held back (its hint has a deadline), the next calls are.
+    fn charge_tokens(&self, real: Usage, user: &str) {
         if let Some(limiter) = &self.tokens {
             let real = real.input_tokens + real.output_tokens;
-            let allowance = u64::from(self.config.max_tokens);
-            if real > allowance {
-                self.take_tokens(limiter, (real - allowance).min(u64::from(u32::MAX)) as u32)
-                    .await;
+            let estimate = self.estimate_tokens(user);
+            if real > estimate {
+                let over = (real - estimate).min(u64::from(u32::MAX)) as u32;
+                let (limiter, burst) = (limiter.clone(), self.config.tokens_per_minute);
+                tokio::spawn(async move { take_tokens(&limiter, burst, over).await });
             }
         }
-    }
-
-    async fn take_tokens(&self, limiter: &DefaultDirectRateLimiter, n: u32) {
-        let burst = self.config.tokens_per_minute.max(1);
-        let Some(n) = NonZeroU32::new(n.clamp(1, burst)) else {
-            return;
-        };
-        // `n` is clamped to the quota's burst, so it always fits.
-        let _ = limiter.until_n_ready(n).await;
     }
 
     fn price(&self, model: &str) -> Option<&ModelPrice> {
@@ -557,4 +562,14 @@ impl Synthesizer {
                 / 1e6
         })
     }
+}
+
+/// Waits until `n` tokens of a tokens-per-minute limiter with `burst` are
+/// free and takes them (at most one minute's worth at once).
+async fn take_tokens(limiter: &DefaultDirectRateLimiter, burst: u32, n: u32) {
+    let Some(n) = NonZeroU32::new(n.clamp(1, burst.max(1))) else {
+        return;
+    };
+    // `n` is clamped to the quota's burst, so it always fits.
+    let _ = limiter.until_n_ready(n).await;
 }

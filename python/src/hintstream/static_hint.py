@@ -44,14 +44,15 @@ def truncate_chars(text: str, limit: int) -> str:
 
 
 def accumulator(stdout: str, name: str) -> Optional[List[str]]:
-    """The list printed between ``>>> NAME >>>`` and the next ``<<<`` (or the
-    end), parsed as a Python literal; ``None`` when absent or garbage."""
+    """The list printed between ``>>> NAME >>>`` and its closing line
+    ``<<< NAME <<<`` (or the end), parsed as a Python literal; ``None`` when
+    absent or garbage. A ``<<<`` inside a check's text does not end it."""
     marker = f">>> {name} >>>"
     start = stdout.find(marker)
     if start < 0:
         return None
     rest = stdout[start + len(marker) :]
-    end = rest.find("<<<")
+    end = rest.find(f"\n<<< {name} <<<")
     return parse_list(rest if end < 0 else rest[:end])
 
 

@@ -1,0 +1,251 @@
+//! Drain on revoke, on a real tansu broker with cooperative-sticky
+//! rebalancing: when a second member joins and takes partitions over, the
+//! first finishes and commits their in-flight work before letting them go
+//! (the newcomer does not redo it), and work parked outside handler tasks
+//! (stage 2's pending steps) is released at once instead of holding the
+//! rebalance for the whole drain timeout.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hintstream::config::Config;
+use hintstream::kafka::{RecordMeta, RunOptions, StageLoop, Taken, Work};
+use hintstream::metrics::StageMetrics;
+
+const PARTITIONS: i32 = 4;
+const MESSAGES: usize = 40;
+
+async fn setup() -> (common::Tansu, Config, String, String) {
+    let broker = common::start_tansu();
+    let mut config = common::config_for(&broker.bootstrap);
+    // Fast group protocol: the test is about the drain, not the timers.
+    config.kafka.insert("session.timeout.ms".into(), "10000".into());
+    config.kafka.insert("heartbeat.interval.ms".into(), "500".into());
+    let topic = common::unique("revoke");
+    common::create_topics(&config, &[&topic, &format!("{topic}.dlq")], PARTITIONS).await;
+    // Consumers resume from committed offsets here: one message per batch
+    // (tansu skips the rest of a batch when a consumer starts inside it).
+    let producer = common::one_per_batch_producer(&config);
+    for i in 0..MESSAGES {
+        common::send(&producer, &topic, &format!("k{i}"), i.to_string().as_bytes()).await;
+    }
+    let group = common::unique("revoke-group");
+    (broker, config, topic, group)
+}
+
+fn stage_loop(
+    config: &Config,
+    group: &str,
+    topic: &str,
+    metrics: Arc<StageMetrics>,
+    drain: Duration,
+) -> StageLoop {
+    StageLoop::create(
+        config,
+        group,
+        topic,
+        &format!("{topic}.dlq"),
+        metrics,
+        RunOptions {
+            max_in_flight: 1000,
+            max_in_flight_bytes: None,
+            drain_timeout: drain,
+        },
+    )
+    .unwrap()
+}
+
+/// Waits until `metrics` reports assigned partitions satisfying `until`.
+async fn wait_assigned(metrics: &StageMetrics, until: impl Fn(i64) -> bool, within: Duration) -> Duration {
+    let started = Instant::now();
+    while !until(metrics.assigned()) {
+        assert!(
+            started.elapsed() < within,
+            "assignment {} after {within:?}",
+            metrics.assigned()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_flight_work_of_revoked_partitions_finishes_and_is_not_redone() {
+    let (_broker, config, topic, group) = setup().await;
+    // Who processed what: (member, payload).
+    let done: Arc<Mutex<Vec<(u8, String)>>> = Arc::default();
+    let run = |member: u8, metrics: Arc<StageMetrics>| {
+        let stage = stage_loop(&config, &group, &topic, metrics, Duration::from_secs(20));
+        let done = done.clone();
+        common::spawn_stage(move |stop| {
+            stage.run(
+                |bytes: &[u8], _: &RecordMeta| Ok(String::from_utf8_lossy(bytes).into_owned()),
+                move |work: Work<String>| {
+                    let done = done.clone();
+                    async move {
+                        // Slow work: in flight when the second member joins.
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        done.lock().unwrap().push((member, work.input));
+                        work.message.ack();
+                    }
+                },
+                stop,
+            )
+        })
+    };
+    let a_metrics = Arc::new(StageMetrics::unregistered());
+    let a = run(0, a_metrics.clone());
+    wait_assigned(
+        &a_metrics,
+        |n| n == i64::from(PARTITIONS),
+        Duration::from_secs(60),
+    )
+    .await;
+    // Let A take everything off the topic.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a_metrics.in_flight() < MESSAGES {
+        assert!(
+            Instant::now() < deadline,
+            "A took {} messages",
+            a_metrics.in_flight()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b_metrics = Arc::new(StageMetrics::unregistered());
+    let b = run(1, b_metrics.clone());
+    let took = wait_assigned(&b_metrics, |n| n > 0, Duration::from_secs(60)).await;
+    // Every message was finished once, by A: the revoke waited for them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while done.lock().unwrap().len() < MESSAGES {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {MESSAGES} done",
+            done.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.stop().await;
+    b.stop().await;
+    let done = done.lock().unwrap();
+    let by_member: BTreeMap<u8, usize> = done.iter().fold(BTreeMap::new(), |mut m, (who, _)| {
+        *m.entry(*who).or_default() += 1;
+        m
+    });
+    let distinct: HashSet<&String> = done.iter().map(|(_, p)| p).collect();
+    eprintln!(
+        "revoke with {MESSAGES} in flight: B assigned after {took:.1?}; processed by member {by_member:?}"
+    );
+    assert_eq!(distinct.len(), MESSAGES);
+    assert_eq!(
+        done.len(),
+        MESSAGES,
+        "nothing redone by the new owner: {by_member:?}"
+    );
+    assert_eq!(
+        by_member.get(&0),
+        Some(&MESSAGES),
+        "A finished all its in-flight work"
+    );
+    assert!(
+        a_metrics.revoke_finished() >= 1,
+        "the drain finished work of the revoked partitions"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parked_work_of_revoked_partitions_is_released_without_waiting_out_the_drain() {
+    const DRAIN: Duration = Duration::from_secs(30);
+    let (_broker, config, topic, group) = setup().await;
+    // A parks every message, as stage 2 parks the rows of incomplete steps,
+    // and releases the revoked partitions' ones from its revoke hook.
+    let parked: Arc<Mutex<Vec<Taken>>> = Arc::default();
+    let released_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook_released = released_count.clone();
+    let a_metrics = Arc::new(StageMetrics::unregistered());
+    let a_loop = stage_loop(&config, &group, &topic, a_metrics.clone(), DRAIN);
+    let hook_parked = parked.clone();
+    a_loop.on_revoke(Box::new(move |partitions| {
+        let released: Vec<Taken> = {
+            let mut parked = hook_parked.lock().unwrap();
+            let (go, stay) = std::mem::take(&mut *parked)
+                .into_iter()
+                .partition(|t| partitions.iter().any(|(_, p)| *p == t.meta().partition));
+            *parked = stay;
+            go
+        };
+        hook_released.fetch_add(released.len(), std::sync::atomic::Ordering::SeqCst);
+        drop(released);
+    }));
+    let handler_parked = parked.clone();
+    let a = common::spawn_stage(move |stop| {
+        a_loop.run(
+            |_: &[u8], _: &RecordMeta| Ok(()),
+            move |work: Work<()>| {
+                handler_parked.lock().unwrap().push(work.message);
+                async {}
+            },
+            stop,
+        )
+    });
+    wait_assigned(
+        &a_metrics,
+        |n| n == i64::from(PARTITIONS),
+        Duration::from_secs(60),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while parked.lock().unwrap().len() < MESSAGES {
+        assert!(
+            Instant::now() < deadline,
+            "A parked {}",
+            parked.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // B takes everything it gets and finishes it.
+    let b_metrics = Arc::new(StageMetrics::unregistered());
+    let b_seen: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let b_loop = stage_loop(&config, &group, &topic, b_metrics.clone(), DRAIN);
+    let b_handler_seen = b_seen.clone();
+    let b = common::spawn_stage(move |stop| {
+        b_loop.run(
+            |_: &[u8], _: &RecordMeta| Ok(()),
+            move |work: Work<()>| {
+                b_handler_seen.lock().unwrap().push(work.message.meta().partition);
+                work.message.ack();
+                async {}
+            },
+            stop,
+        )
+    });
+    let took = wait_assigned(&b_metrics, |n| n > 0, DRAIN + Duration::from_secs(30)).await;
+    eprintln!(
+        "revoke with {MESSAGES} parked messages: B assigned after {took:.1?} (drain timeout {DRAIN:?})"
+    );
+    assert!(
+        took < DRAIN / 2,
+        "the rebalance waited {took:?}, as if for the parked (released) messages"
+    );
+    // The released messages were not committed: B redoes them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let released = released_count.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(released > 0, "the hook released the revoked partitions' messages");
+    while b_seen.lock().unwrap().len() < released {
+        assert!(
+            Instant::now() < deadline,
+            "B got {} messages",
+            b_seen.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+    assert!(
+        a_metrics.abandoned_count() >= 1,
+        "released messages count as abandoned"
+    );
+}
