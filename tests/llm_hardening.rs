@@ -79,16 +79,16 @@ async fn a_redirect_to_another_port_is_not_followed() {
     for status in statuses {
         let marker = format!("[redirect {status}]");
         let s = synth.synthesize(&trajectory(&marker)).await;
+        assert_eq!(
+            elsewhere.connections(),
+            0,
+            "{status}: the redirect target was connected to; the key could have gone there"
+        );
         assert_eq!(s.category, HintCategory::LlmFailedStaticFallback, "{status}");
         assert_eq!(s.failure_reason.as_deref(), Some("http_3xx"), "{status}");
         assert!(s.hint.contains("test_iso_week failed"), "{status}: {}", s.hint);
         assert_eq!(seen_with(&server, &marker).len(), 1, "a {status} is not retried");
     }
-    assert_eq!(
-        elsewhere.connections(),
-        0,
-        "the redirect target was connected to: the key could have gone there"
-    );
 }
 
 #[tokio::test]
