@@ -269,8 +269,11 @@ impl LlmClient {
         let status = response.status();
         if !status.is_success() {
             let retry_after = retry_after(response.headers(), SystemTime::now());
-            // Enough of the body for its message; the status decides.
-            let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES).await?;
+            // The start of the body, for its message; the status decides
+            // the kind, even when the body breaks off.
+            let body = read_body(&mut response, MAX_ERROR_BODY_BYTES)
+                .await
+                .map_or_else(|_| Vec::new(), |(body, _)| body);
             let mut error = status_error(status.as_u16(), &body, retry_after);
             if let (LlmError::Status { message, .. }, Some(key)) = (&mut error, &self.endpoint.api_key) {
                 // Some gateways echo the key they refused.
@@ -278,7 +281,15 @@ impl LlmClient {
             }
             return Err(error);
         }
-        let (body, complete) = read_body(&mut response, MAX_RESPONSE_BODY_BYTES).await?;
+        // A declared length over the cap fails before a byte is read.
+        let declared_over = response
+            .content_length()
+            .is_some_and(|n| n > MAX_RESPONSE_BODY_BYTES as u64);
+        let (body, complete) = if declared_over {
+            (Vec::new(), false)
+        } else {
+            read_body(&mut response, MAX_RESPONSE_BODY_BYTES).await?
+        };
         if !complete {
             return Err(LlmError::Malformed(format!(
                 "response body over {MAX_RESPONSE_BODY_BYTES} bytes"
@@ -315,13 +326,9 @@ fn extra_roots(path: &Path) -> Result<Vec<reqwest::Certificate>, LlmError> {
     Ok(certs)
 }
 
-/// Reads the body up to `cap` bytes: its bytes and whether that was all of
-/// it. A body longer than `cap` (by `content-length`, or as it streams in)
-/// stops there; what was read is returned, the rest never is.
+/// Reads the body as it streams in, up to `cap` bytes: its first bytes and
+/// whether that was all of it. The rest of a longer body is never read.
 async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<(Vec<u8>, bool), LlmError> {
-    if response.content_length().is_some_and(|n| n > cap as u64) {
-        return Ok((Vec::new(), false));
-    }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
         if body.len() + chunk.len() > cap {
