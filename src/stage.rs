@@ -50,6 +50,7 @@ impl StageError {
         match self {
             StageError::Config(_) => 2,
             StageError::Connect(e) if e.is_config() => 2,
+            StageError::Llm(e) if e.is_config() => 2,
             _ => 1,
         }
     }

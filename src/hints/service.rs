@@ -240,17 +240,19 @@ pub struct HintStage {
 }
 
 impl HintStage {
-    /// Checks the cluster and topics, creates the LLM client (from config
-    /// and the SDK env variables) and the Kafka clients, and starts the
+    /// Creates the LLM client (from config and the SDK env variables), checks
+    /// the cluster and topics, creates the Kafka clients, and starts the
     /// metrics endpoint.
     pub async fn build(config: Config, env: &LlmEnv) -> Result<Self, StageError> {
+        // First, so a bad `SSL_CERT_FILE` exits 2 before any broker is asked.
+        let synth = Synthesizer::new(&config.llm, env)?;
         let mut shell = StageShell::build(&config, &config.hints, "hintstream_hints", &[], true).await?;
         let llm = &config.llm;
         let metrics = Arc::new(HintMetrics::register(
             &mut shell.registry,
             (llm.budget_usd_per_hour > 0.0, llm.budget_tokens_per_hour > 0),
         ));
-        let synth = Synthesizer::new(llm, env)?.with_observer(metrics.clone());
+        let synth = synth.with_observer(metrics.clone());
         tracing::info!("hints: {}", synth.describe());
         if synth.has_model() && llm.budget_usd_per_hour == 0.0 && llm.budget_tokens_per_hour == 0 {
             tracing::warn!(

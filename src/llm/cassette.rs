@@ -148,6 +148,18 @@ pub struct Cassette {
     appended: std::sync::atomic::AtomicU64,
 }
 
+/// The file and its counts; a cassette holds no key (see `request_key`).
+impl std::fmt::Debug for Cassette {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cassette")
+            .field("mode", &self.mode)
+            .field("path", &self.path)
+            .field("played", &self.played())
+            .field("appended", &self.appended())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Cassette {
     /// Opens `path` (created when missing). In record mode an existing file is
     /// truncated; the other modes load it.
@@ -346,6 +358,20 @@ mod tests {
         assert_eq!(lines, 2);
         Cassette::open(&path, CassetteMode::Record).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+    }
+
+    #[test]
+    fn cassette_debug_names_the_file_not_its_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        let rec = Cassette::open(&path, CassetteMode::Record).unwrap();
+        rec.append(call("a", "recorded-reply-text")).unwrap();
+        let shown = format!("{rec:?}");
+        assert!(
+            shown.contains("c.jsonl") && shown.contains("appended: 1"),
+            "{shown}"
+        );
+        assert!(!shown.contains("recorded-reply-text"), "{shown}");
     }
 
     #[test]

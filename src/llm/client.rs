@@ -2,9 +2,14 @@
 //! OpenAI-compatible chat completions (OpenRouter, vLLM, LiteLLM, Ollama),
 //! over reqwest, with errors sorted into the kinds the retry policy and the
 //! `failure_reason` of a hint use.
+//!
+//! Hardening: redirects are never followed (the key must not reach another
+//! host), bodies are read up to a cap, the trust roots are the system store
+//! plus the PEM file in `SSL_CERT_FILE`, and keys never print.
 
 use std::fmt;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::{json, Value};
@@ -18,6 +23,16 @@ pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// Longest error body kept in an error message.
 const MAX_ERROR_BODY_CHARS: usize = 300;
+/// Largest success body read from a model API. A longer one (by its
+/// `content-length`, or once that many bytes have streamed in) fails the
+/// attempt with `malformed_response`, not retried; the rest is never read
+/// and the connection is dropped, so memory stays bounded.
+pub const MAX_RESPONSE_BODY_BYTES: usize = 1 << 20;
+/// Largest part of an error body read: the message keeps its first
+/// `MAX_ERROR_BODY_CHARS` characters, and the status decides the retry.
+const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+/// The header the official SDKs read first: the wait in milliseconds.
+const RETRY_AFTER_MS: &str = "retry-after-ms";
 
 /// An API key. Its `Debug` and `Display` never show it.
 #[derive(Clone)]
@@ -52,6 +67,10 @@ pub struct Endpoint {
     pub provider: Provider,
     pub base_url: String,
     pub api_key: Option<ApiKey>,
+    /// A PEM file whose certificates are trusted besides the system store
+    /// (`SSL_CERT_FILE`): the CA of a private gateway (LiteLLM, vLLM behind
+    /// TLS).
+    pub ssl_cert_file: Option<PathBuf>,
 }
 
 /// One completion request.
@@ -97,6 +116,10 @@ pub enum LlmError {
     /// `llm.budget_tokens_per_hour`) is spent: no request was sent.
     #[error("the LLM spend budget for the rolling hour is spent")]
     BudgetExhausted,
+    /// `SSL_CERT_FILE` cannot be read or holds no usable certificate: the
+    /// client is not built (a start-up error, never a hint's).
+    #[error("SSL_CERT_FILE {path}: {reason}")]
+    CertFile { path: PathBuf, reason: String },
 }
 
 impl LlmError {
@@ -104,6 +127,9 @@ impl LlmError {
     pub fn failure_reason(&self) -> String {
         match self {
             LlmError::Timeout => "timeout".into(),
+            LlmError::Status {
+                status: 300..=399, ..
+            } => "http_3xx".into(),
             LlmError::Status { status: 429, .. } => "http_429".into(),
             LlmError::Status { status: 529, .. } => "http_529".into(),
             LlmError::Status { status, .. } if *status >= 500 => "http_5xx".into(),
@@ -113,20 +139,29 @@ impl LlmError {
             LlmError::Empty => "empty".into(),
             LlmError::NotInCassette { .. } => "cassette_miss".into(),
             LlmError::BudgetExhausted => "budget_exhausted".into(),
+            LlmError::CertFile { .. } => "cert_file".into(),
         }
     }
 
-    /// Worth retrying: rate limits, overload, server errors, timeouts and
-    /// broken connections. 4xx other than 429 and bad bodies are not.
+    /// Worth retrying, as the official SDKs decide: request timeout (408),
+    /// lock conflict (409), rate limits (429), overload and server errors
+    /// (>= 500), timeouts and broken connections. Redirects (3xx), other
+    /// 4xx (400, 401, 403, 404, 422, ...) and bad bodies are not.
     pub fn retryable(&self) -> bool {
         match self {
             LlmError::Timeout | LlmError::Connect(_) => true,
-            LlmError::Status { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Status { status, .. } => matches!(*status, 408 | 409 | 429) || *status >= 500,
             LlmError::Malformed(_)
             | LlmError::Empty
             | LlmError::NotInCassette { .. }
-            | LlmError::BudgetExhausted => false,
+            | LlmError::BudgetExhausted
+            | LlmError::CertFile { .. } => false,
         }
+    }
+
+    /// A mistake in the set-up the user fixes (exit 2), not a runtime one.
+    pub fn is_config(&self) -> bool {
+        matches!(self, LlmError::CertFile { .. })
     }
 
     /// The server's `retry-after`, when it sent one.
@@ -146,12 +181,30 @@ pub struct LlmClient {
 }
 
 impl LlmClient {
+    /// Builds the HTTP client: no redirects, trust roots from the system
+    /// store (and webpki's) plus every certificate in
+    /// `endpoint.ssl_cert_file`. A file that cannot be read or holds no
+    /// certificate is `LlmError::CertFile`, naming it.
     pub fn new(endpoint: Endpoint) -> Result<Self, LlmError> {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .pool_max_idle_per_host(64)
-            .build()
-            .map_err(|e| LlmError::Connect(e.to_string()))?;
+            // A redirect would carry `x-api-key` or the bearer token to
+            // wherever `Location` points: a 3xx is a failure instead.
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(path) = &endpoint.ssl_cert_file {
+            for cert in extra_roots(path)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|e| match &endpoint.ssl_cert_file {
+            // The extra roots are the part of the build that input decides.
+            Some(path) => LlmError::CertFile {
+                path: path.clone(),
+                reason: without_url(&e),
+            },
+            None => LlmError::Connect(without_url(&e)),
+        })?;
         Ok(LlmClient { http, endpoint })
     }
 
@@ -212,12 +265,35 @@ impl LlmClient {
                 )
             }
         };
-        let response = builder.send().await.map_err(transport_error)?;
+        let mut response = builder.send().await.map_err(transport_error)?;
         let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let body = response.bytes().await.map_err(transport_error)?;
         if !status.is_success() {
-            return Err(status_error(status.as_u16(), &body, retry_after));
+            let retry_after = retry_after(response.headers(), SystemTime::now());
+            // The start of the body, for its message; the status decides
+            // the kind, even when the body breaks off.
+            let body = read_body(&mut response, MAX_ERROR_BODY_BYTES)
+                .await
+                .map_or_else(|_| Vec::new(), |(body, _)| body);
+            let mut error = status_error(status.as_u16(), &body, retry_after);
+            if let (LlmError::Status { message, .. }, Some(key)) = (&mut error, &self.endpoint.api_key) {
+                // Some gateways echo the key they refused.
+                *message = message.replace(key.expose(), "<redacted>");
+            }
+            return Err(error);
+        }
+        // A declared length over the cap fails before a byte is read.
+        let declared_over = response
+            .content_length()
+            .is_some_and(|n| n > MAX_RESPONSE_BODY_BYTES as u64);
+        let (body, complete) = if declared_over {
+            (Vec::new(), false)
+        } else {
+            read_body(&mut response, MAX_RESPONSE_BODY_BYTES).await?
+        };
+        if !complete {
+            return Err(LlmError::Malformed(format!(
+                "response body over {MAX_RESPONSE_BODY_BYTES} bytes"
+            )));
         }
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| LlmError::Malformed(format!("body is not JSON: {e}")))?;
@@ -230,6 +306,39 @@ impl LlmClient {
         }
         Ok(reply)
     }
+}
+
+/// Every certificate in the PEM file `path`, read by us rather than left to
+/// the native loader: `rustls-native-certs` reads `SSL_CERT_FILE` *instead
+/// of* the system store, and the client reads it from `LlmEnv`, not from the
+/// process environment.
+fn extra_roots(path: &Path) -> Result<Vec<reqwest::Certificate>, LlmError> {
+    let fail = |reason: String| LlmError::CertFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| fail(format!("not a PEM certificate bundle: {e}")))?;
+    if certs.is_empty() {
+        return Err(fail("holds no PEM certificate".into()));
+    }
+    Ok(certs)
+}
+
+/// Reads the body as it streams in, up to `cap` bytes: its first bytes and
+/// whether that was all of it. The rest of a longer body is never read.
+async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<(Vec<u8>, bool), LlmError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+        if body.len() + chunk.len() > cap {
+            let room = cap - body.len();
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
 }
 
 fn transport_error(e: reqwest::Error) -> LlmError {
@@ -259,16 +368,42 @@ fn without_url(e: &reqwest::Error) -> String {
     text
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    value
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+/// The wait the server asked for, as the official SDKs read it:
+/// `retry-after-ms` (milliseconds) first, else `retry-after` in seconds or
+/// as an HTTP-date (one in the past means no wait). Unparsable, negative or
+/// out-of-range values count as absent.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let seconds = |s: f64| {
+        (s.is_finite() && s >= 0.0)
+            .then(|| Duration::try_from_secs_f64(s).ok())
+            .flatten()
+    };
+    if let Some(wait) = header(RETRY_AFTER_MS)
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|ms| seconds(ms / 1000.0))
+    {
+        return Some(wait);
+    }
+    let value = header(RETRY_AFTER.as_str())?;
+    match value.parse::<f64>() {
+        Ok(s) => seconds(s),
+        Err(_) => {
+            let at = httpdate::parse_http_date(value).ok()?;
+            Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+        }
+    }
 }
 
 fn status_error(status: u16, body: &[u8], retry_after: Option<Duration>) -> LlmError {
+    if (300..400).contains(&status) {
+        return LlmError::Status {
+            status,
+            kind: "redirect".into(),
+            message: "redirects are not followed: the API key must not reach another host".into(),
+            retry_after: None,
+        };
+    }
     // Both APIs put `{"error": {"type"|"code", "message"}}` in error bodies.
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let error = parsed.as_ref().and_then(|v| v.get("error"));
@@ -345,16 +480,126 @@ fn openai_reply(v: &Value) -> Result<Reply, LlmError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn api_key_never_prints() {
-        let key = ApiKey::new("sk-ant-secret");
-        assert!(!format!("{key:?}").contains("secret"));
-        let endpoint = Endpoint {
+    const KEY: &str = "sk-ant-api03-unit-test-secret";
+
+    fn endpoint() -> Endpoint {
+        Endpoint {
             provider: Provider::Anthropic,
-            base_url: "x".into(),
-            api_key: Some(key),
-        };
-        assert!(!format!("{endpoint:?}").contains("secret"));
+            base_url: "http://127.0.0.1:9".into(),
+            api_key: Some(ApiKey::new(KEY)),
+            ssl_cert_file: None,
+        }
+    }
+
+    #[test]
+    fn api_key_debug_hides_the_key() {
+        let key = ApiKey::new(KEY);
+        let shown = format!("{key:?}");
+        assert!(!shown.contains(KEY) && shown.contains("redacted"), "{shown}");
+    }
+
+    #[test]
+    fn endpoint_debug_hides_the_key() {
+        let shown = format!("{:?}", endpoint());
+        assert!(!shown.contains(KEY), "{shown}");
+        assert!(shown.contains("127.0.0.1:9"), "{shown}");
+    }
+
+    #[test]
+    fn client_debug_hides_the_key() {
+        let client = LlmClient::new(endpoint()).unwrap();
+        let shown = format!("{client:?}");
+        assert!(!shown.contains(KEY), "{shown}");
+        assert!(shown.contains("Endpoint"), "{shown}");
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn reads_retry_after_as_the_sdks_do() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let read = |pairs: &[(&'static str, &str)]| retry_after(&headers(pairs), now);
+        assert_eq!(read(&[("retry-after", "2")]), Some(Duration::from_secs(2)));
+        assert_eq!(read(&[("retry-after", "0.5")]), Some(Duration::from_millis(500)));
+        assert_eq!(
+            read(&[("retry-after-ms", "1500")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            read(&[("retry-after-ms", "250"), ("retry-after", "30")]),
+            Some(Duration::from_millis(250)),
+            "retry-after-ms takes precedence"
+        );
+        assert_eq!(
+            read(&[("retry-after-ms", "soon"), ("retry-after", "3")]),
+            Some(Duration::from_secs(3)),
+            "an unparsable retry-after-ms falls back to retry-after"
+        );
+        let in_ten = httpdate::fmt_http_date(now + Duration::from_secs(10));
+        assert_eq!(read(&[("retry-after", &in_ten)]), Some(Duration::from_secs(10)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(10));
+        assert_eq!(read(&[("retry-after", &past)]), Some(Duration::ZERO));
+        for bad in ["-1", "NaN", "inf", "1e300", "tomorrow"] {
+            assert_eq!(read(&[("retry-after", bad)]), None, "{bad}");
+        }
+        assert_eq!(read(&[]), None);
+    }
+
+    #[test]
+    fn retries_what_the_official_sdks_retry() {
+        for status in [408, 409, 429, 500, 502, 503, 529] {
+            assert!(status_error(status, b"{}", None).retryable(), "{status}");
+        }
+        for status in [301, 302, 307, 308, 400, 401, 403, 404, 422] {
+            assert!(!status_error(status, b"{}", None).retryable(), "{status}");
+        }
+    }
+
+    #[test]
+    fn every_redirect_is_one_failure_reason() {
+        for status in [300, 301, 302, 303, 307, 308] {
+            let e = status_error(status, b"<html>moved</html>", Some(Duration::from_secs(1)));
+            assert_eq!(e.failure_reason(), "http_3xx", "{status}");
+            assert_eq!(e.retry_after(), None);
+        }
+        assert_eq!(status_error(408, b"{}", None).failure_reason(), "http_408");
+    }
+
+    #[test]
+    fn a_bad_ssl_cert_file_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing-ca.pem");
+        let empty = dir.path().join("no-certs.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let broken = dir.path().join("broken.pem");
+        std::fs::write(
+            &broken,
+            "-----BEGIN CERTIFICATE-----\n@@@@\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        // Valid PEM and base64, but not a certificate.
+        let not_der = dir.path().join("not-der.pem");
+        std::fs::write(
+            &not_der,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        for path in [missing, empty, broken, not_der] {
+            let err = LlmClient::new(Endpoint {
+                ssl_cert_file: Some(path.clone()),
+                ..endpoint()
+            })
+            .unwrap_err();
+            assert!(matches!(err, LlmError::CertFile { .. }), "{err:?}");
+            assert!(err.is_config());
+            assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+        }
     }
 
     #[test]

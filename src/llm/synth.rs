@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,11 @@ pub struct LlmEnv {
     pub anthropic_base_url: Option<String>,
     pub openai_api_key: Option<String>,
     pub openai_base_url: Option<String>,
+    /// `SSL_CERT_FILE`: a PEM file whose certificates the LLM client trusts
+    /// besides the system store. A field rather than a read of the process
+    /// environment at client construction, so one process can build clients
+    /// with different roots (tests do).
+    pub ssl_cert_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for LlmEnv {
@@ -65,6 +71,7 @@ impl std::fmt::Debug for LlmEnv {
             .field("anthropic_base_url", &self.anthropic_base_url)
             .field("openai_api_key", &key(&self.openai_api_key))
             .field("openai_base_url", &self.openai_base_url)
+            .field("ssl_cert_file", &self.ssl_cert_file)
             .finish()
     }
 }
@@ -77,6 +84,7 @@ impl LlmEnv {
             anthropic_base_url: var("ANTHROPIC_BASE_URL"),
             openai_api_key: var("OPENAI_API_KEY"),
             openai_base_url: var("OPENAI_BASE_URL"),
+            ssl_cert_file: var("SSL_CERT_FILE").map(PathBuf::from),
         }
     }
 }
@@ -91,6 +99,20 @@ pub struct Synthesizer {
     observer: Option<Arc<dyn SynthObserver>>,
     cassette: Option<Arc<Cassette>>,
     budget: Option<SpendBudget>,
+}
+
+/// Shows the client (its key redacted by `ApiKey`), the model chain and the
+/// cassette; never a key.
+impl std::fmt::Debug for Synthesizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Synthesizer")
+            .field("client", &self.client)
+            .field("models", &self.models)
+            .field("concurrency", &self.config.concurrency)
+            .field("cassette", &self.cassette)
+            .field("budget", &self.budget.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long a synthesis took: the recorded time of calls played from a
@@ -144,6 +166,7 @@ impl Synthesizer {
                     provider,
                     base_url,
                     api_key: key.clone().map(ApiKey::new),
+                    ssl_cert_file: env.ssl_cert_file.clone(),
                 })?)
             }
         };
@@ -478,9 +501,10 @@ impl Synthesizer {
             let Some(delay) = backoff.next() else {
                 return Err(error);
             };
-            // Never retry sooner than the server asked.
+            // Never retry sooner than the server asked. (Compared with what
+            // is left, not added to now: a server's wait may be huge.)
             let delay = error.retry_after().map_or(delay, |after| after.max(delay));
-            if Instant::now() + delay >= deadline {
+            if delay >= deadline.saturating_duration_since(Instant::now()) {
                 return Err(error);
             }
             if let Some(o) = &self.observer {
@@ -572,4 +596,58 @@ async fn take_tokens(limiter: &DefaultDirectRateLimiter, burst: u32, n: u32) {
     };
     // `n` is clamped to the quota's burst, so it always fits.
     let _ = limiter.until_n_ready(n).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANTHROPIC_KEY: &str = "sk-ant-api03-synth-unit-secret";
+    const OPENAI_KEY: &str = "sk-proj-synth-unit-secret";
+
+    fn env() -> LlmEnv {
+        LlmEnv {
+            anthropic_api_key: Some(ANTHROPIC_KEY.into()),
+            anthropic_base_url: Some("http://127.0.0.1:9".into()),
+            openai_api_key: Some(OPENAI_KEY.into()),
+            ssl_cert_file: Some("/etc/gateway-ca.pem".into()),
+            ..LlmEnv::default()
+        }
+    }
+
+    #[test]
+    fn llm_env_debug_hides_both_keys() {
+        let shown = format!("{:?}", env());
+        assert!(
+            !shown.contains(ANTHROPIC_KEY) && !shown.contains(OPENAI_KEY),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("<redacted>") && shown.contains("gateway-ca.pem"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn synthesizer_debug_hides_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let cassette = Cassette::open(&dir.path().join("c.jsonl"), CassetteMode::Record).unwrap();
+        let env = LlmEnv {
+            ssl_cert_file: None,
+            ..env()
+        };
+        let synth = Synthesizer::new(&LlmConfig::default(), &env)
+            .unwrap()
+            .with_cassette(Arc::new(cassette));
+        assert!(synth.has_model());
+        let shown = format!("{synth:?}");
+        assert!(
+            !shown.contains(ANTHROPIC_KEY) && !shown.contains(OPENAI_KEY),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("c.jsonl") && shown.contains("Anthropic"),
+            "{shown}"
+        );
+    }
 }

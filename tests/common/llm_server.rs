@@ -1,8 +1,10 @@
 //! A loopback HTTP server that speaks the Anthropic Messages API and OpenAI
 //! chat completions, checks requests as the real APIs do (headers, body
 //! shape), answers with their success and error bodies, and misbehaves on
-//! cue: status codes with `retry-after`, hangs, empty text, malformed JSON,
-//! connections broken mid-body. What it does is chosen per request by a
+//! cue: status codes with `retry-after` (or any headers), redirects, hangs,
+//! empty text, malformed JSON, oversized or endless bodies, connections
+//! broken mid-body. It serves plain HTTP, or HTTPS with a given certificate.
+//! What it does is chosen per request by a
 //! marker found in the request body (e.g. the trajectory's task prompt), in
 //! sequence: the n-th request carrying a marker gets the n-th behaviour (the
 //! last one repeats).
@@ -10,6 +12,8 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +43,20 @@ pub enum Behavior {
     /// body), after `base` times 1 to 5 by the same hash: every group gets
     /// its own hint and latency, the same ones for the same request.
     Derived(Duration),
+    /// An error status with the API's error body and these headers (e.g.
+    /// `retry-after-ms`, an HTTP-date `retry-after`).
+    StatusWith(u16, &'static str, Vec<(&'static str, String)>),
+    /// A redirect: this status with `Location` set to this URL.
+    Redirect(u16, String),
+    /// 200 with a valid Messages/chat reply of this many bytes (the text
+    /// pads it), with `content-length`.
+    Huge(usize),
+    /// 200 without `content-length` (chunked): this many bytes of a reply
+    /// that never ends; the body stays open.
+    Endless(usize),
+    /// 401 whose message echoes the key the request carried, as some
+    /// gateways do.
+    EchoKey,
 }
 
 /// FNV-1a, so derived answers need no extra dependency.
@@ -73,12 +91,64 @@ struct AppState {
 pub struct LlmServer {
     pub addr: SocketAddr,
     state: AppState,
+    scheme: &'static str,
+    /// TLS handshakes that failed (HTTPS only).
+    tls_rejected: Arc<AtomicUsize>,
 }
 
 impl LlmServer {
     /// Starts on 127.0.0.1 with a free port. `api_key`: the key requests
     /// must carry (`x-api-key` or `Authorization: Bearer`).
     pub async fn start(api_key: Option<&str>) -> LlmServer {
+        let (state, app) = Self::app(api_key);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        LlmServer {
+            addr,
+            state,
+            scheme: "http",
+            tls_rejected: Arc::default(),
+        }
+    }
+
+    /// Starts HTTPS on 127.0.0.1 with a free port, presenting the PEM
+    /// certificate chain `cert` with its PEM private key `key`.
+    pub async fn start_tls(api_key: Option<&str>, cert: &Path, key: &Path) -> LlmServer {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(key).unwrap();
+        let tls =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap();
+        let (state, app) = Self::app(api_key);
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let tls_rejected = Arc::new(AtomicUsize::new(0));
+        let listener = TlsListener {
+            tcp,
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+            rejected: tls_rejected.clone(),
+        };
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        LlmServer {
+            addr,
+            state,
+            scheme: "https",
+            tls_rejected,
+        }
+    }
+
+    fn app(api_key: Option<&str>) -> (AppState, Router) {
         let state = AppState {
             script: Arc::new(Mutex::new(Script::default())),
             seen: Arc::new(Mutex::new(Vec::new())),
@@ -88,14 +158,16 @@ impl LlmServer {
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        LlmServer { addr, state }
+        (state, app)
     }
 
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// TLS handshakes that failed so far (HTTPS only).
+    pub fn tls_rejected(&self) -> usize {
+        self.tls_rejected.load(Ordering::SeqCst)
     }
 
     /// Requests whose body contains `marker` get `behaviors` in turn.
@@ -115,6 +187,64 @@ impl LlmServer {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.state.seen.lock().unwrap().clone()
+    }
+}
+
+/// TLS over a TCP listener, for `axum::serve`: a failed handshake is
+/// counted and the next connection accepted.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    rejected: Arc<AtomicUsize>,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            match self.acceptor.accept(tcp).await {
+                Ok(tls) => return (tls, addr),
+                Err(_) => {
+                    self.rejected.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// A listener that only counts the connections it gets (then closes
+/// them): the place a redirect points to, which must see none.
+pub struct ConnectionCounter {
+    pub addr: SocketAddr,
+    count: Arc<AtomicUsize>,
+}
+
+impl ConnectionCounter {
+    pub async fn start() -> ConnectionCounter {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = count.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        ConnectionCounter { addr, count }
+    }
+
+    pub fn connections(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
     }
 }
 
@@ -254,7 +384,21 @@ fn check_openai(state: &AppState, headers: &HeaderMap, body: &Value) -> Result<(
     Ok(())
 }
 
-async fn misbehave(b: &Behavior) -> Option<Response> {
+/// A success body of the API `api` of at least `len` bytes (a few more at
+/// most): valid JSON, its text padded with `a`s.
+fn reply_of_len(api: Api, len: usize) -> Vec<u8> {
+    let reply = |n: usize| serde_json::to_vec(&api.success(&json!("m"), &"a".repeat(n), 0)).unwrap();
+    let mut n = 0;
+    loop {
+        let body = reply(n);
+        if body.len() >= len {
+            return body;
+        }
+        n += len - body.len();
+    }
+}
+
+async fn misbehave(api: Api, headers: &HeaderMap, b: &Behavior) -> Option<Response> {
     match b {
         Behavior::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -282,6 +426,56 @@ async fn misbehave(b: &Behavior) -> Option<Response> {
         Behavior::Text(_, delay) => {
             tokio::time::sleep(*delay).await;
             None
+        }
+        Behavior::StatusWith(status, kind, extra) => {
+            let mut r = api.error(*status, kind, "scripted error", None);
+            for (name, value) in extra {
+                r.headers_mut().insert(*name, value.parse().unwrap());
+            }
+            Some(r)
+        }
+        Behavior::Redirect(status, location) => Some(
+            Response::builder()
+                .status(*status)
+                .header("location", location.as_str())
+                .body(Body::empty())
+                .unwrap(),
+        ),
+        Behavior::Huge(len) => Some(
+            Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(Body::from(reply_of_len(api, *len)))
+                .unwrap(),
+        ),
+        Behavior::Endless(len) => {
+            let body = reply_of_len(api, len + 1024);
+            let chunks: Vec<Result<Bytes, std::io::Error>> = body[..*len]
+                .chunks(64 << 10)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            let endless =
+                futures::StreamExt::chain(futures::stream::iter(chunks), futures::stream::pending());
+            Some(
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(Body::from_stream(endless))
+                    .unwrap(),
+            )
+        }
+        Behavior::EchoKey => {
+            let key = headers
+                .get("x-api-key")
+                .or_else(|| headers.get("authorization"))
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            Some(api.error(
+                401,
+                "authentication_error",
+                &format!("invalid x-api-key: {key}"),
+                None,
+            ))
         }
         _ => None,
     }
@@ -349,7 +543,7 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         return r;
     }
     let behavior = pick(&state, &String::from_utf8_lossy(&body));
-    if let Some(r) = misbehave(&behavior).await {
+    if let Some(r) = misbehave(api, &headers, &behavior).await {
         return r;
     }
     let text = match &behavior {
