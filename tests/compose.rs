@@ -230,6 +230,17 @@ fn every_profile_combination_validates_and_each_profile_runs_one_stage_of_each()
         for name in ["kafka", "topic-init", "prometheus", "grafana"] {
             assert!(services.contains_key(name), "{flags:?} lacks {name}");
         }
+        // `docker compose up --wait` counts a one-shot's exit 0 as success
+        // only when a running service waits for it to complete.
+        for (one_shot, _) in services.iter().filter(|(_, s)| s["restart"] == "no") {
+            assert!(
+                services.values().any(|s| {
+                    s["restart"] != "no"
+                        && s["depends_on"][one_shot]["condition"] == "service_completed_successfully"
+                }),
+                "{flags:?}: no running service waits for the one-shot {one_shot}"
+            );
+        }
 
         let profile = flags.first().copied().unwrap_or("cpu");
         let stage2 = services[advantages[0]];
