@@ -8,6 +8,9 @@
 #    and rdkafka_conf.c tests it with #ifdef);
 #  - OpenSSL headers and pkg-config: librdkafka is built with TLS and
 #    SASL/SCRAM (rdkafka's `ssl` feature links the system OpenSSL);
+#  - promtool, which checks and unit-tests deploy/prometheus in the tests:
+#    taken alone out of Debian's `prometheus` package (its server, web assets
+#    and dependencies are not needed);
 # The tests also need the tansu broker: scripts/test.sh installs it.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
@@ -25,11 +28,23 @@ command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
 # Headless Chromium renders the eval report in tests/eval.rs.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+need_promtool=0
+command -v promtool >/dev/null 2>&1 || need_promtool=1
+if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+if [ ${#need_apt[@]} -gt 0 ] || [ $need_promtool = 1 ]; then
+  $sudo apt-get update -qq
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}" >&2
-  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
-  $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if [ $need_promtool = 1 ]; then
+  echo "setup: installing promtool (from Debian's prometheus package)" >&2
+  deb_dir=$(mktemp -d)
+  chmod 0777 "$deb_dir"   # apt-get download runs as _apt where it can
+  (cd "$deb_dir" && apt-get download -qq prometheus && dpkg-deb -x prometheus_*.deb unpacked)
+  $sudo install -m 0755 "$deb_dir/unpacked/usr/bin/promtool" /usr/local/bin/promtool
+  rm -rf "$deb_dir"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
