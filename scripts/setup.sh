@@ -22,6 +22,10 @@ command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+# The secured-cluster tests put a TLS terminator in front of tansu (whose own
+# TLS cannot be switched on) and make their certificates with openssl.
+command -v socat >/dev/null 2>&1 || need_apt+=(socat)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # Validates docker-compose.yml in the tests (no Docker engine needed).
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 # The Python client tests make a venv.

@@ -157,6 +157,7 @@ async fn run(
         Command::Topics {
             action: TopicsAction::Create { partitions },
         } => {
+            reach(&config).await?;
             let names = admin::design_topics(&config);
             let partitions = partitions.unwrap_or(config.topics.partitions);
             let outcomes = admin::create_topics(&config, &names, partitions)
@@ -170,6 +171,7 @@ async fn run(
             anyhow::ensure!(failed == 0, "{failed} topic(s) could not be created");
         }
         Command::Produce { topic, file } => {
+            reach(&config).await?;
             let producer = create_producer(&config).context("creating the producer")?;
             let n = produce::produce_file(&producer, &topic, &file, progress).await?;
             println!("produced {n} messages to {topic}");
@@ -180,6 +182,7 @@ async fn run(
             max_messages,
             idle_timeout_secs,
         } => {
+            reach(&config).await?;
             let options = record::RecordOptions {
                 topic: topic.clone(),
                 max_messages,
@@ -249,6 +252,7 @@ async fn run(
             if let Some(x) = speed {
                 anyhow::ensure!(x.is_finite() && x > 0.0, "--speed must be a number > 0");
             }
+            reach(&config).await?;
             let producer = create_producer(&config).context("creating the producer")?;
             let options = replay::ReplayOptions {
                 topic,
@@ -261,5 +265,16 @@ async fn run(
             println!("replayed {n} messages from {}", file.display());
         }
     }
+    Ok(())
+}
+
+/// Checks that the cluster answers (credentials and TLS included) within
+/// `connect_timeout_secs`, so a tool says why it cannot connect instead of
+/// waiting on librdkafka's retries.
+async fn reach(config: &Config) -> anyhow::Result<()> {
+    let within = std::time::Duration::from_secs(config.connect_timeout_secs);
+    hintstream::kafka::check_cluster(config, &[], within)
+        .await
+        .map_err(StageError::from)?;
     Ok(())
 }

@@ -21,7 +21,7 @@ use crate::advantages::service::AdvantageStage;
 use crate::batch::ipc;
 use crate::config::Config;
 use crate::hints::HintStage;
-use crate::kafka::{admin, base_config, create_producer};
+use crate::kafka::{admin, client_config, create_producer};
 use crate::llm::synth::LlmEnv;
 use crate::messages::{decode, key_for, Hint};
 use crate::tools::recorded::{Bytes, RecordedMessage};
@@ -110,7 +110,7 @@ fn read_sample(
 
 /// A consumer reading `topic` from the beginning, outside any stage's group.
 fn reader(config: &Config, topic: &str) -> Result<StreamConsumer, QuickstartError> {
-    let mut client = base_config(config);
+    let mut client = client_config(config, crate::config::ClientKind::Consumer);
     client
         .set(
             "group.id",

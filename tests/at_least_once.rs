@@ -217,10 +217,8 @@ async fn resumes_after_kill_on_mock_cluster_with_batched_input() {
     let mut producer_config = config.clone();
     // Batched, as real producers send: many messages per record batch, so
     // the restarted consumer resumes inside batches.
-    producer_config.kafka.insert("linger.ms".into(), "50".into());
-    producer_config
-        .kafka
-        .insert("batch.num.messages".into(), "500".into());
+    producer_config.kafka.insert("linger.ms", "50");
+    producer_config.kafka.insert("batch.num.messages", "500");
     produce(&create_producer(&producer_config).unwrap(), &topic).await;
     kill_and_resume(config, &topic).await;
 }

@@ -290,9 +290,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
 
     let dir = tempfile::tempdir().unwrap();
     let endpoint = common::MetricsEndpoint::free();
-    config
-        .kafka
-        .insert("fetch.message.max.bytes".into(), "20000000".into());
+    config.kafka.insert("fetch.message.max.bytes", "20000000");
     config.hints.group_id = common::unique("bad-group");
     config.hints.metrics_addr = endpoint.addr();
     config.hints.group_wait_ms = 100;

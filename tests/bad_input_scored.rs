@@ -368,9 +368,7 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
     common::own_topics(&mut config.advantages, "bad-scored", "bad-advantages");
     config.topics.metrics = common::unique("bad-metrics");
     config.advantages.step_timeout_secs = 3;
-    config
-        .kafka
-        .insert("fetch.message.max.bytes".into(), "20000000".into());
+    config.kafka.insert("fetch.message.max.bytes", "20000000");
     let a = config.advantages.clone();
     common::create_topics(
         &config,

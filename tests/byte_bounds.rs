@@ -66,7 +66,7 @@ async fn stage_1_peak_memory_stays_under_its_byte_bound() {
     config.hints.group_wait_ms = 10_000;
     config
         .kafka
-        .insert("fetch.message.max.bytes".into(), (8 * MIB).to_string());
+        .insert("fetch.message.max.bytes", (8 * MIB).to_string());
     let endpoint = common::MetricsEndpoint::free();
     config.hints.metrics_addr = endpoint.addr();
     let h = config.hints.clone();

@@ -81,7 +81,7 @@ async fn every_group_is_hinted_while_workers_are_killed() {
     drop(f);
     let mut workers: Vec<Child> = (0..3).map(|_| spawn(&file, &server)).collect();
 
-    config.kafka.insert("linger.ms".into(), "20".into());
+    config.kafka.insert("linger.ms", "20");
     let producer = create_producer(&config).unwrap();
     // Produced concurrently, so that the workers meet a full topic and the
     // kills land in the middle of the work, not after a slow producer.

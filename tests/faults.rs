@@ -296,7 +296,7 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
     config.topics.metrics = common::unique("metrics");
     config.advantages.step_timeout_secs = 120;
     // The restarted worker waits out the killed member's session.
-    config.kafka.insert("session.timeout.ms".into(), "6000".into());
+    config.kafka.insert("session.timeout.ms", "6000");
     config.hints.drain_timeout_secs = 2;
     let endpoint = common::MetricsEndpoint::free();
     config.advantages.metrics_addr = endpoint.addr();
@@ -318,10 +318,8 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
     // sending it: a computed step cannot be acknowledged in time, so the
     // kill below lands between compute and publish.
     let mut lingering = config.clone();
-    lingering.kafka.insert("linger.ms".into(), "20000".into());
-    lingering
-        .kafka
-        .insert("message.timeout.ms".into(), "60000".into());
+    lingering.kafka.insert("linger.ms", "20000");
+    lingering.kafka.insert("message.timeout.ms", "60000");
     let lingering_dir = tempfile::tempdir().unwrap();
     let lingering_file = common::write_config(&lingering, lingering_dir.path());
     let mut first = start("advantages", &lingering_file, None, "adv-killed");

@@ -278,8 +278,8 @@ async fn two_processes(cluster: Cluster, kill: bool) {
     let (config, _) = stage_config(&bootstrap, 6);
     cluster.create(&config, 6).await;
     let mut config = config;
-    config.kafka.insert("session.timeout.ms".into(), "6000".into());
-    config.kafka.insert("heartbeat.interval.ms".into(), "500".into());
+    config.kafka.insert("session.timeout.ms", "6000");
+    config.kafka.insert("heartbeat.interval.ms", "500");
     config.hints.drain_timeout_secs = 3;
     config.advantages.drain_timeout_secs = 3;
     config.hints.group_wait_ms = 200;

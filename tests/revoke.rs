@@ -22,8 +22,8 @@ async fn setup() -> (common::Tansu, Config, String, String) {
     let broker = common::start_tansu();
     let mut config = common::config_for(&broker.bootstrap);
     // Fast group protocol: the test is about the drain, not the timers.
-    config.kafka.insert("session.timeout.ms".into(), "10000".into());
-    config.kafka.insert("heartbeat.interval.ms".into(), "500".into());
+    config.kafka.insert("session.timeout.ms", "10000");
+    config.kafka.insert("heartbeat.interval.ms", "500");
     let topic = common::unique("revoke");
     common::create_topics(&config, &[&topic, &format!("{topic}.dlq")], PARTITIONS).await;
     // Consumers resume from committed offsets here: one message per batch

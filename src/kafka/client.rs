@@ -18,7 +18,7 @@ use rdkafka::TopicPartitionList;
 use super::commit::lock;
 use super::lifecycle::Lifecycle;
 use super::tracker::OffsetTracker;
-use crate::config::Config;
+use crate::config::{ClientKind, Config};
 use crate::metrics::StageMetrics;
 
 /// The consumer type both stages use.
@@ -35,14 +35,27 @@ pub type RevokeHook = Box<dyn Fn(&[Partition]) + Send + Sync>;
 /// Client configuration every client starts from: bootstrap servers, then the
 /// `[kafka]` passthrough table, which may override anything below it.
 pub fn base_config(config: &Config) -> ClientConfig {
+    client_config(config, ClientKind::Other)
+}
+
+/// The configuration a client of `kind` starts from: bootstrap servers,
+/// then the `[kafka]` table and the kind's own table over it.
+pub fn client_config(config: &Config, kind: ClientKind) -> ClientConfig {
     let mut client = ClientConfig::new();
+    client.set_log_level(RDKafkaLogLevel::Warning);
+    apply(&mut client, config, kind);
     client
-        .set("bootstrap.servers", &config.bootstrap_servers)
-        .set_log_level(RDKafkaLogLevel::Warning);
-    for (key, value) in &config.kafka {
+}
+
+/// Sets bootstrap servers and the passthrough properties of `kind` on
+/// `client`, over what it has. (From the config itself: rdkafka's
+/// `ClientConfig::config_map` shows `sasl.password` as a placeholder, so
+/// copying one client config into another would lose the password.)
+fn apply(client: &mut ClientConfig, config: &Config, kind: ClientKind) {
+    client.set("bootstrap.servers", &config.bootstrap_servers);
+    for (key, value) in config.kafka.properties(kind) {
         client.set(key, value);
     }
-    client
 }
 
 /// Consumer context: keeps the offset tracker in step with the group's
@@ -247,6 +260,7 @@ pub fn create_consumer(
     prefetch_bytes: Option<usize>,
 ) -> KafkaResult<StageConsumer> {
     let mut client = ClientConfig::new();
+    client.set_log_level(RDKafkaLogLevel::Warning);
     client
         .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         .set("auto.offset.reset", "earliest")
@@ -261,10 +275,8 @@ pub fn create_consumer(
         let kbytes = (bytes / 1024).clamp(1024, 65_536);
         client.set("queued.max.messages.kbytes", kbytes.to_string());
     }
-    // The passthrough table may tune anything above.
-    for (key, value) in base_config(config).config_map() {
-        client.set(key, value);
-    }
+    // The passthrough tables may tune anything above.
+    apply(&mut client, config, ClientKind::Consumer);
     client.set("group.id", group_id);
     // The two settings the delivery contract rests on; set after the
     // passthrough table so that it cannot turn them off.
@@ -283,14 +295,13 @@ const MESSAGE_TIMEOUT_MS: &str = "30000";
 /// or duplication by the producer's own retries, so per-key order holds.
 pub fn create_producer(config: &Config) -> KafkaResult<FutureProducer> {
     let mut client = ClientConfig::new();
+    client.set_log_level(RDKafkaLogLevel::Warning);
     client
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
         .set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
     // Passthrough last: a deployment may tune batching and timeouts.
-    for (key, value) in base_config(config).config_map() {
-        client.set(key, value);
-    }
+    apply(&mut client, config, ClientKind::Producer);
     client.create()
 }

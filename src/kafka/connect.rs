@@ -1,16 +1,21 @@
-//! Start-up checks, before a stage takes any work: the cluster answers
-//! within a bound, and every topic the stage reads or writes exists. A stage
-//! that cannot connect says why and exits; it never loops silently on
-//! librdkafka's retries.
+//! Start-up checks, before a stage (or a tool) takes any work: the cluster
+//! answers within a bound, and every topic the stage reads or writes exists.
+//! A client that cannot connect says why and exits: wrong credentials and an
+//! untrusted certificate are named as such (librdkafka reports them through
+//! its error callback, then retries forever), and nothing loops silently.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::metadata::Metadata;
+use rdkafka::types::RDKafkaErrorCode;
 use thiserror::Error;
 
-use super::base_config;
-use crate::config::Config;
+use super::client_config;
+use crate::config::{ClientKind, Config};
 
 #[derive(Debug, Error)]
 pub enum ConnectError {
@@ -20,6 +25,16 @@ pub enum ConnectError {
         within: Duration,
         cause: String,
     },
+    #[error("authentication failed ({mechanism}, user {user}): {detail}. Check sasl.username and sasl.password (or their ${{...}} variables) in [kafka]")]
+    Authentication {
+        mechanism: String,
+        user: String,
+        detail: String,
+    },
+    #[error("TLS certificate verification failed for {broker}: {detail}. Point ssl.ca.location at the CA that signed the broker's certificate")]
+    TlsVerification { broker: String, detail: String },
+    #[error("TLS handshake failed for {broker}: {detail}")]
+    Tls { broker: String, detail: String },
     #[error("topic {topic:?} does not exist on {servers}; create the pipeline's topics with `hintstream topics create` (or point the stage at an existing topic)")]
     MissingTopic { topic: String, servers: String },
     #[error("kafka client: {0}")]
@@ -34,19 +49,48 @@ impl ConnectError {
     }
 }
 
-/// Fetches the cluster's metadata within `within` and checks that every
+/// A client context that remembers the errors librdkafka reports while the
+/// probe runs.
+#[derive(Default)]
+struct Probe {
+    errors: Mutex<Vec<(Option<RDKafkaErrorCode>, String)>>,
+}
+
+impl ClientContext for Probe {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(error = %error, reason, "kafka client error while connecting");
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((error.rdkafka_error_code(), reason.to_string()));
+    }
+}
+
+impl ConsumerContext for Probe {}
+
+/// How long one metadata request of the probe may take.
+const PROBE_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// Fetches the cluster's metadata within `within` (as a consumer, and as a
+/// producer too when `[kafka.producer]` sets anything) and checks that every
 /// topic of `topics` exists.
 pub async fn check_cluster(config: &Config, topics: &[&str], within: Duration) -> Result<(), ConnectError> {
-    let client: BaseConsumer = base_config(config).create()?;
-    let servers = config.bootstrap_servers.clone();
-    let metadata = tokio::task::spawn_blocking(move || client.fetch_metadata(None, within))
-        .await
-        .map_err(|_| KafkaError::Canceled)?
-        .map_err(|e| ConnectError::Unreachable {
-            servers: servers.clone(),
-            within,
-            cause: e.to_string(),
-        })?;
+    let mut kinds = vec![ClientKind::Consumer];
+    if !config.kafka.producer.is_empty() {
+        kinds.push(ClientKind::Producer);
+    }
+    let mut metadata = None;
+    for kind in kinds {
+        let config = config.clone();
+        metadata = Some(
+            tokio::task::spawn_blocking(move || probe(&config, kind, within))
+                .await
+                .map_err(|_| KafkaError::Canceled)??,
+        );
+    }
+    let Some(metadata) = metadata else {
+        return Ok(());
+    };
     for topic in topics {
         let present = metadata
             .topics()
@@ -55,9 +99,149 @@ pub async fn check_cluster(config: &Config, topics: &[&str], within: Duration) -
         if !present {
             return Err(ConnectError::MissingTopic {
                 topic: topic.to_string(),
-                servers,
+                servers: config.bootstrap_servers.clone(),
             });
         }
     }
     Ok(())
+}
+
+/// Asks for metadata until it comes, the deadline passes, or librdkafka
+/// reports a failure that retrying cannot fix (authentication, TLS).
+/// Blocking.
+fn probe(config: &Config, kind: ClientKind, within: Duration) -> Result<Metadata, ConnectError> {
+    let mut client = client_config(config, kind);
+    // A producer's settings are probed by a consumer with the same security
+    // properties; producer-only properties would only draw warnings.
+    if kind == ClientKind::Producer {
+        for key in config.kafka.producer.keys() {
+            if !(key.starts_with("security.") || key.starts_with("sasl.") || key.starts_with("ssl.")) {
+                client.remove(key);
+            }
+        }
+    }
+    let consumer: BaseConsumer<Probe> = client.create_with_context(Probe::default())?;
+    let started = Instant::now();
+    loop {
+        let mut last = match consumer.fetch_metadata(None, PROBE_ATTEMPT) {
+            Ok(metadata) => return Ok(metadata),
+            Err(e) => e.to_string(),
+        };
+        // Errors reach the context's callback only when the client is
+        // polled (it has no subscription: nothing else comes back).
+        let _ = consumer.poll(Duration::ZERO);
+        let errors = std::mem::take(
+            &mut *consumer
+                .context()
+                .errors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for (code, reason) in errors {
+            if let Some(fatal) = classify(config, kind, code, &reason) {
+                return Err(fatal);
+            }
+            last = reason;
+        }
+        if started.elapsed() >= within {
+            return Err(ConnectError::Unreachable {
+                servers: config.bootstrap_servers.clone(),
+                within,
+                cause: last,
+            });
+        }
+    }
+}
+
+/// The error a librdkafka report means, when retrying cannot fix it.
+fn classify(
+    config: &Config,
+    kind: ClientKind,
+    code: Option<RDKafkaErrorCode>,
+    reason: &str,
+) -> Option<ConnectError> {
+    let broker = broker_of(reason).unwrap_or_else(|| config.bootstrap_servers.clone());
+    match code {
+        Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
+            let get = |key| config.kafka.get(kind, key);
+            Some(ConnectError::Authentication {
+                mechanism: get("sasl.mechanism")
+                    .or_else(|| get("sasl.mechanisms"))
+                    .unwrap_or_else(|| "GSSAPI".into()),
+                user: get("sasl.username").unwrap_or_else(|| "(none)".into()),
+                detail: reason.to_string(),
+            })
+        }
+        Some(RDKafkaErrorCode::SSL) if reason.contains("certificate verify failed") => {
+            Some(ConnectError::TlsVerification {
+                broker,
+                detail: reason.to_string(),
+            })
+        }
+        Some(RDKafkaErrorCode::SSL) => Some(ConnectError::Tls {
+            broker,
+            detail: reason.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// `HOST:PORT` of a librdkafka reason such as
+/// `sasl_ssl://127.0.0.1:9093/bootstrap: SSL handshake failed: ...`.
+fn broker_of(reason: &str) -> Option<String> {
+    let after = &reason[reason.find("://")? + 3..];
+    let end = after.find('/')?;
+    Some(after[..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_broker_of_a_librdkafka_reason() {
+        assert_eq!(
+            broker_of("sasl_ssl://127.0.0.1:39281/bootstrap: SSL handshake failed: x").as_deref(),
+            Some("127.0.0.1:39281")
+        );
+        assert_eq!(broker_of("no url here"), None);
+    }
+
+    #[test]
+    fn authentication_and_tls_failures_are_final_and_say_what_they_are() {
+        let mut config = Config::default();
+        config.kafka.insert("sasl.mechanism", "SCRAM-SHA-512");
+        config.kafka.insert("sasl.username", "trainer");
+        let auth = classify(
+            &config,
+            ClientKind::Consumer,
+            Some(RDKafkaErrorCode::Authentication),
+            "SASL authentication error: invalid-proof",
+        )
+        .unwrap();
+        assert!(
+            auth.to_string()
+                .starts_with("authentication failed (SCRAM-SHA-512, user trainer)"),
+            "{auth}"
+        );
+        let tls = classify(
+            &config,
+            ClientKind::Consumer,
+            Some(RDKafkaErrorCode::SSL),
+            "ssl://127.0.0.1:9093/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed",
+        )
+        .unwrap();
+        assert!(
+            tls.to_string()
+                .starts_with("TLS certificate verification failed for 127.0.0.1:9093"),
+            "{tls}"
+        );
+        assert!(classify(
+            &config,
+            ClientKind::Consumer,
+            Some(RDKafkaErrorCode::AllBrokersDown),
+            "down"
+        )
+        .is_none());
+    }
 }

@@ -15,7 +15,9 @@ pub mod produce;
 pub mod tracker;
 pub mod worker;
 
-pub use client::{base_config, create_consumer, create_producer, Partition, StageConsumer, StageContext};
+pub use client::{
+    base_config, client_config, create_consumer, create_producer, Partition, StageConsumer, StageContext,
+};
 pub use commit::{Committer, Ticket};
 pub use connect::{check_cluster, ConnectError};
 pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};

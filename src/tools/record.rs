@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use super::recorded::{Bytes, RecordedHeader, RecordedMessage};
 use crate::config::Config;
-use crate::kafka::base_config;
+use crate::kafka::client_config;
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -49,7 +49,7 @@ pub struct RecordOptions {
 
 /// Records `options.topic` into `out`. Returns how many messages were written.
 pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Result<u64, RecordError> {
-    let mut client = base_config(config);
+    let mut client = client_config(config, crate::config::ClientKind::Consumer);
     client
         .set("group.id", format!("hintstream-record-{}", rand::random::<u64>()))
         .set("enable.auto.commit", "false")

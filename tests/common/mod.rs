@@ -28,6 +28,11 @@ pub struct Tansu {
     pub log: PathBuf,
     port: u16,
     storage: Storage,
+    /// The port it advertises to clients, when not its own (a TLS
+    /// terminator in front of it).
+    advertised_port: Option<u16>,
+    /// Extra `tansu broker` flags (`--authentication`).
+    extra_args: Vec<String>,
 }
 
 impl Drop for Tansu {
@@ -40,6 +45,7 @@ impl Tansu {
     fn spawn(&mut self) {
         let binary = tansu_binary();
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised_port.unwrap_or(self.port));
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -51,8 +57,9 @@ impl Tansu {
             "--listener-url",
             &url,
             "--advertised-listener-url",
-            &url,
+            &advertised,
         ]);
+        command.args(&self.extra_args);
         match &self.storage {
             Storage::Memory => command.args(["--storage-engine", "memory://tansu/"]),
             // tansu resolves an sqlite:// path against its working directory.
@@ -66,7 +73,25 @@ impl Tansu {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
         self.child = Some(child);
-        wait_for_broker(&self.bootstrap, Duration::from_secs(30));
+        if self.advertised_port.is_some() || !self.extra_args.is_empty() {
+            // Clients cannot ask it for metadata plainly: wait for the port.
+            wait_for_port(self.port, Duration::from_secs(30));
+        } else {
+            wait_for_broker(&self.bootstrap, Duration::from_secs(30));
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops it (SIGKILL) and starts it again on the same port and storage,
+    /// advertising `advertised_port` and with `extra_args`.
+    pub fn restart_with(&mut self, advertised_port: Option<u16>, extra_args: &[&str]) {
+        self.kill9();
+        self.advertised_port = advertised_port;
+        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        self.spawn();
     }
 
     /// SIGKILL: the broker stops at once, mid-request.
@@ -84,7 +109,7 @@ impl Tansu {
     }
 }
 
-fn tansu_binary() -> PathBuf {
+pub fn tansu_binary() -> PathBuf {
     if let Ok(path) = std::env::var("TANSU_BIN") {
         return PathBuf::from(path);
     }
@@ -120,6 +145,8 @@ pub fn start_tansu() -> Tansu {
             log: PathBuf::new(),
             port: 0,
             storage: Storage::Memory,
+            advertised_port: None,
+            extra_args: vec![],
         };
     }
     start_tansu_on(Storage::Memory)
@@ -135,9 +162,23 @@ pub fn start_tansu_on(storage: Storage) -> Tansu {
         log: std::env::temp_dir().join(format!("tansu-{port}.log")),
         port,
         storage,
+        advertised_port: None,
+        extra_args: vec![],
     };
     broker.spawn();
     broker
+}
+
+/// Blocks until something accepts connections on 127.0.0.1:`port`.
+pub fn wait_for_port(port: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on 127.0.0.1:{port} after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Blocks until a metadata request to `bootstrap` succeeds.
@@ -196,8 +237,8 @@ pub fn own_topics(stage: &mut hintstream::config::StageConfig, input: &str, outp
 /// Tests that make consumers resume from committed offsets produce with it.
 pub fn one_per_batch_producer(config: &Config) -> rdkafka::producer::FutureProducer {
     let mut c = config.clone();
-    c.kafka.insert("linger.ms".into(), "0".into());
-    c.kafka.insert("batch.num.messages".into(), "1".into());
+    c.kafka.insert("linger.ms", "0");
+    c.kafka.insert("batch.num.messages", "1");
     hintstream::kafka::create_producer(&c).unwrap()
 }
 
@@ -205,7 +246,7 @@ pub fn one_per_batch_producer(config: &Config) -> rdkafka::producer::FutureProdu
 /// bad-input corpora).
 pub fn large_message_producer(config: &Config) -> rdkafka::producer::FutureProducer {
     let mut c = config.clone();
-    c.kafka.insert("message.max.bytes".into(), "20000000".into());
+    c.kafka.insert("message.max.bytes", "20000000");
     hintstream::kafka::create_producer(&c).unwrap()
 }
 

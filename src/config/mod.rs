@@ -11,6 +11,12 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub mod env_refs;
+pub mod kafka;
+
+pub use env_refs::{EnvRefError, KeyPath};
+pub use kafka::{ClientKind, KafkaConfig, KafkaValue};
+
 use crate::messages::DecodeLimits;
 use crate::normalize::{AdvantageOptions, Device};
 
@@ -29,6 +35,14 @@ pub enum ConfigError {
     Invalid(String),
     #[error("{0}")]
     Figment(#[from] Box<figment::Error>),
+    #[error("cannot read config file {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error("config file {path}: {source}")]
+    EnvRef {
+        path: PathBuf,
+        #[source]
+        source: EnvRefError,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,10 +54,12 @@ pub struct Config {
     /// How long a stage may take at start-up to reach the cluster and find
     /// its topics before it exits 1 saying why.
     pub connect_timeout_secs: u64,
-    /// librdkafka properties passed through as they are (`security.protocol`,
-    /// `sasl.mechanism`, `sasl.username`, `sasl.password`, ...). Values whose
-    /// names look secret are redacted by `hintstream config`.
-    pub kafka: BTreeMap<String, String>,
+    /// librdkafka properties passed through (`security.protocol`,
+    /// `sasl.mechanism`, `sasl.username`, `sasl.password`, ...), for every
+    /// client, with `[kafka.consumer]` and `[kafka.producer]` tables for one
+    /// kind. Values whose names look secret, and values taken from `${NAME}`
+    /// references, are redacted by `hintstream config`.
+    pub kafka: KafkaConfig,
     pub topics: TopicsConfig,
     pub limits: LimitsConfig,
     /// Stage 1, `hintstream hints`.
@@ -55,6 +71,10 @@ pub struct Config {
     /// Stage 1's model calls. Keys come from ANTHROPIC_API_KEY /
     /// OPENAI_API_KEY only, never from this file.
     pub llm: LlmConfig,
+    /// Keys of the config file whose values came from `${NAME}` references
+    /// (redacted when the config is shown).
+    #[serde(skip)]
+    pub from_env: std::collections::BTreeSet<KeyPath>,
 }
 
 /// Which model API stage 1 calls.
@@ -338,7 +358,7 @@ impl Default for Config {
         Config {
             bootstrap_servers: "127.0.0.1:9092".into(),
             connect_timeout_secs: 30,
-            kafka: BTreeMap::new(),
+            kafka: KafkaConfig::default(),
             hints: HintsConfig {
                 stage: StageConfig::new(
                     "hintstream-hints",
@@ -373,6 +393,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             normalize: NormalizeConfig::default(),
             llm: LlmConfig::default(),
+            from_env: Default::default(),
         }
     }
 }
@@ -457,17 +478,21 @@ impl Config {
 
     fn load_with_env(file: Option<&Path>, overrides: &Overrides, env: Env) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        match file {
+        let file = match file {
             Some(path) if !path.exists() => {
                 return Err(ConfigError::MissingFile {
                     path: path.to_path_buf(),
                 })
             }
-            Some(path) => figment = figment.merge(Toml::file_exact(path)),
-            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
-                figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_FILE))
-            }
-            None => {}
+            Some(path) => Some(path),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => Some(Path::new(DEFAULT_CONFIG_FILE)),
+            None => None,
+        };
+        let mut from_env = std::collections::BTreeSet::new();
+        if let Some(path) = file {
+            let (table, refs) = read_file(path, &|name| std::env::var(name).ok())?;
+            from_env = refs;
+            figment = figment.merge(Toml::string(&table));
         }
         figment = figment.merge(env.split("__").ignore(ENV_NOT_SETTINGS));
         if let Some(servers) = &overrides.bootstrap_servers {
@@ -476,7 +501,8 @@ impl Config {
         for (section, key, value) in &overrides.settings {
             figment = figment.merge(Serialized::default(&format!("{section}.{key}"), value));
         }
-        let config: Config = figment.extract().map_err(Box::new)?;
+        let mut config: Config = figment.extract().map_err(Box::new)?;
+        config.from_env = from_env;
         config.validate()?;
         Ok(config)
     }
@@ -499,7 +525,7 @@ impl Config {
         if self.limits.max_message_bytes == 0 || self.limits.max_json_depth == 0 {
             return bad("limits.max_message_bytes and limits.max_json_depth must be > 0".into());
         }
-        let session_ms: u64 = match self.kafka.get("session.timeout.ms") {
+        let session_ms: u64 = match self.kafka.get(ClientKind::Consumer, "session.timeout.ms") {
             Some(v) => v.parse().map_err(|_| {
                 ConfigError::Invalid(format!("kafka.\"session.timeout.ms\" = {v:?} is not a number"))
             })?,
@@ -632,16 +658,17 @@ impl Config {
         Ok(())
     }
 
-    /// The effective config as TOML, with secret-looking values replaced.
+    /// The effective config as TOML, with every secret replaced: values of
+    /// keys whose names say they are secret, and every value that came from
+    /// a `${NAME}` reference.
     pub fn to_redacted_toml(&self) -> String {
-        let mut shown = self.clone();
-        for (key, value) in shown.kafka.iter_mut() {
-            if is_secret_key(key) {
-                *value = "<redacted>".into();
-            }
-        }
         // Serialising plain structs of strings and numbers cannot fail.
-        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+        let mut value = match toml::Value::try_from(self) {
+            Ok(v) => v,
+            Err(e) => return format!("# cannot render config: {e}\n"),
+        };
+        redact(&mut value, &mut Vec::new(), &self.from_env);
+        toml::to_string_pretty(&value).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
     }
 
     pub fn decode_limits(&self) -> DecodeLimits {
@@ -649,7 +676,59 @@ impl Config {
     }
 }
 
-/// Whether a setting's name says it holds a secret.
+/// Reads a config file as TOML and resolves its `${NAME}` references;
+/// returns the resolved text and the keys that referenced a variable.
+fn read_file(
+    path: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(String, std::collections::BTreeSet<KeyPath>), ConfigError> {
+    let read_error = |reason: String| ConfigError::Read {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| read_error(e.to_string()))?;
+    let mut value: toml::Value = toml::from_str(&text).map_err(|e| read_error(e.to_string()))?;
+    let from_env = env_refs::resolve(&mut value, lookup).map_err(|source| ConfigError::EnvRef {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let resolved = toml::to_string(&value).map_err(|e| read_error(e.to_string()))?;
+    Ok((resolved, from_env))
+}
+
+/// The text shown in place of a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// Replaces, in `value`, every leaf whose key says it is secret or whose
+/// path is in `from_env`.
+fn redact(value: &mut toml::Value, path: &mut Vec<String>, from_env: &std::collections::BTreeSet<KeyPath>) {
+    match value {
+        toml::Value::Table(table) => {
+            for (key, item) in table.iter_mut() {
+                path.push(key.clone());
+                redact(item, path, from_env);
+                path.pop();
+            }
+        }
+        toml::Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                path.push(i.to_string());
+                redact(item, path, from_env);
+                path.pop();
+            }
+        }
+        leaf => {
+            let secret_name = path.last().is_some_and(|k| is_secret_key(k));
+            if secret_name || from_env.contains(path) {
+                *leaf = toml::Value::String(REDACTED.into());
+            }
+        }
+    }
+}
+
+/// Whether a setting's name says it holds a secret (librdkafka's
+/// `sasl.password`, `ssl.key.password`, `sasl.oauthbearer.config`,
+/// `sasl.oauthbearer.client.secret`, ...).
 pub fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     [
@@ -660,6 +739,8 @@ pub fn is_secret_key(key: &str) -> bool {
         "apikey",
         "key.pem",
         "credentials",
+        "oauthbearer.config",
+        "sasl.jaas",
     ]
     .iter()
     .any(|s| key.contains(s))
@@ -703,6 +784,48 @@ mod tests {
         let shown = config.to_redacted_toml();
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn secrets_come_from_env_references_and_never_show() {
+        let var = format!("HSTEST_PW_{}", rand::random::<u32>());
+        // SAFETY of set_var: a variable name no other test reads.
+        unsafe { std::env::set_var(&var, "s3cret-from-env") };
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(
+            file,
+            "[kafka]\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.password\" = \"${{{var}}}\"\n\
+             \"sasl.username\" = \"${{{var}}}-user\"\n\"sasl.oauthbearer.config\" = \"principal=bob\"\n\
+             \"session.timeout.ms\" = 60000\n[kafka.producer]\n\"compression.type\" = \"zstd\""
+        )
+        .unwrap();
+        let config = Config::load_with_env(Some(file.path()), &Overrides::default(), env_from(&[])).unwrap();
+        let get = |k| config.kafka.get(ClientKind::Producer, k);
+        assert_eq!(get("sasl.password").as_deref(), Some("s3cret-from-env"));
+        assert_eq!(get("sasl.username").as_deref(), Some("s3cret-from-env-user"));
+        assert_eq!(get("session.timeout.ms").as_deref(), Some("60000"));
+        assert_eq!(get("compression.type").as_deref(), Some("zstd"));
+        let shown = config.to_redacted_toml();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(!shown.contains("principal=bob"), "{shown}");
+        assert!(shown.contains("SASL_SSL") && shown.contains("zstd"), "{shown}");
+    }
+
+    #[test]
+    fn an_unset_reference_names_the_variable_and_the_key() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(
+            file,
+            "[kafka]\n\"sasl.password\" = \"${{HSTEST_SURELY_UNSET_VAR}}\""
+        )
+        .unwrap();
+        let err = Config::load_with_env(Some(file.path()), &Overrides::default(), env_from(&[])).unwrap_err();
+        assert!(matches!(err, ConfigError::EnvRef { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("HSTEST_SURELY_UNSET_VAR") && text.contains("sasl.password"),
+            "{text}"
+        );
     }
 
     #[test]

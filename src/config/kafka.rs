@@ -1,0 +1,147 @@
+//! The `[kafka]` section: librdkafka properties passed through to every
+//! client, with optional `[kafka.consumer]` and `[kafka.producer]` tables for
+//! one client kind only. Values may be TOML strings, integers, floats or
+//! booleans; librdkafka gets them as strings.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// One property value, as TOML wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KafkaValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl fmt::Display for KafkaValue {
+    /// The string librdkafka takes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KafkaValue::Bool(b) => write!(f, "{b}"),
+            KafkaValue::Int(i) => write!(f, "{i}"),
+            KafkaValue::Float(x) => write!(f, "{x}"),
+            KafkaValue::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<String> for KafkaValue {
+    fn from(s: String) -> Self {
+        KafkaValue::Text(s)
+    }
+}
+
+impl From<&str> for KafkaValue {
+    fn from(s: &str) -> Self {
+        KafkaValue::Text(s.to_string())
+    }
+}
+
+impl From<i64> for KafkaValue {
+    fn from(i: i64) -> Self {
+        KafkaValue::Int(i)
+    }
+}
+
+impl From<bool> for KafkaValue {
+    fn from(b: bool) -> Self {
+        KafkaValue::Bool(b)
+    }
+}
+
+/// Which clients a property applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    Consumer,
+    Producer,
+    /// Admin clients and start-up probes: the common table only.
+    Other,
+}
+
+/// librdkafka properties by client kind.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct KafkaConfig {
+    /// Properties of the consumers only (`[kafka.consumer]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub consumer: BTreeMap<String, KafkaValue>,
+    /// Properties of the producers only (`[kafka.producer]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub producer: BTreeMap<String, KafkaValue>,
+    /// Properties of every client (`[kafka]`).
+    #[serde(flatten)]
+    pub common: BTreeMap<String, KafkaValue>,
+}
+
+impl KafkaConfig {
+    /// Sets a property of every client.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<KafkaValue>) {
+        self.common.insert(key.into(), value.into());
+    }
+
+    /// A property as a client of `kind` sees it (its own table first).
+    pub fn get(&self, kind: ClientKind, key: &str) -> Option<String> {
+        let own = match kind {
+            ClientKind::Consumer => self.consumer.get(key),
+            ClientKind::Producer => self.producer.get(key),
+            ClientKind::Other => None,
+        };
+        own.or_else(|| self.common.get(key)).map(ToString::to_string)
+    }
+
+    /// Every property a client of `kind` gets, as librdkafka strings: the
+    /// common table, then the kind's own table over it.
+    pub fn properties(&self, kind: ClientKind) -> BTreeMap<String, String> {
+        let own = match kind {
+            ClientKind::Consumer => Some(&self.consumer),
+            ClientKind::Producer => Some(&self.producer),
+            ClientKind::Other => None,
+        };
+        self.common
+            .iter()
+            .chain(own.into_iter().flatten())
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_of_every_toml_type_become_librdkafka_strings_per_client_kind() {
+        let config: KafkaConfig = toml::from_str(
+            r#"
+            "security.protocol" = "SASL_SSL"
+            "session.timeout.ms" = 6000
+            "enable.ssl.certificate.verification" = true
+            [consumer]
+            "fetch.wait.max.ms" = 50
+            [producer]
+            "compression.type" = "zstd"
+            "session.timeout.ms" = 7000
+            "#,
+        )
+        .unwrap();
+        let consumer = config.properties(ClientKind::Consumer);
+        assert_eq!(consumer["session.timeout.ms"], "6000");
+        assert_eq!(consumer["enable.ssl.certificate.verification"], "true");
+        assert_eq!(consumer["fetch.wait.max.ms"], "50");
+        assert!(!consumer.contains_key("compression.type"));
+        let producer = config.properties(ClientKind::Producer);
+        assert_eq!(producer["compression.type"], "zstd");
+        assert_eq!(producer["session.timeout.ms"], "7000", "the kind's table wins");
+        assert!(!config
+            .properties(ClientKind::Other)
+            .contains_key("compression.type"));
+        assert_eq!(
+            config.get(ClientKind::Producer, "security.protocol").as_deref(),
+            Some("SASL_SSL")
+        );
+    }
+}
