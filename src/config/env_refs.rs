@@ -38,13 +38,11 @@ fn walk(
     from_env: &mut BTreeSet<KeyPath>,
 ) -> Result<(), EnvRefError> {
     match value {
-        toml::Value::String(text) => {
-            if text.contains('$') {
-                let (resolved, referenced) = substitute(text, &display(path), lookup)?;
-                *text = resolved;
-                if referenced {
-                    from_env.insert(path.clone());
-                }
+        toml::Value::String(text) if text.contains('$') => {
+            let (resolved, referenced) = substitute(text, &display(path), lookup)?;
+            *text = resolved;
+            if referenced {
+                from_env.insert(path.clone());
             }
         }
         toml::Value::Array(items) => {
