@@ -163,6 +163,7 @@ impl NormalizeConfig {
             norm_by_std: self.norm_by_std,
             epsilon: self.epsilon,
             std_floor: (self.std_floor > 0.0).then_some(self.std_floor),
+            ..AdvantageOptions::default()
         }
     }
 }
