@@ -264,6 +264,7 @@ impl Shared {
         let device_name = match result.ran {
             Ran::Cpu => "cpu",
             Ran::Cuda => "cuda",
+            Ran::CpuFallback => "cpu_fallback",
         };
         self.metrics
             .computed(device_name, started.elapsed().as_secs_f64());
