@@ -26,21 +26,43 @@ use super::{AdvantageOptions, Advantages, Batch, Estimator};
 /// more than it saves.
 pub const PARALLEL_MIN_ROWS: usize = 200_000;
 
-/// Computes the advantages; `batch` must have passed [`Batch::validate`].
-/// Runs on rayon's pool when the batch is large (see the module docs).
+/// Computes the advantages into fresh columns; `batch` must have passed
+/// [`Batch::validate`]. Runs on rayon's pool when the batch is large (see the
+/// module docs).
 pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Advantages {
+    let mut out = fresh(batch.len());
+    compute_into(batch, options, &mut out);
+    out
+}
+
+/// [`compute`] into `out`, reusing its columns' memory: a caller that keeps
+/// one `Advantages` across steps of similar size saves the allocation and the
+/// page faults of 24 bytes a row (at 1M rows they cost more than the
+/// kernel). `out`'s previous contents are overwritten.
+pub fn compute_into(batch: &Batch<'_>, options: &AdvantageOptions, out: &mut Advantages) {
     let threads = rayon::current_num_threads();
     // Per-chunk tables cost n_groups slots each: worth it only when a chunk
     // has several rows per group.
     let parallel = threads > 1 && batch.len() >= PARALLEL_MIN_ROWS && batch.n_groups * 4 <= batch.len();
-    run(batch, options, if parallel { threads } else { 1 })
+    compute_on(batch, options, if parallel { threads } else { 1 }, out);
 }
 
-/// Computes the advantages on the calling thread only (for benchmarks and
-/// callers that manage their own threads); `batch` must have passed
-/// [`Batch::validate`].
-pub fn compute_one_thread(batch: &Batch<'_>, options: &AdvantageOptions) -> Advantages {
-    run(batch, options, 1)
+/// [`compute_into`] on exactly `threads` row chunks of rayon's pool; `1`
+/// runs on the calling thread only (for benchmarks and callers that manage
+/// their own threads).
+pub fn compute_on(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut Advantages) {
+    run(batch, options, threads.max(1), out)
+}
+
+/// Zeroed output columns for `n` rows. Zeroed rather than merely reserved:
+/// fresh zeroed memory costs nothing to zero (calloc), and writing into
+/// initialised slices is faster than pushing.
+fn fresh(n: usize) -> Advantages {
+    Advantages {
+        advantage: vec![0.0; n],
+        group_mean: vec![0.0; n],
+        group_std: vec![0.0; n],
+    }
 }
 
 /// Baseline statistics of one group, as the kernels use them.
@@ -62,13 +84,12 @@ pub struct GroupStats {
 /// [`Estimator::BatchWhiten`] the statistics are the step's, over all groups:
 /// see [`step_stats`].
 pub fn group_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> Vec<GroupStats> {
-    let first_turn = batch.first_turn_baseline();
-    let sums = group_sums(batch, first_turn, 1);
-    let stats = group_spread(batch, first_turn, &sums, options, 1);
-    stats
+    let mut t = Tables::default();
+    t.build(batch, options, 1, true);
+    t.slots
         .iter()
-        .zip(&sums.count)
-        .zip(&sums.sum)
+        .zip(&t.counts)
+        .zip(&t.sums)
         .map(|((s, &count), &sum)| GroupStats {
             mean: s.a,
             std: s.b,
@@ -86,7 +107,8 @@ pub fn step_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> GroupStats {
     let mean = if count >= 2.0 { sum / count } else { 0.0 };
     let std = if count >= 2.0 {
         let m2 = step_squares(batch, first_turn, mean);
-        floor(options, (m2 / (count - 1.0)).sqrt())
+        let std = (m2 / (count - 1.0)).sqrt();
+        options.std_floor.map_or(std, |floor| std.max(floor))
     } else {
         1.0
     };
@@ -98,47 +120,110 @@ pub fn step_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> GroupStats {
     }
 }
 
-fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize) -> Advantages {
+fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut Advantages) {
     let n = batch.len();
-    let mut out = Advantages {
-        advantage: vec![0.0; n],
-        group_mean: vec![0.0; n],
-        group_std: vec![0.0; n],
-    };
+    // No-ops when `out` already has n rows (its values are all overwritten).
+    out.advantage.resize(n, 0.0);
+    out.group_mean.resize(n, 0.0);
+    out.group_std.resize(n, 0.0);
     if n == 0 {
-        return out;
+        return;
     }
     let first_turn = batch.first_turn_baseline();
-    let estimator = options.estimator;
-    if estimator == Estimator::BatchWhiten {
+    let eps = options.epsilon;
+    if options.estimator == Estimator::BatchWhiten {
         let stats = step_stats(batch, options);
-        for_chunks(&mut out, threads, |start, o| {
-            whiten_rows(batch, stats, options.epsilon, start, o)
+        let (mean, std, denominator) = (stats.mean, stats.std, stats.std + eps);
+        return fill(batch, out, threads, |_, r, _| {
+            ((r - mean) / denominator, mean, std)
         });
-        return out;
     }
-    let sums = group_sums(batch, first_turn, threads);
-    let slots = group_spread(batch, first_turn, &sums, options, threads);
-    match estimator {
-        Estimator::Grpo if options.norm_by_std => {
-            let eps = options.epsilon;
-            for_chunks(&mut out, threads, |start, o| {
-                grpo_rows(batch, &slots, eps, start, o)
-            });
-        }
-        Estimator::Grpo | Estimator::Drgrpo => {
-            for_chunks(&mut out, threads, |start, o| {
-                centred_rows(batch, &slots, start, o)
-            });
-        }
+    let mut tables = Tables::take();
+    tables.build(batch, options, threads, options.estimator == Estimator::Rloo);
+    let slots = &tables.slots;
+    match options.estimator {
+        Estimator::Grpo if options.norm_by_std => fill(batch, out, threads, |g, r, _| {
+            let s = slots[g as usize];
+            ((r - s.a) / (s.b + eps), s.a, s.b)
+        }),
+        // drgrpo, and grpo without norm_by_std: A = s − mean.
+        Estimator::Grpo | Estimator::Drgrpo => fill(batch, out, threads, |g, r, _| {
+            let s = slots[g as usize];
+            (r - s.a, s.a, s.b)
+        }),
         Estimator::Rloo => {
-            for_chunks(&mut out, threads, |start, o| {
-                rloo_rows(batch, first_turn, &slots, &sums, start, o)
-            });
+            // Everything a row needs in one 32-byte record.
+            let table: Vec<RlooSlot> = slots
+                .iter()
+                .zip(&tables.counts)
+                .zip(&tables.sums)
+                .map(|((s, &count), &sum)| RlooSlot {
+                    sum,
+                    count,
+                    mean: s.a,
+                    std: s.b,
+                })
+                .collect();
+            // A = s − baseline: the mean of the group's other baseline rows
+            // for a baseline row, of all of them for a hinted row of a
+            // first-turn batch, the row's own score (A = 0) for a group with
+            // at most one.
+            fill(batch, out, threads, |g, r, h| {
+                let t = table[g as usize];
+                let baseline = if t.count < 2.0 {
+                    r
+                } else if first_turn && h {
+                    t.mean
+                } else {
+                    (t.sum - r) / (t.count - 1.0)
+                };
+                (r - baseline, baseline, t.std)
+            })
         }
-        Estimator::BatchWhiten => unreachable!("handled above"),
+        Estimator::BatchWhiten => unreachable!("returned above"),
     }
-    out
+    tables.give_back();
+}
+
+/// What rloo reads per row.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(32))]
+struct RlooSlot {
+    sum: f64,
+    count: f64,
+    mean: f64,
+    std: f64,
+}
+
+/// Pass 3: writes every row's (advantage, group_mean, group_std) as
+/// `row(group, score, hinted)` gives them into `out`, whose columns have the
+/// batch's length; in `threads` chunks when more than one.
+fn fill<F>(batch: &Batch<'_>, out: &mut Advantages, threads: usize, row: F)
+where
+    F: Fn(u32, f64, bool) -> (f64, f64, f64) + Sync,
+{
+    let write = |start: usize, advantage: &mut [f64], mean: &mut [f64], std: &mut [f64]| {
+        let end = start + advantage.len();
+        let inputs = batch.group[start..end]
+            .iter()
+            .zip(&batch.reward[start..end])
+            .zip(&batch.hinted[start..end]);
+        let outputs = advantage.iter_mut().zip(mean.iter_mut()).zip(std.iter_mut());
+        for (((a, m), s), ((&g, &r), &h)) in outputs.zip(inputs) {
+            (*a, *m, *s) = row(g, r, h);
+        }
+    };
+    if threads <= 1 {
+        write(0, &mut out.advantage, &mut out.group_mean, &mut out.group_std);
+        return;
+    }
+    let chunk = out.advantage.len().div_ceil(threads).max(1);
+    out.advantage
+        .par_chunks_mut(chunk)
+        .zip(out.group_mean.par_chunks_mut(chunk))
+        .zip(out.group_std.par_chunks_mut(chunk))
+        .enumerate()
+        .for_each(|(k, ((advantage, mean), std))| write(k * chunk, advantage, mean, std));
 }
 
 /// Two f64s of one group, kept together so that a row touches one 16-byte
@@ -149,13 +234,6 @@ fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize) -> Advanta
 struct Slot {
     a: f64,
     b: f64,
-}
-
-/// Sums and counts of the baseline rows, per group.
-struct Sums {
-    sum: Vec<f64>,
-    /// Counts as f64 (exact below 2^53 rows).
-    count: Vec<f64>,
 }
 
 /// The weight of row `i` in the baseline: 1 or 0. A product with it keeps
@@ -215,85 +293,119 @@ fn ranges(rows: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
     (0..rows).step_by(len).map(|s| s..(s + len).min(rows)).collect()
 }
 
-/// Pass 1, on `threads` row chunks; returns the per-group sums and counts.
-fn group_sums(batch: &Batch<'_>, first_turn: bool, threads: usize) -> Sums {
-    let groups = batch.n_groups;
-    let table = if threads <= 1 {
-        let mut table = vec![Slot::default(); groups];
-        add_sums(batch, first_turn, 0..batch.len(), &mut table);
-        table
-    } else {
-        ranges(batch.len(), threads)
-            .into_par_iter()
-            .map(|range| {
-                let mut table = vec![Slot::default(); groups];
-                add_sums(batch, first_turn, range, &mut table);
-                table
-            })
-            .reduce_with(|mut x, y| {
-                for (p, q) in x.iter_mut().zip(&y) {
-                    p.a += q.a;
-                    p.b += q.b;
-                }
-                x
-            })
-            .unwrap_or_else(|| vec![Slot::default(); groups])
-    };
-    let (sum, count) = table.iter().map(|s| (s.a, s.b)).unzip();
-    Sums { sum, count }
+/// Per-group state of one computation, 16 bytes a group in `slots` (what a
+/// row touches) plus the counts and, for rloo, the sums (read per group, or
+/// once per row by rloo).
+#[derive(Default)]
+struct Tables {
+    /// (sum, count) after pass 1, (mean, squares) during pass 2, (mean,
+    /// std) after it.
+    slots: Vec<Slot>,
+    /// Baseline rows per group, as f64 (exact below 2^53 rows).
+    counts: Vec<f64>,
+    /// Baseline score sums per group; filled for rloo only.
+    sums: Vec<f64>,
 }
 
-fn floor(options: &AdvantageOptions, std: f64) -> f64 {
-    options.std_floor.map_or(std, |f| std.max(f))
+/// Tables larger than this are not kept for the next call (see
+/// [`SPARE_TABLES`]): a step with millions of groups should not pin its
+/// memory in every thread that computed one.
+const MAX_SPARE_TABLE_BYTES: usize = 64 << 20;
+
+thread_local! {
+    /// The tables of this thread's previous call, reused: a fresh 2 MB table
+    /// (125,000 groups) costs about as much in page faults as a pass over
+    /// the rows.
+    static SPARE_TABLES: std::cell::Cell<Tables> = std::cell::Cell::new(Tables::default());
 }
 
-/// Pass 2 and the per-group finish: returns (mean, std) per group, with the
-/// fewer-than-two rule (mean 0, std 1) and the optional floor applied.
-fn group_spread(
-    batch: &Batch<'_>,
-    first_turn: bool,
-    sums: &Sums,
-    options: &AdvantageOptions,
-    threads: usize,
-) -> Vec<Slot> {
-    let mut table: Vec<Slot> = sums
-        .sum
-        .iter()
-        .zip(&sums.count)
-        .map(|(&sum, &count)| Slot {
-            a: if count >= 2.0 { sum / count } else { 0.0 },
-            b: 0.0,
-        })
-        .collect();
-    if threads <= 1 {
-        add_squares(batch, first_turn, 0..batch.len(), &mut table);
-    } else {
-        let squares = ranges(batch.len(), threads)
-            .into_par_iter()
-            .map(|range| {
-                // Each chunk starts from the means, with squares at 0.
-                let mut local = table.clone();
-                add_squares(batch, first_turn, range, &mut local);
-                local
-            })
-            .reduce_with(|mut x, y| {
-                for (p, q) in x.iter_mut().zip(&y) {
-                    p.b += q.b;
-                }
-                x
-            });
-        if let Some(squares) = squares {
-            table = squares;
+impl Tables {
+    /// The spare tables of this thread (or new ones), emptied.
+    fn take() -> Tables {
+        let mut t = SPARE_TABLES.take();
+        t.slots.clear();
+        t.counts.clear();
+        t.sums.clear();
+        t
+    }
+
+    /// Hands the tables back for the next call on this thread.
+    fn give_back(self) {
+        if self.slots.capacity() * 32 <= MAX_SPARE_TABLE_BYTES {
+            SPARE_TABLES.set(self);
         }
     }
-    for (s, &count) in table.iter_mut().zip(&sums.count) {
-        s.b = if count >= 2.0 {
-            floor(options, (s.b / (count - 1.0)).sqrt())
+
+    /// Passes 1 and 2 with their per-group finishes: leaves (mean, std) per
+    /// group in `slots`, with the fewer-than-two rule (mean 0, std 1) and the
+    /// optional floor applied; keeps the sums when `keep_sums`.
+    fn build(&mut self, batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, keep_sums: bool) {
+        let first_turn = batch.first_turn_baseline();
+        let groups = batch.n_groups;
+        // Pass 1: (sum, count).
+        if threads <= 1 {
+            self.slots.resize(groups, Slot::default());
+            add_sums(batch, first_turn, 0..batch.len(), &mut self.slots);
         } else {
-            1.0
-        };
+            self.slots = ranges(batch.len(), threads)
+                .into_par_iter()
+                .map(|range| {
+                    let mut table = vec![Slot::default(); groups];
+                    add_sums(batch, first_turn, range, &mut table);
+                    table
+                })
+                .reduce_with(|mut x, y| {
+                    for (p, q) in x.iter_mut().zip(&y) {
+                        p.a += q.a;
+                        p.b += q.b;
+                    }
+                    x
+                })
+                .unwrap_or_else(|| vec![Slot::default(); groups]);
+        }
+        // (sum, count) → (mean, 0), counts and sums aside. Branch-free, so
+        // the loops vectorise.
+        self.counts.extend(self.slots.iter().map(|s| s.b));
+        if keep_sums {
+            self.sums.extend(self.slots.iter().map(|s| s.a));
+        }
+        for s in self.slots.iter_mut() {
+            let mean = s.a / s.b.max(1.0);
+            *s = Slot {
+                a: if s.b >= 2.0 { mean } else { 0.0 },
+                b: 0.0,
+            };
+        }
+        // Pass 2: squared deviations from the mean.
+        if threads <= 1 {
+            add_squares(batch, first_turn, 0..batch.len(), &mut self.slots);
+        } else {
+            let means = &self.slots;
+            let squares = ranges(batch.len(), threads)
+                .into_par_iter()
+                .map(|range| {
+                    // Each chunk starts from the means, with squares at 0.
+                    let mut local = means.clone();
+                    add_squares(batch, first_turn, range, &mut local);
+                    local
+                })
+                .reduce_with(|mut x, y| {
+                    for (p, q) in x.iter_mut().zip(&y) {
+                        p.b += q.b;
+                    }
+                    x
+                });
+            if let Some(squares) = squares {
+                self.slots = squares;
+            }
+        }
+        // (mean, squares) → (mean, std).
+        let floor = options.std_floor.unwrap_or(f64::NEG_INFINITY);
+        for (s, &count) in self.slots.iter_mut().zip(&self.counts) {
+            let std = (s.b / (count - 1.0).max(1.0)).sqrt().max(floor);
+            s.b = if count >= 2.0 { std } else { 1.0 };
+        }
     }
-    table
 }
 
 /// Sum and count of the batch's baseline rows, in four interleaved lanes
@@ -367,118 +479,6 @@ fn step_squares(batch: &Batch<'_>, first_turn: bool, mean: f64) -> f64 {
         }
     }
     (acc[0] + acc[1]) + (acc[2] + acc[3])
-}
-
-/// Output columns of one chunk of rows.
-struct Out<'a> {
-    advantage: &'a mut [f64],
-    mean: &'a mut [f64],
-    std: &'a mut [f64],
-}
-
-/// Pass 3 driver: `fill(start, out)` writes rows `start..start + len`;
-/// chunks run in parallel when `threads > 1`.
-fn for_chunks<F>(out: &mut Advantages, threads: usize, fill: F)
-where
-    F: Fn(usize, Out<'_>) + Sync,
-{
-    let n = out.advantage.len();
-    if threads <= 1 {
-        fill(
-            0,
-            Out {
-                advantage: &mut out.advantage,
-                mean: &mut out.group_mean,
-                std: &mut out.group_std,
-            },
-        );
-        return;
-    }
-    let chunk = n.div_ceil(threads).max(1);
-    out.advantage
-        .par_chunks_mut(chunk)
-        .zip(out.group_mean.par_chunks_mut(chunk))
-        .zip(out.group_std.par_chunks_mut(chunk))
-        .enumerate()
-        .for_each(|(k, ((advantage, mean), std))| fill(k * chunk, Out { advantage, mean, std }));
-}
-
-/// grpo with `norm_by_std`: A = (s − mean) / (std + eps).
-fn grpo_rows(batch: &Batch<'_>, slots: &[Slot], eps: f64, start: usize, o: Out<'_>) {
-    let len = o.advantage.len();
-    let group = &batch.group[start..start + len];
-    let reward = &batch.reward[start..start + len];
-    let rows = o
-        .advantage
-        .iter_mut()
-        .zip(o.mean.iter_mut())
-        .zip(o.std.iter_mut());
-    for (((a, m), sd), (&g, &r)) in rows.zip(group.iter().zip(reward)) {
-        let s = slots[g as usize];
-        *a = (r - s.a) / (s.b + eps);
-        *m = s.a;
-        *sd = s.b;
-    }
-}
-
-/// drgrpo, and grpo without `norm_by_std`: A = s − mean.
-fn centred_rows(batch: &Batch<'_>, slots: &[Slot], start: usize, o: Out<'_>) {
-    let len = o.advantage.len();
-    let group = &batch.group[start..start + len];
-    let reward = &batch.reward[start..start + len];
-    let rows = o
-        .advantage
-        .iter_mut()
-        .zip(o.mean.iter_mut())
-        .zip(o.std.iter_mut());
-    for (((a, m), sd), (&g, &r)) in rows.zip(group.iter().zip(reward)) {
-        let s = slots[g as usize];
-        *a = r - s.a;
-        *m = s.a;
-        *sd = s.b;
-    }
-}
-
-/// rloo: A = s − baseline, the baseline being the mean of the group's other
-/// baseline rows (for a baseline row) or of all of them (for a hinted row
-/// of a first-turn batch); A = 0 for a group with at most one baseline row.
-/// `group_mean` is that baseline (the row's own score when A = 0).
-fn rloo_rows(batch: &Batch<'_>, first_turn: bool, slots: &[Slot], sums: &Sums, start: usize, o: Out<'_>) {
-    let len = o.advantage.len();
-    let group = &batch.group[start..start + len];
-    let reward = &batch.reward[start..start + len];
-    let hinted = &batch.hinted[start..start + len];
-    let rows = o
-        .advantage
-        .iter_mut()
-        .zip(o.mean.iter_mut())
-        .zip(o.std.iter_mut());
-    for (((a, m), sd), ((&g, &r), &h)) in rows.zip(group.iter().zip(reward).zip(hinted)) {
-        let g = g as usize;
-        let (count, s) = (sums.count[g], slots[g]);
-        let baseline = if count < 2.0 {
-            r
-        } else if first_turn && h {
-            s.a
-        } else {
-            (sums.sum[g] - r) / (count - 1.0)
-        };
-        *a = r - baseline;
-        *m = baseline;
-        *sd = s.b;
-    }
-}
-
-/// batch_whiten: A = (s − step mean) / (step std + eps).
-fn whiten_rows(batch: &Batch<'_>, stats: GroupStats, eps: f64, start: usize, o: Out<'_>) {
-    let len = o.advantage.len();
-    let reward = &batch.reward[start..start + len];
-    let denominator = stats.std + eps;
-    for (a, &r) in o.advantage.iter_mut().zip(reward) {
-        *a = (r - stats.mean) / denominator;
-    }
-    o.mean.fill(stats.mean);
-    o.std.fill(stats.std);
 }
 
 #[cfg(test)]
@@ -665,8 +665,12 @@ mod tests {
                 estimator,
                 ..AdvantageOptions::default()
             };
-            let one = compute_one_thread(&batch, &options);
-            let many = run(&batch, &options, 3);
+            let mut one = Advantages::default();
+            compute_on(&batch, &options, 1, &mut one);
+            // Reusing buffers of another size and contents changes nothing.
+            let mut many = fresh(17);
+            many.advantage.fill(f64::NAN);
+            compute_on(&batch, &options, 3, &mut many);
             for (name, x, y) in [
                 ("advantage", &one.advantage, &many.advantage),
                 ("group_mean", &one.group_mean, &many.group_mean),
@@ -698,7 +702,8 @@ mod tests {
             reward: &rewards,
             hinted: &hinted,
         };
-        let parallel = run(&batch, &AdvantageOptions::default(), 2);
+        let mut parallel = fresh(n + 5);
+        compute_on(&batch, &AdvantageOptions::default(), 2, &mut parallel);
         // A sequential reference built from the definition, row by row.
         let mut raw: Vec<Vec<f64>> = vec![vec![]; 5000];
         for i in 0..n {
