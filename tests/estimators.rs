@@ -4,12 +4,21 @@
 //! one group of size 1, a group of size 1 among others}, plus the worked
 //! examples of the README with their numbers written out by hand.
 //!
-//! Each case runs three ways: the kernel with dense ids (`Device::Cpu`), the
-//! compute path from string ids (`compute_step`), and `Device::Cuda`, which
-//! is the CUDA kernel on a machine with a GPU and a `--features cuda` build
-//! and the CPU fallback everywhere else.
+//! Each case runs every way in: the kernel with dense ids (`Device::Cpu`),
+//! the compute path from string ids (`compute_step`), Arrow batches whose
+//! `instance_id` is dictionary-encoded (distinct values, or one value per
+//! row so that values repeat), plain `Utf8` or `LargeUtf8`
+//! (`compute_batch`), and `Device::Cuda`, which is the CUDA kernel on a
+//! machine with a GPU and a `--features cuda` build and the CPU fallback
+//! everywhere else.
 
-use hintstream::advantages::compute_step;
+use std::sync::Arc;
+
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, RecordBatch, StringArray,
+};
+use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::ScoredRows;
 use hintstream::normalize::{self, AdvantageOptions, Advantages, Batch, Device, Estimator, Ran};
 
@@ -152,6 +161,33 @@ fn dense(rows: &Rows) -> (Vec<u32>, usize) {
     (ids, names.len())
 }
 
+/// `instance_id` columns of `rows` in each encoding a producer may send.
+fn instance_columns(rows: &Rows) -> Vec<(&'static str, ArrayRef)> {
+    let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
+    let distinct = scored(rows)
+        .to_batch()
+        .unwrap()
+        .column_by_name("instance_id")
+        .unwrap()
+        .clone();
+    // One dictionary value per row: values repeat whenever a group has two
+    // rows.
+    let repeated = DictionaryArray::<Int32Type>::try_new(
+        Int32Array::from_iter_values(0..rows.len() as i32),
+        Arc::new(StringArray::from(names.clone())),
+    )
+    .unwrap();
+    vec![
+        ("dictionary", distinct),
+        ("dictionary with repeated values", Arc::new(repeated) as ArrayRef),
+        ("utf8", Arc::new(StringArray::from(names.clone())) as ArrayRef),
+        (
+            "large utf8",
+            Arc::new(arrow_array::LargeStringArray::from(names)) as ArrayRef,
+        ),
+    ]
+}
+
 fn scored(rows: &Rows) -> ScoredRows {
     let mut s = ScoredRows::default();
     for (i, r) in rows.iter().enumerate() {
@@ -185,6 +221,21 @@ fn run_all_paths(name: &str, rows: &Rows, options: AdvantageOptions, want: &[Wan
 
     let step = compute_step(scored(rows), &options, Device::Cpu).unwrap();
     check(&format!("{label}, from string ids"), &step.advantages, want);
+
+    for (encoding, instance) in instance_columns(rows) {
+        let arrow = RecordBatch::try_from_iter([
+            ("instance_id", instance),
+            ("reward", Arc::new(Float64Array::from(reward.clone())) as ArrayRef),
+            (
+                "is_hinted",
+                Arc::new(BooleanArray::from(hinted.clone())) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let (got, ran) = compute_batch(&arrow, &options, Device::Cpu).unwrap();
+        assert_eq!(ran, Ran::Cpu);
+        check(&format!("{label}, arrow {encoding}"), &got, want);
+    }
 
     let (cuda, ran) = normalize::compute(&batch, &options, Device::Cuda).unwrap();
     assert!(matches!(ran, Ran::Cuda | Ran::CpuFallback), "{ran:?}");

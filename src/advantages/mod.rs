@@ -8,4 +8,4 @@ pub mod offline;
 pub mod stage;
 pub mod step_metrics;
 
-pub use compute::{compute_rows, compute_step, StepResult};
+pub use compute::{compute_batch, compute_rows, compute_step, StepResult};
