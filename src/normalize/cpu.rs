@@ -319,6 +319,31 @@ thread_local! {
     static SPARE_TABLES: std::cell::Cell<Tables> = std::cell::Cell::new(Tables::default());
 }
 
+/// Spare per-chunk tables of the parallel passes, shared by all threads.
+static CHUNK_TABLES: std::sync::Mutex<Vec<Vec<Slot>>> = std::sync::Mutex::new(Vec::new());
+
+/// Spare chunk tables kept at most (each at most
+/// [`MAX_SPARE_TABLE_BYTES`]); more are freed.
+const MAX_SPARE_CHUNK_TABLES: usize = 8;
+
+/// A zeroed table of `groups` slots, from the spares when there is one.
+fn chunk_table(groups: usize) -> Vec<Slot> {
+    // A poisoned lock only means another thread panicked while pushing or
+    // popping a Vec: the list itself is still a valid list.
+    let spare = CHUNK_TABLES.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let mut table = spare.unwrap_or_default();
+    table.clear();
+    table.resize(groups, Slot::default());
+    table
+}
+
+fn return_chunk_table(table: Vec<Slot>) {
+    let mut spares = CHUNK_TABLES.lock().unwrap_or_else(|e| e.into_inner());
+    if spares.len() < MAX_SPARE_CHUNK_TABLES && table.capacity() * 16 <= MAX_SPARE_TABLE_BYTES {
+        spares.push(table);
+    }
+}
+
 impl Tables {
     /// The spare tables of this thread (or new ones), emptied.
     fn take() -> Tables {
@@ -342,26 +367,35 @@ impl Tables {
     fn build(&mut self, batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, keep_sums: bool) {
         let first_turn = batch.first_turn_baseline();
         let groups = batch.n_groups;
-        // Pass 1: (sum, count).
-        if threads <= 1 {
-            self.slots.resize(groups, Slot::default());
-            add_sums(batch, first_turn, 0..batch.len(), &mut self.slots);
+        // Pass 1: (sum, count). In parallel, the first chunk of rows adds
+        // into `slots` and each other chunk into a table of its own, merged
+        // after.
+        self.slots.resize(groups, Slot::default());
+        let chunks = ranges(batch.len(), threads);
+        let (first, rest) = chunks
+            .split_first()
+            .map_or((0..0, &[][..]), |(f, r)| (f.clone(), r));
+        let mut others: Vec<Vec<Slot>> = rest.iter().map(|_| chunk_table(groups)).collect();
+        let slots = &mut self.slots;
+        if others.is_empty() {
+            // On the calling thread (a join would move it to the pool).
+            add_sums(batch, first_turn, first.clone(), slots);
         } else {
-            self.slots = ranges(batch.len(), threads)
-                .into_par_iter()
-                .map(|range| {
-                    let mut table = vec![Slot::default(); groups];
-                    add_sums(batch, first_turn, range, &mut table);
-                    table
-                })
-                .reduce_with(|mut x, y| {
-                    for (p, q) in x.iter_mut().zip(&y) {
-                        p.a += q.a;
-                        p.b += q.b;
-                    }
-                    x
-                })
-                .unwrap_or_else(|| vec![Slot::default(); groups]);
+            rayon::join(
+                || add_sums(batch, first_turn, first.clone(), slots),
+                || {
+                    others
+                        .par_iter_mut()
+                        .zip(rest)
+                        .for_each(|(table, range)| add_sums(batch, first_turn, range.clone(), table))
+                },
+            );
+        }
+        for table in &others {
+            for (p, q) in self.slots.iter_mut().zip(table) {
+                p.a += q.a;
+                p.b += q.b;
+            }
         }
         // (sum, count) → (mean, 0), counts and sums aside. Branch-free, so
         // the loops vectorise.
@@ -376,29 +410,32 @@ impl Tables {
                 b: 0.0,
             };
         }
-        // Pass 2: squared deviations from the mean.
-        if threads <= 1 {
-            add_squares(batch, first_turn, 0..batch.len(), &mut self.slots);
+        // Pass 2: squared deviations from the mean, chunked as pass 1; the
+        // other chunks start from a copy of the means, with squares at 0.
+        for table in &mut others {
+            table.clear();
+            table.extend_from_slice(&self.slots);
+        }
+        let slots = &mut self.slots;
+        if others.is_empty() {
+            add_squares(batch, first_turn, first, slots);
         } else {
-            let means = &self.slots;
-            let squares = ranges(batch.len(), threads)
-                .into_par_iter()
-                .map(|range| {
-                    // Each chunk starts from the means, with squares at 0.
-                    let mut local = means.clone();
-                    add_squares(batch, first_turn, range, &mut local);
-                    local
-                })
-                .reduce_with(|mut x, y| {
-                    for (p, q) in x.iter_mut().zip(&y) {
-                        p.b += q.b;
-                    }
-                    x
-                });
-            if let Some(squares) = squares {
-                self.slots = squares;
+            rayon::join(
+                || add_squares(batch, first_turn, first, slots),
+                || {
+                    others
+                        .par_iter_mut()
+                        .zip(rest)
+                        .for_each(|(table, range)| add_squares(batch, first_turn, range.clone(), table))
+                },
+            );
+        }
+        for table in &others {
+            for (p, q) in self.slots.iter_mut().zip(table) {
+                p.b += q.b;
             }
         }
+        others.into_iter().for_each(return_chunk_table);
         // (mean, squares) → (mean, std).
         let floor = options.std_floor.unwrap_or(f64::NEG_INFINITY);
         for (s, &count) in self.slots.iter_mut().zip(&self.counts) {
