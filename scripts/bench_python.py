@@ -175,13 +175,14 @@ def report(times_path, prefix, estimators):
         print("%-12s max relative difference: rust vs python %.3g, rust vs numpy %.3g%s"
               % (est, dp, dn, "" if agree else "  DISAGREE"))
     print()
-    print("%-12s %-15s %-7s %11s %14s %13s" % ("estimator", "rust path", "threads", "rust ms",
-                                                "python loop / x", "numpy / x"))
+    # Speed-ups: how many times faster than the Python loop and than numpy.
+    print("%-12s %-15s %-7s %11s %16s %10s" % ("estimator", "path", "threads", "median ms",
+                                                "vs python loop", "vs numpy"))
     for est in estimators:
-        print("%-12s %-15s %-7s %11.1f %14s %13s" % (est, "python loop", "1", py[est], "1.0", ""))
-        print("%-12s %-15s %-7s %11.1f %14.1f %13s" % (est, "numpy", "1", npy[est], py[est] / npy[est], "1.0"))
+        print("%-12s %-15s %-7s %11.1f %15.1fx %10s" % (est, "python loop", "1", py[est], 1.0, ""))
+        print("%-12s %-15s %-7s %11.1f %15.1fx %9.1fx" % (est, "numpy", "1", npy[est], py[est] / npy[est], 1.0))
         for path, threads, ms in rust.get(est, []):
-            print("%-12s %-15s %-7s %11.3f %14.0f %13.1f" % (est, path, threads, ms, py[est] / ms, npy[est] / ms))
+            print("%-12s %-15s %-7s %11.3f %15.0fx %9.1fx" % (est, path, threads, ms, py[est] / ms, npy[est] / ms))
     if not ok:
         sys.exit("implementations disagree")
 

@@ -137,24 +137,24 @@ impl StringIds {
     }
 }
 
-/// Whether all `values` differ. Each value is hashed once; a bit array
-/// small enough for the L2 cache (2^21 bits) finds the few values whose low
-/// hash bits meet another's, and only those are compared, by full hash and
-/// then by string. About 4× faster than inserting every value into a hash
-/// set, which is what the dictionary of a dictionary-encoded column costs
-/// before its keys can serve as group ids.
+/// Whether all `values` differ. Each value is hashed once; a bit array of
+/// about 16 bits a value, at most 2^21 bits (small enough for the L2 cache),
+/// finds the few values whose low hash bits meet another's, and only those
+/// are compared, by full hash and then by string. About 4× faster than
+/// inserting every value into a hash set, which is what the dictionary of a
+/// dictionary-encoded column costs before its keys can serve as group ids.
 pub fn all_distinct<'a, I>(values: I) -> bool
 where
     I: IntoIterator<Item = &'a str>,
     I::IntoIter: Clone,
 {
-    const BITS: u32 = 21;
     let iter = values.into_iter();
     let hasher = foldhash::fast::RandomState::default();
     let hashes: Vec<u64> = iter.clone().map(|v| hasher.hash_one(v.as_bytes())).collect();
-    let slot = |h: u64| (h & ((1 << BITS) - 1)) as usize;
-    let mut seen = vec![0u64; (1 << BITS) / 64];
-    let mut clash = vec![0u64; (1 << BITS) / 64];
+    let bits = (hashes.len() * 16).next_power_of_two().clamp(64, 1 << 21);
+    let slot = |h: u64| (h as usize) & (bits - 1);
+    let mut seen = vec![0u64; bits / 64];
+    let mut clash = vec![0u64; bits / 64];
     let mut any_clash = false;
     for &h in &hashes {
         let (word, bit) = (slot(h) / 64, 1u64 << (slot(h) % 64));
