@@ -29,9 +29,9 @@
 //! mean (grpo, drgrpo), the step mean (batch_whiten), or for rloo the
 //! leave-one-out mean (baseline rows), the mean of all baseline rows (hinted
 //! rows) or the row's own score (groups with ≤ 1 baseline row, A = 0).
-//! `group_std` is the std the row was divided by, or for drgrpo and rloo the
-//! group's baseline std that they do not divide by (the GRPO value,
-//! informative only). Both columns are always finite.
+//! `group_std` is the std the row was divided by, or where nothing divides
+//! (drgrpo, rloo, grpo without `norm_by_std`) the group's baseline std as
+//! grpo computes it, informative only. Both columns are always finite.
 //!
 //! Output order is input order; accumulation is in f64 with two passes (sums,
 //! then squared deviations from the mean), on CPU and GPU alike.
