@@ -1,15 +1,33 @@
-//! Criterion benches of stage 2's computation: the CPU kernel at 10k, 100k
-//! and 1M rows (8 rows per group, 10% hinted, shuffled string ids), the
-//! string-id mapping alone, and the whole compute path from owned rows
-//! (assembly into an Arrow batch, dictionary ids, kernel). With
+//! Criterion benches of stage 2's computation on one step (8 rows per group,
+//! 10% hinted, shuffled string ids like a trainer's `swe-task-00012345`):
+//!
+//! - `kernel_1t/<estimator>`: the CPU kernel on one thread from dense group
+//!   ids, i.e. from a dictionary-encoded Arrow batch whose keys are the ids,
+//!   writing into output columns reused from the previous call
+//!   (`cpu::compute_on`);
+//! - `kernel_1t_fresh/<estimator>`: the same into freshly allocated columns
+//!   (`cpu::compute` on one thread): the difference is the allocator and
+//!   the page faults of 24 MB of new memory per call;
+//! - `kernel/<estimator>`: reused columns, on rayon's pool (every core);
+//! - `from_dictionary/<estimator>`: from an Arrow `RecordBatch` with a
+//!   dictionary-encoded `instance_id` (keys, reward and hinted columns read
+//!   in place) to advantages, one thread;
+//! - `from_strings/<estimator>`: string ids mapped to dense ids, then the
+//!   kernel, one thread;
+//! - `id_mapping`: the string → dense id mapping alone;
+//! - `compute_path`: `compute_step` from owned rows (mapping and kernel on
+//!   rayon's pool).
+//!
+//! grpo runs at 10k, 100k and 1M rows, the other estimators at 1M. With
 //! `--features cuda` on a machine with a GPU, the CUDA kernel too.
 //!
 //!     cargo bench --bench advantages
+//!     cargo bench --bench advantages -- 'kernel_1t/grpo'   (one group)
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hintstream::advantages::compute_step;
+use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::ScoredRows;
-use hintstream::normalize::{self, AdvantageOptions, Batch, DenseGroups, Device};
+use hintstream::normalize::{self, cpu, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -39,10 +57,19 @@ fn rows(n: usize) -> ScoredRows {
     rows
 }
 
+/// Runs `f` on a one-thread rayon pool, as "one core" figures need.
+fn one_thread<R: Send>(pool: &rayon::ThreadPool, f: impl FnOnce() -> R + Send) -> R {
+    pool.install(f)
+}
+
 fn benches(c: &mut Criterion) {
-    let options = AdvantageOptions::default();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a one-thread pool");
     for n in [10_000usize, 100_000, 1_000_000] {
         let data = rows(n);
+        let arrow = data.to_batch().expect("bench rows form a batch");
         let groups = DenseGroups::from_strings(data.instance_id.iter().map(String::as_str));
         let batch = Batch {
             group: &groups.ids,
@@ -50,16 +77,71 @@ fn benches(c: &mut Criterion) {
             reward: &data.reward,
             hinted: &data.is_hinted,
         };
+        let estimators: &[Estimator] = if n >= 1_000_000 {
+            &Estimator::ALL
+        } else {
+            &[Estimator::Grpo]
+        };
 
         let mut g = c.benchmark_group("advantages");
         g.throughput(Throughput::Elements(n as u64));
-        g.sample_size(if n >= 1_000_000 { 10 } else { 30 });
-        g.bench_with_input(BenchmarkId::new("cpu_kernel", n), &batch, |b, batch| {
-            b.iter(|| normalize::cpu::compute(batch, &options))
-        });
+        g.sample_size(if n >= 1_000_000 { 20 } else { 30 });
+        for &estimator in estimators {
+            let options = AdvantageOptions {
+                estimator,
+                ..AdvantageOptions::default()
+            };
+            let e = estimator.as_str();
+            let mut out = Advantages::default();
+            g.bench_with_input(
+                BenchmarkId::new(format!("kernel_1t/{e}"), n),
+                &batch,
+                |b, batch| b.iter(|| cpu::compute_on(batch, &options, 1, &mut out)),
+            );
+            g.bench_with_input(
+                BenchmarkId::new(format!("kernel_1t_fresh/{e}"), n),
+                &batch,
+                |b, batch| b.iter(|| one_thread(&pool, || cpu::compute(batch, &options))),
+            );
+            g.bench_with_input(BenchmarkId::new(format!("kernel/{e}"), n), &batch, |b, batch| {
+                b.iter(|| cpu::compute_into(batch, &options, &mut out))
+            });
+            g.bench_with_input(
+                BenchmarkId::new(format!("from_dictionary/{e}"), n),
+                &arrow,
+                |b, arrow| b.iter(|| one_thread(&pool, || compute_batch(arrow, &options, Device::Cpu))),
+            );
+            g.bench_with_input(
+                BenchmarkId::new(format!("from_strings/{e}"), n),
+                &data,
+                |b, data| {
+                    b.iter(|| {
+                        one_thread(&pool, || {
+                            let groups =
+                                DenseGroups::from_strings(data.instance_id.iter().map(String::as_str));
+                            let batch = Batch {
+                                group: &groups.ids,
+                                n_groups: groups.n_groups,
+                                reward: &data.reward,
+                                hinted: &data.is_hinted,
+                            };
+                            normalize::compute(&batch, &options, Device::Cpu)
+                        })
+                    })
+                },
+            );
+            if normalize::cuda_check().is_ok() {
+                g.bench_with_input(
+                    BenchmarkId::new(format!("cuda_kernel/{e}"), n),
+                    &batch,
+                    |b, batch| b.iter(|| normalize::compute(batch, &options, Device::Cuda)),
+                );
+            }
+        }
         g.bench_with_input(BenchmarkId::new("id_mapping", n), &data, |b, data| {
             b.iter(|| DenseGroups::from_strings(data.instance_id.iter().map(String::as_str)))
         });
+        let options = AdvantageOptions::default();
         g.bench_with_input(BenchmarkId::new("compute_path", n), &data, |b, data| {
             b.iter_batched(
                 || data.clone(),
@@ -67,11 +149,6 @@ fn benches(c: &mut Criterion) {
                 criterion::BatchSize::LargeInput,
             )
         });
-        if normalize::cuda_available() {
-            g.bench_with_input(BenchmarkId::new("cuda_kernel", n), &batch, |b, batch| {
-                b.iter(|| normalize::compute(batch, &options, Device::Cuda))
-            });
-        }
         g.finish();
     }
 }

@@ -1,13 +1,35 @@
-// Hint-augmented GRPO advantages on the GPU: the same two-pass, f64
-// semantics as src/normalize/cpu.rs. Compiled to advantage.ptx (compute_90)
-// by `cargo run --example gen_ptx --features cuda`; the PTX is committed.
+// Hint-augmented outcome advantages on the GPU: every estimator of
+// src/normalize/mod.rs with the same two-pass, f64 semantics as
+// src/normalize/cpu.rs. Compiled to advantage.ptx (compute_70, PTX ISA 8.0,
+// so that CUDA 12.0 drivers and newer JIT it for Volta through Hopper) by
+// `cargo run --example gen_ptx --features cuda`; the PTX is committed.
+//
+// Launch order (src/normalize/gpu.rs):
+//   per-group estimators: baseline_sums, group_means, baseline_squares,
+//   group_stds, advantages;
+//   batch_whiten: step_sums, group_means, step_squares, group_stds,
+//   advantages (whole_step = 1), with one "group" at index 0.
+// The step_* reductions assume blockDim.x == REDUCE_THREADS.
 
+#define REDUCE_THREADS 256
+
+// Estimator codes; keep in step with `estimator_code` in gpu.rs.
+#define EST_GRPO 0
+#define EST_DRGRPO 1
+#define EST_RLOO 2
+#define EST_BATCH_WHITEN 3
+
+#define GRID_STRIDE(i, n)                                                                      \
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (n); \
+         i += (unsigned long long)gridDim.x * blockDim.x)
+
+// Pass 1, per group: sum and count of each group's baseline rows (raw rows
+// only when first_turn).
 extern "C" __global__ void baseline_sums(const unsigned int *group, const double *reward,
                                          const unsigned char *hinted, int first_turn,
                                          unsigned long long n, double *sum,
                                          unsigned long long *count) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, n) {
         if (!first_turn || !hinted[i]) {
             unsigned int g = group[i];
             atomicAdd(&sum[g], reward[i]);
@@ -16,20 +38,52 @@ extern "C" __global__ void baseline_sums(const unsigned int *group, const double
     }
 }
 
-extern "C" __global__ void group_means(const double *sum, const unsigned long long *count,
-                                       unsigned long long n_groups, double *mean) {
-    for (unsigned long long g = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         g < n_groups; g += (unsigned long long)gridDim.x * blockDim.x) {
-        mean[g] = count[g] >= 2 ? sum[g] / (double)count[g] : 0.0;
+// Sums `value` over the block into thread 0's return value.
+__device__ double block_sum(double value) {
+    __shared__ double partial[REDUCE_THREADS];
+    partial[threadIdx.x] = value;
+    __syncthreads();
+    for (unsigned int stride = REDUCE_THREADS / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    double total = partial[0];
+    __syncthreads();
+    return total;
+}
+
+// Pass 1, whole step: sum and count of the step's baseline rows into
+// sum[0] and count[0] (one atomic per block).
+extern "C" __global__ void step_sums(const double *reward, const unsigned char *hinted,
+                                     int first_turn, unsigned long long n, double *sum,
+                                     unsigned long long *count) {
+    double s = 0.0, c = 0.0;
+    GRID_STRIDE(i, n) {
+        if (!first_turn || !hinted[i]) {
+            s += reward[i];
+            c += 1.0;
+        }
+    }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) {
+        atomicAdd(&sum[0], s);
+        atomicAdd(&count[0], (unsigned long long)c);
     }
 }
 
+extern "C" __global__ void group_means(const double *sum, const unsigned long long *count,
+                                       unsigned long long n_groups, double *mean) {
+    GRID_STRIDE(g, n_groups) { mean[g] = count[g] >= 2 ? sum[g] / (double)count[g] : 0.0; }
+}
+
+// Pass 2, per group: squared deviations of the baseline rows from their
+// group's mean.
 extern "C" __global__ void baseline_squares(const unsigned int *group, const double *reward,
                                             const unsigned char *hinted, int first_turn,
                                             unsigned long long n, const double *mean,
                                             double *squares) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, n) {
         if (!first_turn || !hinted[i]) {
             unsigned int g = group[i];
             double d = reward[i] - mean[g];
@@ -38,11 +92,25 @@ extern "C" __global__ void baseline_squares(const unsigned int *group, const dou
     }
 }
 
+// Pass 2, whole step: squared deviations from mean[0] into squares[0].
+extern "C" __global__ void step_squares(const double *reward, const unsigned char *hinted,
+                                        int first_turn, unsigned long long n, const double *mean,
+                                        double *squares) {
+    double s = 0.0, m = mean[0];
+    GRID_STRIDE(i, n) {
+        if (!first_turn || !hinted[i]) {
+            double d = reward[i] - m;
+            s += d * d;
+        }
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) atomicAdd(&squares[0], s);
+}
+
 extern "C" __global__ void group_stds(const double *squares, const unsigned long long *count,
                                       unsigned long long n_groups, int has_floor, double floor_,
                                       double *std_out) {
-    for (unsigned long long g = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         g < n_groups; g += (unsigned long long)gridDim.x * blockDim.x) {
+    GRID_STRIDE(g, n_groups) {
         double s = 1.0;
         if (count[g] >= 2) {
             s = sqrt(squares[g] / (double)(count[g] - 1));
@@ -52,17 +120,36 @@ extern "C" __global__ void group_stds(const double *squares, const unsigned long
     }
 }
 
+// Pass 3: every row's advantage, the baseline subtracted (row_mean) and the
+// std (row_std). `divide`: A = (s - mean) / (std + epsilon), else s - mean;
+// rloo never divides. `whole_step`: every row uses index 0 (batch_whiten).
 extern "C" __global__ void advantages(const unsigned int *group, const double *reward,
-                                      unsigned long long n, const double *mean, const double *std_,
-                                      int norm_by_std, double epsilon, double *advantage,
+                                      const unsigned char *hinted, int first_turn,
+                                      unsigned long long n, const double *sum,
+                                      const unsigned long long *count, const double *mean,
+                                      const double *std_, int estimator, int divide,
+                                      double epsilon, int whole_step, double *advantage,
                                       double *row_mean, double *row_std) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned int g = group[i];
-        double m = mean[g], s = std_[g];
-        double centred = reward[i] - m;
-        advantage[i] = norm_by_std ? centred / (s + epsilon) : centred;
-        row_mean[i] = m;
+    GRID_STRIDE(i, n) {
+        unsigned int g = whole_step ? 0 : group[i];
+        double r = reward[i], m = mean[g], s = std_[g];
+        if (estimator == EST_RLOO) {
+            unsigned long long c = count[g];
+            double baseline;
+            if (c < 2) {
+                baseline = r;
+            } else if (first_turn && hinted[i]) {
+                baseline = m;
+            } else {
+                baseline = (sum[g] - r) / (double)(c - 1);
+            }
+            advantage[i] = r - baseline;
+            row_mean[i] = baseline;
+        } else {
+            double centred = r - m;
+            advantage[i] = divide ? centred / (s + epsilon) : centred;
+            row_mean[i] = m;
+        }
         row_std[i] = s;
     }
 }

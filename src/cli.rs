@@ -234,6 +234,9 @@ pub enum AdvantagesAction {
         /// Centre only: A = s − mean.
         #[arg(long)]
         no_norm_by_std: bool,
+        /// The advantage estimator [default: normalize.estimator].
+        #[arg(long, value_enum)]
+        estimator: Option<crate::normalize::Estimator>,
         /// Where to compute [default: normalize.device].
         #[arg(long, value_enum)]
         device: Option<crate::normalize::Device>,

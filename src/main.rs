@@ -127,6 +127,7 @@ async fn run(
                     output,
                     epsilon,
                     no_norm_by_std,
+                    estimator,
                     device,
                 }),
             ..
@@ -140,6 +141,9 @@ async fn run(
                 options.epsilon = e;
             }
             options.norm_by_std &= !no_norm_by_std;
+            if let Some(e) = estimator {
+                options.estimator = e;
+            }
             let device = device.unwrap_or(config.normalize.device);
             let limits = config.decode_limits();
             let started = std::time::Instant::now();

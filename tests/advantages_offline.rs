@@ -258,3 +258,43 @@ fn the_readme_metrics_table_matches_what_stage_2_publishes() {
         .collect();
     assert_eq!(names, table, "README table vs published metrics");
 }
+
+/// The estimator is chosen by `[normalize] estimator` or `--estimator`:
+/// RLOO on a group of two gives each row its score minus the other's.
+#[test]
+fn the_estimator_flag_picks_rloo() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let output = dir.path().join("out.jsonl");
+    let row = |id: &str, reward: f64| {
+        serde_json::json!({
+            "type": "scored_rollout", "schema_version": 1, "run_id": "r", "step": 1,
+            "instance_id": "g", "trajectory_id": id, "reward": reward, "is_hinted": false
+        })
+        .to_string()
+    };
+    std::fs::write(&input, [row("a", 1.0), row("b", 0.0)].join("\n")).unwrap();
+    for (estimator, want) in [("rloo", [1.0, -1.0]), ("drgrpo", [0.5, -0.5])] {
+        let out = hintstream(&[
+            "advantages",
+            "compute",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--estimator",
+            estimator,
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let got: Vec<f64> = std::fs::read_to_string(&output)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["advantage"]
+                    .as_f64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(got, want, "{estimator}");
+    }
+}

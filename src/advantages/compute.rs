@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 
-use crate::batch::{advantages_schema, dense_groups, BatchError, ScoredRows};
-use crate::normalize::{self, AdvantageOptions, Advantages, Batch, Device, NormalizeError, Ran};
+use crate::batch::{advantages_schema, kernel_columns, BatchError, ScoredRows};
+use crate::normalize::{
+    self, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, NormalizeError, Ran,
+};
 
 /// The result of one step.
 #[derive(Debug, Clone)]
@@ -34,16 +36,14 @@ impl ComputeError {
     }
 }
 
-/// Computes one step: `rows` all share one (run_id, step). The rows are
-/// assembled into an Arrow batch with dictionary-encoded `instance_id`, whose
-/// keys are the dense group ids the kernels take.
+/// Computes one step: `rows` all share one (run_id, step). The string group
+/// ids are mapped to the dense ids the kernels take.
 pub fn compute_step(
     rows: ScoredRows,
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<StepResult, ComputeError> {
-    let batch = rows.to_batch()?;
-    let groups = dense_groups(&batch, &rows.instance_id);
+    let groups = step_groups(&rows.instance_id, options);
     let (advantages, ran) = normalize::compute(
         &Batch {
             group: &groups.ids,
@@ -61,6 +61,31 @@ pub fn compute_step(
     })
 }
 
+/// Dense group ids of a step's rows for `options`' estimator: batch_whiten
+/// ignores groups, so its rows all go to group 0 and no id is mapped.
+fn step_groups(instance_ids: &[String], options: &AdvantageOptions) -> DenseGroups {
+    if options.estimator == Estimator::BatchWhiten {
+        return DenseGroups {
+            ids: vec![0; instance_ids.len()],
+            n_groups: usize::from(!instance_ids.is_empty()),
+        };
+    }
+    DenseGroups::from_strings(instance_ids.iter().map(String::as_str))
+}
+
+/// Computes one step straight from an Arrow batch with the scored columns
+/// (all rows one (run_id, step); callers check): no row becomes an owned
+/// string, a dictionary-encoded `instance_id` gives the group ids in place
+/// and `Float64` rewards are read in place ([`kernel_columns`]).
+pub fn compute_batch(
+    batch: &RecordBatch,
+    options: &AdvantageOptions,
+    device: Device,
+) -> Result<(Advantages, Ran), ComputeError> {
+    let columns = kernel_columns(batch, options.estimator != Estimator::BatchWhiten)?;
+    Ok(normalize::compute(&columns.as_batch(), options, device)?)
+}
+
 /// Computes rows of any number of steps: each (run_id, step) is one batch.
 /// Returns advantages aligned with the input rows.
 pub fn compute_rows(
@@ -68,7 +93,23 @@ pub fn compute_rows(
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<Advantages, ComputeError> {
-    let mut steps: HashMap<(&str, i64), Vec<usize>> = HashMap::new();
+    let one_step = rows
+        .run_id
+        .iter()
+        .zip(&rows.step)
+        .all(|(r, s)| *r == rows.run_id[0] && *s == rows.step[0]);
+    if one_step {
+        // The common case: no need to split or copy the rows.
+        let groups = step_groups(&rows.instance_id, options);
+        let batch = Batch {
+            group: &groups.ids,
+            n_groups: groups.n_groups,
+            reward: &rows.reward,
+            hinted: &rows.is_hinted,
+        };
+        return Ok(normalize::compute(&batch, options, device)?.0);
+    }
+    let mut steps: HashMap<(&str, i64), Vec<usize>, foldhash::fast::RandomState> = HashMap::default();
     let mut order = Vec::new();
     for i in 0..rows.len() {
         let key = (rows.run_id[i].as_str(), rows.step[i]);
@@ -88,20 +129,7 @@ pub fn compute_rows(
     };
     for key in order {
         let indices = &steps[&key];
-        let result = if indices.len() == n {
-            // One step: no need to copy the rows.
-            let groups =
-                crate::normalize::DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str));
-            let batch = Batch {
-                group: &groups.ids,
-                n_groups: groups.n_groups,
-                reward: &rows.reward,
-                hinted: &rows.is_hinted,
-            };
-            normalize::compute(&batch, options, device)?.0
-        } else {
-            compute_step(rows.take(indices), options, device)?.advantages
-        };
+        let result = compute_step(rows.take(indices), options, device)?.advantages;
         for (j, &i) in indices.iter().enumerate() {
             out.advantage[i] = result.advantage[j];
             out.group_mean[i] = result.group_mean[j];

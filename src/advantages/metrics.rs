@@ -19,6 +19,7 @@ pub struct AdvantageMetrics {
     extreme_advantages: Counter,
     pending_steps: Gauge,
     pending_bytes: Gauge,
+    cuda_fallbacks: Counter,
 }
 
 impl AdvantageMetrics {
@@ -33,6 +34,7 @@ impl AdvantageMetrics {
             extreme_advantages: Counter::default(),
             pending_steps: Gauge::default(),
             pending_bytes: Gauge::default(),
+            cuda_fallbacks: Counter::default(),
         };
         registry.register(
             "steps_published",
@@ -69,7 +71,17 @@ impl AdvantageMetrics {
             "Bytes held by pending steps (their messages and rows), bounded by advantages.max_in_flight_bytes",
             m.pending_bytes.clone(),
         );
+        registry.register(
+            "cuda_fallbacks",
+            "Steps computed on the CPU because the CUDA module could not be loaded or run (device = cuda or auto)",
+            m.cuda_fallbacks.clone(),
+        );
         m
+    }
+
+    /// A step meant for the GPU was computed on the CPU.
+    pub fn cuda_fell_back(&self) {
+        self.cuda_fallbacks.inc();
     }
 
     /// Steps and bytes waiting for rows or their step_end.

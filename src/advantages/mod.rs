@@ -19,4 +19,4 @@ pub mod offline;
 pub mod service;
 pub mod step_metrics;
 
-pub use compute::{compute_rows, compute_step, StepResult};
+pub use compute::{compute_batch, compute_rows, compute_step, StepResult};

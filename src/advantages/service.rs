@@ -145,10 +145,10 @@ impl Shared {
                 return self.dead_letter_parked(parked, "compute_panic", &reason).await;
             }
         };
-        let device_name = match result.ran {
-            Ran::Cpu => "cpu",
-            Ran::Cuda => "cuda",
-        };
+        let device_name = result.ran.as_str();
+        if result.ran == Ran::CpuFallback {
+            self.metrics.cuda_fell_back();
+        }
         self.metrics
             .computed(device_name, started.elapsed().as_secs_f64());
         tracing::debug!(run_id = %run_id, step = step_no, rows = result.rows.len(), device = device_name, "step computed; publishing");

@@ -6,10 +6,11 @@ pub mod ipc;
 
 use std::sync::Arc;
 
-use arrow_array::builder::StringDictionaryBuilder;
+use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray,
+    Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch,
+    StringArray,
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use thiserror::Error;
@@ -144,14 +145,25 @@ impl ScoredRows {
 
     /// Builds the assembled batch ([`scored_schema`]).
     pub fn to_batch(&self) -> Result<RecordBatch, BatchError> {
-        let mut instance = StringDictionaryBuilder::<Int32Type>::new();
-        for id in &self.instance_id {
-            instance.append(id)?;
+        // Dictionary values in order of first appearance (as arrow's
+        // dictionary builder orders them), mapped with the kernels' mapping.
+        let groups = crate::normalize::DenseGroups::from_strings(self.instance_id.iter().map(String::as_str));
+        let mut values: Vec<&str> = Vec::with_capacity(groups.n_groups);
+        let mut keys: Vec<i32> = Vec::with_capacity(groups.ids.len());
+        for (&id, s) in groups.ids.iter().zip(&self.instance_id) {
+            if id as usize == values.len() {
+                values.push(s);
+            }
+            keys.push(i32::try_from(id).map_err(|_| ArrowError::DictionaryKeyOverflowError)?);
         }
+        let instance = DictionaryArray::<Int32Type>::try_new(
+            Int32Array::from(keys),
+            Arc::new(StringArray::from_iter_values(values)),
+        )?;
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(&self.run_id)),
             Arc::new(Int64Array::from(self.step.clone())),
-            Arc::new(instance.finish()),
+            Arc::new(instance),
             Arc::new(StringArray::from_iter_values(&self.trajectory_id)),
             Arc::new(Float64Array::from(self.reward.clone())),
             Arc::new(BooleanArray::from(self.is_hinted.clone())),
@@ -202,26 +214,183 @@ impl ScoredRows {
     }
 }
 
-/// Dense group ids of an assembled batch's `instance_id` column: the
-/// dictionary keys themselves when the dictionary has no repeated value,
-/// otherwise ids mapped from the strings.
-pub fn dense_groups(batch: &RecordBatch, instance_ids: &[String]) -> crate::normalize::DenseGroups {
-    use crate::normalize::DenseGroups;
-    if let Some(dict) = batch
-        .column_by_name("instance_id")
-        .and_then(|c| c.as_any().downcast_ref::<DictionaryArray<Int32Type>>())
-    {
-        if let Some(values) = dict.values().as_any().downcast_ref::<StringArray>() {
-            let unique: std::collections::HashSet<&str> = values.iter().flatten().collect();
-            if unique.len() == values.len() && dict.keys().null_count() == 0 {
-                return DenseGroups::from_dictionary_keys(
-                    dict.keys().values().iter().map(|&k| k as u32),
-                    values.len(),
-                );
-            }
+/// The columns the advantage kernels read, taken from a scored batch with as
+/// little copying as its encoding allows: group ids from `instance_id`
+/// (dictionary keys in place when every dictionary value is distinct, see
+/// [`instance_groups`] for the rest), rewards in place when they are
+/// `Float64`, `is_hinted` unpacked from its bitmap a word at a time.
+#[derive(Debug, Clone)]
+pub struct KernelColumns<'a> {
+    /// Dense group ids, below `n_groups`.
+    pub group: arrow_buffer::ScalarBuffer<u32>,
+    pub n_groups: usize,
+    pub reward: std::borrow::Cow<'a, [f64]>,
+    pub hinted: Vec<bool>,
+}
+
+impl KernelColumns<'_> {
+    /// The kernels' view of the columns.
+    pub fn as_batch(&self) -> crate::normalize::Batch<'_> {
+        crate::normalize::Batch {
+            group: &self.group,
+            n_groups: self.n_groups,
+            reward: &self.reward,
+            hinted: &self.hinted,
         }
     }
-    DenseGroups::from_strings(instance_ids.iter().map(String::as_str))
+}
+
+/// Reads [`KernelColumns`] from a batch with the scored columns (only
+/// `instance_id`, `reward` and `is_hinted` are read). Without `with_groups`
+/// every row is put in group 0 and `instance_id` is not read, for estimators
+/// that ignore groups (batch_whiten). Values are not checked here:
+/// [`crate::normalize::Batch::validate`] does that.
+pub fn kernel_columns(batch: &RecordBatch, with_groups: bool) -> Result<KernelColumns<'_>, BatchError> {
+    let (group, n_groups) = if with_groups {
+        group_buffer(batch)?
+    } else {
+        let rows = batch.num_rows();
+        (vec![0u32; rows].into(), usize::from(rows > 0))
+    };
+    let array = column(batch, "reward")?;
+    let reward = match array.as_primitive_opt::<arrow_array::types::Float64Type>() {
+        Some(values) if values.null_count() == 0 => std::borrow::Cow::Borrowed(&values.values()[..]),
+        _ => std::borrow::Cow::Owned(floats(batch, "reward")?),
+    };
+    let array = column(batch, "is_hinted")?;
+    no_nulls(array, "is_hinted")?;
+    let bools = array.as_boolean_opt().ok_or_else(|| BatchError::WrongType {
+        column: "is_hinted",
+        found: array.data_type().clone(),
+        wanted: "boolean",
+    })?;
+    Ok(KernelColumns {
+        group,
+        n_groups,
+        reward,
+        hinted: unpack_bits(bools.values()),
+    })
+}
+
+/// One bool per bit, 64 bits at a time.
+fn unpack_bits(bits: &arrow_buffer::BooleanBuffer) -> Vec<bool> {
+    let chunks = bits.inner().bit_chunks(bits.offset(), bits.len());
+    let mut out = Vec::with_capacity(bits.len());
+    for word in chunks.iter() {
+        out.extend((0..64).map(|k| (word >> k) & 1 == 1));
+    }
+    let tail = chunks.remainder_bits();
+    out.extend((0..chunks.remainder_len()).map(|k| (tail >> k) & 1 == 1));
+    out
+}
+
+/// Dense group ids of an assembled batch's `instance_id` column (see
+/// [`instance_groups`]); ids mapped from `instance_ids` when the column is
+/// missing or unreadable.
+pub fn dense_groups(batch: &RecordBatch, instance_ids: &[String]) -> crate::normalize::DenseGroups {
+    instance_groups(batch).unwrap_or_else(|_| {
+        crate::normalize::DenseGroups::from_strings(instance_ids.iter().map(String::as_str))
+    })
+}
+
+/// Dense group ids from a batch's `instance_id` column, read in place:
+/// - dictionary-encoded (any integer keys, string values): the keys
+///   themselves when the dictionary has no repeated value, otherwise the
+///   keys through a map of the (few) dictionary values; no row is hashed;
+/// - plain strings (`Utf8`, `LargeUtf8`, `Utf8View`): each row's string
+///   mapped, borrowed from the column (no per-row allocation).
+///
+/// Equal strings get equal ids either way; unused dictionary values leave
+/// empty groups, which the kernels ignore.
+pub fn instance_groups(batch: &RecordBatch) -> Result<crate::normalize::DenseGroups, BatchError> {
+    let (ids, n_groups) = group_buffer(batch)?;
+    Ok(crate::normalize::DenseGroups {
+        ids: ids.to_vec(),
+        n_groups,
+    })
+}
+
+/// [`instance_groups`] as a buffer: the `Int32` keys of a dictionary with
+/// distinct values are shared, not copied.
+fn group_buffer(batch: &RecordBatch) -> Result<(arrow_buffer::ScalarBuffer<u32>, usize), BatchError> {
+    const NAME: &str = "instance_id";
+    let array = column(batch, NAME)?;
+    no_nulls(array, NAME)?;
+    let wrong = || BatchError::WrongType {
+        column: NAME,
+        found: array.data_type().clone(),
+        wanted: "string",
+    };
+    let Some(dict) = array.as_any_dictionary_opt() else {
+        let groups = map_strings(array.as_ref()).ok_or_else(wrong)?;
+        return Ok((groups.ids.into(), groups.n_groups));
+    };
+    let values = dict.values();
+    let bad_key = |row: usize| BatchError::InvalidValue {
+        column: NAME,
+        row,
+        reason: "dictionary key out of range".into(),
+    };
+    // The usual case, and always so for dictionaries this crate writes:
+    // every value distinct and i32 keys, which are then the ids as they
+    // are, checked in one pass.
+    if let (Some(true), Some(keys)) = (
+        distinct_strings(values.as_ref()),
+        dict.keys().as_any().downcast_ref::<Int32Array>(),
+    ) {
+        let n_values = values.len();
+        if let Some(row) = keys.values().iter().position(|&k| k as u32 as usize >= n_values) {
+            return Err(bad_key(row));
+        }
+        // The same bytes read as u32 (every key was just checked to be
+        // non-negative). Cannot panic: u32 has i32's size and alignment.
+        let ids = arrow_buffer::ScalarBuffer::<u32>::new(keys.values().inner().clone(), 0, keys.len());
+        return Ok((ids, n_values));
+    }
+    // Otherwise through a map of the (few) dictionary values.
+    let values = map_strings(values.as_ref()).ok_or_else(wrong)?;
+    let mut ids = Vec::with_capacity(dict.keys().len());
+    for (row, k) in dict.normalized_keys().into_iter().enumerate() {
+        ids.push(*values.ids.get(k).ok_or_else(|| bad_key(row))?);
+    }
+    Ok((ids.into(), values.n_groups))
+}
+
+/// Whether the values of a string array all differ; `None` when it holds no
+/// strings.
+fn distinct_strings(array: &dyn Array) -> Option<bool> {
+    use crate::normalize::groups::all_distinct;
+    match array.data_type() {
+        DataType::Utf8 => Some(all_distinct(
+            array.as_string::<i32>().iter().map(Option::unwrap_or_default),
+        )),
+        DataType::LargeUtf8 => Some(all_distinct(
+            array.as_string::<i64>().iter().map(Option::unwrap_or_default),
+        )),
+        DataType::Utf8View => Some(all_distinct(
+            array.as_string_view().iter().map(Option::unwrap_or_default),
+        )),
+        _ => None,
+    }
+}
+
+/// Maps the values of a string array, borrowed in place, to dense ids;
+/// `None` when the array holds no strings. Nulls read as "" (callers reject
+/// nulls first).
+fn map_strings(array: &dyn Array) -> Option<crate::normalize::DenseGroups> {
+    use crate::normalize::DenseGroups;
+    match array.data_type() {
+        DataType::Utf8 => Some(DenseGroups::from_strings(
+            array.as_string::<i32>().iter().map(Option::unwrap_or_default),
+        )),
+        DataType::LargeUtf8 => Some(DenseGroups::from_strings(
+            array.as_string::<i64>().iter().map(Option::unwrap_or_default),
+        )),
+        DataType::Utf8View => Some(DenseGroups::from_strings(
+            array.as_string_view().iter().map(Option::unwrap_or_default),
+        )),
+        _ => None,
+    }
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &'static str) -> Result<&'a ArrayRef, BatchError> {
@@ -350,4 +519,109 @@ fn booleans(batch: &RecordBatch, name: &'static str) -> Result<Vec<bool>, BatchE
             wanted: "boolean",
         })?;
     Ok(bools.values().iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(instance: ArrayRef, reward: ArrayRef, hinted: ArrayRef) -> RecordBatch {
+        RecordBatch::try_from_iter([
+            ("instance_id", instance),
+            ("reward", reward),
+            ("is_hinted", hinted),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn kernel_columns_unpack_sliced_booleans_and_cast_f32_rewards() {
+        let n = 200;
+        let flags: Vec<bool> = (0..n).map(|i| i % 3 == 0 || i % 7 == 0).collect();
+        let names: Vec<String> = (0..n).map(|i| format!("g{}", i % 5)).collect();
+        let rewards: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let full = batch(
+            Arc::new(StringArray::from_iter_values(&names)),
+            Arc::new(arrow_array::Float32Array::from(rewards.clone())),
+            Arc::new(BooleanArray::from(flags.clone())),
+        );
+        // A slice starting mid-byte, ending mid-word.
+        let (offset, len) = (13, 131);
+        let sliced = full.slice(offset, len);
+        let columns = kernel_columns(&sliced, true).unwrap();
+        assert_eq!(columns.hinted, flags[offset..offset + len]);
+        let want: Vec<f64> = rewards[offset..offset + len]
+            .iter()
+            .map(|&r| f64::from(r))
+            .collect();
+        assert_eq!(&columns.reward[..], &want[..]);
+        assert_eq!(columns.n_groups, 5);
+        // Rows with the same name share an id.
+        for i in 0..len {
+            for j in 0..len {
+                let same = names[offset + i] == names[offset + j];
+                assert_eq!(columns.group[i] == columns.group[j], same);
+            }
+        }
+        // Float64 rewards are read in place.
+        let f64s = batch(
+            Arc::new(StringArray::from(vec!["a", "b"])),
+            Arc::new(Float64Array::from(vec![1.0, 2.0])),
+            Arc::new(BooleanArray::from(vec![false, true])),
+        );
+        let columns = kernel_columns(&f64s, true).unwrap();
+        assert!(matches!(columns.reward, std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn instance_groups_reject_nulls_and_non_strings() {
+        let b = batch(
+            Arc::new(StringArray::from(vec![Some("a"), None])),
+            Arc::new(Float64Array::from(vec![1.0, 2.0])),
+            Arc::new(BooleanArray::from(vec![false, true])),
+        );
+        assert!(matches!(instance_groups(&b), Err(BatchError::Nulls { .. })));
+        let b = batch(
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(Float64Array::from(vec![1.0, 2.0])),
+            Arc::new(BooleanArray::from(vec![false, true])),
+        );
+        assert!(matches!(instance_groups(&b), Err(BatchError::WrongType { .. })));
+        let keys = arrow_array::Int8Array::from(vec![1, 0, 1]);
+        let dict = DictionaryArray::<arrow_array::types::Int8Type>::try_new(
+            keys,
+            Arc::new(StringArray::from(vec!["x", "y"])),
+        )
+        .unwrap();
+        let b = batch(
+            Arc::new(dict),
+            Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])),
+            Arc::new(BooleanArray::from(vec![false, true, false])),
+        );
+        // Int8 keys go through the general path: ids of the values.
+        assert_eq!(instance_groups(&b).unwrap().ids, vec![1, 0, 1]);
+    }
+
+    #[test]
+    fn to_batch_dictionary_is_in_first_seen_order() {
+        let mut rows = ScoredRows::default();
+        for id in ["b", "a", "b", "c"] {
+            rows.run_id.push("r".into());
+            rows.step.push(0);
+            rows.instance_id.push(id.into());
+            rows.trajectory_id.push("t".into());
+            rows.reward.push(0.0);
+            rows.is_hinted.push(false);
+            rows.hint_category.push(None);
+        }
+        let b = rows.to_batch().unwrap();
+        let dict = b
+            .column_by_name("instance_id")
+            .unwrap()
+            .as_dictionary::<Int32Type>();
+        assert_eq!(dict.keys().values().to_vec(), vec![0, 1, 0, 2]);
+        let values: Vec<&str> = dict.values().as_string::<i32>().iter().flatten().collect();
+        assert_eq!(values, vec!["b", "a", "c"]);
+        assert_eq!(ScoredRows::from_batch(&b).unwrap(), rows);
+    }
 }

@@ -18,7 +18,7 @@ pub use env_refs::{EnvRefError, KeyPath};
 pub use kafka::{ClientKind, KafkaConfig, KafkaValue};
 
 use crate::messages::DecodeLimits;
-use crate::normalize::{AdvantageOptions, Device};
+use crate::normalize::{AdvantageOptions, Device, Estimator};
 
 /// The config file read when `--config` is not given and the file exists.
 pub const DEFAULT_CONFIG_FILE: &str = "hintstream.toml";
@@ -184,6 +184,11 @@ impl Default for LlmConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NormalizeConfig {
+    /// The advantage estimator: `grpo` (the reference's default), `drgrpo`
+    /// (mean baseline, no std division), `rloo` (leave-one-out baseline) or
+    /// `batch_whiten` (REINFORCE++'s whitening over the whole step). With
+    /// hinted rows in a step, every baseline comes from raw rows only.
+    pub estimator: Estimator,
     /// `auto` (CUDA when present and the batch is large), `cpu` or `cuda`.
     pub device: Device,
     /// Divide by the group std (+ epsilon); off: A = s − mean.
@@ -196,6 +201,7 @@ pub struct NormalizeConfig {
 impl Default for NormalizeConfig {
     fn default() -> Self {
         NormalizeConfig {
+            estimator: Estimator::Grpo,
             device: Device::Auto,
             norm_by_std: true,
             epsilon: crate::normalize::DEFAULT_EPSILON,
@@ -207,6 +213,7 @@ impl Default for NormalizeConfig {
 impl NormalizeConfig {
     pub fn options(&self) -> AdvantageOptions {
         AdvantageOptions {
+            estimator: self.estimator,
             norm_by_std: self.norm_by_std,
             epsilon: self.epsilon,
             std_floor: (self.std_floor > 0.0).then_some(self.std_floor),

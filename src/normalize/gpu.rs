@@ -1,14 +1,16 @@
-//! The CUDA kernel through cudarc: the same two-pass f64 semantics as
-//! [`super::cpu`]. The only module that imports cudarc. Kernels ship as PTX
-//! (`kernels/advantage.ptx`, compute_90) and libcuda is loaded on first use,
-//! so a machine without CUDA builds and runs this crate on the CPU path.
+//! The CUDA kernel through cudarc: every estimator with the same two-pass f64
+//! semantics as [`super::cpu`]. The only module that imports cudarc. Kernels
+//! ship as PTX (`kernels/advantage.ptx`: compute_70, PTX ISA 8.0, which CUDA
+//! 12.0 and newer drivers JIT for Volta, Turing, Ampere, Ada and Hopper) and
+//! libcuda is loaded on first use, so a machine without CUDA builds and runs
+//! this crate on the CPU path.
 
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
-use super::{AdvantageOptions, Advantages, Batch, NormalizeError};
+use super::{AdvantageOptions, Advantages, Batch, Estimator, NormalizeError};
 
 /// The committed PTX of `kernels/advantage.cu`.
 pub const ADVANTAGE_PTX: &str = include_str!("../../kernels/advantage.ptx");
@@ -17,14 +19,19 @@ pub const ADVANTAGE_PTX: &str = include_str!("../../kernels/advantage.ptx");
 const BLOCK: u32 = 256;
 /// Upper bound on blocks per launch; kernels stride over the rest.
 const MAX_BLOCKS: u32 = 65_535;
+/// Blocks of the whole-step reductions (each block adds one partial sum
+/// atomically); `REDUCE_THREADS` in advantage.cu must equal [`BLOCK`].
+const REDUCE_BLOCKS: u32 = 1_024;
 
 /// The loaded module and its functions, shared by every call.
 struct Kernels {
     stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     baseline_sums: CudaFunction,
+    step_sums: CudaFunction,
     group_means: CudaFunction,
     baseline_squares: CudaFunction,
+    step_squares: CudaFunction,
     group_stds: CudaFunction,
     advantages: CudaFunction,
 }
@@ -38,6 +45,41 @@ pub fn available() -> bool {
     // SAFETY: probes for the shared library; no CUDA call is made.
     let present = unsafe { cudarc::driver::sys::is_culib_present() };
     present && CudaContext::device_count().map(|n| n > 0).unwrap_or(false)
+}
+
+/// Loads the module (once per process) and says why it cannot be used.
+pub fn check() -> Result<(), NormalizeError> {
+    kernels().map(|_| ())
+}
+
+/// What a report says about GPU 0: its name, compute capability and the
+/// driver's CUDA version (`13000` for 13.0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub driver_cuda_version: i32,
+}
+
+/// Describes GPU 0 and its driver.
+pub fn device_info() -> Result<DeviceInfo, NormalizeError> {
+    if !available() {
+        return Err(NormalizeError::CudaUnavailable(
+            "no CUDA driver or device on this machine".into(),
+        ));
+    }
+    let ctx = CudaContext::new(0).map_err(device_error)?;
+    let mut version = 0;
+    // SAFETY: writes one int; CudaContext::new loaded and initialised the
+    // driver.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(device_error)?;
+    Ok(DeviceInfo {
+        name: ctx.name().map_err(device_error)?,
+        compute_capability: ctx.compute_capability().map_err(device_error)?,
+        driver_cuda_version: version,
+    })
 }
 
 fn kernels() -> Result<&'static Kernels, NormalizeError> {
@@ -54,8 +96,10 @@ fn kernels() -> Result<&'static Kernels, NormalizeError> {
             Ok(Kernels {
                 stream: ctx.default_stream(),
                 baseline_sums: f("baseline_sums")?,
+                step_sums: f("step_sums")?,
                 group_means: f("group_means")?,
                 baseline_squares: f("baseline_squares")?,
+                step_squares: f("step_squares")?,
                 group_stds: f("group_stds")?,
                 advantages: f("advantages")?,
                 _module: module,
@@ -78,6 +122,16 @@ fn device_error(e: cudarc::driver::DriverError) -> NormalizeError {
     NormalizeError::Device(e.to_string())
 }
 
+/// The `estimator` argument of the `advantages` kernel.
+fn estimator_code(e: Estimator) -> i32 {
+    match e {
+        Estimator::Grpo => 0,
+        Estimator::Drgrpo => 1,
+        Estimator::Rloo => 2,
+        Estimator::BatchWhiten => 3,
+    }
+}
+
 /// Computes the advantages on GPU 0; `batch` must have passed
 /// [`Batch::validate`].
 pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
@@ -87,7 +141,9 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
     }
     let k = kernels()?;
     let s = &k.stream;
-    let groups = batch.n_groups.max(1);
+    let whole_step = options.estimator == Estimator::BatchWhiten;
+    // batch_whiten keeps its statistics in one slot, index 0.
+    let groups = if whole_step { 1 } else { batch.n_groups.max(1) };
     let hinted: Vec<u8> = batch.hinted.iter().map(|&h| u8::from(h)).collect();
     let first_turn = i32::from(batch.first_turn_baseline());
     let (n64, g64) = (n as u64, groups as u64);
@@ -105,22 +161,46 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
     let mut row_std = s.alloc_zeros::<f64>(n).map_err(device_error)?;
     let has_floor = i32::from(options.std_floor.is_some());
     let floor = options.std_floor.unwrap_or(0.0);
-    let norm = i32::from(options.norm_by_std);
+    let estimator = estimator_code(options.estimator);
+    let divide = i32::from(options.estimator.divides_by_std(options));
+    let whole = i32::from(whole_step);
+    let reduce = LaunchConfig {
+        grid_dim: (
+            n.div_ceil(BLOCK as usize).clamp(1, REDUCE_BLOCKS as usize) as u32,
+            1,
+            1,
+        ),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
 
     // SAFETY (all launches): argument lists match the kernel signatures in
-    // kernels/advantage.cu, every buffer holds at least the n or n_groups
-    // elements the kernel indexes, and group ids were checked < n_groups.
+    // kernels/advantage.cu, every buffer holds at least the n or `groups`
+    // elements the kernel indexes (index 0 only when whole_step), group ids
+    // were checked < n_groups, and the reductions run with BLOCK threads.
     unsafe {
-        s.launch_builder(&k.baseline_sums)
-            .arg(&group)
-            .arg(&reward)
-            .arg(&hinted)
-            .arg(&first_turn)
-            .arg(&n64)
-            .arg(&mut sum)
-            .arg(&mut count)
-            .launch(grid(n))
-            .map_err(device_error)?;
+        if whole_step {
+            s.launch_builder(&k.step_sums)
+                .arg(&reward)
+                .arg(&hinted)
+                .arg(&first_turn)
+                .arg(&n64)
+                .arg(&mut sum)
+                .arg(&mut count)
+                .launch(reduce)
+                .map_err(device_error)?;
+        } else {
+            s.launch_builder(&k.baseline_sums)
+                .arg(&group)
+                .arg(&reward)
+                .arg(&hinted)
+                .arg(&first_turn)
+                .arg(&n64)
+                .arg(&mut sum)
+                .arg(&mut count)
+                .launch(grid(n))
+                .map_err(device_error)?;
+        }
         s.launch_builder(&k.group_means)
             .arg(&sum)
             .arg(&count)
@@ -128,16 +208,28 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
             .arg(&mut mean)
             .launch(grid(groups))
             .map_err(device_error)?;
-        s.launch_builder(&k.baseline_squares)
-            .arg(&group)
-            .arg(&reward)
-            .arg(&hinted)
-            .arg(&first_turn)
-            .arg(&n64)
-            .arg(&mean)
-            .arg(&mut squares)
-            .launch(grid(n))
-            .map_err(device_error)?;
+        if whole_step {
+            s.launch_builder(&k.step_squares)
+                .arg(&reward)
+                .arg(&hinted)
+                .arg(&first_turn)
+                .arg(&n64)
+                .arg(&mean)
+                .arg(&mut squares)
+                .launch(reduce)
+                .map_err(device_error)?;
+        } else {
+            s.launch_builder(&k.baseline_squares)
+                .arg(&group)
+                .arg(&reward)
+                .arg(&hinted)
+                .arg(&first_turn)
+                .arg(&n64)
+                .arg(&mean)
+                .arg(&mut squares)
+                .launch(grid(n))
+                .map_err(device_error)?;
+        }
         s.launch_builder(&k.group_stds)
             .arg(&squares)
             .arg(&count)
@@ -150,11 +242,17 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
         s.launch_builder(&k.advantages)
             .arg(&group)
             .arg(&reward)
+            .arg(&hinted)
+            .arg(&first_turn)
             .arg(&n64)
+            .arg(&sum)
+            .arg(&count)
             .arg(&mean)
             .arg(&std)
-            .arg(&norm)
+            .arg(&estimator)
+            .arg(&divide)
             .arg(&options.epsilon)
+            .arg(&whole)
             .arg(&mut advantage)
             .arg(&mut row_mean)
             .arg(&mut row_std)

@@ -1,13 +1,40 @@
-//! Hint-augmented GRPO advantages: one semantics, two kernels (CPU and CUDA).
+//! Hint-augmented outcome advantages: one semantics per [`Estimator`], two
+//! kernels (CPU and CUDA).
 //!
-//! The semantics are the reference trainer's `compute_grpo_outcome_advantage`:
-//! - if any sample of the batch is hinted, each group's mean and std come from
-//!   its raw (unhinted) samples only, and hinted samples are normalised with
-//!   that baseline; otherwise standard GRPO over all samples of the group;
-//! - a group with 0 or 1 baseline samples uses mean 0 and std 1;
-//! - std is unbiased (n − 1); A = (s − mean) / (std + eps), or s − mean when
-//!   `norm_by_std` is off; output order is input order;
-//! - accumulation is in f64 with two passes, on CPU and GPU alike.
+//! Every estimator follows the reference trainer's first-turn rule: if any
+//! sample of the batch (one step) is hinted, baselines come from the raw
+//! (unhinted) samples only and hinted samples are measured against them;
+//! otherwise every sample is a baseline sample. Call those the *baseline
+//! rows*. Then, with s a row's score:
+//!
+//! - [`Estimator::Grpo`] (the reference's `compute_grpo_outcome_advantage`):
+//!   per group, mean and unbiased std (n − 1) of its baseline rows; a group
+//!   with 0 or 1 baseline rows uses mean 0 and std 1; A = (s − mean) /
+//!   (std + eps), or s − mean when `norm_by_std` is off.
+//! - [`Estimator::Drgrpo`]: A = s − mean with GRPO's group mean, whatever
+//!   `norm_by_std` says.
+//! - [`Estimator::Rloo`] (`compute_rloo_outcome_advantage`): a baseline row's
+//!   baseline is the mean of the *other* baseline rows of its group, a hinted
+//!   row's is the mean of all of them; A = s − baseline, which for a group
+//!   of n baseline rows and no hint is the reference's (s − mean)·n/(n − 1).
+//!   A group with at most one baseline row gets A = 0 for all its rows.
+//! - [`Estimator::BatchWhiten`] (outcome REINFORCE++ with γ = 1): mean and
+//!   unbiased std over all the batch's baseline rows, whatever the group;
+//!   fewer than 2 → mean 0, std 1; A = (s − mean) / (std + eps).
+//!
+//! The output columns keep one invariant for every estimator: A = (s −
+//! `group_mean`) / d, with d = `group_std` + eps where the estimator divides
+//! (grpo with `norm_by_std`, batch_whiten) and d = 1 where it does not. So
+//! `group_mean` is the baseline actually subtracted from the row: the group
+//! mean (grpo, drgrpo), the step mean (batch_whiten), or for rloo the
+//! leave-one-out mean (baseline rows), the mean of all baseline rows (hinted
+//! rows) or the row's own score (groups with ≤ 1 baseline row, A = 0).
+//! `group_std` is the std the row was divided by, or where nothing divides
+//! (drgrpo, rloo, grpo without `norm_by_std`) the group's baseline std as
+//! grpo computes it, informative only. Both columns are always finite.
+//!
+//! Output order is input order; accumulation is in f64 with two passes (sums,
+//! then squared deviations from the mean), on CPU and GPU alike.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -26,16 +53,77 @@ pub const DEFAULT_EPSILON: f64 = 1e-6;
 /// when a hinted success meets a baseline whose samples all scored the same.
 pub const EXTREME_ADVANTAGE: f64 = 1e3;
 
+/// Which advantage estimator a step is computed with (config
+/// `normalize.estimator`; names on the wire and in config are `grpo`,
+/// `drgrpo`, `rloo` and `batch_whiten`). The module docs give the formulas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Estimator {
+    /// Group mean and std of the baseline rows; the reference's default.
+    #[default]
+    Grpo,
+    /// GRPO's group mean without the std division (Dr. GRPO).
+    Drgrpo,
+    /// Leave-one-out group mean (RLOO); 0 for a group of one.
+    Rloo,
+    /// Scores whitened over the whole step (outcome REINFORCE++, γ = 1).
+    BatchWhiten,
+}
+
+impl Estimator {
+    /// Every estimator, in declaration order (for tests, benches and checks).
+    pub const ALL: [Estimator; 4] = [
+        Estimator::Grpo,
+        Estimator::Drgrpo,
+        Estimator::Rloo,
+        Estimator::BatchWhiten,
+    ];
+
+    /// The config and wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Estimator::Grpo => "grpo",
+            Estimator::Drgrpo => "drgrpo",
+            Estimator::Rloo => "rloo",
+            Estimator::BatchWhiten => "batch_whiten",
+        }
+    }
+
+    /// Whether A is divided by `std + epsilon` under `options`.
+    pub fn divides_by_std(self, options: &AdvantageOptions) -> bool {
+        match self {
+            Estimator::Grpo => options.norm_by_std,
+            Estimator::BatchWhiten => true,
+            Estimator::Drgrpo | Estimator::Rloo => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Estimator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdvantageOptions {
-    /// Divide by the group std (+ epsilon); when off, A = s − mean.
+    /// Divide by the group std (+ epsilon); when off, A = s − mean. Read by
+    /// [`Estimator::Grpo`] only: drgrpo and rloo never divide, batch_whiten
+    /// always does.
     pub norm_by_std: bool,
+    /// Added to the std before dividing (grpo and batch_whiten).
     pub epsilon: f64,
     /// Opt-in floor for the std of baselines with two or more samples. Off
     /// (`None`) by default for parity with the reference, where a std-0
-    /// baseline gives a hinted success an advantage of about 1e6.
+    /// baseline gives a hinted success an advantage of about 1e6. Applies to
+    /// every estimator's `group_std` (so to the division of grpo and
+    /// batch_whiten).
     pub std_floor: Option<f64>,
+    /// The estimator; `grpo` when absent.
+    #[serde(default)]
+    pub estimator: Estimator,
 }
 
 impl Default for AdvantageOptions {
@@ -44,6 +132,7 @@ impl Default for AdvantageOptions {
             norm_by_std: true,
             epsilon: DEFAULT_EPSILON,
             std_floor: None,
+            estimator: Estimator::Grpo,
         }
     }
 }
@@ -141,28 +230,73 @@ impl Batch<'_> {
 /// Which kernel ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ran {
+    /// The CPU kernel, as asked (`cpu`, or `auto` without a usable GPU or
+    /// for a batch below [`GPU_MIN_ROWS`]).
     Cpu,
+    /// The CUDA kernel.
     Cuda,
+    /// The CPU kernel because the CUDA path failed: the driver, the device
+    /// or the build cannot load or run the kernel module. Callers count it;
+    /// the step itself is computed and published as usual.
+    CpuFallback,
+}
+
+impl Ran {
+    /// Short name for metric labels, log fields and the device header:
+    /// `cpu`, `cuda` or `cpu_fallback`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ran::Cpu => "cpu",
+            Ran::Cuda => "cuda",
+            Ran::CpuFallback => "cpu_fallback",
+        }
+    }
 }
 
 /// Computes the advantages of `batch` on `device`.
+///
+/// A CUDA failure never fails the batch: under `cuda` (and under `auto` with
+/// a GPU present) the batch is then computed on the CPU and the result says
+/// [`Ran::CpuFallback`]. A module that cannot be loaded (no driver, a driver
+/// too old for the PTX, no CUDA in this build) is logged once per process; a
+/// failure while running is logged each time it happens. The only errors are
+/// malformed batches ([`Batch::validate`]).
 pub fn compute(
     batch: &Batch<'_>,
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<(Advantages, Ran), NormalizeError> {
     batch.validate()?;
-    match device {
-        Device::Cpu => Ok((cpu::compute(batch, options), Ran::Cpu)),
-        Device::Cuda => cuda(batch, options).map(|a| (a, Ran::Cuda)),
-        Device::Auto if batch.len() >= GPU_MIN_ROWS && cuda_available() => match cuda(batch, options) {
-            Ok(a) => Ok((a, Ran::Cuda)),
-            Err(e) => {
-                tracing::warn!(error = %e, "CUDA kernel failed; computing on the CPU");
-                Ok((cpu::compute(batch, options), Ran::Cpu))
+    let try_cuda = match device {
+        Device::Cpu => false,
+        Device::Cuda => true,
+        Device::Auto => batch.len() >= GPU_MIN_ROWS && cuda_available(),
+    };
+    if !try_cuda {
+        return Ok((cpu::compute(batch, options), Ran::Cpu));
+    }
+    match cuda(batch, options) {
+        Ok(a) => Ok((a, Ran::Cuda)),
+        Err(e) => {
+            log_fallback(&e);
+            Ok((cpu::compute(batch, options), Ran::CpuFallback))
+        }
+    }
+}
+
+/// Logs a CUDA failure that sends a batch to the CPU: once per process when
+/// the module cannot be loaded (it will not load on the next step either),
+/// every time for a failure while running.
+fn log_fallback(e: &NormalizeError) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static UNAVAILABLE_LOGGED: AtomicBool = AtomicBool::new(false);
+    match e {
+        NormalizeError::CudaUnavailable(_) => {
+            if !UNAVAILABLE_LOGGED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %e, "CUDA kernel cannot be loaded; computing every step on the CPU (logged once)");
             }
-        },
-        Device::Auto => Ok((cpu::compute(batch, options), Ran::Cpu)),
+        }
+        _ => tracing::warn!(error = %e, "CUDA kernel failed; computing this step on the CPU"),
     }
 }
 
@@ -178,7 +312,8 @@ fn cuda(_batch: &Batch<'_>, _options: &AdvantageOptions) -> Result<Advantages, N
     ))
 }
 
-/// Whether a CUDA device can be used (never panics without libcuda).
+/// Whether a CUDA device is present (never panics without libcuda). It does
+/// not say the kernel module loads: [`cuda_check`] does.
 pub fn cuda_available() -> bool {
     #[cfg(feature = "cuda")]
     {
@@ -187,6 +322,28 @@ pub fn cuda_available() -> bool {
     #[cfg(not(feature = "cuda"))]
     {
         false
+    }
+}
+
+/// Loads the CUDA kernel module (once per process) and says why it cannot be
+/// used, if it cannot: for a startup log line or a health check.
+pub fn cuda_check() -> Result<(), NormalizeError> {
+    #[cfg(feature = "cuda")]
+    {
+        gpu::check()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        cuda(
+            &Batch {
+                group: &[],
+                n_groups: 0,
+                reward: &[],
+                hinted: &[],
+            },
+            &AdvantageOptions::default(),
+        )
+        .map(|_| ())
     }
 }
 
@@ -204,14 +361,81 @@ mod tests {
     }
 
     #[test]
-    fn auto_runs_on_the_cpu_without_a_gpu_and_cuda_is_an_error_not_a_panic() {
+    fn auto_runs_on_the_cpu_without_a_gpu_and_cuda_falls_back_without_failing() {
         let b = batch(&[0, 0, 1], &[1.0, 0.0, 1.0], &[false; 3]);
-        let (_, ran) = compute(&b, &AdvantageOptions::default(), Device::Auto).unwrap();
-        if !cuda_available() {
-            assert_eq!(ran, Ran::Cpu);
-            let err = compute(&b, &AdvantageOptions::default(), Device::Cuda).unwrap_err();
-            assert!(matches!(err, NormalizeError::CudaUnavailable(_)), "{err}");
+        let options = AdvantageOptions::default();
+        let (want, ran) = compute(&b, &options, Device::Cpu).unwrap();
+        assert_eq!(ran, Ran::Cpu);
+        let (_, ran) = compute(&b, &options, Device::Auto).unwrap();
+        assert_eq!(ran, Ran::Cpu, "a 3-row batch stays on the CPU under auto");
+        if cuda_check().is_err() {
+            // Twice: the second call must fall back the same way (and, by
+            // reading the code, not log again).
+            for _ in 0..2 {
+                let (got, ran) = compute(&b, &options, Device::Cuda).unwrap();
+                assert_eq!(ran, Ran::CpuFallback);
+                assert_eq!(got, want);
+            }
         }
+    }
+
+    /// The committed PTX loads on CUDA 12.0 drivers (ISA ≤ 8.0) and every
+    /// GPU from Volta on (sm_70), and has every kernel gpu.rs launches.
+    #[test]
+    fn committed_ptx_targets_volta_with_an_isa_cuda_12_0_accepts() {
+        let ptx = include_str!("../../kernels/advantage.ptx");
+        let header = |key: &str| {
+            ptx.lines()
+                .find_map(|l| l.trim().strip_prefix(key).map(str::trim))
+        };
+        assert_eq!(header(".version"), Some("8.0"));
+        assert_eq!(header(".target"), Some("sm_70"));
+        for kernel in [
+            "baseline_sums",
+            "step_sums",
+            "group_means",
+            "baseline_squares",
+            "step_squares",
+            "group_stds",
+            "advantages",
+        ] {
+            assert!(
+                ptx.contains(&format!(".visible .entry {kernel}(")),
+                "{kernel} missing from the PTX"
+            );
+        }
+    }
+
+    #[test]
+    fn estimator_names_are_the_config_names() {
+        for e in Estimator::ALL {
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(json, format!("\"{}\"", e.as_str()));
+            assert_eq!(serde_json::from_str::<Estimator>(&json).unwrap(), e);
+            let value = <Estimator as clap::ValueEnum>::to_possible_value(&e).unwrap();
+            assert_eq!(value.get_name(), e.as_str());
+        }
+        assert_eq!(
+            ["grpo", "drgrpo", "rloo", "batch_whiten"],
+            Estimator::ALL.map(Estimator::as_str)
+        );
+        assert!(serde_json::from_str::<Estimator>("\"reinforce++\"").is_err());
+    }
+
+    #[test]
+    fn options_default_the_estimator_and_reject_unknown_fields() {
+        let o: AdvantageOptions =
+            serde_json::from_str(r#"{"norm_by_std": true, "epsilon": 1e-6, "std_floor": null}"#).unwrap();
+        assert_eq!(o, AdvantageOptions::default());
+        let o: AdvantageOptions = serde_json::from_str(
+            r#"{"norm_by_std": true, "epsilon": 1e-6, "std_floor": null, "estimator": "batch_whiten"}"#,
+        )
+        .unwrap();
+        assert_eq!(o.estimator, Estimator::BatchWhiten);
+        assert!(serde_json::from_str::<AdvantageOptions>(
+            r#"{"norm_by_std": true, "epsilon": 1e-6, "std_floor": null, "estimatr": "rloo"}"#
+        )
+        .is_err());
     }
 
     #[test]
