@@ -211,3 +211,74 @@ async fn hint_ids_are_deterministic_per_group_prompt_and_chain() {
     let with_model = Synthesizer::new(&LlmConfig::default(), &env).unwrap();
     assert_ne!(a.hint_id("r/1/i"), with_model.hint_id("r/1/i"));
 }
+
+/// The reference trainer's model id and key work unchanged: with
+/// `provider = "auto"`, `openrouter/anthropic/claude-sonnet-4` goes to
+/// OpenRouter's OpenAI-compatible API (`OPENROUTER_API_KEY`,
+/// `OPENROUTER_BASE_URL`) as `anthropic/claude-sonnet-4`, and an
+/// `anthropic/...` id to the Anthropic API under its own name.
+#[tokio::test]
+async fn litellm_style_ids_pick_their_api() {
+    let openrouter = LlmServer::start(Some("sk-or-key")).await;
+    openrouter.on(
+        "[route]",
+        vec![
+            Behavior::Status(503, "overloaded", None),
+            Behavior::Status(503, "overloaded", None),
+        ],
+    );
+    let anthropic = LlmServer::start(Some("sk-ant-key")).await;
+    anthropic.default(Behavior::Text("From Anthropic.".into(), Duration::ZERO));
+    let env = LlmEnv {
+        openrouter_api_key: Some("sk-or-key".into()),
+        openrouter_base_url: Some(format!("{}/v1", openrouter.base_url())),
+        anthropic_api_key: Some("sk-ant-key".into()),
+        anthropic_base_url: Some(anthropic.base_url()),
+        ..LlmEnv::default()
+    };
+    let config = LlmConfig {
+        models: vec![
+            "openrouter/anthropic/claude-sonnet-4".into(),
+            "anthropic/claude-3-5-haiku-20241022".into(),
+        ],
+        max_retries: 0,
+        ..fast_config()
+    };
+    let synth = Synthesizer::new(&config, &env).unwrap();
+    let s = synth.synthesize(&trajectory("[route]")).await;
+    assert_eq!(s.hint, "From Anthropic.");
+    assert_eq!(s.model.as_deref(), Some("anthropic/claude-3-5-haiku-20241022"));
+    let or_seen = openrouter.seen();
+    assert_eq!(or_seen.len(), 1);
+    assert_eq!(or_seen[0].path, "/v1/chat/completions");
+    assert_eq!(or_seen[0].body["model"], "anthropic/claude-sonnet-4");
+    assert_eq!(
+        or_seen[0].headers.get("authorization").map(String::as_str),
+        Some("Bearer sk-or-key")
+    );
+    let an_seen = anthropic.seen();
+    assert_eq!(an_seen[0].path, "/v1/messages");
+    assert_eq!(an_seen[0].body["model"], "claude-3-5-haiku-20241022");
+
+    // Without OPENROUTER_API_KEY, the OpenRouter model is left out.
+    let env = LlmEnv {
+        openrouter_api_key: None,
+        ..env
+    };
+    let synth = Synthesizer::new(&config, &env).unwrap();
+    assert_eq!(synth.models(), ["anthropic/claude-3-5-haiku-20241022"]);
+    // A named provider takes every id as written (an OpenAI-compatible
+    // gateway may well serve a model called `anthropic/...`).
+    let named = LlmConfig {
+        provider: hintstream::config::LlmProvider::Anthropic,
+        models: vec!["anthropic/claude-x".into()],
+        ..fast_config()
+    };
+    let synth = Synthesizer::new(&named, &env).unwrap();
+    assert_eq!(synth.models(), ["anthropic/claude-x"]);
+    assert!(
+        synth.describe().contains("anthropic/claude-x (Anthropic API)"),
+        "{}",
+        synth.describe()
+    );
+}

@@ -81,13 +81,17 @@ pub struct Config {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LlmProvider {
-    /// Anthropic when ANTHROPIC_API_KEY is set, else an OpenAI-compatible
-    /// server when OPENAI_API_KEY or OPENAI_BASE_URL is set, else static
-    /// hints.
+    /// Anthropic when ANTHROPIC_API_KEY is set, else OpenRouter when
+    /// OPENROUTER_API_KEY is, else an OpenAI-compatible server when
+    /// OPENAI_API_KEY or OPENAI_BASE_URL is set, else static hints. Model ids
+    /// may name their API litellm-style: `openrouter/anthropic/claude-sonnet-4`,
+    /// `anthropic/claude-...`, `openai/gpt-...`.
     #[default]
     Auto,
     Anthropic,
     Openai,
+    /// OpenRouter's OpenAI-compatible API (OPENROUTER_API_KEY).
+    Openrouter,
     /// Static hints only.
     None,
 }
@@ -173,6 +177,12 @@ impl Default for LlmConfig {
                 ("claude-sonnet-4-20250514".to_string(), price(3.0, 15.0)),
                 ("claude-3-5-haiku-20241022".to_string(), price(0.8, 4.0)),
                 ("gpt-4o-mini".to_string(), price(0.15, 0.6)),
+                // The reference trainer's model, through OpenRouter.
+                (
+                    "openrouter/anthropic/claude-sonnet-4".to_string(),
+                    price(3.0, 15.0),
+                ),
+                ("anthropic/claude-sonnet-4".to_string(), price(3.0, 15.0)),
             ]
             .into_iter()
             .collect(),

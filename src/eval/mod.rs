@@ -123,6 +123,9 @@ fn playback_env(config: &Config, env: &LlmEnv, mode: CassetteMode) -> LlmEnv {
                 env.anthropic_api_key = placeholder()
             }
             LlmProvider::Openai if env.openai_api_key.is_none() => env.openai_api_key = placeholder(),
+            LlmProvider::Openrouter if env.openrouter_api_key.is_none() => {
+                env.openrouter_api_key = placeholder()
+            }
             _ => {}
         }
     }

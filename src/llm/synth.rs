@@ -56,6 +56,10 @@ pub struct LlmEnv {
     pub anthropic_base_url: Option<String>,
     pub openai_api_key: Option<String>,
     pub openai_base_url: Option<String>,
+    /// `OPENROUTER_API_KEY` and `OPENROUTER_BASE_URL` (default
+    /// `https://openrouter.ai/api/v1`), as litellm reads them.
+    pub openrouter_api_key: Option<String>,
+    pub openrouter_base_url: Option<String>,
     /// `SSL_CERT_FILE`: a PEM file whose certificates the LLM client trusts
     /// besides the system store. A field rather than a read of the process
     /// environment at client construction, so one process can build clients
@@ -71,6 +75,8 @@ impl std::fmt::Debug for LlmEnv {
             .field("anthropic_base_url", &self.anthropic_base_url)
             .field("openai_api_key", &key(&self.openai_api_key))
             .field("openai_base_url", &self.openai_base_url)
+            .field("openrouter_api_key", &key(&self.openrouter_api_key))
+            .field("openrouter_base_url", &self.openrouter_base_url)
             .field("ssl_cert_file", &self.ssl_cert_file)
             .finish()
     }
@@ -84,13 +90,53 @@ impl LlmEnv {
             anthropic_base_url: var("ANTHROPIC_BASE_URL"),
             openai_api_key: var("OPENAI_API_KEY"),
             openai_base_url: var("OPENAI_BASE_URL"),
+            openrouter_api_key: var("OPENROUTER_API_KEY"),
+            openrouter_base_url: var("OPENROUTER_BASE_URL"),
             ssl_cert_file: var("SSL_CERT_FILE").map(PathBuf::from),
         }
     }
 }
 
+/// One model of the chain: the id as configured, the name its API knows it
+/// by, and the client of that API.
+#[derive(Debug)]
+struct Link {
+    id: String,
+    api_model: String,
+    client: LlmClient,
+}
+
+/// The APIs a model id can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Route {
+    Anthropic,
+    Openai,
+    Openrouter,
+}
+
+/// The default OpenRouter base URL (litellm's).
+pub const DEFAULT_OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
+/// The reference trainer's model, on OpenRouter.
+pub const DEFAULT_OPENROUTER_MODEL: &str = "anthropic/claude-sonnet-4";
+
+/// The API and model name of a litellm-style id (`openrouter/anthropic/
+/// claude-sonnet-4`, `anthropic/claude-...`, `openai/gpt-...`); an id
+/// without such a prefix goes to `default`.
+fn route_of(id: &str, default: Option<Route>) -> Option<(Route, &str)> {
+    [
+        ("openrouter/", Route::Openrouter),
+        ("anthropic/", Route::Anthropic),
+        ("openai/", Route::Openai),
+    ]
+    .into_iter()
+    .find_map(|(prefix, route)| id.strip_prefix(prefix).map(|rest| (route, rest)))
+    .or_else(|| default.map(|route| (route, id)))
+}
+
 pub struct Synthesizer {
-    client: Option<LlmClient>,
+    /// Empty: static hints only.
+    chain: Vec<Link>,
+    /// The configured ids of the chain.
     models: Vec<String>,
     config: LlmConfig,
     calls: Arc<Semaphore>,
@@ -106,7 +152,7 @@ pub struct Synthesizer {
 impl std::fmt::Debug for Synthesizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Synthesizer")
-            .field("client", &self.client)
+            .field("chain", &self.chain)
             .field("models", &self.models)
             .field("concurrency", &self.config.concurrency)
             .field("cassette", &self.cassette)
@@ -135,52 +181,106 @@ impl Clock {
 }
 
 impl Synthesizer {
-    /// Resolves provider, endpoint and model chain from the config and env.
+    /// Resolves the model chain (each model's API, endpoint and key) from
+    /// the config and env. With `provider = "auto"`, litellm-style ids pick
+    /// their API (`openrouter/…`, `anthropic/…`, `openai/…`); with a named
+    /// provider every id goes to it as written. A model whose API has no key
+    /// is left out with a warning; an empty chain means static hints.
     pub fn new(config: &LlmConfig, env: &LlmEnv) -> Result<Self, LlmError> {
-        let provider = match config.provider {
-            LlmProvider::Anthropic => env.anthropic_api_key.is_some().then_some(Provider::Anthropic),
-            LlmProvider::Openai => Some(Provider::Openai),
+        let auto = config.provider == LlmProvider::Auto;
+        let default = match config.provider {
+            LlmProvider::Anthropic => Some(Route::Anthropic),
+            LlmProvider::Openai => Some(Route::Openai),
+            LlmProvider::Openrouter => Some(Route::Openrouter),
             LlmProvider::None => None,
-            LlmProvider::Auto if env.anthropic_api_key.is_some() => Some(Provider::Anthropic),
+            LlmProvider::Auto if env.anthropic_api_key.is_some() => Some(Route::Anthropic),
+            LlmProvider::Auto if env.openrouter_api_key.is_some() => Some(Route::Openrouter),
             LlmProvider::Auto if env.openai_api_key.is_some() || env.openai_base_url.is_some() => {
-                Some(Provider::Openai)
+                Some(Route::Openai)
             }
             LlmProvider::Auto => None,
-        };
-        let client = match provider {
-            None => None,
-            Some(provider) => {
-                let (key, env_url, default_url) = match provider {
-                    Provider::Anthropic => (
-                        &env.anthropic_api_key,
-                        &env.anthropic_base_url,
-                        DEFAULT_ANTHROPIC_BASE_URL,
-                    ),
-                    Provider::Openai => (&env.openai_api_key, &env.openai_base_url, DEFAULT_OPENAI_BASE_URL),
-                };
-                let base_url = Some(config.base_url.clone())
-                    .filter(|u| !u.is_empty())
-                    .or_else(|| env_url.clone())
-                    .unwrap_or_else(|| default_url.to_string());
-                Some(LlmClient::new(Endpoint {
-                    provider,
-                    base_url,
-                    api_key: key.clone().map(ApiKey::new),
-                    ssl_cert_file: env.ssl_cert_file.clone(),
-                })?)
-            }
         };
         let models = if !config.models.is_empty() {
             config.models.clone()
         } else {
-            match provider {
-                Some(Provider::Openai) => vec![DEFAULT_OPENAI_MODEL.to_string()],
-                _ => vec![DEFAULT_ANTHROPIC_MODEL.to_string()],
-            }
+            vec![match default {
+                Some(Route::Openai) => DEFAULT_OPENAI_MODEL.to_string(),
+                Some(Route::Openrouter) => DEFAULT_OPENROUTER_MODEL.to_string(),
+                _ => DEFAULT_ANTHROPIC_MODEL.to_string(),
+            }]
         };
+        let mut clients: std::collections::HashMap<Route, LlmClient> = std::collections::HashMap::new();
+        let mut chain = Vec::new();
+        if config.provider != LlmProvider::None {
+            for id in &models {
+                let routed = if auto {
+                    route_of(id, default)
+                } else {
+                    default.map(|r| (r, id.as_str()))
+                };
+                let Some((route, api_model)) = routed else {
+                    continue;
+                };
+                let (key, env_url, default_url, provider) = match route {
+                    Route::Anthropic => (
+                        &env.anthropic_api_key,
+                        &env.anthropic_base_url,
+                        DEFAULT_ANTHROPIC_BASE_URL,
+                        Provider::Anthropic,
+                    ),
+                    Route::Openai => (
+                        &env.openai_api_key,
+                        &env.openai_base_url,
+                        DEFAULT_OPENAI_BASE_URL,
+                        Provider::Openai,
+                    ),
+                    Route::Openrouter => (
+                        &env.openrouter_api_key,
+                        &env.openrouter_base_url,
+                        DEFAULT_OPENROUTER_BASE_URL,
+                        Provider::Openai,
+                    ),
+                };
+                // A local OpenAI-compatible server needs no key; the hosted
+                // APIs do.
+                let usable = key.is_some()
+                    || (route == Route::Openai && env_url.is_some())
+                    || (route == Route::Openai && !config.base_url.is_empty());
+                if !usable {
+                    tracing::warn!(model = %id, api = ?route, "no API key for this model's API; leaving it out of the chain");
+                    continue;
+                }
+                let client = match clients.get(&route) {
+                    Some(c) => c.clone(),
+                    None => {
+                        // llm.base_url is for the provider the config names
+                        // (or models without a prefix).
+                        let configured = (Some(route) == default)
+                            .then(|| config.base_url.clone())
+                            .filter(|u| !u.is_empty());
+                        let base_url = configured
+                            .or_else(|| env_url.clone())
+                            .unwrap_or_else(|| default_url.to_string());
+                        let client = LlmClient::new(Endpoint {
+                            provider,
+                            base_url,
+                            api_key: key.clone().map(ApiKey::new),
+                            ssl_cert_file: env.ssl_cert_file.clone(),
+                        })?;
+                        clients.insert(route, client.clone());
+                        client
+                    }
+                };
+                chain.push(Link {
+                    id: id.clone(),
+                    api_model: api_model.to_string(),
+                    client,
+                });
+            }
+        }
         let per_minute = |n: u32| NonZeroU32::new(n).map(|n| RateLimiter::direct(Quota::per_minute(n)));
         Ok(Synthesizer {
-            client,
+            chain,
             models,
             config: config.clone(),
             calls: Arc::new(Semaphore::new(config.concurrency)),
@@ -208,30 +308,36 @@ impl Synthesizer {
 
     /// Whether hints come from a model (false: static hints only).
     pub fn has_model(&self) -> bool {
-        self.client.is_some()
+        !self.chain.is_empty()
     }
 
-    /// The model chain, in order.
-    pub fn models(&self) -> &[String] {
-        &self.models
+    /// The model chain, in order, as configured (models left out for want
+    /// of a key are not in it).
+    pub fn models(&self) -> Vec<String> {
+        self.chain.iter().map(|l| l.id.clone()).collect()
     }
 
     /// A human-readable line on where hints come from (no secrets).
     pub fn describe(&self) -> String {
-        match &self.client {
-            None => "no API key set (ANTHROPIC_API_KEY / OPENAI_API_KEY): publishing static hints built from verifier feedback".into(),
-            Some(c) => format!("{:?} models {:?}, then static fallback", c.provider(), self.models),
+        if self.chain.is_empty() {
+            return "no API key set (ANTHROPIC_API_KEY / OPENROUTER_API_KEY / OPENAI_API_KEY): publishing static hints built from verifier feedback".into();
         }
+        let links: Vec<String> = self
+            .chain
+            .iter()
+            .map(|l| format!("{} ({:?} API)", l.id, l.client.provider()))
+            .collect();
+        format!("models {}, then static fallback", links.join(", "))
     }
 
     /// The deterministic id of a group's hint: the same group, prompt version
     /// and model chain give the same id, so redelivered work deduplicates.
     pub fn hint_id(&self, group_key: &str) -> String {
         use sha2::{Digest, Sha256};
-        let chain = if self.client.is_some() {
-            self.models.join(",")
-        } else {
+        let chain = if self.chain.is_empty() {
             "static".into()
+        } else {
+            self.models.join(",")
         };
         let digest = Sha256::digest(format!("{group_key}\u{0}{PROMPT_VERSION}\u{0}{chain}").as_bytes());
         digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
@@ -241,7 +347,7 @@ impl Synthesizer {
     pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
         let started = Instant::now();
         let fb = feedback(t);
-        let Some(client) = &self.client else {
+        if self.chain.is_empty() {
             return Synthesis {
                 hint: static_hint(&fb),
                 category: HintCategory::StaticFallback,
@@ -261,10 +367,11 @@ impl Synthesizer {
         let mut usage = Usage::default();
         let mut clock = Clock::default();
         let mut last_error = LlmError::Timeout;
-        for (i, model) in self.models.iter().enumerate() {
+        for (i, link) in self.chain.iter().enumerate() {
             let first = i == 0;
+            let model = &link.id;
             let Some(result) = self
-                .call_model(client, model, &user, first, deadline, &mut usage, &mut clock)
+                .call_model(link, &user, first, deadline, &mut usage, &mut clock)
                 .await
             else {
                 break;
@@ -299,7 +406,7 @@ impl Synthesizer {
             hint: static_hint(&fb),
             category: HintCategory::LlmFailedStaticFallback,
             model: None,
-            cost_usd: self.cost(&usage, self.models.first().map_or("", String::as_str)),
+            cost_usd: self.cost(&usage, self.chain.first().map_or("", |l| l.id.as_str())),
             usage,
             failure_reason: Some(last_error.failure_reason()),
             latency_ms: clock.latency_ms(started),
@@ -323,19 +430,19 @@ impl Synthesizer {
     #[allow(clippy::too_many_arguments)]
     async fn call_model(
         &self,
-        client: &LlmClient,
-        model: &str,
+        link: &Link,
         user: &str,
         first: bool,
         deadline: Instant,
         usage: &mut Usage,
         clock: &mut Clock,
     ) -> Option<Result<String, LlmError>> {
-        let request = self.request(model, user);
+        let (client, model) = (&link.client, link.id.as_str());
+        let request = self.request(&link.api_model, user);
         let Some(cassette) = &self.cassette else {
             clock.live = true;
             return Some(
-                self.call_with_retries(client, &request, deadline, usage, None)
+                self.call_with_retries(client, model, &request, deadline, usage, None)
                     .await,
             );
         };
@@ -355,7 +462,7 @@ impl Synthesizer {
         let started = Instant::now();
         let mut attempts = Vec::new();
         let result = self
-            .call_with_retries(client, &request, deadline, usage, Some(&mut attempts))
+            .call_with_retries(client, model, &request, deadline, usage, Some(&mut attempts))
             .await;
         let call = Call {
             key,
@@ -405,12 +512,13 @@ impl Synthesizer {
     async fn call_with_retries(
         &self,
         client: &LlmClient,
+        // The model's configured id: metrics and prices go by it.
+        model: &str,
         request: &Completion<'_>,
         deadline: Instant,
         usage: &mut Usage,
         mut attempts: Option<&mut Vec<Attempt>>,
     ) -> Result<String, LlmError> {
-        let model = request.model;
         let mut backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(250))
             .with_max_delay(Duration::from_secs(8))
@@ -575,9 +683,18 @@ impl Synthesizer {
         }
     }
 
+    /// A model's price, by its configured id, else by the name its API
+    /// knows it by.
     fn price(&self, model: &str) -> Option<&ModelPrice> {
         let prices: &BTreeMap<String, ModelPrice> = &self.config.prices;
-        prices.get(model)
+        prices.get(model).or_else(|| {
+            let api_model = self
+                .chain
+                .iter()
+                .find(|l| l.id == model)
+                .map(|l| l.api_model.as_str())?;
+            prices.get(api_model)
+        })
     }
 
     fn cost(&self, usage: &Usage, model: &str) -> f64 {
