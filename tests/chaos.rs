@@ -73,7 +73,7 @@ async fn every_group_is_hinted_while_workers_are_killed() {
         "bootstrap_servers = \"{}\"\n[kafka]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\
          [hints]\ngroup_id = \"{}\"\ninput_topic = \"{input}\"\noutput_topic = \"{output}\"\ndlq_topic = \"{input}.dlq\"\n\
          metrics_addr = \"127.0.0.1:0\"\nmax_in_flight = {MAX_IN_FLIGHT}\ndrain_timeout_secs = 3\ngroup_wait_ms = 100\n\
-         [advantages]\ndrain_timeout_secs = 3\n[llm]\nconcurrency = 8\ntimeout_secs = 10.0",
+         [advantages]\ndrain_timeout_secs = 3\n[llm]\nconcurrency = 8\ntimeout_secs = 10.0\n# No request cap: the test measures delivery, not spend.\nrequests_per_minute = 0",
         config.bootstrap_servers,
         common::unique("chaos-group")
     )
