@@ -10,6 +10,9 @@
 //!   then holds a partial step that no reader returns and no metrics; the
 //!   restarted worker republishes the whole step, chunk for chunk the same
 //!   bytes, and readers get it once, whole;
+//! - a row too large for a message on its own dead-letters its step
+//!   (`output_rejected`, saying what to raise), and no chunk of it is
+//!   published;
 //! - `record` and `replay` carry chunked steps unchanged.
 
 mod common;
@@ -635,4 +638,74 @@ async fn record_and_replay_carry_chunked_steps_unchanged() {
             assert_eq!(step_f64s(step, "reward"), f64s(want, "reward"));
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_too_large_for_one_message_dead_letters_its_step() {
+    let broker = common::start_tansu();
+    let mut config = common::config_for(&broker.bootstrap);
+    common::own_topics(&mut config.advantages, "scored-big-row", "advantages-big-row");
+    config.topics.metrics = common::unique("metrics-big-row");
+    config.advantages.max_message_bytes = 64 * 1024;
+    let a = config.advantages.clone();
+    common::create_topics(
+        &config,
+        &[
+            &a.input_topic,
+            &a.output_topic,
+            &a.dlq_topic,
+            &config.topics.metrics,
+        ],
+        1,
+    )
+    .await;
+    let producer = create_producer(&config).unwrap();
+    // Step 1: 2,000 ordinary rows and one whose trajectory_id alone is
+    // 100 KB. Step 2: ordinary, published after it.
+    let row = |step: i64, id: String| {
+        serde_json::json!({"type": "scored_rollout", "schema_version": 1, "run_id": "run-b", "step": step,
+            "instance_id": "g", "trajectory_id": id, "reward": 0.5, "is_hinted": false})
+        .to_string()
+    };
+    let mut batch1: Vec<String> = (0..2_000).map(|i| row(1, format!("t{i}"))).collect();
+    batch1.insert(1_000, row(1, "x".repeat(100_000)));
+    for (step, rows) in [(1, batch1), (2, vec![row(2, "u1".into()), row(2, "u2".into())])] {
+        let key = format!("run-b/{step}");
+        for r in &rows {
+            common::send(&producer, &a.input_topic, &key, r.as_bytes()).await;
+        }
+        let end = serde_json::json!({"type": "step_end", "schema_version": 1, "run_id": "run-b", "step": step, "count": rows.len()});
+        common::send(&producer, &a.input_topic, &key, end.to_string().as_bytes()).await;
+    }
+    let stage = AdvantageStage::build(config.clone()).await.unwrap();
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    let metrics_topic = config.topics.metrics.clone();
+    let seen = consume_until(
+        &config,
+        &[(&a.dlq_topic, 1), (&metrics_topic, 1)],
+        Duration::from_secs(120),
+        |seen| {
+            seen.iter().filter(|m| m.topic == a.dlq_topic).count() == 2_002
+                && seen.iter().any(|m| m.topic == metrics_topic)
+        },
+        |seen| format!("{} messages", seen.len()),
+    )
+    .await;
+    let output = common::read_topic(&config, &a.output_topic).await;
+    running.stop().await;
+    // Nothing of step 1 was published: not one chunk.
+    let out = reassemble_steps(&output);
+    assert_eq!(
+        out.steps.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(),
+        ["run-b/2"]
+    );
+    assert!(output.iter().all(|m| m.key_bytes() == Some(&b"run-b/2"[..])));
+    let dead: Vec<&RecordedMessage> = seen.iter().filter(|m| m.topic == a.dlq_topic).collect();
+    let kind = header(dead[0], hintstream::kafka::DlqHeaders::ERROR_KIND);
+    assert_eq!(kind, Some("output_rejected"));
+    let reason = header(dead[0], hintstream::kafka::DlqHeaders::REASON).unwrap();
+    assert!(
+        reason.contains("row 1000") && reason.contains("raise advantages.max_message_bytes"),
+        "{reason}"
+    );
 }

@@ -33,6 +33,16 @@ use crate::stage::{StageError, StageShell};
 /// Header that says which kernel computed a published step.
 pub const DEVICE_HEADER: &str = "hintstream.device";
 
+/// At most the first 64 characters of an id, for a reason text (dead-letter
+/// reasons are cut at 1 KiB: a huge id must not push the advice out).
+fn shortened(id: &str) -> String {
+    const SHOWN: usize = 64;
+    match id.char_indices().nth(SHOWN) {
+        Some((at, _)) => format!("{}… ({} bytes)", &id[..at], id.len()),
+        None => id.to_string(),
+    }
+}
+
 /// Bytes of an advantages message besides its Arrow payload: the key, the
 /// headers (chunk numbers at their longest) and the record's framing, which
 /// librdkafka counts against `message.max.bytes` too (about 40 bytes; a
@@ -210,7 +220,7 @@ impl Shared {
                 "row {row} (trajectory_id {:?}) of step {run_id}/{step_no} alone takes {} bytes of Arrow, more than \
                  the {payload_bytes} bytes a message of advantages.max_message_bytes = {} leaves for it: raise \
                  advantages.max_message_bytes (and message.max.bytes in [kafka] and max.message.bytes on {})",
-                result.rows.trajectory_id.get(row).map_or("", String::as_str),
+                shortened(result.rows.trajectory_id.get(row).map_or("", String::as_str)),
                 big.payload.len(),
                 self.stage.max_message_bytes,
                 self.output_topic
