@@ -23,7 +23,8 @@
 //!   cassette.
 //! - [`hints`]: stage 1, `hintstream hints`: decode, group, synthesize (at
 //!   most one LLM call per group: the hint cache), publish.
-//! - [`batch`]: Arrow schemas, columnar scored rows and IPC framing.
+//! - [`batch`]: Arrow schemas, columnar scored rows, IPC framing and
+//!   chunked steps (a step as several IPC messages under a byte bound).
 //! - [`normalize`]: the advantage kernels (CPU, CUDA) and dense group ids.
 //! - [`advantages`]: stage 2, `hintstream advantages`: decode, assemble
 //!   steps, compute, publish advantages and step metrics; `advantages compute`
@@ -31,7 +32,7 @@
 //! - [`metrics`]: the consume loop's Prometheus counters and the `/metrics`
 //!   endpoint.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
-//!   topics.
+//!   topics, and reassembling chunked steps read back from a topic.
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several
 //!   configs, with an LLM cassette, written as a JSON and HTML report.
 //! - [`quickstart`]: the whole pipeline in one process on sample data.

@@ -55,6 +55,34 @@ fn bad_config_exits_2_saying_what_to_fix() {
 
     let out = hintstream().args(["no-such-command"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+
+    // Chunks larger than the producer takes: says which setting to raise.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.toml");
+    std::fs::write(
+        &file,
+        "[kafka]\n\"message.max.bytes\" = \"500000\"\n[advantages]\nmax_message_bytes = 600000\n",
+    )
+    .unwrap();
+    let out = hintstream()
+        .args(["advantages", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("advantages.max_message_bytes = 600000")
+            && err.contains("raise kafka.\"message.max.bytes\""),
+        "{err}"
+    );
+    let out = hintstream()
+        .args(["config"])
+        .env("HINTSTREAM_ADVANTAGES__MAX_MESSAGE_BYTES", "1000")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 65536"));
 }
 
 #[test]

@@ -190,56 +190,87 @@ class LlmServer(ThreadingHTTPServer):
         self.server_close()
 
 
-class Stage:
-    """A ``hintstream hints`` or ``hintstream advantages`` process."""
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)  # strings and lists of them: valid TOML too
 
-    def __init__(self, name: str, bootstrap: str, topics: Topics, llm_base_url: Optional[str], workdir: Path) -> None:
+
+class Stage:
+    """A ``hintstream hints`` or ``hintstream advantages`` process.
+
+    :param settings: extra keys by section (``{"advantages":
+        {"max_message_bytes": 65536}, "kafka": {"linger.ms": "400"}}``),
+        over the defaults below.
+    :param tag: names its config, log and consumer group; a stage started
+        again with the same tag rejoins the same group."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        topics: Topics,
+        llm_base_url: Optional[str],
+        workdir: Path,
+        settings: Optional[Dict[str, Dict[str, Any]]] = None,
+        tag: Optional[str] = None,
+    ) -> None:
         self.name = name
-        tag = uuid.uuid4().hex[:8]
-        config = workdir / f"{name}-{tag}.toml"
-        config.write_text(
-            "\n".join(
-                [
-                    f'bootstrap_servers = "{bootstrap}"',
-                    "[kafka]",
-                    # Test latency: fetch without waiting out librdkafka's 500 ms default.
-                    '"fetch.wait.max.ms" = "50"',
-                    "[topics]",
-                    *(f'{k} = "{getattr(topics, k)}"' for k in ("failed", "hints", "scored", "advantages", "metrics")),
-                    "[hints]",
-                    f'group_id = "py-hints-{tag}"',
-                    f'input_topic = "{topics.failed}"',
-                    f'output_topic = "{topics.hints}"',
-                    f'dlq_topic = "{topics.failed}.dlq"',
-                    'metrics_addr = "127.0.0.1:0"',
-                    "group_wait_ms = 200",
-                    "[advantages]",
-                    f'group_id = "py-advantages-{tag}"',
-                    f'input_topic = "{topics.scored}"',
-                    f'output_topic = "{topics.advantages}"',
-                    f'dlq_topic = "{topics.scored}.dlq"',
-                    'metrics_addr = "127.0.0.1:0"',
-                    "step_timeout_secs = 120",
-                    "[llm]",
-                    f'provider = "{"openai" if llm_base_url else "none"}"',
-                    'models = ["loopback-model"]',
-                    "timeout_secs = 10.0",
-                    "[normalize]",
-                    'device = "cpu"',
-                    "",
-                ]
-            )
-        )
+        tag = tag or uuid.uuid4().hex[:8]
+        self.tag = tag
+        sections: Dict[str, Dict[str, Any]] = {
+            # Test latency: fetch without waiting out librdkafka's 500 ms default.
+            "kafka": {"fetch.wait.max.ms": "50"},
+            "topics": {k: getattr(topics, k) for k in ("failed", "hints", "scored", "advantages", "metrics")},
+            "hints": {
+                "group_id": f"py-hints-{tag}",
+                "input_topic": topics.failed,
+                "output_topic": topics.hints,
+                "dlq_topic": f"{topics.failed}.dlq",
+                "metrics_addr": "127.0.0.1:0",
+                "group_wait_ms": 200,
+            },
+            "advantages": {
+                "group_id": f"py-advantages-{tag}",
+                "input_topic": topics.scored,
+                "output_topic": topics.advantages,
+                "dlq_topic": f"{topics.scored}.dlq",
+                "metrics_addr": "127.0.0.1:0",
+                "step_timeout_secs": 120,
+            },
+            "llm": {
+                "provider": "openai" if llm_base_url else "none",
+                "models": ["loopback-model"],
+                "timeout_secs": 10.0,
+            },
+            "normalize": {"device": "cpu"},
+        }
+        for section, values in (settings or {}).items():
+            sections.setdefault(section, {}).update(values)
+        lines = [f'bootstrap_servers = "{bootstrap}"']
+        for section, values in sections.items():
+            lines.append(f"[{section}]")
+            lines.extend(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in values.items())
+        config = workdir / f"{name}-{tag}-{uuid.uuid4().hex[:4]}.toml"
+        config.write_text("\n".join(lines) + "\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "OPENROUTER_", "HINTSTREAM_"))}
         if llm_base_url:
             env["OPENAI_BASE_URL"] = llm_base_url
         env.setdefault("RUST_LOG", "info")
-        self.log = workdir / f"{name}-{tag}.log"
+        self.log = workdir / f"{config.stem}.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([hintstream_bin(), name, "--config", str(config)], env=env, stdout=subprocess.DEVNULL, stderr=log)
 
     def running(self) -> bool:
         return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no commit."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``."""
@@ -258,14 +289,22 @@ class Stage:
 class Pipeline:
     """Fresh topics on ``bootstrap`` with both stages running on them."""
 
-    def __init__(self, bootstrap: str, llm: Optional[LlmServer], workdir: Path, partitions: int = 3, hints_stage: bool = True) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        llm: Optional[LlmServer],
+        workdir: Path,
+        partitions: int = 3,
+        hints_stage: bool = True,
+        advantages_settings: Optional[Dict[str, Dict[str, Any]]] = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.topics = unique_topics()
         make_topics(bootstrap, self.topics, partitions)
         self.stages: Dict[str, Stage] = {}
         if hints_stage:
             self.stages["hints"] = Stage("hints", bootstrap, self.topics, llm.base_url if llm else None, workdir)
-        self.stages["advantages"] = Stage("advantages", bootstrap, self.topics, None, workdir)
+        self.stages["advantages"] = Stage("advantages", bootstrap, self.topics, None, workdir, advantages_settings)
 
     def stop(self) -> None:
         for stage in self.stages.values():

@@ -1,5 +1,5 @@
 //! Stage 2's Prometheus metrics (`hintstream_advantages_*`), beside the
-//! consume loop's: steps and rows published, steps dead-lettered by reason,
+//! consume loop's: steps, chunks and rows published, steps dead-lettered by reason,
 //! compute time by device, extreme advantages, pending steps and their bytes.
 
 use prometheus_client::metrics::counter::Counter;
@@ -13,6 +13,7 @@ use crate::metrics::Labels;
 /// Prometheus metrics of stage 2.
 pub struct AdvantageMetrics {
     steps_published: Counter,
+    chunks_published: Counter,
     rows_published: Counter,
     steps_dead_lettered: Family<Labels, Counter>,
     compute_seconds: Family<Labels, Histogram>,
@@ -26,6 +27,7 @@ impl AdvantageMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = AdvantageMetrics {
             steps_published: Counter::default(),
+            chunks_published: Counter::default(),
             rows_published: Counter::default(),
             steps_dead_lettered: Family::default(),
             compute_seconds: Family::new_with_constructor(|| {
@@ -40,6 +42,11 @@ impl AdvantageMetrics {
             "steps_published",
             "Steps whose advantages were published",
             m.steps_published.clone(),
+        );
+        registry.register(
+            "chunks_published",
+            "Messages of advantages acknowledged by the broker (a step is one or more chunks under advantages.max_message_bytes)",
+            m.chunks_published.clone(),
         );
         registry.register(
             "rows_published",
@@ -88,6 +95,11 @@ impl AdvantageMetrics {
     pub fn set_pending(&self, steps: usize, bytes: usize) {
         self.pending_steps.set(i64::try_from(steps).unwrap_or(i64::MAX));
         self.pending_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// One chunk of a step's advantages was acknowledged.
+    pub fn chunk_published(&self) {
+        self.chunks_published.inc();
     }
 
     /// A step was published with `rows` rows, `extreme` of them extreme.

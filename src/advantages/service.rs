@@ -1,6 +1,13 @@
 //! Stage 2's service: build (the shared stage skeleton) and run (the consume
 //! loop, step assembly under a byte bound, computing and publishing, the
 //! timeout sweeper).
+//!
+//! A step's advantages go out as one or more Arrow IPC messages of at most
+//! `advantages.max_message_bytes` (`batch::chunk`), all with the key
+//! `run_id/step`, sent one after another, each acknowledged before the
+//! next; the step's metrics follow the last. Its input messages are
+//! acknowledged only then: a worker that dies or stops mid-step leaves them
+//! uncommitted, and the step is published whole again.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,7 +21,8 @@ use super::compute::{advantages_batch, compute_step};
 use super::decode::{decode_scored, ScoredInput};
 use super::metrics::AdvantageMetrics;
 use super::step_metrics::step_metrics;
-use crate::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
+use crate::batch::chunk::{chunk_header_values, encode_chunks, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER};
+use crate::batch::ARROW_STREAM_CONTENT_TYPE;
 use crate::config::Config;
 use crate::kafka::produce::headers;
 use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
@@ -24,6 +32,34 @@ use crate::stage::{StageError, StageShell};
 
 /// Header that says which kernel computed a published step.
 pub const DEVICE_HEADER: &str = "hintstream.device";
+
+/// At most the first 64 characters of an id, for a reason text (dead-letter
+/// reasons are cut at 1 KiB: a huge id must not push the advice out).
+fn shortened(id: &str) -> String {
+    const SHOWN: usize = 64;
+    match id.char_indices().nth(SHOWN) {
+        Some((at, _)) => format!("{}… ({} bytes)", &id[..at], id.len()),
+        None => id.to_string(),
+    }
+}
+
+/// Bytes of an advantages message besides its Arrow payload: the key, the
+/// headers (chunk numbers at their longest) and the record's framing, which
+/// librdkafka counts against `message.max.bytes` too (about 40 bytes; a
+/// margin on top).
+fn envelope_bytes(key: &str, device: &str) -> usize {
+    const RECORD_FRAMING: usize = 512;
+    const HEADER_FRAMING: usize = 10;
+    const DECIMAL_DIGITS: usize = 20;
+    let fixed = [
+        ("content-type".len(), ARROW_STREAM_CONTENT_TYPE.len()),
+        (DEVICE_HEADER.len(), device.len()),
+        (CHUNK_HEADER.len(), DECIMAL_DIGITS),
+        (CHUNKS_HEADER.len(), DECIMAL_DIGITS),
+        (ROWS_HEADER.len(), DECIMAL_DIGITS),
+    ];
+    key.len() + RECORD_FRAMING + fixed.iter().map(|(k, v)| k + v + HEADER_FRAMING).sum::<usize>()
+}
 
 /// What the handler tasks, the sweeper and the revoke hook share.
 struct Shared {
@@ -152,47 +188,95 @@ impl Shared {
         self.metrics
             .computed(device_name, started.elapsed().as_secs_f64());
         tracing::debug!(run_id = %run_id, step = step_no, rows = result.rows.len(), device = device_name, "step computed; publishing");
-        let encoded = advantages_batch(&result.rows, &result.advantages)
-            .map_err(|e| e.to_string())
-            .and_then(|batch| ipc::encode_stream(&[batch]).map_err(|e| e.to_string()));
-        let payload = match encoded {
-            Ok(p) => p,
-            Err(e) => return self.dead_letter_parked(parked, "encode", &e).await,
+        let key = step_key(&run_id, step_no);
+        let payload_bytes = self
+            .stage
+            .max_message_bytes
+            .saturating_sub(envelope_bytes(&key, device_name));
+        let stage = self.stage.clone();
+        // Encoding a large step takes as long as computing it: off the async
+        // workers too.
+        let prepared = tokio::task::spawn_blocking(move || {
+            let chunks = advantages_batch(&result.rows, &result.advantages)
+                .map_err(|e| e.to_string())
+                .and_then(|batch| encode_chunks(&batch, payload_bytes).map_err(|e| e.to_string()));
+            let mut metrics = step_metrics(&result.rows, &result.advantages, &stage.metric_options());
+            metrics.insert("step".into(), step_no as f64);
+            metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
+            (result, chunks, metrics)
+        })
+        .await;
+        let (result, chunks, metrics) = match prepared {
+            Ok((result, Ok(chunks), metrics)) => (result, chunks, metrics),
+            Ok((_, Err(e), _)) => return self.dead_letter_parked(parked, "encode", &e).await,
+            Err(e) => {
+                let reason = format!("encoding step {run_id}/{step_no} panicked: {e}");
+                return self.dead_letter_parked(parked, "compute_panic", &reason).await;
+            }
         };
-        let mut metrics = step_metrics(&result.rows, &result.advantages, &self.stage.metric_options());
-        metrics.insert("step".into(), step_no as f64);
-        metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
+        if let Some(big) = chunks.oversized() {
+            let row = big.rows.start;
+            let reason = format!(
+                "row {row} (trajectory_id {:?}) of step {run_id}/{step_no} alone takes {} bytes of Arrow, more than \
+                 the {payload_bytes} bytes a message of advantages.max_message_bytes = {} leaves for it: raise \
+                 advantages.max_message_bytes (and message.max.bytes in [kafka] and max.message.bytes on {})",
+                shortened(result.rows.trajectory_id.get(row).map_or("", String::as_str)),
+                big.payload.len(),
+                self.stage.max_message_bytes,
+                self.output_topic
+            );
+            return self.dead_letter_parked(parked, "output_rejected", &reason).await;
+        }
         let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
         // A map of names to finite numbers always serialises.
         let metrics_json = serde_json::to_vec(&metrics).unwrap_or_default();
-        let key = step_key(&run_id, step_no);
-        let published = send(
-            &self.producer,
-            &Outgoing {
-                topic: &self.output_topic,
-                key: Some(key.as_bytes()),
-                payload: Some(&payload),
-                headers: headers([
-                    ("content-type", ARROW_STREAM_CONTENT_TYPE),
-                    (DEVICE_HEADER, device_name),
-                ]),
-            },
-            &self.lifecycle,
-        )
-        .await;
-        match published {
-            Ok(_) => {}
-            Err(SendError::Permanent(e)) => {
-                let reason = format!(
-                    "the advantages of step {run_id}/{step_no} ({} bytes) were rejected: {e}; raise message.max.bytes \
-                     in [kafka] and max.message.bytes on {}",
-                    payload.len(),
-                    self.output_topic
-                );
-                return self.dead_letter_parked(parked, "output_rejected", &reason).await;
+        // The chunks one after another, each acknowledged before the next, so
+        // that they sit in order on the key's partition; the metrics only
+        // after the last.
+        let count = chunks.len();
+        let rows = result.rows.len();
+        for (index, chunk) in chunks.chunks.iter().enumerate() {
+            let chunk_headers = chunk_header_values(index, count, rows);
+            let published = send(
+                &self.producer,
+                &Outgoing {
+                    topic: &self.output_topic,
+                    key: Some(key.as_bytes()),
+                    payload: Some(&chunk.payload),
+                    headers: headers(
+                        [
+                            ("content-type", ARROW_STREAM_CONTENT_TYPE),
+                            (DEVICE_HEADER, device_name),
+                        ]
+                        .into_iter()
+                        .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
+                    ),
+                },
+                &self.lifecycle,
+            )
+            .await;
+            match published {
+                Ok(_) => self.metrics.chunk_published(),
+                Err(SendError::Permanent(e)) => {
+                    let reason = format!(
+                        "the advantages of step {run_id}/{step_no} (chunk {index} of {count}, {} bytes) were \
+                         rejected: {e}; raise message.max.bytes in [kafka] and max.message.bytes on {}, or lower \
+                         advantages.max_message_bytes",
+                        chunk.payload.len(),
+                        self.output_topic
+                    );
+                    return self.dead_letter_parked(parked, "output_rejected", &reason).await;
+                }
+                // Shutdown's deadline passed: the step stays uncommitted and
+                // is published whole again after a restart.
+                Err(SendError::Stopped) => {
+                    tracing::info!(
+                        run_id = %run_id, step = step_no, published = index, chunks = count,
+                        "drain deadline passed mid-step; the step stays uncommitted"
+                    );
+                    return;
+                }
             }
-            // Shutdown's deadline passed: the step stays uncommitted.
-            Err(SendError::Stopped) => return,
         }
         // The metrics are a small JSON object: a rejection here is a broker
         // or ACL problem, reported and not worth withholding the step for.
@@ -214,9 +298,9 @@ impl Shared {
             }
             Err(SendError::Stopped) => return,
         }
-        self.metrics.step_published(result.rows.len(), extreme);
+        self.metrics.step_published(rows, extreme);
         tracing::info!(
-            run_id = %run_id, step = step_no, rows = result.rows.len(), device = device_name,
+            run_id = %run_id, step = step_no, rows, chunks = count, device = device_name,
             extreme, "advantages published"
         );
         for p in parked {

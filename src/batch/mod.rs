@@ -1,7 +1,9 @@
 //! Arrow batching: the Arrow schemas of scored rollouts and advantages,
 //! reading scored columns from whatever encoding a producer chose, building
-//! batches, and the IPC stream framing used on the wire.
+//! batches, the IPC stream framing used on the wire, and chunked steps (a
+//! step as several IPC messages under a byte bound).
 
+pub mod chunk;
 pub mod ipc;
 
 use std::sync::Arc;
@@ -73,7 +75,8 @@ pub fn scored_schema() -> SchemaRef {
     ]))
 }
 
-/// Schema of the advantages stage 2 publishes (one IPC stream per step).
+/// Schema of the advantages stage 2 publishes (each chunk of a step is one
+/// IPC stream of it: `chunk`).
 pub fn advantages_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("run_id", DataType::Utf8, false),

@@ -321,6 +321,14 @@ pub struct AdvantagesConfig {
     pub samples_per_prompt: u32,
     /// A rollout succeeded when its reward is above this.
     pub success_threshold: f64,
+    /// The largest message (Arrow payload, key and headers) published on
+    /// the advantages topic. A step whose advantages are larger goes out as
+    /// several messages, chunks of contiguous rows (headers
+    /// `hintstream.chunk`, `hintstream.chunks`, `hintstream.rows`). Keep it
+    /// at most the producer's `message.max.bytes` (`[kafka.producer]` or
+    /// `[kafka]`; librdkafka's default 1,000,000) and the topic's
+    /// `max.message.bytes`.
+    pub max_message_bytes: usize,
     #[serde(flatten)]
     unknown: UnknownKeys,
 }
@@ -368,6 +376,14 @@ pub const DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES: u64 = 512 * 1024 * 1024;
 /// Stage 2's default byte bound: about three pending 1M-row steps of JSON
 /// rows (payload and decoded rows are both counted).
 pub const DEFAULT_ADVANTAGES_MAX_IN_FLIGHT_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// Stage 2's default `max_message_bytes`: below librdkafka's default
+/// `message.max.bytes` (1,000,000), with room for the protocol's framing.
+pub const DEFAULT_ADVANTAGES_MAX_MESSAGE_BYTES: usize = 900_000;
+/// The smallest `advantages.max_message_bytes`: below it a step would be cut
+/// into needlessly many messages, and a row with long ids might not fit one.
+pub const MIN_ADVANTAGES_MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// librdkafka's default `message.max.bytes`, when `[kafka]` does not set it.
+pub const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -404,6 +420,7 @@ impl Default for Config {
                 pass_at_k: vec![1, 4, 8],
                 samples_per_prompt: 0,
                 success_threshold: 0.0,
+                max_message_bytes: DEFAULT_ADVANTAGES_MAX_MESSAGE_BYTES,
                 unknown: UnknownKeys::new(),
             },
             topics,
@@ -620,6 +637,41 @@ impl Config {
         }
         if !a.success_threshold.is_finite() {
             return bad("advantages.success_threshold must be finite".into());
+        }
+        if a.max_message_bytes < MIN_ADVANTAGES_MAX_MESSAGE_BYTES {
+            return bad(format!(
+                "advantages.max_message_bytes = {} must be at least {MIN_ADVANTAGES_MAX_MESSAGE_BYTES} (64 KiB)",
+                a.max_message_bytes
+            ));
+        }
+        // The producer's own table wins over the common one, as librdkafka
+        // gets them.
+        let (producer_max, source) = match self.kafka.get(ClientKind::Producer, "message.max.bytes") {
+            Some(v) => {
+                let table = if self.kafka.producer.contains_key("message.max.bytes") {
+                    "kafka.producer"
+                } else {
+                    "kafka"
+                };
+                let max: u64 = v.trim().parse().map_err(|_| {
+                    ConfigError::Invalid(format!("{table}.\"message.max.bytes\" = {v:?} is not a number"))
+                })?;
+                (max, table)
+            }
+            None => (LIBRDKAFKA_MESSAGE_MAX_BYTES, "kafka"),
+        };
+        if producer_max < a.max_message_bytes as u64 {
+            return bad(format!(
+                "advantages.max_message_bytes = {} is over the producer's message.max.bytes = {producer_max}{}, \
+                 which would refuse every advantages message: raise {source}.\"message.max.bytes\" (and \
+                 max.message.bytes of the advantages topic on the broker) or lower advantages.max_message_bytes",
+                a.max_message_bytes,
+                if self.kafka.get(ClientKind::Producer, "message.max.bytes").is_none() {
+                    " (librdkafka's default)"
+                } else {
+                    ""
+                }
+            ));
         }
         for (name, unknown) in [
             ("hints", &self.hints.unknown),
@@ -861,6 +913,48 @@ mod tests {
         config.hints.drain_timeout_secs = 60;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("session.timeout.ms"), "{err}");
+    }
+
+    #[test]
+    fn advantages_max_message_bytes_fits_the_producer() {
+        let mut config = Config::default();
+        assert_eq!(config.advantages.max_message_bytes, 900_000);
+        config.validate().unwrap();
+        config.advantages.max_message_bytes = 64 * 1024 - 1;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("advantages.max_message_bytes") && err.contains("64 KiB"),
+            "{err}"
+        );
+        // Over librdkafka's default message.max.bytes: raise it, or lower ours.
+        config.advantages.max_message_bytes = 2_000_000;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("raise kafka.\"message.max.bytes\"") && err.contains("librdkafka's default"),
+            "{err}"
+        );
+        config.kafka.insert("message.max.bytes", 1_999_999);
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("= 1999999,") && err.contains("raise kafka.\""),
+            "{err}"
+        );
+        config.kafka.insert("message.max.bytes", "2000000");
+        config.validate().unwrap();
+        // The producer's own table wins, and is the one to raise.
+        config
+            .kafka
+            .producer
+            .insert("message.max.bytes".into(), 1_000_000.into());
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("raise kafka.producer.\"message.max.bytes\""),
+            "{err}"
+        );
+        config.kafka.producer.clear();
+        config.kafka.insert("message.max.bytes", "2MB");
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("not a number"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! JSONL of trajectories) gathered into GRPO groups the way stage 1 gathers
 //! them, and optionally recorded scored rollouts, assembled into steps.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use thiserror::Error;
@@ -127,6 +127,9 @@ pub fn read_failed(path: &Path, limits: DecodeLimits) -> Result<FailedInput, Inp
 
 /// Recorded scored rollouts, one `ScoredRows` per (run_id, step) in order of
 /// first appearance; JSON rows and Arrow batches alike, decoded by stage 2.
+/// A step may come in any number of messages (Arrow chunks, chunk headers
+/// or not); as in stage 2, a row whose `trajectory_id` its step already has
+/// is a duplicate (a republished message) and is dropped.
 #[derive(Default)]
 pub struct ScoredInputFile {
     pub steps: Vec<ScoredRows>,
@@ -135,7 +138,7 @@ pub struct ScoredInputFile {
 
 pub fn read_scored(path: &Path, limits: DecodeLimits) -> Result<ScoredInputFile, InputError> {
     let mut input = ScoredInputFile::default();
-    let mut index: HashMap<(String, i64), usize> = HashMap::new();
+    let mut index: HashMap<(String, i64), (usize, HashSet<String>)> = HashMap::new();
     each_record(path, |value, meta| {
         let decoded = match value {
             None => Err("empty".to_string()),
@@ -144,11 +147,19 @@ pub fn read_scored(path: &Path, limits: DecodeLimits) -> Result<ScoredInputFile,
         match decoded {
             Ok(ScoredInput::Rows(rows)) if !rows.is_empty() => {
                 let key = (rows.run_id[0].clone(), rows.step[0]);
-                let i = *index.entry(key).or_insert_with(|| {
+                let (i, seen) = index.entry(key).or_insert_with(|| {
                     input.steps.push(ScoredRows::default());
-                    input.steps.len() - 1
+                    (input.steps.len() - 1, HashSet::new())
                 });
-                input.steps[i].extend(rows);
+                let fresh: Vec<usize> = (0..rows.len())
+                    .filter(|&r| seen.insert(rows.trajectory_id[r].clone()))
+                    .collect();
+                let rows = if fresh.len() == rows.len() {
+                    rows
+                } else {
+                    rows.take(&fresh)
+                };
+                input.steps[*i].extend(rows);
             }
             Ok(_) => {}
             Err(kind) => *input.rejected.entry(kind).or_default() += 1,
@@ -168,6 +179,67 @@ mod tests {
             "group_size": 2
         })
         .to_string()
+    }
+
+    #[test]
+    fn a_step_recorded_in_arrow_chunks_is_read_whole() {
+        use crate::batch::chunk::{chunk_header_values, encode_chunks};
+        use crate::tools::recorded::{Bytes, RecordedHeader};
+        let mut rows = ScoredRows::default();
+        for i in 0..3_000 {
+            rows.push(&crate::messages::ScoredRollout {
+                schema_version: 1,
+                run_id: "r".into(),
+                step: 4,
+                instance_id: format!("g{}", i / 8),
+                trajectory_id: format!("t{i}"),
+                reward: f64::from(i % 3),
+                is_hinted: false,
+                hint_category: None,
+            });
+        }
+        let chunks = encode_chunks(&rows.to_batch().unwrap(), 16 * 1024).unwrap();
+        assert!(chunks.len() > 2);
+        let header = |key: &str, value: &str| RecordedHeader {
+            key: key.into(),
+            value: Bytes::new(Some(value.as_bytes().to_vec())),
+        };
+        let mut lines: Vec<String> = chunks
+            .chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut headers = vec![header("content-type", crate::batch::ARROW_STREAM_CONTENT_TYPE)];
+                for (k, v) in chunk_header_values(i, chunks.len(), rows.len()) {
+                    headers.push(header(k, &v));
+                }
+                RecordedMessage {
+                    topic: "rl.rollouts.scored".into(),
+                    partition: 0,
+                    offset: i as i64,
+                    timestamp: None,
+                    key: Bytes::new(Some(b"r/4".to_vec())),
+                    value: Bytes::new(Some(c.payload.clone())),
+                    headers,
+                }
+                .to_line()
+            })
+            .collect();
+        lines
+            .push(r#"{"type":"step_end","schema_version":1,"run_id":"r","step":4,"count":3000}"#.to_string());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scored.jsonl");
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let input = read_scored(&path, DecodeLimits::default()).unwrap();
+        assert!(input.rejected.is_empty(), "{:?}", input.rejected);
+        assert_eq!(input.steps.len(), 1);
+        assert_eq!(input.steps[0], rows, "every row, in order");
+        // A chunk recorded twice (republished): its rows count once.
+        let again = lines[1].clone();
+        lines.insert(2, again);
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let input = read_scored(&path, DecodeLimits::default()).unwrap();
+        assert_eq!(input.steps[0], rows, "no row twice");
     }
 
     #[test]

@@ -1,11 +1,14 @@
-//! Command-line tools around the topics: `produce`, `record`, `replay`, and
-//! the JSONL format `record` writes and `replay` reads.
+//! Command-line tools around the topics: `produce`, `record`, `replay`, the
+//! JSONL format `record` writes and `replay` reads, and reassembling the
+//! chunked steps of a recorded advantages topic.
 
 pub mod produce;
+pub mod reassemble;
 pub mod record;
 pub mod recorded;
 pub mod replay;
 
+pub use reassemble::{reassemble_steps, Reassembled, Reassembler};
 pub use recorded::RecordedMessage;
 
 use indicatif::{ProgressBar, ProgressStyle};

@@ -1,0 +1,136 @@
+"""Chunked steps end to end, stage 2 as a ``hintstream advantages`` process:
+a 1,000,000-row step published with ``publish_scored(..., arrow=True)``
+comes back from ``wait_advantages`` whole and equal to a float64 reference;
+and a worker killed (SIGKILL) between two chunks never makes
+``wait_advantages`` return a partial step: the restarted worker publishes
+it whole."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from harness import Pipeline, Stage, TANSU_PRODUCER, make_topics, unique_topics
+from hintstream import WaitTimeout
+from reference import grpo_advantages
+
+#: 64 MiB: the 1M-row Arrow message publish_scored sends is about 45 MB.
+BIG = 64 * 1024 * 1024
+
+
+def _rows(n: int) -> List[Dict[str, Any]]:
+    """8 rows a group; every fifth group all 0 (std 0); the last row of
+    every third group hinted and successful."""
+
+    def reward(i: int) -> float:
+        if i % 8 == 7 and (i // 8) % 3 == 0:
+            return 1.0
+        return 0.0 if (i // 8) % 5 == 0 else float((i * 2654435761) % 1000) / 1000.0
+
+    return [
+        {
+            "instance_id": f"task/{i // 8}",
+            "trajectory_id": f"t{i}",
+            "reward": reward(i),
+            "is_hinted": i % 8 == 7 and (i // 8) % 3 == 0,
+            "hint_category": "llm_synthesized" if i % 8 == 7 and (i // 8) % 3 == 0 else None,
+        }
+        for i in range(n)
+    ]
+
+
+def _assert_close(got: List[float], want: List[float]) -> None:
+    assert len(got) == len(want)
+    worst = 0.0
+    for i, (g, w) in enumerate(zip(got, want)):
+        err = abs(g - w) / max(abs(w), 1.0)
+        assert err < 1e-9, f"row {i}: got {g}, want {w}"
+        worst = max(worst, err)
+    print(f"{len(got)} advantages, worst relative error {worst:g}")
+
+
+def test_a_million_row_step_comes_back_whole_and_exact(broker, make_pipeline, make_client) -> None:
+    n = 1_000_000
+    started = time.monotonic()
+    pipeline: Pipeline = make_pipeline(
+        hints_stage=False,
+        advantages_settings={
+            # One ~45 MB Arrow message in (tansu does not enforce a topic's
+            # max.message.bytes; Apache Kafka needs it raised); chunks of at
+            # most 900,000 bytes out.
+            "limits": {"max_message_bytes": BIG},
+        },
+    )
+    client = make_client(broker.bootstrap, pipeline.topics, producer_config={**TANSU_PRODUCER, "message.max.bytes": BIG})
+    run = f"py-1m-{uuid.uuid4().hex[:6]}"
+    rows = _rows(n)
+    assert client.publish_scored(run, 7, rows, arrow=True, timeout=60) == n
+    published = time.monotonic()
+    try:
+        table = client.wait_advantages(run, 7, timeout=120)
+    except WaitTimeout:
+        raise AssertionError(pipeline.logs()) from None
+    arrived = time.monotonic()
+    assert table.num_rows == n
+    assert table.column("trajectory_id").to_pylist() == [r["trajectory_id"] for r in rows]
+    _assert_close(table.column("advantage").to_pylist(), grpo_advantages(rows))
+    metrics = client.wait_metrics(run, 7, timeout=30)
+    assert metrics["advantage/rows"] == n
+    print(f"1M rows: published in {published - started:.1f} s, advantages back {arrived - published:.1f} s later, {time.monotonic() - started:.1f} s in all")
+
+
+def test_a_worker_killed_between_chunks_never_yields_a_partial_step(broker, make_client, tmp_path: Path) -> None:
+    n = 16_000
+    topics = unique_topics("py-kill")
+    make_topics(broker.bootstrap, topics, 2)
+    client = make_client(broker.bootstrap, topics)
+    common: Dict[str, Dict[str, Any]] = {
+        # Chunks of 64 KiB: about 20 for this step.
+        "advantages": {"max_message_bytes": 65536, "drain_timeout_secs": 2},
+        # The restarted worker waits out the killed member's session (and
+        # every drain must be shorter than a session).
+        "kafka": {"session.timeout.ms": "6000"},
+        "hints": {"drain_timeout_secs": 2},
+    }
+    # The first worker's producer holds each record 400 ms: its chunks go
+    # out slowly enough to be killed between two.
+    slow = {**common, "kafka": {**common["kafka"], "linger.ms": "400"}}
+    first = Stage("advantages", broker.bootstrap, topics, None, tmp_path, slow)
+    second = None
+    try:
+        run = f"py-kill-{uuid.uuid4().hex[:6]}"
+        rows = _rows(n)
+        client.publish_scored(run, 3, rows, arrow=True)
+        # Wait until some chunks, not all, arrived: the client says so.
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                client.wait_advantages(run, 3, timeout=0.2)
+                raise AssertionError("the whole step arrived before the kill")
+            except WaitTimeout as e:
+                if "chunks arrived" in str(e):
+                    break
+            assert first.running() and time.monotonic() < deadline, first.log_text()[-4000:]
+        first.kill()
+        with pytest.raises(WaitTimeout, match="chunks arrived"):
+            client.wait_advantages(run, 3, timeout=3)
+        # Past the killed member's session (tansu assigns nothing to a
+        # member that joins while a dead one still holds the partitions).
+        time.sleep(7)
+        second = Stage("advantages", broker.bootstrap, topics, None, tmp_path, common, tag=first.tag)
+        try:
+            table = client.wait_advantages(run, 3, timeout=90)
+        except WaitTimeout:
+            raise AssertionError(second.log_text()[-4000:]) from None
+        assert table.num_rows == n
+        assert table.column("trajectory_id").to_pylist() == [r["trajectory_id"] for r in rows]
+        _assert_close(table.column("advantage").to_pylist(), grpo_advantages(rows))
+        assert client.wait_metrics(run, 3, timeout=30)["advantage/rows"] == n
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -1,0 +1,435 @@
+//! Chunked steps: a step's rows published as several Arrow IPC stream
+//! messages, each under a byte bound, and the headers that let a reader put
+//! them back together.
+//!
+//! A publisher splits the step's batch into contiguous row ranges
+//! ([`encode_chunks`]) and sends every chunk with the same key, one after
+//! another, with the headers [`CHUNK_HEADER`] (0-based index),
+//! [`CHUNKS_HEADER`] (how many) and [`ROWS_HEADER`] (the step's row count),
+//! all decimal ASCII. A reader keeps a step's chunks by key until all
+//! `chunks` are in, then concatenates them in index order
+//! (`tools::reassemble`, and the Python client's `wait_advantages`, which
+//! follow the same rules: [`ChunkInfo::from_headers`]).
+
+use std::ops::Range;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType};
+
+use super::ipc;
+
+/// Header: the chunk's 0-based index within its step.
+pub const CHUNK_HEADER: &str = "hintstream.chunk";
+/// Header: how many chunks the step has.
+pub const CHUNKS_HEADER: &str = "hintstream.chunks";
+/// Header: the step's total row count (all chunks together).
+pub const ROWS_HEADER: &str = "hintstream.rows";
+
+/// One encoded chunk: rows `rows` of the batch as one IPC stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub rows: Range<usize>,
+    pub payload: Vec<u8>,
+}
+
+/// A batch split by [`encode_chunks`], in row order.
+#[derive(Debug, Clone)]
+pub struct Chunks {
+    pub chunks: Vec<Chunk>,
+    /// The bound the chunks were cut for.
+    pub max_bytes: usize,
+}
+
+impl Chunks {
+    /// The first chunk over the bound, if any. Only a single row too large
+    /// for the bound on its own can be one: such a row is a chunk of its own,
+    /// and the publisher cannot send it (it dead-letters the step).
+    pub fn oversized(&self) -> Option<&Chunk> {
+        self.chunks.iter().find(|c| c.payload.len() > self.max_bytes)
+    }
+
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+}
+
+/// Splits `batch` into contiguous row ranges whose IPC streams are each at
+/// most `max_bytes`, and encodes them. A batch that fits is one chunk,
+/// byte for byte what [`ipc::encode_stream`] makes of it (an empty batch
+/// too). Otherwise the bytes a row takes are estimated from the encoded
+/// size, the rows are cut into ranges that should fit, and each encoded
+/// range is checked and cut further while it is still too large; a single
+/// row over the bound ends up as a chunk of its own
+/// ([`Chunks::oversized`]). Deterministic: the same batch and bound always
+/// give the same chunks, so a step republished after a crash has the same
+/// chunks as the copy that was interrupted.
+///
+/// Dictionary-encoded columns of a slice carry only the values the slice
+/// uses (arrow-ipc writes a sliced dictionary array's whole dictionary).
+pub fn encode_chunks(batch: &RecordBatch, max_bytes: usize) -> Result<Chunks, ArrowError> {
+    let rows = batch.num_rows();
+    let whole = ipc::encode_stream(std::slice::from_ref(batch))?;
+    if whole.len() <= max_bytes || rows <= 1 {
+        return Ok(Chunks {
+            chunks: vec![Chunk {
+                rows: 0..rows,
+                payload: whole,
+            }],
+            max_bytes,
+        });
+    }
+    // What every chunk carries whatever its rows: the schema, the batch
+    // header and the end-of-stream marker.
+    let fixed = encode_range(batch, 0..0)?.len();
+    let mut chunks = Vec::new();
+    split(batch, 0..rows, whole.len(), fixed, max_bytes, &mut chunks)?;
+    Ok(Chunks { chunks, max_bytes })
+}
+
+/// Cuts `range`, whose rows encoded to `encoded` bytes, into pieces that
+/// should fit, and checks each; recurses on a piece that does not.
+fn split(
+    batch: &RecordBatch,
+    range: Range<usize>,
+    encoded: usize,
+    fixed: usize,
+    max_bytes: usize,
+    out: &mut Vec<Chunk>,
+) -> Result<(), ArrowError> {
+    let len = range.len();
+    let per_row = encoded.saturating_sub(fixed).div_ceil(len).max(1);
+    // A margin for what does not scale with rows (buffer padding) and rows
+    // larger than the average.
+    let budget = max_bytes.saturating_sub(fixed) / 16 * 15;
+    // At least two pieces, so every level of recursion makes progress.
+    let per_piece = (budget / per_row).clamp(1, len.div_ceil(2));
+    let mut start = range.start;
+    while start < range.end {
+        let piece = start..(start + per_piece).min(range.end);
+        let payload = encode_range(batch, piece.clone())?;
+        if payload.len() <= max_bytes || piece.len() == 1 {
+            out.push(Chunk {
+                rows: piece.clone(),
+                payload,
+            });
+        } else {
+            split(batch, piece.clone(), payload.len(), fixed, max_bytes, out)?;
+        }
+        start = piece.end;
+    }
+    Ok(())
+}
+
+/// Rows `range` of `batch` as one IPC stream.
+fn encode_range(batch: &RecordBatch, range: Range<usize>) -> Result<Vec<u8>, ArrowError> {
+    let slice = compact_dictionaries(&batch.slice(range.start, range.len()))?;
+    ipc::encode_stream(&[slice])
+}
+
+/// `batch` with each dictionary-encoded column rebuilt from the values its
+/// rows use.
+fn compact_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    let is_dictionary = |t: &DataType| matches!(t, DataType::Dictionary(..));
+    if !batch.columns().iter().any(|c| is_dictionary(c.data_type())) {
+        return Ok(batch.clone());
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|column| match column.data_type() {
+            DataType::Dictionary(_, values) => {
+                let plain = arrow_cast::cast(column, values)?;
+                arrow_cast::cast(&plain, column.data_type())
+            }
+            _ => Ok(column.clone()),
+        })
+        .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
+    RecordBatch::try_new(batch.schema(), columns)
+}
+
+/// The chunk headers of one message: `(name, value)` pairs for
+/// `kafka::produce::headers`.
+pub fn chunk_header_values(index: usize, count: usize, rows: usize) -> [(&'static str, String); 3] {
+    [
+        (CHUNK_HEADER, index.to_string()),
+        (CHUNKS_HEADER, count.to_string()),
+        (ROWS_HEADER, rows.to_string()),
+    ]
+}
+
+/// Where one message sits in its step, from its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkInfo {
+    pub index: usize,
+    pub count: usize,
+    /// The step's total row count, when the message says it.
+    pub rows: Option<usize>,
+}
+
+/// Chunk headers that are present but unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkHeaderError {
+    #[error("header {name} is not a decimal number: {value:?}")]
+    NotDecimal { name: &'static str, value: String },
+    #[error("{CHUNK_HEADER} and {CHUNKS_HEADER} must come together")]
+    Unpaired,
+    #[error("chunk {index} of {count} is out of range")]
+    OutOfRange { index: usize, count: usize },
+}
+
+impl ChunkInfo {
+    /// The chunk headers of a message (`header(name)` gives a header's
+    /// value). Without them the message is a whole step: chunk 0 of 1. The
+    /// Python client's `wire.chunk_info` reads them by the same rules.
+    pub fn from_headers<'a>(
+        header: impl Fn(&str) -> Option<&'a [u8]>,
+    ) -> Result<ChunkInfo, ChunkHeaderError> {
+        let rows = header(ROWS_HEADER).map(|v| decimal(ROWS_HEADER, v)).transpose()?;
+        let (index, count) = match (header(CHUNK_HEADER), header(CHUNKS_HEADER)) {
+            (None, None) => {
+                return Ok(ChunkInfo {
+                    index: 0,
+                    count: 1,
+                    rows,
+                })
+            }
+            (Some(index), Some(count)) => (decimal(CHUNK_HEADER, index)?, decimal(CHUNKS_HEADER, count)?),
+            _ => return Err(ChunkHeaderError::Unpaired),
+        };
+        if count < 1 || index >= count {
+            return Err(ChunkHeaderError::OutOfRange { index, count });
+        }
+        Ok(ChunkInfo { index, count, rows })
+    }
+}
+
+/// ASCII digits, surrounding whitespace allowed (as Python's `str.strip`).
+fn decimal(name: &'static str, value: &[u8]) -> Result<usize, ChunkHeaderError> {
+    let bad = || ChunkHeaderError::NotDecimal {
+        name,
+        value: String::from_utf8_lossy(value).into_owned(),
+    };
+    let text = std::str::from_utf8(value).map_err(|_| bad())?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    text.parse().map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::types::Int32Type;
+    use arrow_array::{Array, DictionaryArray, Float64Array, Int64Array, StringArray};
+
+    use super::*;
+
+    /// `n` rows whose `text` column is `width(i)` bytes long at row `i`, and
+    /// a dictionary column of `n / 8` distinct values.
+    fn batch(n: usize, width: impl Fn(usize) -> usize) -> RecordBatch {
+        let text: StringArray = (0..n).map(|i| Some("x".repeat(width(i)))).collect();
+        let names: Vec<String> = (0..n).map(|i| format!("group-{:06}", i / 8)).collect();
+        let groups: DictionaryArray<Int32Type> = names.iter().map(String::as_str).collect();
+        RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(0..n as i64)) as ArrayRef,
+            ),
+            ("text", Arc::new(text) as ArrayRef),
+            ("group", Arc::new(groups) as ArrayRef),
+            (
+                "value",
+                Arc::new(Float64Array::from_iter_values((0..n).map(|i| i as f64 * 0.5))) as ArrayRef,
+            ),
+        ])
+        .unwrap()
+    }
+
+    fn decoded(chunks: &Chunks) -> Vec<RecordBatch> {
+        chunks
+            .chunks
+            .iter()
+            .map(|c| {
+                let batches = ipc::decode_stream(&c.payload).unwrap();
+                assert_eq!(batches.len(), 1);
+                batches.into_iter().next().unwrap()
+            })
+            .collect()
+    }
+
+    /// The chunks cover the rows in order, each holds exactly its rows, and
+    /// their columns (dictionaries as values) equal the input's.
+    fn assert_concatenate_to(chunks: &Chunks, input: &RecordBatch) {
+        let mut next = 0;
+        for (chunk, batch) in chunks.chunks.iter().zip(decoded(chunks)) {
+            assert_eq!(chunk.rows.start, next, "contiguous");
+            assert_eq!(batch.num_rows(), chunk.rows.len());
+            let expected = input.slice(chunk.rows.start, chunk.rows.len());
+            assert_eq!(batch.schema(), input.schema());
+            for (got, want) in batch.columns().iter().zip(expected.columns()) {
+                let plain = |a: &ArrayRef| match a.data_type() {
+                    DataType::Dictionary(_, v) => arrow_cast::cast(a, v).unwrap(),
+                    _ => a.clone(),
+                };
+                assert_eq!(plain(got).to_data(), plain(want).to_data());
+            }
+            next = chunk.rows.end;
+        }
+        assert_eq!(next, input.num_rows(), "every row is in a chunk");
+    }
+
+    #[test]
+    fn a_batch_that_fits_is_one_chunk_as_encode_stream_makes_it() {
+        let input = batch(100, |_| 10);
+        let chunks = encode_chunks(&input, 1 << 20).unwrap();
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(chunks.chunks[0].rows, 0..100);
+        assert_eq!(
+            chunks.chunks[0].payload,
+            ipc::encode_stream(std::slice::from_ref(&input)).unwrap()
+        );
+        assert!(chunks.oversized().is_none());
+        let empty = encode_chunks(&input.slice(0, 0), 1 << 20).unwrap();
+        assert_eq!(empty.len(), 1);
+        assert_eq!(empty.chunks[0].rows, 0..0);
+    }
+
+    #[test]
+    fn every_chunk_fits_and_the_chunks_concatenate_to_the_input() {
+        for (rows, max) in [(20_000, 64 * 1024), (5_000, 20_000), (3_001, 9_000)] {
+            let input = batch(rows, |i| 5 + i % 40);
+            let whole = ipc::encode_stream(std::slice::from_ref(&input)).unwrap().len();
+            let chunks = encode_chunks(&input, max).unwrap();
+            assert!(chunks.len() > 1, "{rows} rows in {whole} bytes under {max}");
+            for c in &chunks.chunks {
+                assert!(c.payload.len() <= max, "{} > {max}", c.payload.len());
+            }
+            assert!(chunks.oversized().is_none());
+            assert_concatenate_to(&chunks, &input);
+            // Close to the fewest chunks the bytes need: the estimate is
+            // not wildly off.
+            let fewest = whole.div_ceil(max);
+            assert!(
+                chunks.len() <= 2 * fewest + 1,
+                "{} chunks, {fewest} needed",
+                chunks.len()
+            );
+        }
+    }
+
+    #[test]
+    fn uneven_rows_are_cut_further_until_each_chunk_fits() {
+        // The first half's rows are tiny, the second half's large: an
+        // estimate from the average is wrong in both halves.
+        let input = batch(4_000, |i| if i < 2_000 { 1 } else { 300 });
+        let max = 50_000;
+        let chunks = encode_chunks(&input, max).unwrap();
+        assert!(chunks.chunks.iter().all(|c| c.payload.len() <= max));
+        assert_concatenate_to(&chunks, &input);
+    }
+
+    #[test]
+    fn a_row_larger_than_the_bound_is_a_chunk_of_its_own_and_reported() {
+        let input = batch(1_000, |i| if i == 600 { 30_000 } else { 8 });
+        let max = 10_000;
+        let chunks = encode_chunks(&input, max).unwrap();
+        assert_concatenate_to(&chunks, &input);
+        let big = chunks.oversized().expect("the large row is reported");
+        assert_eq!(big.rows, 600..601);
+        assert!(big.payload.len() > max);
+        let over: Vec<_> = chunks.chunks.iter().filter(|c| c.payload.len() > max).collect();
+        assert_eq!(over.len(), 1, "only that row is over the bound");
+    }
+
+    #[test]
+    fn a_sliced_dictionary_carries_only_its_own_values() {
+        // 20,000 distinct groups: the whole dictionary alone is over the
+        // bound, so chunks that carried it could never fit.
+        let input = batch(160_000, |_| 1);
+        let dictionary_bytes = {
+            let groups = input
+                .column(2)
+                .as_any()
+                .downcast_ref::<DictionaryArray<Int32Type>>()
+                .unwrap();
+            groups.values().get_array_memory_size()
+        };
+        let max = 100_000;
+        assert!(dictionary_bytes > max);
+        let chunks = encode_chunks(&input, max).unwrap();
+        assert!(chunks.chunks.iter().all(|c| c.payload.len() <= max));
+        assert_concatenate_to(&chunks, &input);
+    }
+
+    #[test]
+    fn the_same_batch_always_gives_the_same_chunks() {
+        let input = batch(10_000, |i| 3 + i % 17);
+        let a = encode_chunks(&input, 30_000).unwrap();
+        let b = encode_chunks(&input, 30_000).unwrap();
+        assert_eq!(a.chunks, b.chunks);
+    }
+
+    #[test]
+    fn chunk_headers_parse_as_the_python_client_reads_them() {
+        let parse = |pairs: &[(&str, &str)]| {
+            ChunkInfo::from_headers(|name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes()))
+        };
+        assert_eq!(
+            parse(&[]),
+            Ok(ChunkInfo {
+                index: 0,
+                count: 1,
+                rows: None
+            })
+        );
+        assert_eq!(
+            parse(&[(ROWS_HEADER, "12")]),
+            Ok(ChunkInfo {
+                index: 0,
+                count: 1,
+                rows: Some(12)
+            })
+        );
+        assert_eq!(
+            parse(&[(CHUNK_HEADER, " 2 "), (CHUNKS_HEADER, "3"), (ROWS_HEADER, "9")]),
+            Ok(ChunkInfo {
+                index: 2,
+                count: 3,
+                rows: Some(9)
+            })
+        );
+        let written = chunk_header_values(4, 5, 1_000_000);
+        let pairs: Vec<(&str, &str)> = written.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            parse(&pairs),
+            Ok(ChunkInfo {
+                index: 4,
+                count: 5,
+                rows: Some(1_000_000)
+            })
+        );
+        assert_eq!(parse(&[(CHUNK_HEADER, "0")]), Err(ChunkHeaderError::Unpaired));
+        assert_eq!(
+            parse(&[(CHUNK_HEADER, "3"), (CHUNKS_HEADER, "3")]),
+            Err(ChunkHeaderError::OutOfRange { index: 3, count: 3 })
+        );
+        assert_eq!(
+            parse(&[(CHUNK_HEADER, "0"), (CHUNKS_HEADER, "0")]),
+            Err(ChunkHeaderError::OutOfRange { index: 0, count: 0 })
+        );
+        for bad in ["-1", "+1", "1.0", "", "x", "١"] {
+            assert!(
+                matches!(
+                    parse(&[(CHUNK_HEADER, "0"), (CHUNKS_HEADER, bad)]),
+                    Err(ChunkHeaderError::NotDecimal { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+}
