@@ -9,7 +9,9 @@
 //!
 //! Longer runs (not HINTSTREAM_-prefixed: the workers would read them as
 //! settings and reject them as unknown): CHAOS_GROUPS=20000 CHAOS_KILLS=10
-//! cargo test --release --test chaos -- --nocapture
+//! cargo test --release --test chaos -- --nocapture. CHAOS_DRAIN_SECS
+//! (default 3) sets drain_timeout_secs; 0 turns drain on revoke off, to
+//! compare.
 
 mod common;
 #[path = "common/llm_server.rs"]
@@ -53,6 +55,7 @@ fn spawn(config_file: &std::path::Path, server: &LlmServer) -> Child {
 async fn every_group_is_hinted_while_workers_are_killed() {
     let groups = env_or("CHAOS_GROUPS", 1_500);
     let kills = env_or("CHAOS_KILLS", 5);
+    let drain_secs = env_or("CHAOS_DRAIN_SECS", 3);
     let cluster = MockCluster::new(1).unwrap();
     let mut config = common::config_for(&cluster.bootstrap_servers());
     let (input, output) = (common::unique("chaos-in"), common::unique("chaos-hints"));
@@ -72,7 +75,7 @@ async fn every_group_is_hinted_while_workers_are_killed() {
         f,
         "bootstrap_servers = \"{}\"\n[kafka]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\
          [hints]\ngroup_id = \"{}\"\ninput_topic = \"{input}\"\noutput_topic = \"{output}\"\ndlq_topic = \"{input}.dlq\"\n\
-         metrics_addr = \"127.0.0.1:0\"\nmax_in_flight = {MAX_IN_FLIGHT}\ndrain_timeout_secs = 3\ngroup_wait_ms = 100\n\
+         metrics_addr = \"127.0.0.1:0\"\nmax_in_flight = {MAX_IN_FLIGHT}\ndrain_timeout_secs = {drain_secs}\ngroup_wait_ms = 100\n\
          [advantages]\ndrain_timeout_secs = 3\n[llm]\nconcurrency = 8\ntimeout_secs = 10.0\n# No request cap: the test measures delivery, not spend.\nrequests_per_minute = 0",
         config.bootstrap_servers,
         common::unique("chaos-group")
@@ -171,10 +174,11 @@ async fn every_group_is_hinted_while_workers_are_killed() {
     );
     // A kill redelivers what the killed worker had in flight plus what it
     // finished since librdkafka's last auto-commit (1 s; at most ~80 hints a
-    // second at concurrency 8 and 100 ms). Each kill also brings two eager
-    // rebalances (the dead member leaves, its replacement joins), and work in
-    // flight on a revoked partition is done again by its next owner: up to
-    // the in-flight bound of each of the three workers, twice.
+    // second at concurrency 8 and 100 ms). Each kill also brings two
+    // rebalances (the dead member leaves, its replacement joins); work in
+    // flight on a revoked partition gets drain_timeout_secs to finish, and
+    // what does not is done again by its next owner: up to the in-flight
+    // bound of each of the three workers, twice.
     let bound = kills * (MAX_IN_FLIGHT + 80 + 2 * 3 * MAX_IN_FLIGHT);
     assert!(
         duplicates <= bound,
