@@ -30,6 +30,7 @@
 //!   on files.
 //! - [`metrics`]: the consume loop's Prometheus counters and the `/metrics`
 //!   endpoint.
+//! - [`telemetry`]: log output, OTLP span export, W3C `traceparent`.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
 //!   topics.
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several
@@ -53,6 +54,7 @@ pub mod batch;
 pub mod normalize;
 
 pub mod metrics;
+pub mod telemetry;
 
 pub mod eval;
 pub mod jsonl;

@@ -151,10 +151,13 @@ impl StageLoop {
         let watcher = {
             let lifecycle = lifecycle.clone();
             let drain = options.drain_timeout;
-            tokio::spawn(async move {
-                shutdown.await;
-                lifecycle.begin_shutdown(drain);
-            })
+            tokio::spawn(
+                async move {
+                    shutdown.await;
+                    lifecycle.begin_shutdown(drain);
+                }
+                .in_current_span(),
+            )
         };
         let _stop_watcher = AbortOnDrop(watcher);
         let stopping = lifecycle.stopping();
@@ -288,9 +291,12 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// group notices the member's absence at its session timeout instead.
 async fn close(consumer: Arc<StageConsumer>) {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    // Its revoke callbacks log under the stage's span.
+    let span = tracing::Span::current();
     let spawned = std::thread::Builder::new()
         .name("consumer-close".into())
         .spawn(move || {
+            let _entered = span.enter();
             drop(consumer);
             let _ = done_tx.send(());
         });
