@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::FutureProducer;
+use tracing::Instrument;
 
 use super::assemble::{Outcome, PendingStep, StepAssembler};
 use super::compute::{advantages_batch, compute_step};
@@ -17,6 +17,7 @@ use super::step_metrics::step_metrics;
 use crate::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::Config;
 use crate::kafka::produce::headers;
+use crate::kafka::StageProducer;
 use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
 use crate::messages::step_key;
 use crate::normalize::{AdvantageOptions, Device, Ran};
@@ -28,7 +29,7 @@ pub const DEVICE_HEADER: &str = "hintstream.device";
 /// What the handler tasks, the sweeper and the revoke hook share.
 struct Shared {
     assembler: Mutex<StepAssembler<Taken>>,
-    producer: FutureProducer,
+    producer: StageProducer,
     lifecycle: Lifecycle,
     output_topic: String,
     metrics_topic: String,
@@ -124,7 +125,7 @@ impl Shared {
 
     /// Dead-letters a step from a task of its own.
     fn dead_letter_detached(self: Arc<Self>, step: PendingStep<Taken>, kind: &'static str, reason: String) {
-        tokio::spawn(async move { self.dead_letter_step(step, kind, &reason).await });
+        tokio::spawn(async move { self.dead_letter_step(step, kind, &reason).await }.in_current_span());
     }
 
     async fn publish(&self, step: PendingStep<Taken>) {
@@ -339,13 +340,16 @@ impl AdvantageStage {
         let sweeper_shared = self.shared.clone();
         let sweep_every =
             (self.shared.step_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let sweeper = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(sweep_every);
-            loop {
-                tick.tick().await;
-                sweeper_shared.sweep().await;
+        let sweeper = tokio::spawn(
+            async move {
+                let mut tick = tokio::time::interval(sweep_every);
+                loop {
+                    tick.tick().await;
+                    sweeper_shared.sweep().await;
+                }
             }
-        });
+            .in_current_span(),
+        );
         let limits = self.config.decode_limits();
         let shared = self.shared.clone();
         tracing::info!(

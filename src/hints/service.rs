@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rdkafka::producer::FutureProducer;
+use tracing::Instrument;
 
 use super::cache::{CachedHint, HintCache};
 use super::decode::{decode_arrival, decode_trajectory, Arrival};
@@ -16,7 +16,9 @@ use super::hint::build_hint;
 use super::metrics::HintMetrics;
 use crate::config::Config;
 use crate::kafka::produce::headers;
-use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
+use crate::kafka::{
+    send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, StageProducer, Taken, Work,
+};
 use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
 use crate::llm::synth::LlmEnv;
 use crate::llm::Synthesizer;
@@ -25,6 +27,11 @@ use crate::stage::{StageError, StageShell};
 
 /// How often the budget gauges are refreshed while no call changes them.
 const BUDGET_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long one probe of the LLM provider (readiness) may take, and the
+/// longest pause between probes until one is answered.
+const LLM_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_LLM_PROBE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Header names on published hints.
 pub const CATEGORY_HEADER: &str = "hintstream.category";
@@ -57,7 +64,7 @@ struct Shared {
     groups: Mutex<Groups<Member>>,
     synth: Synthesizer,
     cache: HintCache,
-    producer: FutureProducer,
+    producer: StageProducer,
     lifecycle: Lifecycle,
     output_topic: String,
     group_wait: Duration,
@@ -231,6 +238,23 @@ impl Shared {
     }
 }
 
+/// Probes the LLM provider until it answers (readiness), at growing
+/// intervals; stops once it did or the stage is gone.
+async fn probe_llm(shared: std::sync::Weak<Shared>) {
+    let mut pause = Duration::from_secs(2);
+    loop {
+        let Some(s) = shared.upgrade() else {
+            return;
+        };
+        if s.synth.probe(LLM_PROBE_TIMEOUT).await {
+            return;
+        }
+        drop(s);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_LLM_PROBE_INTERVAL);
+    }
+}
+
 /// A built stage 1.
 pub struct HintStage {
     config: Config,
@@ -299,6 +323,20 @@ impl HintStage {
                 );
             }
         }));
+        // Ready once the LLM provider answered (or hints are static).
+        let ready_shared = Arc::downgrade(&shared);
+        shell
+            .readiness
+            .require(Box::new(move || match ready_shared.upgrade() {
+                Some(s) if !s.synth.provider_answered() => Err(format!(
+                    "the LLM provider has not answered yet ({})",
+                    s.synth.models().join(", ")
+                )),
+                _ => Ok(()),
+            }));
+        if !shared.synth.provider_answered() {
+            tokio::spawn(probe_llm(Arc::downgrade(&shared)).in_current_span());
+        }
         // Keep the budget gauges current while idle: spend leaves the window.
         tokio::spawn({
             let shared = Arc::downgrade(&shared);

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use rdkafka::client::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -71,8 +72,8 @@ pub fn is_permanent(e: &KafkaError) -> bool {
 /// until it is acknowledged. Returns the (partition, offset) it was written
 /// at; the error when it is permanent; or [`SendError::Stopped`] when the
 /// stage's drain deadline passed first.
-pub async fn send(
-    producer: &FutureProducer,
+pub async fn send<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
     record: &Outgoing<'_>,
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {

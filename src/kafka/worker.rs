@@ -22,6 +22,7 @@ use super::lifecycle::Lifecycle;
 use super::message::{Delivery, Hold, RecordMeta, Rejected, Taken};
 use super::StageConsumer;
 use crate::config::Config;
+use crate::health::Signal;
 use crate::metrics::StageMetrics;
 
 /// One decoded input, handed to the stage with its message.
@@ -99,6 +100,11 @@ impl StageLoop {
 
     pub fn lifecycle(&self) -> &Lifecycle {
         &self.delivery.lifecycle
+    }
+
+    /// Whether the consumer is in its group, for the stage's readiness.
+    pub fn group_signal(&self) -> Arc<Signal> {
+        self.consumer.context().group_signal()
     }
 
     /// Registers a hook called when partitions are revoked, before they

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -145,6 +146,8 @@ pub struct Synthesizer {
     observer: Option<Arc<dyn SynthObserver>>,
     cassette: Option<Arc<Cassette>>,
     budget: Option<SpendBudget>,
+    /// Set once a model API answered anything (readiness).
+    answered: AtomicBool,
 }
 
 /// Shows the client (its key redacted by `ApiKey`), the model chain and the
@@ -289,7 +292,43 @@ impl Synthesizer {
             observer: None,
             cassette: None,
             budget: SpendBudget::new(config.budget_usd_per_hour, config.budget_tokens_per_hour),
+            answered: AtomicBool::new(false),
         })
+    }
+
+    /// Whether hints can come from where they are configured to: a model
+    /// API answered once (any HTTP response, from a synthesis or
+    /// [`Synthesizer::probe`]), or there is no model (static hints).
+    pub fn provider_answered(&self) -> bool {
+        self.chain.is_empty() || self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Asks each API of the chain for something free (its model list) until
+    /// one answers, each within `timeout`; true once any API answered, now
+    /// or before.
+    pub async fn probe(&self, timeout: Duration) -> bool {
+        if self.provider_answered() {
+            return true;
+        }
+        let mut asked: Vec<Provider> = Vec::new();
+        for link in &self.chain {
+            // One client per API.
+            if asked.contains(&link.client.provider()) {
+                continue;
+            }
+            asked.push(link.client.provider());
+            match link.client.probe(timeout).await {
+                Ok(status) => {
+                    tracing::info!(model = %link.id, status, "the LLM provider answered");
+                    self.answered.store(true, Ordering::Relaxed);
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(model = %link.id, reason = %e.failure_reason(), error = %e, "the LLM provider did not answer")
+                }
+            }
+        }
+        false
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn SynthObserver>) -> Self {
@@ -567,6 +606,9 @@ impl Synthesizer {
             let result = client.complete(request, remaining).await;
             drop(permit);
             self.observe_in_flight();
+            if result.as_ref().err().is_none_or(LlmError::is_answer) {
+                self.answered.store(true, Ordering::Relaxed);
+            }
             if let Some(reservation) = reservation {
                 match &result {
                     Ok(reply) => reservation.settle(
