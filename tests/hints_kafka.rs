@@ -168,11 +168,7 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
         .iter()
         .any(|h| h.key == DlqHeaders::ERROR_KIND && h.value.bytes.as_deref() == Some(b"not_json")));
     let hint_headers = &common::read_topic(&config, &config.hints.output_topic).await[0].headers;
-    for name in [
-        "hintstream.category",
-        "hintstream.prompt-version",
-        "hintstream.trace-id",
-    ] {
+    for name in ["hintstream.category", "hintstream.prompt-version", "traceparent"] {
         assert!(
             hint_headers.iter().any(|h| h.key == name),
             "hint lacks header {name}"

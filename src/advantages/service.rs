@@ -98,7 +98,14 @@ impl Shared {
         }
         match assembled.outcome {
             Outcome::Pending => {}
-            Outcome::Complete(step) => self.publish(step).await,
+            Outcome::Complete(step) => {
+                let (span, input) = super::trace::step_span(&step);
+                let publish = self.publish(step).instrument(span);
+                match input {
+                    Some(_) => crate::telemetry::scope(input, publish).await,
+                    None => publish.await,
+                }
+            }
             Outcome::Overfull(step) => {
                 let reason = format!(
                     "step {}/{} has {} distinct rows, more than its step_end count {}",
@@ -134,7 +141,9 @@ impl Shared {
         let (options, device) = (self.options, self.device);
         let started = Instant::now();
         // Number crunching leaves the async workers.
-        let computed = tokio::task::spawn_blocking(move || compute_step(rows, &options, device)).await;
+        let span = tracing::info_span!("compute");
+        let computed =
+            tokio::task::spawn_blocking(move || span.in_scope(|| compute_step(rows, &options, device))).await;
         let result = match computed {
             Ok(Ok(result)) => result,
             Ok(Err(e)) => {

@@ -1,12 +1,19 @@
 //! Stage 1's service: build (the shared stage skeleton, the LLM client, the
 //! hint cache) and run (group gathering, synthesis, publishing). A slow LLM
 //! call holds back nothing but its own group: every message is its own task.
+//!
+//! A hint's trace: the `consume` span of the group's first message (its
+//! leader, which continues that message's `traceparent`), then `group_wait`,
+//! then `hint` (linked to the other members' traces), with an `llm_attempt`
+//! per HTTP attempt and the `produce` of the hint, whose `traceparent`
+//! header names this trace.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tracing::field::Empty;
 use tracing::Instrument;
 
 use super::cache::{CachedHint, HintCache};
@@ -24,6 +31,7 @@ use crate::llm::synth::LlmEnv;
 use crate::llm::Synthesizer;
 use crate::messages::DecodeLimits;
 use crate::stage::{StageError, StageShell};
+use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
 /// How often the budget gauges are refreshed while no call changes them.
 const BUDGET_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
@@ -36,7 +44,6 @@ const MAX_LLM_PROBE_INTERVAL: Duration = Duration::from_secs(30);
 /// Header names on published hints.
 pub const CATEGORY_HEADER: &str = "hintstream.category";
 pub const PROMPT_VERSION_HEADER: &str = "hintstream.prompt-version";
-pub const TRACE_ID_HEADER: &str = "hintstream.trace-id";
 
 /// A trajectory waiting in its group: its message (bytes and unfinished
 /// offset) and its reward, which picks the best member.
@@ -124,10 +131,20 @@ impl Shared {
             key: &key,
             armed: true,
         };
-        tokio::select! {
-            _ = complete.notified() => {}
-            _ = tokio::time::sleep(self.group_wait) => {}
+        let wait = tracing::info_span!(
+            "group_wait",
+            group = %input.group_key,
+            expected = input.expected as i64,
+            members = Empty,
+        );
+        async {
+            tokio::select! {
+                _ = complete.notified() => {}
+                _ = tokio::time::sleep(self.group_wait) => {}
+            }
         }
+        .instrument(wait.clone())
+        .await;
         let group = {
             let mut groups = self.groups();
             let group = groups.take(&key);
@@ -138,6 +155,8 @@ impl Shared {
         let Some(group) = group else {
             return;
         };
+        wait.record("members", group.members.len() as i64);
+        drop(wait);
         if group.members.len() < group.expected {
             tracing::debug!(group = %input.group_key, got = group.members.len(), expected = group.expected, "group wait ran out; hinting from what arrived");
         }
@@ -161,7 +180,8 @@ impl Shared {
             members.swap(0, best);
             members
         };
-        self.hint_group(&input.group_key, members).await;
+        let span = hint_span(&input.group_key, &members);
+        self.hint_group(&input.group_key, members).instrument(span).await;
     }
 
     /// Publishes the hint of a gathered group (`members[0]` is its best
@@ -193,13 +213,17 @@ impl Shared {
         if from_cache {
             self.metrics.cache_hit();
         }
+        let span = tracing::Span::current();
+        span.record("hint_id", hint.hint_id.as_str());
+        span.record("category", hint.category.as_str());
+        span.record("from_cache", from_cache);
         tracing::info!(
             category = hint.category.as_str(), instance = %hint.instance_id, hint_id = %hint.hint_id,
             failure_reason = hint.failure_reason.as_deref().unwrap_or(""), from_cache,
             "Hint [{}] for instance {} (best_reward={}): {}",
             hint.category.as_str(), hint.instance_id, trajectory.reward, truncate_chars(&hint.hint, 500)
         );
-        let trace_id = format!("{:032x}", rand::random::<u128>());
+        // The hint's `traceparent` is its produce span's (`send`).
         let published = send(
             &self.producer,
             &Outgoing {
@@ -210,7 +234,6 @@ impl Shared {
                     ("content-type", "application/json"),
                     (CATEGORY_HEADER, hint.category.as_str()),
                     (PROMPT_VERSION_HEADER, PROMPT_VERSION),
-                    (TRACE_ID_HEADER, trace_id.as_str()),
                 ]),
             },
             &self.lifecycle,
@@ -236,6 +259,29 @@ impl Shared {
             Err(SendError::Stopped) => {}
         }
     }
+}
+
+/// The `hint` span of a gathered group, inside its leader's trace, linked to
+/// the traces of members that came with another `traceparent`.
+fn hint_span(group_key: &str, members: &[Taken]) -> tracing::Span {
+    let span = tracing::info_span!(
+        "hint",
+        group = %group_key,
+        members = members.len() as i64,
+        hint_id = Empty,
+        category = Empty,
+        from_cache = Empty,
+    );
+    let mut linked: Vec<TraceParent> = Vec::new();
+    for m in members {
+        if let Some(parent) = m.meta().header(TRACEPARENT_HEADER).and_then(TraceParent::parse) {
+            if !linked.contains(&parent) {
+                telemetry::link(&span, parent);
+                linked.push(parent);
+            }
+        }
+    }
+    span
 }
 
 /// Probes the LLM provider until it answers (readiness), at growing

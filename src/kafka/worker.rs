@@ -24,6 +24,7 @@ use super::StageConsumer;
 use crate::config::Config;
 use crate::health::Signal;
 use crate::metrics::StageMetrics;
+use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
 /// One decoded input, handed to the stage with its message.
 pub struct Work<T> {
@@ -225,10 +226,15 @@ impl StageLoop {
                 ));
             }
             let (ticket, work_token) = delivery.committer.begin(&meta.topic, meta.partition, meta.offset);
+            // The message's trace: its producer's when it says (W3C
+            // `traceparent`), else a new one.
+            let input_trace = meta.header(TRACEPARENT_HEADER).and_then(TraceParent::parse);
             let span = tracing::info_span!(
-                "message",
+                "consume",
+                otel.kind = "consumer",
                 topic = %meta.topic, partition = meta.partition, offset = meta.offset, key = %meta.key_text()
             );
+            telemetry::start_trace(&span, input_trace);
             let decoded = decode(&payload, &meta);
             let taken = Taken::new(payload, meta, ticket, delivery.clone(), holds);
             match decoded {
@@ -237,7 +243,8 @@ impl StageLoop {
                         input,
                         message: taken,
                     });
-                    tasks.spawn(
+                    tasks.spawn(telemetry::scope(
+                        input_trace,
                         async move {
                             tokio::select! {
                                 _ = work_token.cancelled() => {}
@@ -245,13 +252,14 @@ impl StageLoop {
                             }
                         }
                         .instrument(span),
-                    );
+                    ));
                 }
                 Err(rejected) => {
                     summary.rejected += 1;
-                    tasks.spawn(
+                    tasks.spawn(telemetry::scope(
+                        input_trace,
                         async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
-                    );
+                    ));
                 }
             }
         }

@@ -1,7 +1,8 @@
 //! From a failed trajectory to a hint: the model chain with retries inside a
 //! per-hint time budget (exponential backoff with jitter, never shorter than
 //! the server's `retry-after`), a concurrency bound on calls in flight,
-//! optional request and token rate limits, and the static fallback.
+//! optional request and token rate limits, and the static fallback. Each
+//! HTTP attempt is an `llm_attempt` span (model, status, retry wait).
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::Semaphore;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use super::budget::{Remaining, SpendBudget};
 use super::cassette::{request_key, Attempt, Call, Cassette, CassetteMode, Outcome};
@@ -564,6 +567,7 @@ impl Synthesizer {
             .with_jitter()
             .with_max_times(self.config.max_retries as usize)
             .build();
+        let mut attempt = 0u32;
         loop {
             // Waiting for the rate limits and for a free call slot is part
             // of the hint's time budget.
@@ -602,8 +606,18 @@ impl Synthesizer {
                 }
             };
             let attempt_started = Instant::now();
+            attempt += 1;
+            let span = tracing::info_span!(
+                "llm_attempt",
+                otel.kind = "client",
+                otel.status_code = Empty,
+                model,
+                attempt = i64::from(attempt),
+                status = Empty,
+                retry_wait_ms = Empty,
+            );
             self.observe_in_flight();
-            let result = client.complete(request, remaining).await;
+            let result = client.complete(request, remaining).instrument(span.clone()).await;
             drop(permit);
             self.observe_in_flight();
             if result.as_ref().err().is_none_or(LlmError::is_answer) {
@@ -626,6 +640,10 @@ impl Synthesizer {
             let status = result
                 .as_ref()
                 .map_or_else(LlmError::failure_reason, |_| "ok".to_string());
+            span.record("status", status.as_str());
+            if result.is_err() {
+                span.record("otel.status_code", "error");
+            }
             if let Some(o) = &self.observer {
                 o.attempt(model, &status, attempt_started.elapsed());
             }
@@ -663,7 +681,10 @@ impl Synthesizer {
             if let Some(last) = attempts.as_deref_mut().and_then(|a| a.last_mut()) {
                 last.retry_in_ms = Some(delay.as_millis() as u64);
             }
-            tracing::debug!(model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
+            span.record("retry_wait_ms", delay.as_millis() as i64);
+            tracing::debug!(parent: &span, model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
+            // The attempt ends here; the wait is not part of it.
+            drop(span);
             tokio::time::sleep(delay).await;
         }
     }
