@@ -21,12 +21,16 @@ pub(super) fn step_span(step: &PendingStep<Taken>) -> (Span, Option<TraceParent>
         messages = step.parked.len() as i64,
         assemble_ms = step.first_seen.elapsed().as_millis() as i64,
     );
-    let mut traces: Vec<TraceParent> = Vec::new();
-    for parent in step
+    let mut parents = step
         .parked
         .iter()
-        .filter_map(|m| m.meta().header(TRACEPARENT_HEADER).and_then(TraceParent::parse))
-    {
+        .filter_map(|m| m.meta().header(TRACEPARENT_HEADER).and_then(TraceParent::parse));
+    if !telemetry::exporting() {
+        // Only the outputs' traceparent needs it: the first is enough.
+        return (span, parents.next());
+    }
+    let mut traces: Vec<TraceParent> = Vec::new();
+    for parent in parents {
         if !traces.contains(&parent) {
             traces.push(parent);
         }
