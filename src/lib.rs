@@ -29,8 +29,11 @@
 //! - [`advantages`]: stage 2, `hintstream advantages`: decode, assemble
 //!   steps, compute, publish advantages and step metrics; `advantages compute`
 //!   on files.
-//! - [`metrics`]: the consume loop's Prometheus counters and the `/metrics`
-//!   endpoint.
+//! - [`metrics`]: the consume loop's Prometheus counters and the endpoint
+//!   that serves `/metrics`, `/healthz` and `/readyz`.
+//! - [`health`]: what `/readyz` answers: in the group, producer connected,
+//!   the stage's own conditions.
+//! - [`telemetry`]: log output, OTLP span export, W3C `traceparent`.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
 //!   topics, and reassembling chunked steps read back from a topic.
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several
@@ -53,7 +56,9 @@ pub mod advantages;
 pub mod batch;
 pub mod normalize;
 
+pub mod health;
 pub mod metrics;
+pub mod telemetry;
 
 pub mod eval;
 pub mod jsonl;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 use hintstream::advantages::offline;
 use hintstream::advantages::service::AdvantageStage;
-use hintstream::cli::{AdvantagesAction, Cli, Command, LogFormat, TopicsAction};
+use hintstream::cli::{AdvantagesAction, Cli, Command, TopicsAction};
 use hintstream::config::Config;
 use hintstream::eval::{self, EvalConfig, EvalOptions};
 use hintstream::hints::HintStage;
@@ -25,7 +25,18 @@ fn main() -> ExitCode {
     } else {
         "info,rdkafka=warn"
     };
-    init_tracing(cli.global.log_format, default_level);
+    let service = match &cli.command {
+        Command::Hints { .. } => "hintstream-hints",
+        Command::Advantages { action: None, .. } => "hintstream-advantages",
+        _ => "hintstream",
+    };
+    let telemetry = match hintstream::telemetry::init(cli.global.log_format, default_level, service) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let explicit_broker =
         cli.global.bootstrap_servers.is_some() || std::env::var_os("HINTSTREAM_BOOTSTRAP_SERVERS").is_some();
     let config = match cli.load_config() {
@@ -57,6 +68,7 @@ fn main() -> ExitCode {
     // Blocking calls left behind at a bound (a commit or close to a broker
     // that is gone) must not hold the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -69,18 +81,6 @@ fn main() -> ExitCode {
                 .map_or(1, StageError::exit_code);
             ExitCode::from(code)
         }
-    }
-}
-
-fn init_tracing(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
 

@@ -4,7 +4,9 @@
 //! `--bootstrap-servers` names a real one: creates the topics, starts two
 //! hint workers and the advantage stage, plays the failed trajectories,
 //! prints the hints as they arrive, plays the scored rollouts, prints the
-//! step's metrics, and stops cleanly.
+//! step's metrics, and stops cleanly. Each stage builds and runs in a
+//! `stage` span (`stage=hints worker=0`), so its log lines say which wrote
+//! them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::Message;
 use thiserror::Error;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::advantages::service::AdvantageStage;
 use crate::batch::ipc;
@@ -24,6 +27,7 @@ use crate::hints::HintStage;
 use crate::kafka::{admin, client_config, create_producer};
 use crate::llm::synth::LlmEnv;
 use crate::messages::{decode, key_for, Hint};
+use crate::telemetry::stage_span;
 use crate::tools::recorded::{Bytes, RecordedMessage};
 use crate::tools::replay::{send_all, ReplayOptions};
 
@@ -163,20 +167,24 @@ pub async fn run(
     };
     let mut running = Vec::new();
     for worker in 0..HINT_WORKERS {
+        let span = stage_span("hints", Some(worker));
         let stage = HintStage::build(config.clone(), &env)
+            .instrument(span.clone())
             .await
             .map_err(|e| QuickstartError::Stage(e.to_string()))?;
         println!(
             "hints worker {worker}: metrics at http://{}/metrics",
             stage.metrics_addr
         );
-        running.push(tokio::spawn(stage.run(stopped(stop_rx.clone()))));
+        running.push(tokio::spawn(stage.run(stopped(stop_rx.clone())).instrument(span)));
     }
+    let span = stage_span("advantages", None);
     let stage = AdvantageStage::build(config.clone())
+        .instrument(span.clone())
         .await
         .map_err(|e| QuickstartError::Stage(e.to_string()))?;
     println!("advantages: metrics at http://{}/metrics", stage.metrics_addr);
-    running.push(tokio::spawn(stage.run(stopped(stop_rx.clone()))));
+    running.push(tokio::spawn(stage.run(stopped(stop_rx.clone())).instrument(span)));
     let synth =
         crate::llm::Synthesizer::new(&config.llm, &env).map_err(|e| QuickstartError::Stage(e.to_string()))?;
     println!("hints from: {}", synth.describe());

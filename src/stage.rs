@@ -1,8 +1,9 @@
 //! The skeleton both stage services share: check that the cluster answers
 //! and every topic the stage touches exists, build the Kafka clients (the
 //! consume loop, the output producer, the dead-letter producer), the metrics
-//! registry with the loop's counters, and serve the metrics endpoint. Each
-//! stage adds its own metrics to the registry and its decode and handle
+//! registry with the loop's counters and the stage's readiness, and serve
+//! the metrics and health endpoint. Each stage adds its own metrics to the
+//! registry, its own readiness conditions, and its decode and handle
 //! functions to the loop.
 
 use std::future::Future;
@@ -12,14 +13,15 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::Producer;
 use thiserror::Error;
 
 use crate::config::{Config, ConfigError, StageConfig};
+use crate::health::{Readiness, Signal};
 use crate::kafka::client::RevokeHook;
 use crate::kafka::{
-    check_cluster, create_producer, ConnectError, Delivery, Lifecycle, RecordMeta, Rejected, RunOptions,
-    RunSummary, StageLoop, Work,
+    check_cluster, create_stage_producer, ConnectError, Delivery, Lifecycle, RecordMeta, Rejected,
+    RunOptions, RunSummary, StageLoop, StageProducer, Work,
 };
 use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
@@ -60,10 +62,12 @@ impl StageError {
 pub struct StageShell {
     intake: StageLoop,
     /// For the stage's outputs.
-    pub producer: FutureProducer,
+    pub producer: StageProducer,
     /// Where the stage registers its own metrics before serving them.
     pub registry: Registry,
     pub metrics: Arc<StageMetrics>,
+    /// What `/readyz` answers; the stage may add conditions.
+    pub readiness: Arc<Readiness>,
     metrics_socket: SocketAddr,
 }
 
@@ -102,11 +106,33 @@ impl StageShell {
                 drain_timeout: Duration::from_secs(stage.drain_timeout_secs),
             },
         )?;
+        let connected = Arc::new(Signal::new(
+            "the output producer has not reported a broker connection yet",
+        ));
+        let producer = create_stage_producer(config, connected.clone())?;
+        // Connected now, rather than at its first statistics: a metadata
+        // request through it answers.
+        let client = producer.clone();
+        let output = stage.output_topic.clone();
+        let within = Duration::from_secs(config.connect_timeout_secs);
+        let asked = tokio::task::spawn_blocking(move || {
+            client.client().fetch_metadata(Some(&output), within).is_ok()
+        });
+        if asked.await.unwrap_or(false) {
+            connected.hold();
+        }
+        let readiness = Arc::new(Readiness::new(
+            intake.lifecycle().clone(),
+            intake.group_signal(),
+            connected,
+            metrics.clone(),
+        ));
         Ok(StageShell {
             intake,
-            producer: create_producer(config)?,
+            producer,
             registry,
             metrics,
+            readiness,
             metrics_socket,
         })
     }
@@ -127,16 +153,21 @@ impl StageShell {
         self.intake.on_revoke(hook);
     }
 
-    /// Serves the registry as it is now on the stage's metrics address.
-    /// Returns the bound address (port 0 picks a free one).
+    /// Serves the registry as it is now, `/healthz` and `/readyz` on the
+    /// stage's metrics address. Returns the bound address (port 0 picks a
+    /// free one).
     pub async fn serve_metrics(&mut self) -> Result<SocketAddr, StageError> {
         let registry = std::mem::take(&mut self.registry);
-        crate::metrics::serve(self.metrics_socket, Arc::new(registry))
-            .await
-            .map_err(|source| StageError::Metrics {
-                addr: self.metrics_socket,
-                source,
-            })
+        crate::metrics::serve_health(
+            self.metrics_socket,
+            Arc::new(registry),
+            Some(self.readiness.clone()),
+        )
+        .await
+        .map_err(|source| StageError::Metrics {
+            addr: self.metrics_socket,
+            source,
+        })
     }
 
     /// Runs the consume loop until `shutdown` resolves or the stage fails

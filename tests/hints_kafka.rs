@@ -168,11 +168,7 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
         .iter()
         .any(|h| h.key == DlqHeaders::ERROR_KIND && h.value.bytes.as_deref() == Some(b"not_json")));
     let hint_headers = &common::read_topic(&config, &config.hints.output_topic).await[0].headers;
-    for name in [
-        "hintstream.category",
-        "hintstream.prompt-version",
-        "hintstream.trace-id",
-    ] {
+    for name in ["hintstream.category", "hintstream.prompt-version", "traceparent"] {
         assert!(
             hint_headers.iter().any(|h| h.key == name),
             "hint lacks header {name}"
@@ -186,11 +182,20 @@ async fn without_a_key_publishes_static_hints() {
     let (config, partitions) = stage_config(&broker.bootstrap, 1);
     create(&config, partitions).await;
     let producer = create_producer(&config).unwrap();
-    send(
+    // Traced by its producer: the hint continues the trace, although this
+    // stage exports no spans.
+    let input = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    common::send_raw(
         &producer,
         &config.hints.input_topic,
         "run-h/1/S",
-        &trajectory(1, "S", "s1", 0.0, 1),
+        Some(&trajectory(1, "S", "s1", 0.0, 1)),
+        Some(
+            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                key: "traceparent",
+                value: Some(input),
+            }),
+        ),
     )
     .await;
     producer.flush(Duration::from_secs(10)).unwrap();
@@ -203,6 +208,18 @@ async fn without_a_key_publishes_static_hints() {
     assert_eq!(hints[0].category, HintCategory::StaticFallback);
     assert!(hints[0].hint.contains("check_output failed"), "{}", hints[0].hint);
     assert_eq!(hints[0].model, None);
+    let published = common::read_topic(&config, &config.hints.output_topic).await;
+    let header = published[0]
+        .headers
+        .iter()
+        .find(|h| h.key == "traceparent")
+        .and_then(|h| h.value.bytes.as_deref())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap();
+    assert!(
+        header.starts_with("00-0af7651916cd43dd8448eb211c80319c-") && !header.contains("b7ad6b7169203331"),
+        "the input's trace under a span of its own: {header}"
+    );
 }
 
 /// A `hintstream hints` process, killed on drop.

@@ -68,3 +68,54 @@ fn quickstart_runs_against_tansu_with_bootstrap_servers() {
     assert_ran_to_the_end(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("broker: {}", broker.bootstrap)));
 }
+
+#[test]
+fn quickstart_log_lines_name_their_stage_and_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr.log");
+    let status = common::without_llm_env(&mut Command::new(env!("CARGO_BIN_EXE_hintstream")))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("quickstart")
+        .env_remove("HINTSTREAM_BOOTSTRAP_SERVERS")
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{text}");
+    assert!(
+        !text.contains("\x1b["),
+        "a log file gets no ANSI escape codes:\n{text}"
+    );
+    // Lines the stages' code wrote (the quick start's own and librdkafka's
+    // are not a stage's).
+    let from_stages: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" hintstream::") && !l.contains(" hintstream::quickstart:"))
+        .collect();
+    for (stage, worker) in [("hints", Some(0)), ("hints", Some(1)), ("advantages", None)] {
+        let label = match worker {
+            Some(w) => format!("stage{{stage={stage} worker={w}}}"),
+            None => format!("stage{{stage={stage}}}"),
+        };
+        assert!(
+            from_stages.iter().any(|l| l.contains(&label)),
+            "no line from {label}:\n{text}"
+        );
+    }
+    let unlabelled: Vec<&&str> = from_stages
+        .iter()
+        .filter(|l| !l.contains("stage{stage="))
+        .collect();
+    assert!(
+        unlabelled.is_empty(),
+        "lines without their stage:\n{}",
+        unlabelled
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

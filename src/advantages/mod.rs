@@ -9,6 +9,7 @@
 //! - [`step_metrics`]: the per-step metrics published on `rl.metrics`;
 //! - [`metrics`]: the stage's Prometheus metrics;
 //! - [`service`]: build and run;
+//! - [`trace`]: a step's span and the input trace it continues;
 //! - [`offline`]: `advantages compute` on files.
 
 pub mod assemble;
@@ -18,5 +19,6 @@ pub mod metrics;
 pub mod offline;
 pub mod service;
 pub mod step_metrics;
+pub mod trace;
 
 pub use compute::{compute_batch, compute_rows, compute_step, StepResult};

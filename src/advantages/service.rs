@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::FutureProducer;
+use tracing::Instrument;
 
 use super::assemble::{Outcome, PendingStep, StepAssembler};
 use super::compute::{advantages_batch, compute_step};
@@ -25,6 +25,7 @@ use crate::batch::chunk::{chunk_header_values, encode_chunks, CHUNKS_HEADER, CHU
 use crate::batch::ARROW_STREAM_CONTENT_TYPE;
 use crate::config::Config;
 use crate::kafka::produce::headers;
+use crate::kafka::StageProducer;
 use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
 use crate::messages::step_key;
 use crate::normalize::{AdvantageOptions, Device, Ran};
@@ -64,7 +65,7 @@ fn envelope_bytes(key: &str, device: &str) -> usize {
 /// What the handler tasks, the sweeper and the revoke hook share.
 struct Shared {
     assembler: Mutex<StepAssembler<Taken>>,
-    producer: FutureProducer,
+    producer: StageProducer,
     lifecycle: Lifecycle,
     output_topic: String,
     metrics_topic: String,
@@ -133,7 +134,14 @@ impl Shared {
         }
         match assembled.outcome {
             Outcome::Pending => {}
-            Outcome::Complete(step) => self.publish(step).await,
+            Outcome::Complete(step) => {
+                let (span, input) = super::trace::step_span(&step);
+                let publish = self.publish(step).instrument(span);
+                match input {
+                    Some(_) => crate::telemetry::scope(input, publish).await,
+                    None => publish.await,
+                }
+            }
             Outcome::Overfull(step) => {
                 let reason = format!(
                     "step {}/{} has {} distinct rows, more than its step_end count {}",
@@ -160,7 +168,7 @@ impl Shared {
 
     /// Dead-letters a step from a task of its own.
     fn dead_letter_detached(self: Arc<Self>, step: PendingStep<Taken>, kind: &'static str, reason: String) {
-        tokio::spawn(async move { self.dead_letter_step(step, kind, &reason).await });
+        tokio::spawn(async move { self.dead_letter_step(step, kind, &reason).await }.in_current_span());
     }
 
     async fn publish(&self, step: PendingStep<Taken>) {
@@ -169,7 +177,9 @@ impl Shared {
         let (options, device) = (self.options, self.device);
         let started = Instant::now();
         // Number crunching leaves the async workers.
-        let computed = tokio::task::spawn_blocking(move || compute_step(rows, &options, device)).await;
+        let span = tracing::info_span!("compute");
+        let computed =
+            tokio::task::spawn_blocking(move || span.in_scope(|| compute_step(rows, &options, device))).await;
         let result = match computed {
             Ok(Ok(result)) => result,
             Ok(Err(e)) => {
@@ -423,13 +433,16 @@ impl AdvantageStage {
         let sweeper_shared = self.shared.clone();
         let sweep_every =
             (self.shared.step_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let sweeper = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(sweep_every);
-            loop {
-                tick.tick().await;
-                sweeper_shared.sweep().await;
+        let sweeper = tokio::spawn(
+            async move {
+                let mut tick = tokio::time::interval(sweep_every);
+                loop {
+                    tick.tick().await;
+                    sweeper_shared.sweep().await;
+                }
             }
-        });
+            .in_current_span(),
+        );
         let limits = self.config.decode_limits();
         let shared = self.shared.clone();
         tracing::info!(

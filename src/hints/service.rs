@@ -1,13 +1,20 @@
 //! Stage 1's service: build (the shared stage skeleton, the LLM client, the
 //! hint cache) and run (group gathering, synthesis, publishing). A slow LLM
 //! call holds back nothing but its own group: every message is its own task.
+//!
+//! A hint's trace: the `consume` span of the group's first message (its
+//! leader, which continues that message's `traceparent`), then `group_wait`,
+//! then `hint` (linked to the other members' traces), with an `llm_attempt`
+//! per HTTP attempt and the `produce` of the hint, whose `traceparent`
+//! header names this trace.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rdkafka::producer::FutureProducer;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use super::cache::{CachedHint, HintCache};
 use super::decode::{decode_arrival, decode_trajectory, Arrival};
@@ -16,20 +23,27 @@ use super::hint::build_hint;
 use super::metrics::HintMetrics;
 use crate::config::Config;
 use crate::kafka::produce::headers;
-use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
+use crate::kafka::{
+    send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, StageProducer, Taken, Work,
+};
 use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
 use crate::llm::synth::LlmEnv;
 use crate::llm::Synthesizer;
 use crate::messages::DecodeLimits;
 use crate::stage::{StageError, StageShell};
+use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
 /// How often the budget gauges are refreshed while no call changes them.
 const BUDGET_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How long one probe of the LLM provider (readiness) may take, and the
+/// longest pause between probes until one is answered.
+const LLM_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_LLM_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+
 /// Header names on published hints.
 pub const CATEGORY_HEADER: &str = "hintstream.category";
 pub const PROMPT_VERSION_HEADER: &str = "hintstream.prompt-version";
-pub const TRACE_ID_HEADER: &str = "hintstream.trace-id";
 
 /// A trajectory waiting in its group: its message (bytes and unfinished
 /// offset) and its reward, which picks the best member.
@@ -57,7 +71,7 @@ struct Shared {
     groups: Mutex<Groups<Member>>,
     synth: Synthesizer,
     cache: HintCache,
-    producer: FutureProducer,
+    producer: StageProducer,
     lifecycle: Lifecycle,
     output_topic: String,
     group_wait: Duration,
@@ -117,10 +131,20 @@ impl Shared {
             key: &key,
             armed: true,
         };
-        tokio::select! {
-            _ = complete.notified() => {}
-            _ = tokio::time::sleep(self.group_wait) => {}
+        let wait = tracing::info_span!(
+            "group_wait",
+            group = %input.group_key,
+            expected = input.expected as i64,
+            members = Empty,
+        );
+        async {
+            tokio::select! {
+                _ = complete.notified() => {}
+                _ = tokio::time::sleep(self.group_wait) => {}
+            }
         }
+        .instrument(wait.clone())
+        .await;
         let group = {
             let mut groups = self.groups();
             let group = groups.take(&key);
@@ -131,6 +155,8 @@ impl Shared {
         let Some(group) = group else {
             return;
         };
+        wait.record("members", group.members.len() as i64);
+        drop(wait);
         if group.members.len() < group.expected {
             tracing::debug!(group = %input.group_key, got = group.members.len(), expected = group.expected, "group wait ran out; hinting from what arrived");
         }
@@ -154,7 +180,8 @@ impl Shared {
             members.swap(0, best);
             members
         };
-        self.hint_group(&input.group_key, members).await;
+        let span = hint_span(&input.group_key, &members);
+        self.hint_group(&input.group_key, members).instrument(span).await;
     }
 
     /// Publishes the hint of a gathered group (`members[0]` is its best
@@ -186,13 +213,17 @@ impl Shared {
         if from_cache {
             self.metrics.cache_hit();
         }
+        let span = tracing::Span::current();
+        span.record("hint_id", hint.hint_id.as_str());
+        span.record("category", hint.category.as_str());
+        span.record("from_cache", from_cache);
         tracing::info!(
             category = hint.category.as_str(), instance = %hint.instance_id, hint_id = %hint.hint_id,
             failure_reason = hint.failure_reason.as_deref().unwrap_or(""), from_cache,
             "Hint [{}] for instance {} (best_reward={}): {}",
             hint.category.as_str(), hint.instance_id, trajectory.reward, truncate_chars(&hint.hint, 500)
         );
-        let trace_id = format!("{:032x}", rand::random::<u128>());
+        // The hint's `traceparent` is its produce span's (`send`).
         let published = send(
             &self.producer,
             &Outgoing {
@@ -203,7 +234,6 @@ impl Shared {
                     ("content-type", "application/json"),
                     (CATEGORY_HEADER, hint.category.as_str()),
                     (PROMPT_VERSION_HEADER, PROMPT_VERSION),
-                    (TRACE_ID_HEADER, trace_id.as_str()),
                 ]),
             },
             &self.lifecycle,
@@ -228,6 +258,49 @@ impl Shared {
             // Shutdown's deadline passed: the members stay uncommitted.
             Err(SendError::Stopped) => {}
         }
+    }
+}
+
+/// The `hint` span of a gathered group, inside its leader's trace, linked to
+/// the traces of members that came with another `traceparent`.
+fn hint_span(group_key: &str, members: &[Taken]) -> tracing::Span {
+    let span = tracing::info_span!(
+        "hint",
+        group = %group_key,
+        members = members.len() as i64,
+        hint_id = Empty,
+        category = Empty,
+        from_cache = Empty,
+    );
+    if !telemetry::exporting() {
+        return span;
+    }
+    let mut linked: Vec<TraceParent> = Vec::new();
+    for m in members {
+        if let Some(parent) = m.meta().header(TRACEPARENT_HEADER).and_then(TraceParent::parse) {
+            if !linked.contains(&parent) {
+                telemetry::link(&span, parent);
+                linked.push(parent);
+            }
+        }
+    }
+    span
+}
+
+/// Probes the LLM provider until it answers (readiness), at growing
+/// intervals; stops once it did or the stage is gone.
+async fn probe_llm(shared: std::sync::Weak<Shared>) {
+    let mut pause = Duration::from_secs(2);
+    loop {
+        let Some(s) = shared.upgrade() else {
+            return;
+        };
+        if s.synth.probe(LLM_PROBE_TIMEOUT).await {
+            return;
+        }
+        drop(s);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_LLM_PROBE_INTERVAL);
     }
 }
 
@@ -299,6 +372,20 @@ impl HintStage {
                 );
             }
         }));
+        // Ready once the LLM provider answered (or hints are static).
+        let ready_shared = Arc::downgrade(&shared);
+        shell
+            .readiness
+            .require(Box::new(move || match ready_shared.upgrade() {
+                Some(s) if !s.synth.provider_answered() => Err(format!(
+                    "the LLM provider has not answered yet ({})",
+                    s.synth.models().join(", ")
+                )),
+                _ => Ok(()),
+            }));
+        if !shared.synth.provider_answered() {
+            tokio::spawn(probe_llm(Arc::downgrade(&shared)).in_current_span());
+        }
         // Keep the budget gauges current while idle: spend leaves the window.
         tokio::spawn({
             let shared = Arc::downgrade(&shared);

@@ -1,7 +1,9 @@
 //! Consumer and producer construction: the librdkafka settings that the
 //! delivery contract depends on are set here and nowhere else. The consumer's
 //! context keeps the offset tracker in step with the group's assignment and
-//! drains a revoked partition's in-flight work before letting it go.
+//! drains a revoked partition's in-flight work before letting it go. Both
+//! contexts keep their part of the stage's readiness current (in its group;
+//! connected to a broker) from rebalances and librdkafka's statistics.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +21,7 @@ use super::commit::lock;
 use super::lifecycle::Lifecycle;
 use super::tracker::OffsetTracker;
 use crate::config::{ClientKind, Config};
+use crate::health::Signal;
 use crate::metrics::StageMetrics;
 
 /// The consumer type both stages use.
@@ -68,6 +71,9 @@ pub struct StageContext {
     /// How long a revoked partition's in-flight work may take to finish.
     drain_timeout: Duration,
     revoke_hooks: Mutex<Vec<RevokeHook>>,
+    /// Whether the consumer is in its group (readiness): held on an
+    /// assignment and while statistics say the group is up and steady.
+    group: Arc<Signal>,
 }
 
 impl StageContext {
@@ -78,7 +84,13 @@ impl StageContext {
             lifecycle,
             drain_timeout,
             revoke_hooks: Mutex::new(Vec::new()),
+            group: Arc::new(Signal::new("the consumer has not joined its group yet")),
         }
+    }
+
+    /// Whether the consumer is in its group, for the stage's readiness.
+    pub fn group_signal(&self) -> Arc<Signal> {
+        self.group.clone()
     }
 
     /// Registers a hook called when partitions are revoked.
@@ -175,11 +187,34 @@ impl StageContext {
     }
 }
 
-/// How often librdkafka reports statistics (and so the lag gauge updates).
+/// How often librdkafka reports statistics, and so how often the lag gauge
+/// and the clients' parts of readiness update.
 const STATISTICS_INTERVAL_MS: &str = "5000";
+
+/// Sets `statistics.interval.ms` unless the passthrough tables set a
+/// positive value: readiness rests on statistics, so 0 (off) is not allowed.
+fn ensure_statistics(client: &mut ClientConfig) {
+    let set = client
+        .get("statistics.interval.ms")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|ms| ms > 0);
+    if !set {
+        client.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
+    }
+}
 
 impl ClientContext for StageContext {
     fn stats(&self, statistics: Statistics) {
+        // Joined with or without partitions: up (coordinator known and
+        // connected) and steady (no join or sync in progress).
+        match &statistics.cgrp {
+            Some(group) if group.state == "up" && group.join_state == "steady" => self.group.hold(),
+            Some(group) => self.group.fail(format!(
+                "the consumer is not in its group (group state {}, join state {})",
+                group.state, group.join_state
+            )),
+            None => self.group.fail("the consumer has not joined its group yet"),
+        }
         // librdkafka reports -1 for partitions without a known lag.
         let lag: i64 = statistics
             .topics
@@ -211,8 +246,12 @@ impl ConsumerContext for StageContext {
                 let partitions = partitions_of(tpl);
                 tracing::info!(partitions = %describe_partitions(&partitions), "partitions assigned");
                 self.reset(&partitions);
+                self.group.hold();
             }
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+            Rebalance::Error(e) => {
+                tracing::warn!(error = %e, "rebalance error");
+                self.group.fail(format!("the last rebalance failed: {e}"));
+            }
             Rebalance::Revoke(_) => {}
         }
         self.metrics
@@ -262,7 +301,6 @@ pub fn create_consumer(
     let mut client = ClientConfig::new();
     client.set_log_level(RDKafkaLogLevel::Warning);
     client
-        .set("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         .set("auto.offset.reset", "earliest")
         // Incremental rebalances: a member joining or leaving moves only the
         // partitions that change owner, so in-flight work elsewhere is not
@@ -277,6 +315,7 @@ pub fn create_consumer(
     }
     // The passthrough tables may tune anything above.
     apply(&mut client, config, ClientKind::Consumer);
+    ensure_statistics(&mut client);
     client.set("group.id", group_id);
     // The two settings the delivery contract rests on; set after the
     // passthrough table so that it cannot turn them off.
@@ -294,6 +333,10 @@ const MESSAGE_TIMEOUT_MS: &str = "30000";
 /// An idempotent producer: acks from all in-sync replicas and no reordering
 /// or duplication by the producer's own retries, so per-key order holds.
 pub fn create_producer(config: &Config) -> KafkaResult<FutureProducer> {
+    producer_config(config).create()
+}
+
+fn producer_config(config: &Config) -> ClientConfig {
     let mut client = ClientConfig::new();
     client.set_log_level(RDKafkaLogLevel::Warning);
     client
@@ -303,5 +346,50 @@ pub fn create_producer(config: &Config) -> KafkaResult<FutureProducer> {
         .set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
     // Passthrough last: a deployment may tune batching and timeouts.
     apply(&mut client, config, ClientKind::Producer);
-    client.create()
+    client
+}
+
+/// A stage's output producer: [`create_producer`]'s, whose statistics say
+/// whether it is connected.
+pub type StageProducer = FutureProducer<OutputContext>;
+
+/// The output producer's context: keeps "connected to a broker" (readiness)
+/// current from librdkafka's statistics.
+pub struct OutputContext {
+    connected: Arc<Signal>,
+}
+
+impl ClientContext for OutputContext {
+    fn stats(&self, statistics: Statistics) {
+        // The internal and logical "brokers" are librdkafka's own.
+        let brokers: Vec<_> = statistics
+            .brokers
+            .values()
+            .filter(|b| b.source == "learned" || b.source == "configured")
+            .collect();
+        if brokers.iter().any(|b| b.state == "UP") {
+            self.connected.hold();
+        } else {
+            let states: Vec<String> = brokers
+                .iter()
+                .map(|b| format!("{} {}", b.name, b.state))
+                .collect();
+            self.connected.fail(format!(
+                "the output producer has no broker connection ({})",
+                if states.is_empty() {
+                    "no broker known".to_string()
+                } else {
+                    states.join(", ")
+                }
+            ));
+        }
+    }
+}
+
+/// The stage's output producer: [`create_producer`]'s settings, with
+/// statistics on so that `connected` tracks its broker connection.
+pub fn create_stage_producer(config: &Config, connected: Arc<Signal>) -> KafkaResult<StageProducer> {
+    let mut client = producer_config(config);
+    ensure_statistics(&mut client);
+    client.create_with_context(OutputContext { connected })
 }

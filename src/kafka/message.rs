@@ -328,6 +328,8 @@ impl Drop for Taken {
             meta: self.meta.clone(),
             pending: Some(pending),
         };
-        runtime.spawn(async move { copy.reject(kind, &reason).await });
+        runtime.spawn(tracing::Instrument::in_current_span(async move {
+            copy.reject(kind, &reason).await
+        }));
     }
 }

@@ -16,7 +16,8 @@ pub mod tracker;
 pub mod worker;
 
 pub use client::{
-    base_config, client_config, create_consumer, create_producer, Partition, StageConsumer, StageContext,
+    base_config, client_config, create_consumer, create_producer, create_stage_producer, OutputContext,
+    Partition, StageConsumer, StageContext, StageProducer,
 };
 pub use commit::{Committer, Ticket};
 pub use connect::{check_cluster, ConnectError};

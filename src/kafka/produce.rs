@@ -5,10 +5,12 @@
 //! librdkafka's metadata refresh, no authorization, a record over
 //! `message.max.bytes`, an invalid record) come back to the caller, which
 //! dead-letters or reports them instead of stalling its partition. Once
-//! shutdown began, retrying stops at the drain deadline.
+//! shutdown began, retrying stops at the drain deadline. Each record is a
+//! `produce` span, and carries its `traceparent` unless the caller set one.
 
 use std::time::Duration;
 
+use rdkafka::client::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -16,8 +18,11 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use thiserror::Error;
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use super::lifecycle::Lifecycle;
+use crate::telemetry;
 
 /// How long one attempt may wait for room in the producer queue. (Its
 /// delivery is bounded by librdkafka's `message.timeout.ms`.)
@@ -70,10 +75,42 @@ pub fn is_permanent(e: &KafkaError) -> bool {
 /// Produces `record`, retrying transient failures with exponential backoff
 /// until it is acknowledged. Returns the (partition, offset) it was written
 /// at; the error when it is permanent; or [`SendError::Stopped`] when the
-/// stage's drain deadline passed first.
-pub async fn send(
-    producer: &FutureProducer,
+/// stage's drain deadline passed first. The record gets a `traceparent`
+/// header of its `produce` span unless `record.headers` has one.
+pub async fn send<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
     record: &Outgoing<'_>,
+    lifecycle: &Lifecycle,
+) -> Result<(i32, i64), SendError> {
+    let span = tracing::info_span!(
+        "produce",
+        otel.kind = "producer",
+        otel.status_code = Empty,
+        topic = record.topic,
+        partition = Empty,
+        offset = Empty,
+        attempts = Empty,
+    );
+    let headers = telemetry::with_traceparent(record.headers.clone(), &span);
+    let result = send_with(producer, record, headers, lifecycle)
+        .instrument(span.clone())
+        .await;
+    match &result {
+        Ok((partition, offset)) => {
+            span.record("partition", partition);
+            span.record("offset", offset);
+        }
+        Err(_) => {
+            span.record("otel.status_code", "error");
+        }
+    }
+    result
+}
+
+async fn send_with<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    record: &Outgoing<'_>,
+    headers: OwnedHeaders,
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
     let mut backoff = Duration::from_millis(100);
@@ -83,8 +120,9 @@ pub async fn send(
     tokio::pin!(deadline);
     loop {
         attempts += 1;
+        tracing::Span::current().record("attempts", i64::from(attempts));
         let mut future: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(record.topic).headers(record.headers.clone());
+            FutureRecord::to(record.topic).headers(headers.clone());
         if let Some(key) = record.key {
             future = future.key(key);
         }

@@ -22,7 +22,9 @@ use super::lifecycle::Lifecycle;
 use super::message::{Delivery, Hold, RecordMeta, Rejected, Taken};
 use super::StageConsumer;
 use crate::config::Config;
+use crate::health::Signal;
 use crate::metrics::StageMetrics;
+use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
 /// One decoded input, handed to the stage with its message.
 pub struct Work<T> {
@@ -101,6 +103,11 @@ impl StageLoop {
         &self.delivery.lifecycle
     }
 
+    /// Whether the consumer is in its group, for the stage's readiness.
+    pub fn group_signal(&self) -> Arc<Signal> {
+        self.consumer.context().group_signal()
+    }
+
     /// Registers a hook called when partitions are revoked, before they
     /// drain (see [`RevokeHook`]).
     pub fn on_revoke(&self, hook: RevokeHook) {
@@ -151,10 +158,13 @@ impl StageLoop {
         let watcher = {
             let lifecycle = lifecycle.clone();
             let drain = options.drain_timeout;
-            tokio::spawn(async move {
-                shutdown.await;
-                lifecycle.begin_shutdown(drain);
-            })
+            tokio::spawn(
+                async move {
+                    shutdown.await;
+                    lifecycle.begin_shutdown(drain);
+                }
+                .in_current_span(),
+            )
         };
         let _stop_watcher = AbortOnDrop(watcher);
         let stopping = lifecycle.stopping();
@@ -216,10 +226,15 @@ impl StageLoop {
                 ));
             }
             let (ticket, work_token) = delivery.committer.begin(&meta.topic, meta.partition, meta.offset);
+            // The message's trace: its producer's when it says (W3C
+            // `traceparent`), else a new one.
+            let input_trace = meta.header(TRACEPARENT_HEADER).and_then(TraceParent::parse);
             let span = tracing::info_span!(
-                "message",
+                "consume",
+                otel.kind = "consumer",
                 topic = %meta.topic, partition = meta.partition, offset = meta.offset, key = %meta.key_text()
             );
+            telemetry::start_trace(&span, input_trace);
             let decoded = decode(&payload, &meta);
             let taken = Taken::new(payload, meta, ticket, delivery.clone(), holds);
             match decoded {
@@ -228,7 +243,8 @@ impl StageLoop {
                         input,
                         message: taken,
                     });
-                    tasks.spawn(
+                    tasks.spawn(telemetry::scope(
+                        input_trace,
                         async move {
                             tokio::select! {
                                 _ = work_token.cancelled() => {}
@@ -236,13 +252,14 @@ impl StageLoop {
                             }
                         }
                         .instrument(span),
-                    );
+                    ));
                 }
                 Err(rejected) => {
                     summary.rejected += 1;
-                    tasks.spawn(
+                    tasks.spawn(telemetry::scope(
+                        input_trace,
                         async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
-                    );
+                    ));
                 }
             }
         }
@@ -288,9 +305,12 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// group notices the member's absence at its session timeout instead.
 async fn close(consumer: Arc<StageConsumer>) {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    // Its revoke callbacks log under the stage's span.
+    let span = tracing::Span::current();
     let spawned = std::thread::Builder::new()
         .name("consumer-close".into())
         .spawn(move || {
+            let _entered = span.enter();
             drop(consumer);
             let _ = done_tx.send(());
         });

@@ -159,6 +159,15 @@ impl LlmError {
         }
     }
 
+    /// Whether the API answered (an HTTP response, whatever it said), as
+    /// opposed to no answer (timeout, connection) or no request at all.
+    pub fn is_answer(&self) -> bool {
+        matches!(
+            self,
+            LlmError::Status { .. } | LlmError::Malformed(_) | LlmError::Empty
+        )
+    }
+
     /// A mistake in the set-up the user fixes (exit 2), not a runtime one.
     pub fn is_config(&self) -> bool {
         matches!(self, LlmError::CertFile { .. })
@@ -210,6 +219,38 @@ impl LlmClient {
 
     pub fn provider(&self) -> Provider {
         self.endpoint.provider
+    }
+
+    /// Asks the API for something free, its model list (`GET /v1/models`),
+    /// within `timeout`: the HTTP status of the answer, whatever it is (a
+    /// 401 or 404 still shows the provider is there), else why none came.
+    /// The body is never read.
+    pub async fn probe(&self, timeout: Duration) -> Result<u16, LlmError> {
+        let base = self.endpoint.base_url.trim_end_matches('/');
+        let request = match self.endpoint.provider {
+            Provider::Anthropic => {
+                let mut b = self
+                    .http
+                    .get(format!("{base}/v1/models"))
+                    .header("anthropic-version", ANTHROPIC_VERSION);
+                if let Some(key) = &self.endpoint.api_key {
+                    b = b.header("x-api-key", key.expose());
+                }
+                b
+            }
+            Provider::Openai => {
+                let mut b = self.http.get(format!("{base}/models"));
+                if let Some(key) = &self.endpoint.api_key {
+                    b = b.bearer_auth(key.expose());
+                }
+                b
+            }
+        };
+        match tokio::time::timeout(timeout, request.send()).await {
+            Ok(Ok(response)) => Ok(response.status().as_u16()),
+            Ok(Err(e)) => Err(transport_error(e)),
+            Err(_) => Err(LlmError::Timeout),
+        }
     }
 
     /// One attempt, bounded by `timeout` (connect, send and body).

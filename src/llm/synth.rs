@@ -1,17 +1,21 @@
 //! From a failed trajectory to a hint: the model chain with retries inside a
 //! per-hint time budget (exponential backoff with jitter, never shorter than
 //! the server's `retry-after`), a concurrency bound on calls in flight,
-//! optional request and token rate limits, and the static fallback.
+//! optional request and token rate limits, and the static fallback. Each
+//! HTTP attempt is an `llm_attempt` span (model, status, retry wait).
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::Semaphore;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use super::budget::{Remaining, SpendBudget};
 use super::cassette::{request_key, Attempt, Call, Cassette, CassetteMode, Outcome};
@@ -145,6 +149,8 @@ pub struct Synthesizer {
     observer: Option<Arc<dyn SynthObserver>>,
     cassette: Option<Arc<Cassette>>,
     budget: Option<SpendBudget>,
+    /// Set once a model API answered anything (readiness).
+    answered: AtomicBool,
 }
 
 /// Shows the client (its key redacted by `ApiKey`), the model chain and the
@@ -289,7 +295,43 @@ impl Synthesizer {
             observer: None,
             cassette: None,
             budget: SpendBudget::new(config.budget_usd_per_hour, config.budget_tokens_per_hour),
+            answered: AtomicBool::new(false),
         })
+    }
+
+    /// Whether hints can come from where they are configured to: a model
+    /// API answered once (any HTTP response, from a synthesis or
+    /// [`Synthesizer::probe`]), or there is no model (static hints).
+    pub fn provider_answered(&self) -> bool {
+        self.chain.is_empty() || self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Asks each API of the chain for something free (its model list) until
+    /// one answers, each within `timeout`; true once any API answered, now
+    /// or before.
+    pub async fn probe(&self, timeout: Duration) -> bool {
+        if self.provider_answered() {
+            return true;
+        }
+        let mut asked: Vec<Provider> = Vec::new();
+        for link in &self.chain {
+            // One client per API.
+            if asked.contains(&link.client.provider()) {
+                continue;
+            }
+            asked.push(link.client.provider());
+            match link.client.probe(timeout).await {
+                Ok(status) => {
+                    tracing::info!(model = %link.id, status, "the LLM provider answered");
+                    self.answered.store(true, Ordering::Relaxed);
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(model = %link.id, reason = %e.failure_reason(), error = %e, "the LLM provider did not answer")
+                }
+            }
+        }
+        false
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn SynthObserver>) -> Self {
@@ -525,6 +567,7 @@ impl Synthesizer {
             .with_jitter()
             .with_max_times(self.config.max_retries as usize)
             .build();
+        let mut attempt = 0u32;
         loop {
             // Waiting for the rate limits and for a free call slot is part
             // of the hint's time budget.
@@ -563,10 +606,23 @@ impl Synthesizer {
                 }
             };
             let attempt_started = Instant::now();
+            attempt += 1;
+            let span = tracing::info_span!(
+                "llm_attempt",
+                otel.kind = "client",
+                otel.status_code = Empty,
+                model,
+                attempt = i64::from(attempt),
+                status = Empty,
+                retry_wait_ms = Empty,
+            );
             self.observe_in_flight();
-            let result = client.complete(request, remaining).await;
+            let result = client.complete(request, remaining).instrument(span.clone()).await;
             drop(permit);
             self.observe_in_flight();
+            if result.as_ref().err().is_none_or(LlmError::is_answer) {
+                self.answered.store(true, Ordering::Relaxed);
+            }
             if let Some(reservation) = reservation {
                 match &result {
                     Ok(reply) => reservation.settle(
@@ -584,6 +640,10 @@ impl Synthesizer {
             let status = result
                 .as_ref()
                 .map_or_else(LlmError::failure_reason, |_| "ok".to_string());
+            span.record("status", status.as_str());
+            if result.is_err() {
+                span.record("otel.status_code", "error");
+            }
             if let Some(o) = &self.observer {
                 o.attempt(model, &status, attempt_started.elapsed());
             }
@@ -621,7 +681,10 @@ impl Synthesizer {
             if let Some(last) = attempts.as_deref_mut().and_then(|a| a.last_mut()) {
                 last.retry_in_ms = Some(delay.as_millis() as u64);
             }
-            tracing::debug!(model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
+            span.record("retry_wait_ms", delay.as_millis() as i64);
+            tracing::debug!(parent: &span, model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
+            // The attempt ends here; the wait is not part of it.
+            drop(span);
             tokio::time::sleep(delay).await;
         }
     }
