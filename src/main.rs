@@ -17,6 +17,16 @@ use hintstream::llm::cassette::CassetteMode;
 use hintstream::stage::StageError;
 use hintstream::tools::{produce, record, replay};
 
+/// jemalloc instead of glibc's malloc. Stage 2 takes each message with a
+/// short-lived task (~8.6 KB) and keeps a few small objects of it until its
+/// step is published; glibc carves those objects out of the freed task
+/// blocks, so every message left a hole: 8.7 GB resident for a 1M-row JSON
+/// step whose live heap peaked near 1.6 GB. jemalloc's size classes keep
+/// them apart (measured in docs/BENCHMARKS.md, "Steps of any size").
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The quick start prints its own story; keep the stages' logs to warnings.

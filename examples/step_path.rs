@@ -1,0 +1,1126 @@
+//! Load script (not a timed test) for stage 2's whole step path on a real
+//! broker: a step of N scored rows goes in as JSON rows (one
+//! `scored_rollout` message a row) or as Arrow IPC (the rows' batch from
+//! `ScoredRows::to_batch`, `instance_id` dictionary-encoded, cut into
+//! messages under 900,000 bytes by `batch::chunk::encode_chunks`, with the
+//! chunk headers), closed by its `step_end`; a `hintstream advantages`
+//! worker started here decodes, assembles, computes, encodes and publishes
+//! it; a reader here consumes every advantages chunk and the step's
+//! metrics message.
+//!
+//! **What is timed.** From the moment the broker acknowledged the last
+//! input message (the `step_end`) to the moment the reader holds the step's
+//! metrics message and every chunk (the metrics are published after the
+//! last chunk). Producing the input is not in it: the time from the first
+//! send to the last acknowledgement is reported on its own (`produce s`),
+//! and the worker consumes, decodes and assembles while the input is still
+//! being produced, as it would behind a real trainer. Also reported, per
+//! step: `intake` (from the last acknowledgement until the worker's
+//! `messages_received` counter covers every input message: the fetch,
+//! decode and assembly it had left), `compute` (the increase of the
+//! worker's `compute_seconds` histogram sum: string ids to dense ids and
+//! the kernel), both read from its Prometheus endpoint (intake polled every
+//! 10 ms).
+//!
+//! **Baseline.** The same input, produced the same way to a topic of its
+//! own, read by an echo in this process that does no work on it: once it
+//! has every message of the step it publishes as many messages of the same
+//! sizes as the worker's advantages chunks (each acknowledged before the
+//! next) and a small metrics message, which the same reader times. What is
+//! left between the two is hintstream's own work; what the echo takes is
+//! the broker's (and librdkafka's).
+//!
+//! Rows: 8 a group, string ids like a trainer's (`swe-task-00012345`),
+//! shuffled, 30% reward 1 and the rest in [0, 0.5), 10% hinted (as
+//! `benches/advantages.rs`).
+//!
+//! Every wait has a deadline (`--deadline-secs`) and says what it waited
+//! for when it expires.
+//!
+//!     cargo build --release --bin hintstream --example step_path
+//!     target/release/examples/step_path --bootstrap 127.0.0.1:9092 \
+//!         [--rows 16000,64000,1000000] [--repeats 3] [--formats json,arrow] \
+//!         [--json-max-rows N] [--hintstream PATH] [--no-baseline]
+//!
+//! Progress goes to stderr; the Markdown tables to stdout.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use hintstream::batch::chunk::{chunk_header_values, encode_chunks, ChunkInfo};
+use hintstream::batch::{ScoredRows, ARROW_STREAM_CONTENT_TYPE};
+use hintstream::config::{ClientKind, Config};
+use hintstream::kafka::admin::{create_topics, TopicOutcome};
+use hintstream::kafka::client::client_config;
+use hintstream::kafka::produce::headers;
+use hintstream::kafka::{base_config, create_producer};
+use hintstream::messages::{step_key, ScoredMessage, ScoredRollout, StepEnd};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+type Result<T> = std::result::Result<T, Error>;
+
+const GROUP_SIZE: usize = 8;
+/// The largest input message: under librdkafka's `message.max.bytes`.
+const INPUT_MESSAGE_BYTES: usize = 900_000;
+/// Input messages in flight at once while producing.
+const PRODUCE_WINDOW: usize = 10_000;
+const RUN_ID: &str = "steppath";
+
+#[derive(Debug, Parser)]
+#[command(about = "Times stage 2's whole step path on a running broker (see the source's doc comment)")]
+struct Args {
+    /// The broker, HOST:PORT.
+    #[arg(long)]
+    bootstrap: String,
+    /// Step sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "16000,64000,1000000")]
+    rows: Vec<usize>,
+    /// Steps per size and format (median and min are reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Input formats, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "json,arrow")]
+    formats: Vec<Format>,
+    /// JSON steps above this many rows are skipped (one message a row).
+    #[arg(long, default_value_t = usize::MAX)]
+    json_max_rows: usize,
+    /// The hintstream binary [default: `hintstream` beside this example's
+    /// folder, i.e. target/release/hintstream].
+    #[arg(long)]
+    hintstream: Option<PathBuf>,
+    /// Skip the broker-only echo baseline.
+    #[arg(long)]
+    no_baseline: bool,
+    /// Bound of every wait: producing one step, and its way back.
+    #[arg(long, default_value_t = 900)]
+    deadline_secs: u64,
+    /// `fetch.wait.max.ms` of every consumer (the worker's, the reader's,
+    /// the echo's) [default: librdkafka's, 500].
+    #[arg(long)]
+    fetch_wait_ms: Option<u32>,
+    /// Folder for the worker's config and log [default: a fresh one under
+    /// the system temp folder].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+enum Format {
+    Json,
+    Arrow,
+}
+
+impl Format {
+    fn name(self) -> &'static str {
+        match self {
+            Format::Json => "JSON rows",
+            Format::Arrow => "Arrow IPC",
+        }
+    }
+}
+
+/// Who turns the input into the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Via {
+    Hintstream,
+    Echo,
+}
+
+/// `n` rows of one step, shuffled, with string ids like a trainer's.
+fn step_rows(n: usize) -> ScoredRows {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rng);
+    let mut rows = ScoredRows::default();
+    for i in order {
+        rows.run_id.push(RUN_ID.into());
+        rows.step.push(0);
+        rows.instance_id.push(format!("swe-task-{:08}", i / GROUP_SIZE));
+        rows.trajectory_id.push(format!("traj-{i}"));
+        rows.reward.push(if rng.random_bool(0.3) {
+            1.0
+        } else {
+            rng.random_range(0.0..0.5)
+        });
+        let hinted = rng.random_bool(0.1);
+        rows.is_hinted.push(hinted);
+        rows.hint_category
+            .push(hinted.then(|| "llm_synthesized".to_string()));
+    }
+    rows
+}
+
+/// One input message.
+struct Input {
+    payload: Vec<u8>,
+    /// Chunk headers of an Arrow message (content-type added on send).
+    chunk: Option<[(&'static str, String); 3]>,
+}
+
+/// The input messages of step `step` (without its `step_end`).
+fn encode_input(rows: &mut ScoredRows, step: i64, format: Format) -> Result<Vec<Input>> {
+    rows.step.iter_mut().for_each(|s| *s = step);
+    match format {
+        Format::Json => (0..rows.len())
+            .map(|i| {
+                let row = ScoredMessage::ScoredRollout(ScoredRollout {
+                    schema_version: 1,
+                    run_id: rows.run_id[i].clone(),
+                    step,
+                    instance_id: rows.instance_id[i].clone(),
+                    trajectory_id: rows.trajectory_id[i].clone(),
+                    reward: rows.reward[i],
+                    is_hinted: rows.is_hinted[i],
+                    hint_category: rows.hint_category[i].clone(),
+                });
+                Ok(Input {
+                    payload: serde_json::to_vec(&row)?,
+                    chunk: None,
+                })
+            })
+            .collect(),
+        Format::Arrow => {
+            let chunks = encode_chunks(&rows.to_batch()?, INPUT_MESSAGE_BYTES)?;
+            let count = chunks.len();
+            Ok(chunks
+                .chunks
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| Input {
+                    payload: c.payload,
+                    chunk: Some(chunk_header_values(i, count, rows.len())),
+                })
+                .collect())
+        }
+    }
+}
+
+fn step_end(step: i64, count: usize) -> Result<Vec<u8>> {
+    Ok(serde_json::to_vec(&ScoredMessage::StepEnd(StepEnd {
+        schema_version: 1,
+        run_id: RUN_ID.into(),
+        step,
+        count: count as i64,
+    }))?)
+}
+
+/// Produces `messages` (up to [`PRODUCE_WINDOW`] in flight), then the
+/// `step_end` once they are all acknowledged. Returns when the `step_end`
+/// is acknowledged.
+async fn produce_step(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &str,
+    messages: &[Input],
+    end: &[u8],
+    deadline: Duration,
+) -> Result<()> {
+    let bar = (messages.len() > 20_000).then(|| {
+        let bar = indicatif::ProgressBar::new(messages.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("  producing {pos}/{len} {per_sec} eta {eta}")
+                .expect("a valid template"),
+        );
+        bar
+    });
+    let all = async {
+        let mut sends = futures::stream::iter(messages)
+            .map(|m| {
+                let mut record = FutureRecord::to(topic).key(key).payload(&m.payload);
+                if let Some(chunk) = &m.chunk {
+                    record = record.headers(headers(
+                        [("content-type", ARROW_STREAM_CONTENT_TYPE)]
+                            .into_iter()
+                            .chain(chunk.iter().map(|(k, v)| (*k, v.as_str()))),
+                    ));
+                }
+                producer.send(record, Duration::from_secs(60))
+            })
+            .buffer_unordered(PRODUCE_WINDOW);
+        while let Some(sent) = sends.next().await {
+            sent.map_err(|(e, _)| format!("producing to {topic}: {e}"))?;
+            if let Some(bar) = &bar {
+                bar.inc(1);
+            }
+        }
+        producer
+            .send(
+                FutureRecord::to(topic).key(key).payload(end),
+                Duration::from_secs(60),
+            )
+            .await
+            .map_err(|(e, _)| format!("producing the step_end to {topic}: {e}"))?;
+        Ok::<(), Error>(())
+    };
+    let result = tokio::time::timeout(deadline, all).await;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    result.map_err(|_| {
+        format!(
+            "producing {} messages of step {key} to {topic} took more than {deadline:?}",
+            messages.len()
+        )
+    })?
+}
+
+/// A message the reader consumed from an output topic.
+#[derive(Debug)]
+struct Seen {
+    topic: String,
+    key: String,
+    at: Instant,
+    bytes: usize,
+    chunk: Option<ChunkInfo>,
+    /// `advantage/rows` of a metrics message.
+    metric_rows: Option<f64>,
+}
+
+/// Reads `topics` (one partition each, from the start) into a channel.
+fn start_reader(config: &Config, topics: &[&str]) -> Result<mpsc::UnboundedReceiver<Seen>> {
+    let mut client = client_config(config, ClientKind::Consumer);
+    client
+        .set("group.id", format!("steppath-reader-{}", rand::random::<u32>()))
+        .set("enable.auto.commit", "false");
+    let consumer: StreamConsumer = client.create()?;
+    let mut tpl = TopicPartitionList::new();
+    for topic in topics {
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let m = match consumer.recv().await {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("reader: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let at = Instant::now();
+            let header = |name: &str| {
+                m.headers()
+                    .and_then(|h| h.iter().find(|h| h.key == name).and_then(|h| h.value))
+            };
+            let metrics = header("content-type") == Some(b"application/json".as_slice());
+            let seen = Seen {
+                topic: m.topic().to_string(),
+                key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                at,
+                bytes: m.payload().map_or(0, <[u8]>::len),
+                chunk: (!metrics).then(|| ChunkInfo::from_headers(header).ok()).flatten(),
+                metric_rows: metrics
+                    .then(|| {
+                        serde_json::from_slice::<serde_json::Value>(m.payload().unwrap_or_default()).ok()
+                    })
+                    .flatten()
+                    .and_then(|v| v["advantage/rows"].as_f64()),
+            };
+            if tx.send(seen).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// What the echo expects next, and when it had all of it.
+#[derive(Default)]
+struct EchoPlan {
+    key: String,
+    messages: usize,
+    rows: usize,
+    output_sizes: Vec<usize>,
+    received: usize,
+    all_in: Option<Instant>,
+}
+
+/// The broker-only baseline: consumes `input` and, once the planned step's
+/// messages are all in, publishes messages of the planned sizes on
+/// `output` (each acknowledged before the next) and a metrics message.
+fn start_echo(
+    config: &Config,
+    input: &str,
+    output: String,
+    metrics: String,
+    plan: Arc<Mutex<EchoPlan>>,
+) -> Result<()> {
+    let mut client = client_config(config, ClientKind::Consumer);
+    client
+        .set("group.id", format!("steppath-echo-{}", rand::random::<u32>()))
+        .set("enable.auto.commit", "false");
+    let consumer: StreamConsumer = client.create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(input, 0, Offset::Beginning)?;
+    consumer.assign(&tpl)?;
+    let producer = create_producer(config)?;
+    tokio::spawn(async move {
+        loop {
+            let Ok(m) = consumer.recv().await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let job = {
+                let mut p = plan.lock().expect("echo plan");
+                if m.key() != Some(p.key.as_bytes()) {
+                    continue;
+                }
+                p.received += 1;
+                if p.received != p.messages {
+                    continue;
+                }
+                p.all_in = Some(Instant::now());
+                (p.key.clone(), p.rows, p.output_sizes.clone())
+            };
+            let (key, rows, sizes) = job;
+            let count = sizes.len();
+            for (i, size) in sizes.into_iter().enumerate() {
+                let payload = vec![0u8; size];
+                let chunk = chunk_header_values(i, count, rows);
+                let sent = producer
+                    .send(
+                        FutureRecord::to(&output)
+                            .key(&key)
+                            .payload(&payload)
+                            .headers(headers(chunk.iter().map(|(k, v)| (*k, v.as_str())))),
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                if let Err((e, _)) = sent {
+                    eprintln!("echo: producing to {output}: {e}");
+                }
+            }
+            let body = format!("{{\"advantage/rows\": {rows}}}");
+            let sent = producer
+                .send(
+                    FutureRecord::to(&metrics)
+                        .key(&key)
+                        .payload(body.as_bytes())
+                        .headers(headers([("content-type", "application/json")])),
+                    Duration::from_secs(60),
+                )
+                .await;
+            if let Err((e, _)) = sent {
+                eprintln!("echo: producing to {metrics}: {e}");
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The worker's Prometheus endpoint.
+#[derive(Clone)]
+struct Prometheus {
+    url: String,
+    client: reqwest::Client,
+}
+
+impl Prometheus {
+    async fn scrape(&self) -> Option<String> {
+        let response = self
+            .client
+            .get(&self.url)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        response.text().await.ok()
+    }
+
+    /// The sum of the samples named `name` (labels ignored).
+    async fn value(&self, name: &str) -> Option<f64> {
+        let text = self.scrape().await?;
+        Some(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| {
+                    let (series, value) = l.rsplit_once(' ')?;
+                    (series.split('{').next() == Some(name))
+                        .then(|| value.parse::<f64>().ok())
+                        .flatten()
+                })
+                .sum(),
+        )
+    }
+}
+
+const RECEIVED: &str = "hintstream_advantages_messages_received_total";
+const COMPUTE_SUM: &str = "hintstream_advantages_compute_seconds_sum";
+const DEAD_STEPS: &str = "hintstream_advantages_steps_dead_lettered_total";
+
+/// The `hintstream advantages` child, stopped on drop.
+struct Worker {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn start(binary: &Path, config_file: &Path, log: PathBuf) -> Result<Worker> {
+        let child = Command::new(binary)
+            .args(["advantages", "--config"])
+            .arg(config_file)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log)?))
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+        Ok(Worker { child, log })
+    }
+
+    /// The last lines of its log.
+    fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Peak resident memory (VmHWM), MB.
+    fn peak_rss_mb(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb / 1024)
+    }
+
+    /// SIGTERM, then SIGKILL when it has not exited within 30 s.
+    fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.exited().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// When the worker's `messages_received` reached `expected`, as time after
+/// `acked`; `None` when it did not by `deadline`.
+async fn wait_intake(
+    prometheus: &Prometheus,
+    expected: usize,
+    acked: Instant,
+    deadline: Instant,
+) -> Option<Duration> {
+    loop {
+        if prometheus.value(RECEIVED).await.unwrap_or(0.0) >= expected as f64 {
+            return Some(Instant::now().saturating_duration_since(acked));
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reads until every chunk of the step keyed `key` on `output` and its
+/// metrics message on `metrics` arrived; returns when the last of them did
+/// and the chunks' sizes in index order. `what` names the step when the
+/// deadline passes.
+async fn wait_back(
+    reader: &mut mpsc::UnboundedReceiver<Seen>,
+    key: &str,
+    output: &str,
+    metrics: &str,
+    rows: usize,
+    deadline: Instant,
+    what: &str,
+) -> std::result::Result<(Instant, Vec<usize>), String> {
+    let mut chunks: BTreeMap<usize, (usize, Instant)> = BTreeMap::new();
+    let mut count = None;
+    let mut metrics_at = None;
+    loop {
+        if let (Some(c), Some(m)) = (count, metrics_at) {
+            if chunks.len() == c {
+                let last = chunks.values().map(|(_, at)| *at).max().unwrap_or(m);
+                return Ok((last.max(m), chunks.into_values().map(|(b, _)| b).collect()));
+            }
+        }
+        let seen = match tokio::time::timeout_at(deadline.into(), reader.recv()).await {
+            Ok(Some(seen)) => seen,
+            Ok(None) => return Err("the reader stopped".into()),
+            Err(_) => {
+                return Err(format!(
+                "the deadline passed waiting for the advantages and metrics of {what} after its last input \
+                     message was acknowledged: {} of {} chunks and {} metrics message arrived",
+                chunks.len(),
+                count.map_or("?".into(), |c: usize| c.to_string()),
+                if metrics_at.is_some() { "its" } else { "no" },
+            ))
+            }
+        };
+        if seen.key != key {
+            continue;
+        }
+        if seen.topic == metrics {
+            if seen.metric_rows != Some(rows as f64) {
+                return Err(format!("{what}: the metrics say {:?} rows", seen.metric_rows));
+            }
+            metrics_at = Some(seen.at);
+        } else if seen.topic == output {
+            let info = seen
+                .chunk
+                .ok_or_else(|| format!("{what}: an advantages message without usable chunk headers"))?;
+            if info.rows.is_some_and(|r| r != rows) {
+                return Err(format!("{what}: a chunk says {:?} rows", info.rows));
+            }
+            count = Some(info.count);
+            chunks.insert(info.index, (seen.bytes, seen.at));
+        }
+    }
+}
+
+/// One step's figures.
+#[derive(Debug, Clone)]
+struct Sample {
+    in_messages: usize,
+    in_bytes: usize,
+    produce: Duration,
+    e2e: Duration,
+    intake: Option<Duration>,
+    compute: Option<f64>,
+    output_sizes: Vec<usize>,
+}
+
+/// Everything one step's measurement needs.
+struct Bench {
+    producer: FutureProducer,
+    reader: mpsc::UnboundedReceiver<Seen>,
+    prometheus: Prometheus,
+    worker: Worker,
+    /// Input messages produced to the worker's topic so far.
+    worker_messages: usize,
+    echo: Arc<Mutex<EchoPlan>>,
+    topics: Topics,
+    next_step: i64,
+    deadline: Duration,
+}
+
+struct Topics {
+    input: String,
+    output: String,
+    metrics: String,
+    echo_input: String,
+    echo_output: String,
+    echo_metrics: String,
+}
+
+impl Bench {
+    /// Produces one step of `rows` through `path` and times its way back.
+    async fn step(&mut self, rows: &mut ScoredRows, format: Format, via: Via) -> Result<Sample> {
+        let step = self.next_step;
+        self.next_step += 1;
+        let key = step_key(RUN_ID, step);
+        let messages = encode_input(rows, step, format)?;
+        let end = step_end(step, rows.len())?;
+        let in_bytes = messages.iter().map(|m| m.payload.len()).sum::<usize>() + end.len();
+        let (input, output, metrics) = match via {
+            Via::Hintstream => (
+                self.topics.input.clone(),
+                self.topics.output.clone(),
+                self.topics.metrics.clone(),
+            ),
+            Via::Echo => (
+                self.topics.echo_input.clone(),
+                self.topics.echo_output.clone(),
+                self.topics.echo_metrics.clone(),
+            ),
+        };
+        let compute_before = match via {
+            Via::Hintstream => self.prometheus.value(COMPUTE_SUM).await,
+            Via::Echo => None,
+        };
+        let started = Instant::now();
+        produce_step(&self.producer, &input, &key, &messages, &end, self.deadline).await?;
+        let acked = Instant::now();
+        let produce = acked - started;
+        if via == Via::Hintstream {
+            self.worker_messages += messages.len() + 1;
+        }
+        let deadline = acked + self.deadline;
+
+        // The worker's intake, polled while the reader waits.
+        let (prometheus, expected) = (&self.prometheus, self.worker_messages);
+        let intake = async move {
+            match via {
+                Via::Hintstream => wait_intake(prometheus, expected, acked, deadline).await,
+                Via::Echo => None,
+            }
+        };
+        let what = format!(
+            "step {key} ({} rows, {}, through {via:?})",
+            rows.len(),
+            format.name()
+        );
+        let back = wait_back(
+            &mut self.reader,
+            &key,
+            &output,
+            &metrics,
+            rows.len(),
+            deadline,
+            &what,
+        );
+        let (intake, back) = tokio::join!(intake, back);
+        let (done, output_sizes) = match back {
+            Ok(v) => v,
+            Err(e) => {
+                let dead = self.prometheus.value(DEAD_STEPS).await;
+                return Err(format!(
+                    "{e}\nsteps dead-lettered by the worker: {dead:?}\nworker log ({}):\n{}",
+                    self.worker.log.display(),
+                    self.worker.tail()
+                )
+                .into());
+            }
+        };
+        let compute = match (compute_before, via) {
+            (Some(before), Via::Hintstream) => self
+                .prometheus
+                .value(COMPUTE_SUM)
+                .await
+                .map(|after| after - before),
+            _ => None,
+        };
+        let intake = match via {
+            Via::Hintstream => intake,
+            Via::Echo => self
+                .echo
+                .lock()
+                .expect("echo plan")
+                .all_in
+                .map(|at| at.saturating_duration_since(acked)),
+        };
+        Ok(Sample {
+            in_messages: messages.len() + 1,
+            in_bytes,
+            produce,
+            e2e: done - acked,
+            intake,
+            compute,
+            output_sizes,
+        })
+    }
+
+    /// Tells the echo what the next step will be: `messages` input
+    /// messages (`step_end` included) of `rows` rows, answered with
+    /// messages of `output_sizes`.
+    fn plan_echo(&self, rows: usize, messages: usize, output_sizes: Vec<usize>) {
+        *self.echo.lock().expect("echo plan") = EchoPlan {
+            key: step_key(RUN_ID, self.next_step),
+            messages,
+            rows,
+            output_sizes,
+            received: 0,
+            all_in: None,
+        };
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until the broker answers a metadata request.
+async fn wait_for_broker(config: &Config, within: Duration) -> Result<()> {
+    let client = base_config(config);
+    let bootstrap = config.bootstrap_servers.clone();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client.create()?;
+        let deadline = Instant::now() + within;
+        loop {
+            match consumer.fetch_metadata(None, Duration::from_secs(2)) {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(
+                        format!("the broker at {bootstrap} did not answer within {within:?}: {e}").into(),
+                    )
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    })
+    .await?
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn mb(bytes: usize) -> String {
+    format!("{:.2}", bytes as f64 / 1e6)
+}
+
+/// Figures of one (rows, format, path): its samples.
+type Results = BTreeMap<(usize, Format, Via), Vec<Sample>>;
+
+fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) {
+    println!("### hintstream: last input acknowledged → step's metrics and every chunk consumed\n");
+    println!(
+        "| rows | input | input msgs | input MB | produce s | output chunks | output MB | end-to-end ms (median / min) | intake ms | compute ms | rest ms | rows/s | JSON ÷ Arrow, end-to-end | JSON ÷ Arrow, first send → out |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for ((rows, format, path), samples) in results {
+        if *path != Via::Hintstream {
+            continue;
+        }
+        let s0 = &samples[0];
+        let e2e = median(samples.iter().map(|s| ms(s.e2e)).collect());
+        let min = samples.iter().map(|s| ms(s.e2e)).fold(f64::INFINITY, f64::min);
+        let produce = median(samples.iter().map(|s| s.produce.as_secs_f64()).collect());
+        let intake = median(samples.iter().filter_map(|s| s.intake.map(ms)).collect());
+        let compute = median(
+            samples
+                .iter()
+                .filter_map(|s| s.compute.map(|c| c * 1e3))
+                .collect(),
+        );
+        let rest = median(
+            samples
+                .iter()
+                .map(|s| ms(s.e2e) - s.intake.map_or(0.0, ms) - s.compute.unwrap_or(0.0) * 1e3)
+                .collect(),
+        );
+        let (ratio, total_ratio) = match (format, results.get(&(*rows, Format::Json, Via::Hintstream))) {
+            (Format::Arrow, Some(json)) => {
+                let json_e2e = median(json.iter().map(|s| ms(s.e2e)).collect());
+                let json_total = median(json.iter().map(|s| ms(s.e2e + s.produce)).collect());
+                let total = median(samples.iter().map(|s| ms(s.e2e + s.produce)).collect());
+                (
+                    format!("{:.1}×", json_e2e / e2e),
+                    format!("{:.1}×", json_total / total),
+                )
+            }
+            _ => ("".into(), "".into()),
+        };
+        println!(
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
+            thousands(*rows),
+            format.name(),
+            thousands(s0.in_messages),
+            mb(s0.in_bytes),
+            produce,
+            s0.output_sizes.len(),
+            mb(s0.output_sizes.iter().sum()),
+            e2e,
+            min,
+            intake,
+            compute,
+            rest,
+            thousands((*rows as f64 / (e2e / 1e3)) as usize),
+            ratio,
+            total_ratio,
+        );
+    }
+    for (rows, format) in skipped {
+        println!(
+            "\n{} at {} rows: skipped (over --json-max-rows).",
+            format.name(),
+            thousands(*rows)
+        );
+    }
+    println!(
+        "\n{repeats} step(s) each. intake: from the last acknowledgement until the worker had taken every input \
+         message (its messages_received counter, polled every 10 ms: fetch, decode, assembly left). compute: \
+         the worker's compute_seconds (string ids → dense ids, kernel). rest: end-to-end − intake − compute \
+         (concatenating the parts, encoding, publishing the chunks one acknowledgement at a time, the metrics, \
+         the reader's fetch). rows/s: rows ÷ median end-to-end."
+    );
+    if !results.keys().any(|(_, _, p)| *p == Via::Echo) {
+        return;
+    }
+    println!("\n### Broker-only baseline: the same input and output bytes through tansu, an echo in place of hintstream\n");
+    println!("| rows | input | echo end-to-end ms (median / min) | echo intake ms | hintstream end-to-end ms | hintstream ÷ echo |");
+    println!("|---:|---|---:|---:|---:|---:|");
+    for ((rows, format, path), samples) in results {
+        if *path != Via::Echo {
+            continue;
+        }
+        let e2e = median(samples.iter().map(|s| ms(s.e2e)).collect());
+        let min = samples.iter().map(|s| ms(s.e2e)).fold(f64::INFINITY, f64::min);
+        let intake = median(samples.iter().filter_map(|s| s.intake.map(ms)).collect());
+        let hs = results
+            .get(&(*rows, *format, Via::Hintstream))
+            .map(|h| median(h.iter().map(|s| ms(s.e2e)).collect()))
+            .unwrap_or(f64::NAN);
+        println!(
+            "| {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.1}× |",
+            thousands(*rows),
+            format.name(),
+            e2e,
+            min,
+            intake,
+            hs,
+            hs / e2e
+        );
+    }
+    println!(
+        "\necho: consumes the step's input (no decoding), then publishes messages of the sizes the worker's chunks \
+         had, each acknowledged before the next, and a small metrics message; timed like the worker. echo intake: \
+         from the last acknowledgement until the echo had every input message."
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run(Args::parse()).await {
+        eprintln!("step_path: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let binary = match &args.hintstream {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(Path::parent)
+            .map(|d| d.join("hintstream"))
+            .ok_or("cannot tell where this example lies; pass --hintstream")?,
+    };
+    if !binary.is_file() {
+        return Err(format!(
+            "no hintstream binary at {}: build it (cargo build --release --bin hintstream) or pass --hintstream",
+            binary.display()
+        )
+        .into());
+    }
+    let deadline = Duration::from_secs(args.deadline_secs);
+    let work_dir = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("steppath-{}", rand::random::<u32>())),
+    };
+    std::fs::create_dir_all(&work_dir)?;
+
+    let id = rand::random::<u32>();
+    let name = |what: &str| format!("steppath-{what}-{id}");
+    let topics = Topics {
+        input: name("scored"),
+        output: name("advantages"),
+        metrics: name("metrics"),
+        echo_input: name("echo-in"),
+        echo_output: name("echo-out"),
+        echo_metrics: name("echo-metrics"),
+    };
+    let mut config = Config {
+        bootstrap_servers: args.bootstrap.clone(),
+        ..Config::default()
+    };
+    let metrics_port = free_port()?;
+    {
+        let a = &mut config.advantages;
+        a.stage.input_topic = topics.input.clone();
+        a.stage.output_topic = topics.output.clone();
+        a.stage.dlq_topic = format!("{}.dlq", topics.input);
+        a.stage.group_id = name("group");
+        a.stage.metrics_addr = format!("127.0.0.1:{metrics_port}");
+        // A JSON step parks one message a row until it is published.
+        let largest = args.rows.iter().copied().max().unwrap_or(0);
+        a.stage.max_in_flight = a.stage.max_in_flight.max(largest + 10_000);
+        // Producing a large JSON step may take longer than the default 300 s.
+        a.step_timeout_secs = args.deadline_secs.max(a.step_timeout_secs);
+    }
+    config.topics.metrics = topics.metrics.clone();
+    if let Some(wait) = args.fetch_wait_ms {
+        config
+            .kafka
+            .consumer
+            .insert("fetch.wait.max.ms".into(), i64::from(wait).into());
+    }
+    let config_file = work_dir.join("hintstream.toml");
+    std::fs::write(&config_file, toml::to_string(&config)?)?;
+
+    eprintln!(
+        "broker {}; worker config {}",
+        args.bootstrap,
+        config_file.display()
+    );
+    wait_for_broker(&config, Duration::from_secs(30)).await?;
+    let names = [
+        &topics.input,
+        &config.advantages.stage.dlq_topic,
+        &topics.output,
+        &topics.metrics,
+        &topics.echo_input,
+        &topics.echo_output,
+        &topics.echo_metrics,
+    ]
+    .map(|s| s.to_string());
+    let created = tokio::time::timeout(Duration::from_secs(60), create_topics(&config, &names, 1))
+        .await
+        .map_err(|_| "creating the topics took more than 60 s")??;
+    for (topic, outcome) in created {
+        if let TopicOutcome::Failed(e) = outcome {
+            return Err(format!("creating topic {topic}: {e}").into());
+        }
+    }
+    let reader = start_reader(
+        &config,
+        &[
+            &topics.output,
+            &topics.metrics,
+            &topics.echo_output,
+            &topics.echo_metrics,
+        ],
+    )?;
+    let echo = Arc::new(Mutex::new(EchoPlan::default()));
+    if !args.no_baseline {
+        start_echo(
+            &config,
+            &topics.echo_input,
+            topics.echo_output.clone(),
+            topics.echo_metrics.clone(),
+            echo.clone(),
+        )?;
+    }
+
+    let mut worker = Worker::start(&binary, &config_file, work_dir.join("worker.log"))?;
+    let prometheus = Prometheus {
+        url: format!("http://127.0.0.1:{metrics_port}/metrics"),
+        client: reqwest::Client::new(),
+    };
+    let up_by = Instant::now() + Duration::from_secs(60);
+    while prometheus.scrape().await.is_none() {
+        if let Some(status) = worker.exited() {
+            return Err(format!("the worker exited ({status}):\n{}", worker.tail()).into());
+        }
+        if Instant::now() > up_by {
+            return Err(format!(
+                "the worker's metrics endpoint did not answer within 60 s:\n{}",
+                worker.tail()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("worker {} up; log {}", worker.child.id(), worker.log.display());
+
+    let mut bench = Bench {
+        producer: create_producer(&config)?,
+        reader,
+        prometheus,
+        worker,
+        worker_messages: 0,
+        echo,
+        topics,
+        next_step: 0,
+        deadline,
+    };
+    // Warm-up: the worker joined its group and a step went all the way.
+    let mut warm = step_rows(64);
+    let warm_up = bench.step(&mut warm, Format::Arrow, Via::Hintstream).await?;
+    eprintln!("warm-up: a 64-row step back in {:.0} ms", ms(warm_up.e2e));
+    if !args.no_baseline {
+        bench.plan_echo(64, warm_up.in_messages, warm_up.output_sizes.clone());
+        let echoed = bench.step(&mut warm, Format::Arrow, Via::Echo).await?;
+        eprintln!("warm-up: echo of a 64-row step back in {:.0} ms", ms(echoed.e2e));
+    }
+
+    let mut results = Results::new();
+    let mut skipped = Vec::new();
+    let mut formats = args.formats.clone();
+    formats.sort();
+    formats.dedup();
+    for &n in &args.rows {
+        let mut rows = step_rows(n);
+        for &format in &formats {
+            if format == Format::Json && n > args.json_max_rows {
+                skipped.push((n, format));
+                continue;
+            }
+            for r in 0..args.repeats.max(1) {
+                let sample = bench.step(&mut rows, format, Via::Hintstream).await?;
+                eprintln!(
+                    "{} rows {} #{r}: produced in {:.2} s, back {:.0} ms after the last ack (intake {:?} ms, compute \
+                     {:?} ms, {} chunks); worker peak RSS {} MB",
+                    n,
+                    format.name(),
+                    sample.produce.as_secs_f64(),
+                    ms(sample.e2e),
+                    sample.intake.map(|d| ms(d).round()),
+                    sample.compute.map(|c| (c * 1e3).round()),
+                    sample.output_sizes.len(),
+                    bench.worker.peak_rss_mb()
+                );
+                results
+                    .entry((n, format, Via::Hintstream))
+                    .or_default()
+                    .push(sample);
+            }
+            if args.no_baseline {
+                continue;
+            }
+            let sizes = results[&(n, format, Via::Hintstream)][0].output_sizes.clone();
+            let in_messages = results[&(n, format, Via::Hintstream)][0].in_messages;
+            for r in 0..args.repeats.max(1) {
+                bench.plan_echo(n, in_messages, sizes.clone());
+                let sample = bench.step(&mut rows, format, Via::Echo).await?;
+                eprintln!(
+                    "{} rows {} echo #{r}: produced in {:.2} s, back {:.0} ms after the last ack (intake {:?} ms)",
+                    n,
+                    format.name(),
+                    sample.produce.as_secs_f64(),
+                    ms(sample.e2e),
+                    sample.intake.map(|d| ms(d).round()),
+                );
+                results.entry((n, format, Via::Echo)).or_default().push(sample);
+            }
+        }
+    }
+    eprintln!("worker peak RSS {} MB", bench.worker.peak_rss_mb());
+    bench.worker.stop();
+    print_tables(&results, &skipped, args.repeats.max(1));
+    Ok(())
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Stage 2's whole step path on tansu: JSON rows against Arrow input, from the
+# last input message acknowledged to the step's advantages and metrics
+# consumed, with a broker-only baseline (examples/step_path.rs says what is
+# timed). Installs tansu when missing, starts it on a free port, builds the
+# release binaries, runs the example, stops the broker on exit, and writes a
+# report (machine, command, tables) to --out and stdout.
+#
+#   scripts/bench-step-path.sh [--out FILE] [--note TEXT] [EXAMPLE ARGS...]
+#
+#   --out FILE    report file [default: target/bench/step-path.md]
+#   --note TEXT   a line about the machine for the report (shared, other load)
+#   EXAMPLE ARGS  passed to the example, e.g. --rows 16000,64000 --repeats 3
+#                 --formats json,arrow --json-max-rows 64000 --no-baseline
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out="${CARGO_TARGET_DIR:-target}/bench/step-path.md"
+note=""
+example_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --note) note=$2; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) example_args+=("$1"); shift ;;
+  esac
+done
+
+free_port() {
+  local port
+  for _ in $(seq 50); do
+    port=$((20000 + RANDOM % 30000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return 0; fi
+  done
+  echo "bench-step-path: no free port found" >&2
+  return 1
+}
+
+scripts/broker.sh install
+echo "bench-step-path: building release binaries" >&2
+cargo build --release --bin hintstream --example step_path
+target="${CARGO_TARGET_DIR:-target}"
+
+port=$(free_port)
+trap 'scripts/broker.sh stop "$port"' EXIT
+scripts/broker.sh start "$port"
+
+mkdir -p "$(dirname "$out")"
+tables=$(mktemp)
+command=("$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$target/release/hintstream" "${example_args[@]}")
+started=$(date +%s)
+"${command[@]}" >"$tables"
+took=$(( $(date +%s) - started ))
+
+gpu="none"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo none)
+fi
+{
+  echo "# Stage 2 step path on tansu: JSON rows vs Arrow input"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo ' (with local changes)')"
+  echo "- machine: $(nproc) vCPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/Mem:/ {print $2}') GB RAM, GPU: $gpu${note:+; $note}"
+  echo "- broker: tansu $("$(command -v tansu || echo "$HOME/.cargo/bin/tansu")" --version 2>/dev/null | awk '{print $2}'), memory storage, 127.0.0.1; topics of 1 partition"
+  echo "- command: \`scripts/bench-step-path.sh ${example_args[*]}\` ($took s)"
+  echo
+  cat "$tables"
+} >"$out"
+rm -f "$tables"
+cat "$out"
+echo "bench-step-path: report in $out" >&2
