@@ -3,7 +3,10 @@
 //! partition's commits); a stage whose topic is missing exits 2 naming it; a
 //! stage whose broker died exits within its drain bound on SIGTERM; a group
 //! costs one LLM call whatever its late members; ids containing `/` never
-//! share a key; an hourly budget stops LLM requests.
+//! share a key; an hourly budget stops LLM requests. Two use librdkafka's
+//! mock cluster, which can refuse every Produce: a dead letter that cannot
+//! land does not hold shutdown, and a dead-letter topic that refuses writes
+//! stops the stage with exit 1.
 
 mod common;
 #[path = "common/llm_server.rs"]
@@ -479,5 +482,59 @@ async fn a_dead_letter_that_cannot_be_produced_does_not_hold_shutdown() {
         committed.get(&0),
         None,
         "nothing committed past an unfinished dead letter"
+    );
+}
+
+/// A dead-letter topic that refuses writes (here the mock cluster answers
+/// every Produce with TOPIC_AUTHORIZATION_FAILED, which no retry can fix)
+/// stops the stage with exit 1, naming the topic and what to do, and the
+/// input it could not dead-letter stays uncommitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_topic_that_refuses_writes_stops_the_stage_with_exit_1() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+    let mut config = common::config_for(&cluster.bootstrap_servers());
+    common::own_topics(&mut config.hints, "dlq-refuses-in", "dlq-refuses-out");
+    let h = config.hints.clone();
+    for t in [&h.input_topic, &h.output_topic, &h.dlq_topic] {
+        cluster.create_topic(t, 1, 1).unwrap();
+    }
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    common::send(&producer, &h.input_topic, "bad", b"{not json").await;
+    // From now on every Produce is refused for good: the dead letter of
+    // that input cannot land anywhere.
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 100_000],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = common::write_config(&config, dir.path());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    common::without_llm_env(&mut command)
+        .args(["hints", "--config"])
+        .arg(&file);
+    let mut process = common::Process::spawn(command, "dlq-refuses");
+    let status = process.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| {
+        panic!(
+            "still running with a dead-letter topic that refuses writes:\n{}",
+            process.log()
+        )
+    });
+    let log = process.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(&format!("the dead-letter topic {} rejects messages", h.dlq_topic)),
+        "names the topic:\n{log}"
+    );
+    assert!(
+        log.contains("hintstream topics create") && log.contains("write access"),
+        "says what to do:\n{log}"
+    );
+    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    let committed = common::committed_offsets(&config, &h.group_id, &h.input_topic, 1).await;
+    assert_eq!(
+        committed.get(&0),
+        None,
+        "the input whose dead letter failed is not committed"
     );
 }
