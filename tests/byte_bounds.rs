@@ -165,9 +165,9 @@ async fn stage_2_evicts_the_oldest_incomplete_step_over_its_byte_bound() {
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "evict-scored", "evict-advantages");
     config.topics.metrics = common::unique("evict-metrics");
-    // Room for one 100-row step and a half (a row message holds ~400 bytes
-    // with its decoded row).
-    config.advantages.max_in_flight_bytes = 60_000;
+    // Room for one 100-row step and a half (a row message counts ~1.5 KB:
+    // its bytes, its decoded row and id, and the parked handle).
+    config.advantages.max_in_flight_bytes = 220_000;
     let endpoint = common::MetricsEndpoint::free();
     config.advantages.metrics_addr = endpoint.addr();
     let a = config.advantages.clone();

@@ -96,6 +96,10 @@ impl<P> Default for StepAssembler<P> {
     }
 }
 
+/// A hash-set slot's share beyond the `String` it holds (control byte,
+/// load factor), for the bytes a step's set of trajectory ids takes.
+const ID_SET_SLOT_BYTES: usize = 8;
+
 /// Bytes a batch of decoded rows holds (strings and their headers, numbers).
 pub fn rows_footprint(rows: &ScoredRows) -> usize {
     const STRING: usize = std::mem::size_of::<String>();
@@ -151,7 +155,13 @@ impl<P> StepAssembler<P> {
         } else {
             rows.take(&keep)
         };
-        let added = message_bytes + rows_footprint(&rows);
+        // The kept rows' ids are also copied into the step's id set.
+        let ids: usize = rows
+            .trajectory_id
+            .iter()
+            .map(|id| id.len() + std::mem::size_of::<String>() + ID_SET_SLOT_BYTES)
+            .sum();
+        let added = message_bytes + rows_footprint(&rows) + ids;
         step.bytes += added;
         self.bytes += added;
         step.parts.push((position, rows));

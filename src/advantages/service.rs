@@ -62,6 +62,15 @@ fn envelope_bytes(key: &str, device: &str) -> usize {
     key.len() + RECORD_FRAMING + fixed.iter().map(|(k, v)| k + v + HEADER_FRAMING).sum::<usize>()
 }
 
+/// What a parked message holds beyond its bytes, its decoded rows and their
+/// ids, counted against `max_in_flight_bytes` so that the bound is near the
+/// memory it costs: its handle (ticket, delivery, intake holds), its entries
+/// in the step's lists, the vectors of its rows, and the allocator's
+/// rounding of each. Measured with `scripts/bench-step-path.sh --rows 300000
+/// --formats json`: one JSON row a message took ~1.4 KB resident against
+/// ~460 bytes counted without it.
+const PARKED_MESSAGE_OVERHEAD: usize = 1024;
+
 /// What the handler tasks, the sweeper and the revoke hook share.
 struct Shared {
     assembler: Mutex<StepAssembler<Taken>>,
@@ -101,7 +110,7 @@ impl Shared {
     fn assemble(&self, work: Work<ScoredInput>) -> Assembled {
         let Work { input, message } = work;
         let position = (message.meta().partition, message.meta().offset);
-        let bytes = message.footprint();
+        let bytes = message.footprint() + PARKED_MESSAGE_OVERHEAD;
         let mut assembler = self.assembler();
         let now = Instant::now();
         let outcome = match input {
