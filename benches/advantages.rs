@@ -26,35 +26,15 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hintstream::advantages::{compute_batch, compute_step};
+use hintstream::batch::synthetic::synthetic_step;
 use hintstream::batch::ScoredRows;
 use hintstream::normalize::{self, cpu, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator};
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
 
 const GROUP_SIZE: usize = 8;
 
 /// `n` rows of one step, shuffled, with string ids like a trainer's.
 fn rows(n: usize) -> ScoredRows {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.shuffle(&mut rng);
-    let mut rows = ScoredRows::default();
-    for i in order {
-        rows.run_id.push("run-1".into());
-        rows.step.push(12);
-        rows.instance_id.push(format!("swe-task-{:08}", i / GROUP_SIZE));
-        rows.trajectory_id.push(format!("traj-{i}"));
-        rows.reward.push(if rng.random_bool(0.3) {
-            1.0
-        } else {
-            rng.random_range(0.0..0.5)
-        });
-        let hinted = rng.random_bool(0.1);
-        rows.is_hinted.push(hinted);
-        rows.hint_category
-            .push(hinted.then(|| "llm_synthesized".to_string()));
-    }
-    rows
+    synthetic_step(n, GROUP_SIZE, "run-1", 12, 42)
 }
 
 /// Runs `f` on a one-thread rayon pool, as "one core" figures need.

@@ -53,6 +53,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures::StreamExt;
 use hintstream::batch::chunk::{chunk_header_values, encode_chunks, ChunkInfo};
+use hintstream::batch::synthetic::synthetic_step;
 use hintstream::batch::{ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::config::{ClientKind, Config};
 use hintstream::kafka::admin::{create_topics, TopicOutcome};
@@ -60,8 +61,6 @@ use hintstream::kafka::client::client_config;
 use hintstream::kafka::produce::headers;
 use hintstream::kafka::{base_config, create_producer};
 use hintstream::messages::{step_key, ScoredMessage, ScoredRollout, StepEnd};
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -140,26 +139,7 @@ enum Via {
 
 /// `n` rows of one step, shuffled, with string ids like a trainer's.
 fn step_rows(n: usize) -> ScoredRows {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.shuffle(&mut rng);
-    let mut rows = ScoredRows::default();
-    for i in order {
-        rows.run_id.push(RUN_ID.into());
-        rows.step.push(0);
-        rows.instance_id.push(format!("swe-task-{:08}", i / GROUP_SIZE));
-        rows.trajectory_id.push(format!("traj-{i}"));
-        rows.reward.push(if rng.random_bool(0.3) {
-            1.0
-        } else {
-            rng.random_range(0.0..0.5)
-        });
-        let hinted = rng.random_bool(0.1);
-        rows.is_hinted.push(hinted);
-        rows.hint_category
-            .push(hinted.then(|| "llm_synthesized".to_string()));
-    }
-    rows
+    synthetic_step(n, GROUP_SIZE, RUN_ID, 0, 42)
 }
 
 /// One input message.

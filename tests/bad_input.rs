@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::Duration;
 
 use hintstream::kafka::DlqHeaders;
@@ -296,10 +295,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     config.hints.group_wait_ms = 100;
     let file = common::write_config(&config, dir.path());
     let h = &config.hints;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-    common::without_llm_env(&mut command)
-        .args(["hints", "--config"])
-        .arg(&file);
+    let command = common::stage_command("hints", &file);
     let mut worker = common::Process::spawn(command, "bad-hints");
 
     let expected_dlq = corpus.iter().filter(|c| c.2.is_some()).count();

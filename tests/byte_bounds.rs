@@ -12,7 +12,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hintstream::advantages::service::AdvantageStage;
@@ -101,10 +100,7 @@ async fn stage_1_peak_memory_stays_under_its_byte_bound() {
     let produced = started.elapsed();
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-    common::without_llm_env(&mut command)
-        .args(["hints", "--config"])
-        .arg(&file);
+    let command = common::stage_command("hints", &file);
     let mut worker = common::Process::spawn(command, "big-hints");
     let started = Instant::now();
 

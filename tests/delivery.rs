@@ -147,10 +147,7 @@ async fn a_missing_output_topic_exits_2_naming_it() {
     common::create_topics(&config, &[&h.input_topic, &h.dlq_topic], 1).await;
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-    common::without_llm_env(&mut command)
-        .args(["hints", "--config"])
-        .arg(&file);
+    let command = common::stage_command("hints", &file);
     let mut process = common::Process::spawn(command, "missing-topic");
     let status = process
         .wait_exit(Duration::from_secs(40))
@@ -509,10 +506,7 @@ async fn a_dead_letter_topic_that_refuses_writes_stops_the_stage_with_exit_1() {
     );
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-    common::without_llm_env(&mut command)
-        .args(["hints", "--config"])
-        .arg(&file);
+    let command = common::stage_command("hints", &file);
     let mut process = common::Process::spawn(command, "dlq-refuses");
     let status = process.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| {
         panic!(

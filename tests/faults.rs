@@ -15,7 +15,6 @@ mod llm_server;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch};
@@ -131,11 +130,8 @@ fn assert_same_advantages(got: &BTreeMap<String, f64>, want: &BTreeMap<String, f
 }
 
 fn start(stage: &str, config_file: &Path, server: Option<&LlmServer>, name: &str) -> common::Process {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-    common::without_llm_env(&mut command)
-        .args([stage, "--config"])
-        .arg(config_file)
-        .env("RUST_LOG", "info,hintstream::advantages=debug");
+    let mut command = common::stage_command(stage, config_file);
+    command.env("RUST_LOG", "info,hintstream::advantages=debug");
     if let Some(s) = server {
         command
             .env("ANTHROPIC_API_KEY", "sk-k")

@@ -10,7 +10,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::MetricsEndpoint;
@@ -117,12 +116,8 @@ fn hold(config: &hintstream::config::Config, group: &str, topic: &str) -> BaseCo
 }
 
 fn start(stage: &str, config_file: &std::path::Path, llm: Option<&SilentLlm>) -> common::Process {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-    common::without_llm_env(&mut command)
-        .args([stage, "--config"])
-        .arg(config_file)
-        .env("RUST_LOG", "info")
-        .env_remove("NO_COLOR");
+    let mut command = common::stage_command(stage, config_file);
+    command.env("RUST_LOG", "info").env_remove("NO_COLOR");
     if let Some(llm) = llm {
         command
             .env("ANTHROPIC_API_KEY", "sk-k")

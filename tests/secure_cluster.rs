@@ -271,10 +271,8 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
 
     let mut logs = vec![];
     let spawn = |stage: &str| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-        common::without_llm_env(&mut command)
-            .args([stage, "--config"])
-            .arg(&file)
+        let mut command = common::stage_command(stage, &file);
+        command
             .env("KAFKA_PASSWORD", PASSWORD)
             .env("RUST_LOG", "debug,rdkafka=debug,librdkafka=debug");
         if stage == "hints" {

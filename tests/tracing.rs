@@ -199,10 +199,8 @@ fn traceparent_of(message: &hintstream::tools::RecordedMessage) -> TraceParent {
 }
 
 fn spawn(stage: &str, config_file: &std::path::Path, collector: &Collector) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
-    common::without_llm_env(&mut command)
-        .args([stage, "--config"])
-        .arg(config_file)
+    let mut command = common::stage_command(stage, config_file);
+    command
         .env("RUST_LOG", "info")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")

@@ -1,10 +1,12 @@
 //! Arrow batching: the Arrow schemas of scored rollouts and advantages,
 //! reading scored columns from whatever encoding a producer chose, building
 //! batches, the IPC stream framing used on the wire, and chunked steps (a
-//! step as several IPC messages under a byte bound).
+//! step as several IPC messages under a byte bound), and synthetic steps for
+//! benchmarks.
 
 pub mod chunk;
 pub mod ipc;
+pub mod synthetic;
 
 use std::sync::Arc;
 

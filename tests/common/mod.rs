@@ -438,6 +438,16 @@ pub fn without_llm_env(command: &mut Command) -> &mut Command {
         .env_remove("OPENAI_BASE_URL")
 }
 
+/// `hintstream <stage> --config <config_file>`, without the model API
+/// variables ([`without_llm_env`]); callers add what they need and spawn it.
+pub fn stage_command(stage: &str, config_file: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    without_llm_env(&mut command)
+        .args([stage, "--config"])
+        .arg(config_file);
+    command
+}
+
 /// A stage's Prometheus endpoint, read by tests: they wait on what the stage
 /// counts, not on its log wording.
 #[derive(Clone, Copy, Debug)]
