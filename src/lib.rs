@@ -23,8 +23,9 @@
 //!   cassette.
 //! - [`hints`]: stage 1, `hintstream hints`: decode, group, synthesize (at
 //!   most one LLM call per group: the hint cache), publish.
-//! - [`batch`]: Arrow schemas, columnar scored rows, IPC framing and
-//!   chunked steps (a step as several IPC messages under a byte bound).
+//! - [`batch`]: Arrow schemas, columnar scored rows, IPC framing,
+//!   chunked steps (a step as several IPC messages under a byte bound) and
+//!   synthetic steps for the benchmarks.
 //! - [`normalize`]: the advantage kernels (CPU, CUDA) and dense group ids.
 //! - [`advantages`]: stage 2, `hintstream advantages`: decode, assemble
 //!   steps, compute, publish advantages and step metrics; `advantages compute`
