@@ -590,6 +590,8 @@ struct Sample {
     intake: Option<Duration>,
     compute: Option<f64>,
     output_sizes: Vec<usize>,
+    /// The worker's peak resident memory so far (VmHWM), MB.
+    peak_rss_mb: Option<u64>,
 }
 
 /// Everything one step's measurement needs.
@@ -709,6 +711,7 @@ impl Bench {
             intake,
             compute,
             output_sizes,
+            peak_rss_mb: (via == Via::Hintstream).then(|| self.worker.peak_rss_mb()),
         })
     }
 
@@ -789,9 +792,9 @@ type Results = BTreeMap<(usize, Format, Via), Vec<Sample>>;
 fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) {
     println!("### hintstream: last input acknowledged → step's metrics and every chunk consumed\n");
     println!(
-        "| rows | input | input msgs | input MB | produce s | output chunks | output MB | end-to-end ms (median / min) | intake ms | compute ms | rest ms | rows/s | JSON ÷ Arrow, end-to-end | JSON ÷ Arrow, first send → out |"
+        "| rows | input | input msgs | input MB | produce s | output chunks | output MB | end-to-end ms (median / min) | intake ms | compute ms | rest ms | rows/s | JSON ÷ Arrow, end-to-end | JSON ÷ Arrow, first send → out | worker peak RSS MB |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for ((rows, format, path), samples) in results {
         if *path != Via::Hintstream {
             continue;
@@ -826,7 +829,7 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) 
             _ => ("".into(), "".into()),
         };
         println!(
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
             thousands(*rows),
             format.name(),
             thousands(s0.in_messages),
@@ -842,6 +845,11 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) 
             thousands((*rows as f64 / (e2e / 1e3)) as usize),
             ratio,
             total_ratio,
+            samples
+                .iter()
+                .filter_map(|s| s.peak_rss_mb)
+                .max()
+                .map_or(String::new(), |mb| thousands(mb as usize)),
         );
     }
     for (rows, format) in skipped {
@@ -856,7 +864,9 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) 
          message (its messages_received counter, polled every 10 ms: fetch, decode, assembly left). compute: \
          the worker's compute_seconds (string ids → dense ids, kernel). rest: end-to-end − intake − compute \
          (concatenating the parts, encoding, publishing the chunks one acknowledgement at a time, the metrics, \
-         the reader's fetch). rows/s: rows ÷ median end-to-end."
+         the reader's fetch). rows/s: rows ÷ median end-to-end. worker peak RSS: the worker process's high-water \
+         mark (VmHWM) after these steps, so it covers every step run before them: give --rows in ascending \
+         order (JSON runs before Arrow by default) to read it per size."
     );
     if !results.keys().any(|(_, _, p)| *p == Via::Echo) {
         return;

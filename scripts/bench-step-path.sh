@@ -43,12 +43,12 @@ cargo build --release --bin hintstream --example step_path
 target="${CARGO_TARGET_DIR:-target}"
 
 port=$(free_port)
-trap 'scripts/broker.sh stop "$port"' EXIT
+tables=$(mktemp)
+trap 'rm -f "$tables"; scripts/broker.sh stop "$port"' EXIT
 scripts/broker.sh start "$port"
 
 mkdir -p "$(dirname "$out")"
-tables=$(mktemp)
-command=("$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$target/release/hintstream" "${example_args[@]}")
+command=("$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$target/release/hintstream" ${example_args[@]+"${example_args[@]}"})
 started=$(date +%s)
 "${command[@]}" >"$tables"
 took=$(( $(date +%s) - started ))
@@ -63,10 +63,9 @@ fi
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo ' (with local changes)')"
   echo "- machine: $(nproc) vCPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/Mem:/ {print $2}') GB RAM, GPU: $gpu${note:+; $note}"
   echo "- broker: tansu $("$(command -v tansu || echo "$HOME/.cargo/bin/tansu")" --version 2>/dev/null | awk '{print $2}'), memory storage, 127.0.0.1; topics of 1 partition"
-  echo "- command: \`scripts/bench-step-path.sh ${example_args[*]}\` ($took s)"
+  echo "- command: \`scripts/bench-step-path.sh ${example_args[*]-}\` ($took s)"
   echo
   cat "$tables"
 } >"$out"
-rm -f "$tables"
 cat "$out"
 echo "bench-step-path: report in $out" >&2
