@@ -1,6 +1,7 @@
 """Chunked steps end to end, stage 2 as a ``hintstream advantages`` process:
 a 1,000,000-row step published with ``publish_scored(..., arrow=True)``
-comes back from ``wait_advantages`` whole and equal to a float64 reference;
+under the default message limits (so in chunks both ways) comes back from
+``wait_advantages`` whole and equal to a float64 reference;
 and a worker killed (SIGKILL) between two chunks never makes
 ``wait_advantages`` return a partial step: the restarted worker publishes
 it whole."""
@@ -17,10 +18,6 @@ import pytest
 from harness import Pipeline, Stage, TANSU_PRODUCER, make_topics, unique_topics
 from hintstream import WaitTimeout
 from reference import grpo_advantages
-
-#: 64 MiB: the 1M-row Arrow message publish_scored sends is about 45 MB.
-BIG = 64 * 1024 * 1024
-
 
 def _rows(n: int) -> List[Dict[str, Any]]:
     """8 rows a group; every fifth group all 0 (std 0); the last row of
@@ -56,16 +53,11 @@ def _assert_close(got: List[float], want: List[float]) -> None:
 def test_a_million_row_step_comes_back_whole_and_exact(broker, make_pipeline, make_client) -> None:
     n = 1_000_000
     started = time.monotonic()
-    pipeline: Pipeline = make_pipeline(
-        hints_stage=False,
-        advantages_settings={
-            # One ~45 MB Arrow message in (tansu does not enforce a topic's
-            # max.message.bytes; Apache Kafka needs it raised); chunks of at
-            # most 900,000 bytes out.
-            "limits": {"max_message_bytes": BIG},
-        },
-    )
-    client = make_client(broker.bootstrap, pipeline.topics, producer_config={**TANSU_PRODUCER, "message.max.bytes": BIG})
+    # Every limit at its default: the ~45 MB step goes in as Arrow chunks
+    # of at most 900,000 bytes (one message would exceed librdkafka's
+    # message.max.bytes and fail to deliver) and comes back the same way.
+    pipeline: Pipeline = make_pipeline(hints_stage=False)
+    client = make_client(broker.bootstrap, pipeline.topics, producer_config=TANSU_PRODUCER)
     run = f"py-1m-{uuid.uuid4().hex[:6]}"
     rows = _rows(n)
     assert client.publish_scored(run, 7, rows, arrow=True, timeout=60) == n

@@ -6,7 +6,7 @@ import pytest
 import hintstream
 from hintstream import apply_hint, build_trajectories, group_key, parse_group_key, parse_step_key, step_key
 from hintstream.keys import decode_id, encode_id
-from hintstream.wire import ChunkInfo, Topics, chunk_info, read_ipc_stream, ipc_stream, scored_rows, scored_table
+from hintstream.wire import ChunkInfo, Topics, chunk_info, read_ipc_stream, ipc_stream, scored_chunks, scored_rows, scored_table
 
 
 def test_ids_without_percent_or_slash_keep_their_keys() -> None:
@@ -93,3 +93,26 @@ def test_each_request_is_its_own_group() -> None:
 def test_public_names() -> None:
     for name in hintstream.__all__:
         assert hasattr(hintstream, name), name
+
+
+def test_a_big_step_is_cut_into_arrow_messages_under_the_limit_in_row_order() -> None:
+    rows = [
+        {"instance_id": f"swe-task-{(i * 7919) % 5000:08}", "trajectory_id": f"traj-{i}", "reward": (i % 10) / 10, "is_hinted": i % 9 == 0}
+        for i in range(40_000)
+    ]
+    messages = scored_rows("run", 3, rows)
+    assert len(ipc_stream(scored_table(messages))) > 200_000
+    chunks = scored_chunks(messages, 200_000)
+    assert len(chunks) > 1
+    assert all(len(c) <= 200_000 for c in chunks)
+    tables = [read_ipc_stream(c) for c in chunks]
+    assert [t for table in tables for t in table.column("trajectory_id").to_pylist()] == [m["trajectory_id"] for m in messages]
+    # Each chunk carries only its own rows' ids in its dictionary.
+    for table in tables:
+        column = table.column("instance_id").combine_chunks()
+        assert len(column.dictionary) <= table.num_rows
+    # A step that fits stays one message; a row that cannot fit is refused.
+    assert len(scored_chunks(messages[:10], 200_000)) == 1
+    assert scored_chunks([], 200_000) == []
+    with pytest.raises(ValueError, match="alone encodes"):
+        scored_chunks(messages[:100], 100)

@@ -453,15 +453,26 @@ class TrainerClient:
         self._produce_all(self.topics.failed, items, timeout)
         return len(items)
 
-    def publish_scored(self, run_id: str, step: int, rows: Iterable[Mapping[str, Any]], arrow: bool = False, timeout: float = 30.0) -> int:
+    def publish_scored(
+        self,
+        run_id: str,
+        step: int,
+        rows: Iterable[Mapping[str, Any]],
+        arrow: bool = False,
+        timeout: float = 30.0,
+        max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> int:
         """Publishes a step's scored rollouts, keyed ``run_id/step``, then its
         ``step_end`` with the row count, and waits for delivery as
         :meth:`publish_failed` does. Each row: ``instance_id``,
         ``trajectory_id`` (unique in the step: hinted rows need their own),
         ``reward``, ``is_hinted`` and optionally ``hint_category``. With
-        ``arrow=True`` the rows go as one Arrow IPC stream message (header
-        ``content-type: application/vnd.apache.arrow.stream``). Returns the
-        row count."""
+        ``arrow=True`` the rows go as Arrow IPC stream messages (header
+        ``content-type: application/vnd.apache.arrow.stream``): one when the
+        step encodes to at most ``max_message_bytes``, else as many as it
+        needs, in row order, with the chunk headers (``hintstream.chunk``,
+        ``.chunks``, ``.rows``), so a step of any size passes the broker's
+        message limit. Returns the row count."""
         messages = wire.scored_rows(run_id, step, rows)
         ids = [m["trajectory_id"] for m in messages]
         if len(set(ids)) != len(ids):
@@ -470,8 +481,12 @@ class TrainerClient:
         key = step_key(run_id, step)
         items: List[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]] = []
         if arrow and messages:
-            payload = wire.ipc_stream(wire.scored_table(messages))
-            items.append((key, payload, [(wire.CONTENT_TYPE_HEADER, wire.ARROW_STREAM_CONTENT_TYPE.encode())]))
+            content_type = (wire.CONTENT_TYPE_HEADER, wire.ARROW_STREAM_CONTENT_TYPE.encode())
+            chunks = wire.scored_chunks(messages, max_message_bytes)
+            if len(chunks) == 1:
+                items.append((key, chunks[0], [content_type]))
+            else:
+                items.extend((key, payload, [content_type, *wire.chunk_headers(i, len(chunks), len(messages))]) for i, payload in enumerate(chunks))
         elif not arrow:
             items.extend((key, wire.json_bytes(m), None) for m in messages)
         items.append((key, wire.json_bytes(wire.step_end(run_id, step, len(messages))), None))

@@ -211,6 +211,48 @@ def ipc_stream(table: pa.Table) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+#: The largest Arrow message :meth:`TrainerClient.publish_scored` sends by
+#: default: under librdkafka's and Kafka's 1,000,000-byte defaults, as stage
+#: 2's ``advantages.max_message_bytes``.
+DEFAULT_MAX_MESSAGE_BYTES = 900_000
+
+
+def scored_chunks(messages: Sequence[Mapping[str, Any]], max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> List[bytes]:
+    """``scored_rollout`` messages as Arrow IPC streams of at most
+    ``max_bytes`` each, rows in order: one stream when the step fits, else
+    as many as it needs, each with its own ``instance_id`` dictionary (a
+    slice of the whole table would carry the whole dictionary). Raises
+    ``ValueError`` when one row alone is over ``max_bytes``."""
+    if not messages:
+        return []
+    whole = ipc_stream(scored_table(messages))
+    if len(whole) <= max_bytes:
+        return [whole]
+    # Rows a chunk, from the whole stream's bytes a row, with room for the
+    # chunk's own dictionary and framing; halved while a chunk is too big.
+    rows = max(1, int(len(messages) * max_bytes * 0.8 / len(whole)))
+    chunks: List[bytes] = []
+    start = 0
+    while start < len(messages):
+        rows = min(rows, len(messages) - start)
+        payload = ipc_stream(scored_table(messages[start : start + rows]))
+        while len(payload) > max_bytes and rows > 1:
+            rows = max(1, rows // 2)
+            payload = ipc_stream(scored_table(messages[start : start + rows]))
+        if len(payload) > max_bytes:
+            raise ValueError(f"row {start} of the step alone encodes to {len(payload)} bytes, over max_message_bytes = {max_bytes}")
+        chunks.append(payload)
+        start += rows
+    return chunks
+
+
+def chunk_headers(index: int, count: int, rows: int) -> List[Tuple[str, bytes]]:
+    """The chunk headers of chunk ``index`` of ``count`` of a step of
+    ``rows`` rows, as stage 2 reads them on its input and writes them on its
+    output."""
+    return [(CHUNK_HEADER, str(index).encode()), (CHUNKS_HEADER, str(count).encode()), (ROWS_HEADER, str(rows).encode())]
+
+
 def read_ipc_stream(payload: bytes) -> pa.Table:
     """An Arrow IPC stream message as a table."""
     return pa.ipc.open_stream(payload).read_all()
