@@ -545,7 +545,11 @@ class TrainerClient:
 
     def _purge(self) -> None:
         """Drops whatever is still queued, so a failed publish is not sent
-        later behind the caller's back."""
+        later behind the caller's back. Nothing to drop (a message refused
+        by ``produce`` itself, e.g. over ``message.max.bytes``): no purge, so
+        it cannot reach into the next publish."""
+        if len(self._producer) == 0:
+            return
         try:
             self._producer.purge(in_queue=True, in_flight=True, blocking=True)
             self._producer.poll(0)
