@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use thiserror::Error;
 
-use super::recorded::{Bytes, RecordedHeader, RecordedMessage};
+use super::recorded::RecordedMessage;
 use crate::config::Config;
 use crate::kafka::client_config;
 
@@ -96,25 +96,7 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
         if !remaining.contains(&partition) {
             continue;
         }
-        let recorded = RecordedMessage {
-            topic: message.topic().to_string(),
-            partition,
-            offset: message.offset(),
-            timestamp: message.timestamp().to_millis(),
-            key: Bytes::new(message.key().map(<[u8]>::to_vec)),
-            value: Bytes::new(message.payload().map(<[u8]>::to_vec)),
-            headers: message
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| RecordedHeader {
-                            key: h.key.to_string(),
-                            value: Bytes::new(h.value.map(<[u8]>::to_vec)),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        };
+        let recorded = RecordedMessage::of(&message);
         writeln!(writer, "{}", recorded.to_line()).map_err(|source| RecordError::Write {
             path: out.display().to_string(),
             source,

@@ -99,6 +99,31 @@ impl<'de, N: FieldNames> Deserialize<'de> for Bytes<N> {
 }
 
 impl RecordedMessage {
+    /// A consumed message as it is recorded: topic, partition, offset,
+    /// timestamp, key, value and headers.
+    pub fn of(message: &impl rdkafka::message::Message) -> Self {
+        use rdkafka::message::Headers;
+        RecordedMessage {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            key: Bytes::new(message.key().map(<[u8]>::to_vec)),
+            value: Bytes::new(message.payload().map(<[u8]>::to_vec)),
+            headers: message
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| RecordedHeader {
+                            key: h.key.to_string(),
+                            value: Bytes::new(h.value.map(<[u8]>::to_vec)),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
     pub fn key_bytes(&self) -> Option<&[u8]> {
         self.key.bytes.as_deref()
     }
