@@ -146,8 +146,18 @@ impl<P> StepAssembler<P> {
             .entry(key.clone())
             .or_insert_with(|| PendingStep::new(&run_id, step_no, now));
         step.partitions.insert(position.0);
+        // The kept rows' ids are copied into the step's id set: their bytes
+        // count too.
+        let mut ids = 0;
         let keep: Vec<usize> = (0..rows.len())
-            .filter(|&i| step.trajectories.insert(rows.trajectory_id[i].clone()))
+            .filter(|&i| {
+                let id = &rows.trajectory_id[i];
+                let new = step.trajectories.insert(id.clone());
+                if new {
+                    ids += id.len() + std::mem::size_of::<String>() + ID_SET_SLOT_BYTES;
+                }
+                new
+            })
             .collect();
         step.duplicates += rows.len() - keep.len();
         let rows = if keep.len() == rows.len() {
@@ -155,12 +165,6 @@ impl<P> StepAssembler<P> {
         } else {
             rows.take(&keep)
         };
-        // The kept rows' ids are also copied into the step's id set.
-        let ids: usize = rows
-            .trajectory_id
-            .iter()
-            .map(|id| id.len() + std::mem::size_of::<String>() + ID_SET_SLOT_BYTES)
-            .sum();
         let added = message_bytes + rows_footprint(&rows) + ids;
         step.bytes += added;
         self.bytes += added;
