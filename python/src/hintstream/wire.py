@@ -225,9 +225,19 @@ def scored_chunks(messages: Sequence[Mapping[str, Any]], max_bytes: int = DEFAUL
     ``ValueError`` when one row alone is over ``max_bytes``."""
     if not messages:
         return []
-    whole = ipc_stream(scored_table(messages))
+    # The table is built once (from Python objects: the costly part); each
+    # chunk is a slice of it whose ids are dictionary-encoded anew.
+    table = scored_table(messages)
+    whole = ipc_stream(table)
     if len(whole) <= max_bytes:
         return [whole]
+    index = table.schema.get_field_index("instance_id")
+    ids = table.column(index).cast(pa.string())
+
+    def encode(start: int, rows: int) -> bytes:
+        part = ids.slice(start, rows).combine_chunks().dictionary_encode()
+        return ipc_stream(table.slice(start, rows).set_column(index, "instance_id", part))
+
     # Rows a chunk, from the whole stream's bytes a row, with room for the
     # chunk's own dictionary and framing; halved while a chunk is too big.
     rows = max(1, int(len(messages) * max_bytes * 0.8 / len(whole)))
@@ -235,10 +245,10 @@ def scored_chunks(messages: Sequence[Mapping[str, Any]], max_bytes: int = DEFAUL
     start = 0
     while start < len(messages):
         rows = min(rows, len(messages) - start)
-        payload = ipc_stream(scored_table(messages[start : start + rows]))
+        payload = encode(start, rows)
         while len(payload) > max_bytes and rows > 1:
             rows = max(1, rows // 2)
-            payload = ipc_stream(scored_table(messages[start : start + rows]))
+            payload = encode(start, rows)
         if len(payload) > max_bytes:
             raise ValueError(f"row {start} of the step alone encodes to {len(payload)} bytes, over max_message_bytes = {max_bytes}")
         chunks.append(payload)
