@@ -8,9 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{
-    Array, BooleanArray, DictionaryArray, Float32Array, Float64Array, Int32Array, RecordBatch, StringArray,
-};
+use arrow_array::{BooleanArray, DictionaryArray, Float32Array, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use hintstream::advantages::service::AdvantageStage;
 use hintstream::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
@@ -58,27 +56,6 @@ async fn wait_for(config: &hintstream::config::Config, topic: &str, n: usize) ->
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-}
-
-fn f64s(batch: &RecordBatch, name: &str) -> Vec<f64> {
-    batch
-        .column_by_name(name)
-        .unwrap()
-        .as_any()
-        .downcast_ref::<Float64Array>()
-        .unwrap()
-        .values()
-        .to_vec()
-}
-
-fn strs(batch: &RecordBatch, name: &str) -> Vec<String> {
-    let a = batch
-        .column_by_name(name)
-        .unwrap()
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .unwrap();
-    a.iter().map(|v| v.unwrap().to_string()).collect()
 }
 
 fn assert_close(got: &[f64], want: &[f64]) {
@@ -149,7 +126,7 @@ async fn drops_duplicate_rows_and_dead_letters_rows_after_step_end() {
         .unwrap();
     let b = &ipc::decode_stream(four.value_bytes().unwrap()).unwrap()[0];
     assert_eq!(
-        strs(b, "trajectory_id"),
+        common::strings(b, "trajectory_id"),
         vec!["a", "b"],
         "the duplicate row was dropped"
     );
@@ -300,15 +277,18 @@ async fn publishes_advantages_and_metrics_per_step() {
     let batches = ipc::decode_stream(first.value_bytes().unwrap()).unwrap();
     let b = &batches[0];
     assert_eq!(
-        strs(b, "trajectory_id"),
+        common::strings(b, "trajectory_id"),
         vec!["t1", "t2", "t3", "t4", "t5", "t6", "t7"]
     );
     let s2 = 0.5f64.sqrt();
     assert_close(
-        &f64s(b, "advantage"),
+        &common::f64s(b, "advantage"),
         &[0.0, 0.5 / (s2 + EPS), 0.0, -0.5 / (s2 + EPS), 0.0, 1.0 / EPS, 0.0],
     );
-    assert_close(&f64s(b, "group_mean"), &[0.0, 0.5, 0.0, 0.5, 0.0, 0.0, 0.0]);
+    assert_close(
+        &common::f64s(b, "group_mean"),
+        &[0.0, 0.5, 0.0, 0.5, 0.0, 0.0, 0.0],
+    );
 
     // Step 2, from Arrow input: standard GRPO over [1, 0.5, 0].
     let second = advantages
@@ -317,7 +297,7 @@ async fn publishes_advantages_and_metrics_per_step() {
         .expect("step 2 published");
     let b = &ipc::decode_stream(second.value_bytes().unwrap()).unwrap()[0];
     assert_close(
-        &f64s(b, "advantage"),
+        &common::f64s(b, "advantage"),
         &[0.5 / (0.5 + EPS), 0.0, -0.5 / (0.5 + EPS)],
     );
 

@@ -370,17 +370,7 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
     config.advantages.step_timeout_secs = 3;
     config.kafka.insert("fetch.message.max.bytes", "20000000");
     let a = config.advantages.clone();
-    common::create_topics(
-        &config,
-        &[
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        1,
-    )
-    .await;
+    common::create_advantages_topics(&config, 1).await;
 
     let producer = common::large_message_producer(&config);
     for input in &corpus {

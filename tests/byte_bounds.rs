@@ -167,17 +167,7 @@ async fn stage_2_evicts_the_oldest_incomplete_step_over_its_byte_bound() {
     let endpoint = common::MetricsEndpoint::free();
     config.advantages.metrics_addr = endpoint.addr();
     let a = config.advantages.clone();
-    common::create_topics(
-        &config,
-        &[
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        1,
-    )
-    .await;
+    common::create_advantages_topics(&config, 1).await;
     let stage = AdvantageStage::build(config.clone()).await.unwrap();
     let running = common::spawn_stage(|stop| stage.run(stop));
     let producer = hintstream::kafka::create_producer(&config).unwrap();

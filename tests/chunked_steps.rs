@@ -33,10 +33,10 @@ use hintstream::batch::ARROW_STREAM_CONTENT_TYPE;
 use hintstream::config::Config;
 use hintstream::kafka::create_producer;
 use hintstream::tools::reassemble::Step;
-use hintstream::tools::recorded::{Bytes, RecordedHeader};
+use hintstream::tools::recorded::RecordedHeader;
 use hintstream::tools::{reassemble_steps, RecordedMessage};
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureProducer;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -94,7 +94,7 @@ fn reference_advantages(batch: &RecordBatch) -> Vec<f64> {
     )
     .unwrap();
     let instance = instance.as_any().downcast_ref::<StringArray>().unwrap();
-    let reward = f64s(batch, "reward");
+    let reward = common::f64s(batch, "reward");
     let hinted = batch
         .column_by_name("is_hinted")
         .unwrap()
@@ -128,31 +128,16 @@ fn reference_advantages(batch: &RecordBatch) -> Vec<f64> {
         .collect()
 }
 
-fn f64s(batch: &RecordBatch, name: &str) -> Vec<f64> {
-    batch
-        .column_by_name(name)
-        .unwrap()
-        .as_any()
-        .downcast_ref::<Float64Array>()
-        .unwrap()
-        .values()
-        .to_vec()
-}
-
-fn strings(batch: &RecordBatch, name: &str) -> Vec<String> {
-    let column =
-        arrow_cast::cast(batch.column_by_name(name).unwrap(), &arrow_schema::DataType::Utf8).unwrap();
-    let column = column.as_any().downcast_ref::<StringArray>().unwrap();
-    column.iter().map(|v| v.unwrap_or_default().to_string()).collect()
-}
-
 /// A column of a reassembled step, chunk after chunk.
 fn step_f64s(step: &Step, name: &str) -> Vec<f64> {
-    step.batches.iter().flat_map(|b| f64s(b, name)).collect()
+    step.batches.iter().flat_map(|b| common::f64s(b, name)).collect()
 }
 
 fn step_strings(step: &Step, name: &str) -> Vec<String> {
-    step.batches.iter().flat_map(|b| strings(b, name)).collect()
+    step.batches
+        .iter()
+        .flat_map(|b| common::strings(b, name))
+        .collect()
 }
 
 /// rel. err < 1e-9 (absolute below 1).
@@ -175,7 +160,7 @@ async fn publish_input(
     batch: &RecordBatch,
     max_bytes: usize,
 ) -> usize {
-    let run_id = strings(&batch.slice(0, 1), "run_id").remove(0);
+    let run_id = common::strings(&batch.slice(0, 1), "run_id").remove(0);
     let step = batch
         .column_by_name("step")
         .unwrap()
@@ -216,28 +201,6 @@ fn chunk_info(m: &RecordedMessage) -> ChunkInfo {
     ChunkInfo::from_headers(|name| header(m, name).map(str::as_bytes)).unwrap()
 }
 
-fn recorded(m: &rdkafka::message::BorrowedMessage<'_>) -> RecordedMessage {
-    RecordedMessage {
-        topic: m.topic().to_string(),
-        partition: m.partition(),
-        offset: m.offset(),
-        timestamp: m.timestamp().to_millis(),
-        key: Bytes::new(m.key().map(<[u8]>::to_vec)),
-        value: Bytes::new(m.payload().map(<[u8]>::to_vec)),
-        headers: m
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| RecordedHeader {
-                        key: h.key.to_string(),
-                        value: Bytes::new(h.value.map(<[u8]>::to_vec)),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
-}
-
 /// Reads `topics` (all partitions from the start) until `done` says the
 /// messages so far are enough, failing with `context()` after `within`.
 async fn consume_until(
@@ -265,7 +228,7 @@ async fn consume_until(
         let left = deadline.saturating_duration_since(Instant::now());
         assert!(!left.is_zero(), "{}", context(&seen));
         if let Ok(m) = tokio::time::timeout(left.min(Duration::from_secs(1)), consumer.recv()).await {
-            seen.push(recorded(&m.unwrap()));
+            seen.push(RecordedMessage::of(&m.unwrap()));
         }
     }
     seen
@@ -280,17 +243,7 @@ async fn a_million_row_step_from_arrow_arrives_in_chunks_whole_and_exact() {
     config.topics.metrics = common::unique("metrics-1m");
     let a = config.advantages.clone();
     let partitions = 3;
-    common::create_topics(
-        &config,
-        &[
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        partitions,
-    )
-    .await;
+    common::create_advantages_topics(&config, partitions).await;
 
     let started = Instant::now();
     let input = scored_step("run-1m", 7, ROWS);
@@ -394,7 +347,7 @@ async fn a_million_row_step_from_arrow_arrives_in_chunks_whole_and_exact() {
     assert_eq!(step.num_rows(), ROWS);
     assert_eq!(
         step_strings(step, "trajectory_id"),
-        strings(&input, "trajectory_id")
+        common::strings(&input, "trajectory_id")
     );
     assert_close(&step_f64s(step, "advantage"), &want);
     eprintln!(
@@ -428,17 +381,7 @@ async fn a_worker_killed_between_chunks_republishes_the_whole_step() {
     let endpoint = common::MetricsEndpoint::free();
     config.advantages.metrics_addr = endpoint.addr();
     let a = config.advantages.clone();
-    common::create_topics(
-        &config,
-        &[
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        2,
-    )
-    .await;
+    common::create_advantages_topics(&config, 2).await;
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
     // The first worker's producer holds each record 400 ms before sending
@@ -545,7 +488,7 @@ async fn a_worker_killed_between_chunks_republishes_the_whole_step() {
     let step = &out.steps[0];
     assert_eq!(
         step_strings(step, "trajectory_id"),
-        strings(&input, "trajectory_id")
+        common::strings(&input, "trajectory_id")
     );
     assert_close(&step_f64s(step, "advantage"), &want);
     // The republished copy alone is the same step.
@@ -633,9 +576,9 @@ async fn record_and_replay_carry_chunked_steps_unchanged() {
             let want = if step.key == "run-r/1" { &one } else { &two };
             assert_eq!(
                 step_strings(step, "trajectory_id"),
-                strings(want, "trajectory_id")
+                common::strings(want, "trajectory_id")
             );
-            assert_eq!(step_f64s(step, "reward"), f64s(want, "reward"));
+            assert_eq!(step_f64s(step, "reward"), common::f64s(want, "reward"));
         }
     }
 }
@@ -648,17 +591,7 @@ async fn a_row_too_large_for_one_message_dead_letters_its_step() {
     config.topics.metrics = common::unique("metrics-big-row");
     config.advantages.max_message_bytes = 64 * 1024;
     let a = config.advantages.clone();
-    common::create_topics(
-        &config,
-        &[
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        1,
-    )
-    .await;
+    common::create_advantages_topics(&config, 1).await;
     let producer = create_producer(&config).unwrap();
     // Step 1: 2,000 ordinary rows and one whose trajectory_id alone is
     // 100 KB. Step 2: ordinary, published after it.

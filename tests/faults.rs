@@ -173,16 +173,7 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     config.hints.metrics_addr = hints_metrics.addr();
     config.advantages.metrics_addr = advantages_metrics.addr();
     let (h, a) = (config.hints.clone(), config.advantages.clone());
-    let topics = [
-        &h.input_topic,
-        &h.output_topic,
-        &h.dlq_topic,
-        &a.input_topic,
-        &a.output_topic,
-        &a.dlq_topic,
-        &config.topics.metrics,
-    ];
-    common::create_topics(&config, &topics.map(String::as_str), 3).await;
+    common::create_pipeline_topics(&config, 3).await;
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
     let mut hints = start("hints", &file, Some(&server), "restart-hints");
@@ -297,17 +288,7 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
     let endpoint = common::MetricsEndpoint::free();
     config.advantages.metrics_addr = endpoint.addr();
     let a = config.advantages.clone();
-    common::create_topics(
-        &config,
-        &[
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        2,
-    )
-    .await;
+    common::create_advantages_topics(&config, 2).await;
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
     // The first worker's producer holds every record for 20 s before

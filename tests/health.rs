@@ -138,16 +138,7 @@ async fn readyz_follows_assignment_the_llm_and_the_broker() {
     config.hints.metrics_addr = hints.addr();
     config.advantages.metrics_addr = advantages.addr();
     let (h, a) = (config.hints.clone(), config.advantages.clone());
-    let topics = [
-        &h.input_topic,
-        &h.output_topic,
-        &h.dlq_topic,
-        &a.input_topic,
-        &a.output_topic,
-        &a.dlq_topic,
-        &config.topics.metrics,
-    ];
-    common::create_topics(&config, &topics.map(String::as_str), 2).await;
+    common::create_pipeline_topics(&config, 2).await;
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
     // Members that hold every partition of the stages' groups, so that a

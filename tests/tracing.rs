@@ -400,17 +400,7 @@ async fn a_steps_spans_continue_its_inputs_trace_and_its_advantages_name_it() {
     let metrics = MetricsEndpoint::free();
     config.advantages.metrics_addr = metrics.addr();
     let a = config.advantages.clone();
-    common::create_topics(
-        &config,
-        &[
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        1,
-    )
-    .await;
+    common::create_advantages_topics(&config, 1).await;
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
     let process = common::Process::spawn(spawn("advantages", &file, &collector), "tracing-advantages");

@@ -221,6 +221,35 @@ pub async fn create_topics(config: &Config, names: &[&str], partitions: i32) {
     }
 }
 
+/// Creates stage 2's topics: its input, output and dead letters, and the
+/// step-metrics topic.
+pub async fn create_advantages_topics(config: &Config, partitions: i32) {
+    let a = &config.advantages;
+    create_topics(
+        config,
+        &[
+            &a.input_topic,
+            &a.output_topic,
+            &a.dlq_topic,
+            &config.topics.metrics,
+        ],
+        partitions,
+    )
+    .await;
+}
+
+/// Creates both stages' topics and the step-metrics topic.
+pub async fn create_pipeline_topics(config: &Config, partitions: i32) {
+    let h = &config.hints;
+    create_topics(
+        config,
+        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
+        partitions,
+    )
+    .await;
+    create_advantages_topics(config, partitions).await;
+}
+
 /// Points `stage` at topics and a group of its own (input `NAME-…`, its
 /// output, `INPUT.dlq`), with the metrics endpoint on a free port.
 pub fn own_topics(stage: &mut hintstream::config::StageConfig, input: &str, output: &str) {
@@ -568,4 +597,33 @@ pub async fn committed_offsets(
     })
     .await
     .unwrap()
+}
+
+/// A Float64 column of `batch`, by name.
+pub fn f64s(batch: &arrow_array::RecordBatch, name: &str) -> Vec<f64> {
+    batch
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name}"))
+        .as_any()
+        .downcast_ref::<arrow_array::Float64Array>()
+        .unwrap_or_else(|| panic!("{name} is not Float64"))
+        .values()
+        .to_vec()
+}
+
+/// A string column of `batch` (plain or dictionary-encoded), by name; a
+/// null fails the test.
+pub fn strings(batch: &arrow_array::RecordBatch, name: &str) -> Vec<String> {
+    let column = batch
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name}"));
+    let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8).unwrap();
+    let column = column
+        .as_any()
+        .downcast_ref::<arrow_array::StringArray>()
+        .unwrap();
+    column
+        .iter()
+        .map(|v| v.unwrap_or_else(|| panic!("a null in {name}")).to_string())
+        .collect()
 }
