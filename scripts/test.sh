@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# A cold build of everything below takes ~4.5 GB under target/ (docs/BENCHMARKS.md,
+# "Cold start"); say so before the linker fails with "No space left on device".
+free_kb=$(df -Pk "${CARGO_TARGET_DIR:-.}" 2>/dev/null | awk 'NR == 2 {print $4}' || true)
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((6 * 1024 * 1024)) ]; then
+  echo "warning: only $((free_kb / 1024)) MiB free here; a cold build needs ~4.5 GB under target/ (free space, or set CARGO_TARGET_DIR to a larger disk)" >&2
+fi
 scripts/broker.sh install
 # The CUDA path must compile on machines without CUDA (dynamic loading).
 cargo build --locked --features cuda
