@@ -20,7 +20,7 @@ cargo build --locked --all-targets
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --locked --lib --bins --tests "$@" 2>&1 | tee "$log"
+cargo test --locked --no-fail-fast --lib --bins --tests "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')

@@ -261,23 +261,21 @@ async fn a_late_member_gets_the_cached_hint_without_an_llm_call() {
     let first = wait_hints(&config, 1, Duration::from_secs(60)).await;
     let requests = server.seen().len();
     assert_eq!(requests, 1);
-    // A late member of the same group, and a redelivery of the first.
-    common::send(
-        &producer,
-        &config.hints.input_topic,
-        &key,
-        &trajectory("run", 3, "late", "second"),
-    )
-    .await;
-    common::send(
-        &producer,
-        &config.hints.input_topic,
-        &key,
-        &trajectory("run", 3, "late", "first"),
-    )
-    .await;
-    producer.flush(Duration::from_secs(10)).unwrap();
-    let hints = wait_hints(&config, 3, Duration::from_secs(60)).await;
+    // A late member of the same group, then a redelivery of the first. One
+    // after the other: sent together, the second can join the first's group
+    // while it is still open, and the two then share one published hint.
+    for (id, hints) in [("second", 2), ("first", 3)] {
+        common::send(
+            &producer,
+            &config.hints.input_topic,
+            &key,
+            &trajectory("run", 3, "late", id),
+        )
+        .await;
+        wait_hints(&config, hints, Duration::from_secs(60)).await;
+    }
+    let hints = hints_in(&config).await;
+    assert_eq!(hints.len(), 3, "one hint per message: {hints:?}");
     let cache_hits = endpoint
         .value("hintstream_hints_hint_cache_hits_total", &[])
         .await;
