@@ -182,15 +182,7 @@ async fn sigterm_with_the_broker_gone_exits_within_the_drain_bound() {
         .env("ANTHROPIC_API_KEY", "sk-k")
         .env("ANTHROPIC_BASE_URL", server.base_url());
     let mut process = common::Process::spawn(command, "broker-gone");
-    endpoint
-        .wait_for(
-            "hintstream_hints_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            || process.log(),
-        )
-        .await;
+    endpoint.wait_assigned("hints", || process.log()).await;
     let producer = hintstream::kafka::create_producer(&config).unwrap();
     for i in 0..20 {
         let instance = format!("g{i}");

@@ -179,24 +179,8 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     let mut hints = start("hints", &file, Some(&server), "restart-hints");
     let mut advantages = start("advantages", &file, None, "restart-advantages");
     let logs = || format!("--- hints\n{}\n--- advantages\n{}", hints.log(), advantages.log());
-    hints_metrics
-        .wait_for(
-            "hintstream_hints_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            logs,
-        )
-        .await;
-    advantages_metrics
-        .wait_for(
-            "hintstream_advantages_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            logs,
-        )
-        .await;
+    hints_metrics.wait_assigned("hints", logs).await;
+    advantages_metrics.wait_assigned("advantages", logs).await;
 
     // Groups and steps of one half of the stream.
     let send_half = |groups: std::ops::Range<usize>, steps: std::ops::RangeInclusive<i64>| {
@@ -300,15 +284,7 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
     let lingering_dir = tempfile::tempdir().unwrap();
     let lingering_file = common::write_config(&lingering, lingering_dir.path());
     let mut first = start("advantages", &lingering_file, None, "adv-killed");
-    endpoint
-        .wait_for(
-            "hintstream_advantages_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            || first.log(),
-        )
-        .await;
+    endpoint.wait_assigned("advantages", || first.log()).await;
     let producer = common::one_per_batch_producer(&config);
     for step in 1..=3 {
         send_step(&producer, &a.input_topic, step).await;

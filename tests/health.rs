@@ -18,18 +18,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 /// How long the broker's death may take to show on `/readyz`.
 const NOT_READY_WITHIN: Duration = Duration::from_secs(30);
 
-/// Status and body of `GET path`, or `None` while nothing answers.
-async fn get(endpoint: MetricsEndpoint, path: &str) -> Option<(u16, String)> {
-    let response = reqwest::Client::new()
-        .get(format!("http://{}{path}", endpoint.0))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .ok()?;
-    let status = response.status().as_u16();
-    Some((status, response.text().await.unwrap_or_default()))
-}
-
 /// Waits until `GET path` answers with a status `until` accepts; that
 /// answer, and how long it took.
 async fn wait_status(
@@ -42,7 +30,7 @@ async fn wait_status(
     let started = Instant::now();
     let mut last = None;
     loop {
-        if let Some((status, body)) = get(endpoint, path).await {
+        if let Some((status, body)) = endpoint.get(path).await {
             if until(status, &body) {
                 return ((status, body), started.elapsed());
             }
@@ -175,7 +163,7 @@ async fn readyz_follows_assignment_the_llm_and_the_broker() {
             0.0
         );
         assert_eq!(endpoint.value(&format!("{prefix}_ready"), &[]).await, 0.0);
-        assert_eq!(get(endpoint, "/healthz").await, Some((200, "ok\n".to_string())));
+        assert_eq!(endpoint.get("/healthz").await, Some((200, "ok\n".to_string())));
     }
 
     // The holders leave: stage 2 turns ready once assigned; stage 1 once its
@@ -219,7 +207,7 @@ async fn readyz_follows_assignment_the_llm_and_the_broker() {
             logs,
         )
         .await;
-    assert_eq!(get(hints, "/readyz").await.map(|(s, _)| s), Some(503));
+    assert_eq!(hints.get("/readyz").await.map(|(s, _)| s), Some(503));
     assert_eq!(hints.value("hintstream_hints_ready", &[]).await, 0.0);
     llm.answer();
     let (_, took) = wait_status(hints, "/readyz", |s, _| s == 200, Duration::from_secs(45), logs).await;
@@ -235,7 +223,7 @@ async fn readyz_follows_assignment_the_llm_and_the_broker() {
         let ((_, body), took) =
             wait_status(endpoint, "/readyz", |s, _| s == 503, NOT_READY_WITHIN, logs).await;
         println!("{gauge}: not ready {took:?} after the broker was killed: {body}");
-        assert_eq!(get(endpoint, "/healthz").await, Some((200, "ok\n".to_string())));
+        assert_eq!(endpoint.get("/healthz").await, Some((200, "ok\n".to_string())));
         assert_eq!(endpoint.value(gauge, &[]).await, 0.0);
     }
 

@@ -313,9 +313,7 @@ async fn two_processes(cluster: Cluster, kill: bool) {
     let assigned = "hintstream_hints_assigned_partitions";
     let logs = || format!("--- a\n{}\n--- b\n{}", a.log(), b.log());
     for endpoint in [a_metrics, b_metrics] {
-        endpoint
-            .wait_for(assigned, &[], |n| n > 0.0, Duration::from_secs(60), logs)
-            .await;
+        endpoint.wait_assigned("hints", logs).await;
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
 

@@ -285,24 +285,8 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     let hints = spawn("hints");
     let advantages = spawn("advantages");
     let context = || format!("--- hints\n{}\n--- advantages\n{}", hints.log(), advantages.log());
-    hints_metrics
-        .wait_for(
-            "hintstream_hints_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            context,
-        )
-        .await;
-    advantages_metrics
-        .wait_for(
-            "hintstream_advantages_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            context,
-        )
-        .await;
+    hints_metrics.wait_assigned("hints", context).await;
+    advantages_metrics.wait_assigned("advantages", context).await;
 
     // The trainer's side, through the CLI over the same secured config.
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");

@@ -261,15 +261,7 @@ async fn a_hints_spans_reach_the_collector_in_the_trace_its_header_names() {
         .env("ANTHROPIC_BASE_URL", server.base_url());
     let process = common::Process::spawn(command, "tracing-hints");
     let logs = || process.log();
-    metrics
-        .wait_for(
-            "hintstream_hints_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            logs,
-        )
-        .await;
+    metrics.wait_assigned("hints", logs).await;
 
     let producer = create_producer(&config).unwrap();
     common::send_raw(
@@ -405,15 +397,7 @@ async fn a_steps_spans_continue_its_inputs_trace_and_its_advantages_name_it() {
     let file = common::write_config(&config, dir.path());
     let process = common::Process::spawn(spawn("advantages", &file, &collector), "tracing-advantages");
     let logs = || process.log();
-    metrics
-        .wait_for(
-            "hintstream_advantages_assigned_partitions",
-            &[],
-            |n| n > 0.0,
-            Duration::from_secs(60),
-            logs,
-        )
-        .await;
+    metrics.wait_assigned("advantages", logs).await;
 
     let producer = create_producer(&config).unwrap();
     for (i, reward) in [0.0, 1.0].into_iter().enumerate() {

@@ -493,23 +493,33 @@ impl MetricsEndpoint {
         self.0.to_string()
     }
 
-    /// The endpoint's text, or `None` while nothing answers.
-    pub async fn scrape(&self) -> Option<String> {
+    /// Status and body of `GET path` on this endpoint (`/metrics`,
+    /// `/healthz`, `/readyz`), or `None` while nothing answers.
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
         let response = reqwest::Client::new()
-            .get(format!("http://{}/metrics", self.0))
+            .get(format!("http://{}{path}", self.0))
             .timeout(Duration::from_secs(5))
             .send()
             .await
             .ok()?;
-        response.text().await.ok()
+        let status = response.status().as_u16();
+        Some((status, response.text().await.unwrap_or_default()))
     }
 
     /// The sum of the series of `name` whose labels contain every
     /// `key="value"` of `labels`; 0 when there is none (or no answer).
     pub async fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.scrape()
+        self.get("/metrics")
             .await
-            .map_or(0.0, |text| metric_value(&text, name, labels))
+            .map_or(0.0, |(_, text)| metric_value(&text, name, labels))
+    }
+
+    /// Waits, at most 60 s, until `stage` (`hints` or `advantages`) holds a
+    /// partition of its input (`hintstream_<stage>_assigned_partitions`).
+    pub async fn wait_assigned(&self, stage: &str, context: impl Fn() -> String) -> f64 {
+        let name = format!("hintstream_{stage}_assigned_partitions");
+        self.wait_for(&name, &[], |n| n > 0.0, Duration::from_secs(60), context)
+            .await
     }
 
     /// Waits until `name` (summed as [`MetricsEndpoint::value`] does)
