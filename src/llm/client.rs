@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::Method;
 use serde_json::{json, Value};
 use thiserror::Error;
 
@@ -221,31 +222,40 @@ impl LlmClient {
         self.endpoint.provider
     }
 
+    /// A request to `path` of the API (under `/v1` for Anthropic, under the
+    /// base URL as given for OpenAI-compatible servers) with the provider's
+    /// authentication: `x-api-key` and `anthropic-version`, or a bearer
+    /// token.
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let base = self.endpoint.base_url.trim_end_matches('/');
+        let key = self.endpoint.api_key.as_ref();
+        match self.endpoint.provider {
+            Provider::Anthropic => {
+                let b = self
+                    .http
+                    .request(method, format!("{base}/v1{path}"))
+                    .header("anthropic-version", ANTHROPIC_VERSION);
+                match key {
+                    Some(key) => b.header("x-api-key", key.expose()),
+                    None => b,
+                }
+            }
+            Provider::Openai => {
+                let b = self.http.request(method, format!("{base}{path}"));
+                match key {
+                    Some(key) => b.bearer_auth(key.expose()),
+                    None => b,
+                }
+            }
+        }
+    }
+
     /// Asks the API for something free, its model list (`GET /v1/models`),
     /// within `timeout`: the HTTP status of the answer, whatever it is (a
     /// 401 or 404 still shows the provider is there), else why none came.
     /// The body is never read.
     pub async fn probe(&self, timeout: Duration) -> Result<u16, LlmError> {
-        let base = self.endpoint.base_url.trim_end_matches('/');
-        let request = match self.endpoint.provider {
-            Provider::Anthropic => {
-                let mut b = self
-                    .http
-                    .get(format!("{base}/v1/models"))
-                    .header("anthropic-version", ANTHROPIC_VERSION);
-                if let Some(key) = &self.endpoint.api_key {
-                    b = b.header("x-api-key", key.expose());
-                }
-                b
-            }
-            Provider::Openai => {
-                let mut b = self.http.get(format!("{base}/models"));
-                if let Some(key) = &self.endpoint.api_key {
-                    b = b.bearer_auth(key.expose());
-                }
-                b
-            }
-        };
+        let request = self.request(Method::GET, "/models");
         match tokio::time::timeout(timeout, request.send()).await {
             Ok(Ok(response)) => Ok(response.status().as_u16()),
             Ok(Err(e)) => Err(transport_error(e)),
@@ -262,18 +272,11 @@ impl LlmClient {
     }
 
     async fn attempt(&self, request: &Completion<'_>) -> Result<Reply, LlmError> {
-        let base = self.endpoint.base_url.trim_end_matches('/');
         let builder = match self.endpoint.provider {
-            Provider::Anthropic => {
-                let mut b = self
-                    .http
-                    .post(format!("{base}/v1/messages"))
-                    .header("anthropic-version", ANTHROPIC_VERSION)
-                    .header("content-type", "application/json");
-                if let Some(key) = &self.endpoint.api_key {
-                    b = b.header("x-api-key", key.expose());
-                }
-                b.body(
+            Provider::Anthropic => self
+                .request(Method::POST, "/messages")
+                .header("content-type", "application/json")
+                .body(
                     json!({
                         "model": request.model,
                         "max_tokens": request.max_tokens,
@@ -282,17 +285,11 @@ impl LlmClient {
                         "messages": [{"role": "user", "content": request.user}],
                     })
                     .to_string(),
-                )
-            }
-            Provider::Openai => {
-                let mut b = self
-                    .http
-                    .post(format!("{base}/chat/completions"))
-                    .header("content-type", "application/json");
-                if let Some(key) = &self.endpoint.api_key {
-                    b = b.bearer_auth(key.expose());
-                }
-                b.body(
+                ),
+            Provider::Openai => self
+                .request(Method::POST, "/chat/completions")
+                .header("content-type", "application/json")
+                .body(
                     json!({
                         "model": request.model,
                         "max_tokens": request.max_tokens,
@@ -303,8 +300,7 @@ impl LlmClient {
                         ],
                     })
                     .to_string(),
-                )
-            }
+                ),
         };
         let mut response = builder.send().await.map_err(transport_error)?;
         let status = response.status();
