@@ -268,11 +268,12 @@ struct Seen {
     metric_rows: Option<f64>,
 }
 
-/// Reads `topics` (one partition each, from the start) into a channel.
-fn start_reader(config: &Config, topics: &[&str]) -> Result<mpsc::UnboundedReceiver<Seen>> {
+/// A consumer of partition 0 of each of `topics` from its first offset, in
+/// a group of its own (`PREFIX-<random>`) that commits nothing.
+fn from_the_start(config: &Config, prefix: &str, topics: &[&str]) -> Result<StreamConsumer> {
     let mut client = client_config(config, ClientKind::Consumer);
     client
-        .set("group.id", format!("steppath-reader-{}", rand::random::<u32>()))
+        .set("group.id", format!("{prefix}-{}", rand::random::<u32>()))
         .set("enable.auto.commit", "false");
     let consumer: StreamConsumer = client.create()?;
     let mut tpl = TopicPartitionList::new();
@@ -280,6 +281,12 @@ fn start_reader(config: &Config, topics: &[&str]) -> Result<mpsc::UnboundedRecei
         tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
     }
     consumer.assign(&tpl)?;
+    Ok(consumer)
+}
+
+/// Reads `topics` (one partition each, from the start) into a channel.
+fn start_reader(config: &Config, topics: &[&str]) -> Result<mpsc::UnboundedReceiver<Seen>> {
+    let consumer = from_the_start(config, "steppath-reader", topics)?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
@@ -339,14 +346,7 @@ fn start_echo(
     metrics: String,
     plan: Arc<Mutex<EchoPlan>>,
 ) -> Result<()> {
-    let mut client = client_config(config, ClientKind::Consumer);
-    client
-        .set("group.id", format!("steppath-echo-{}", rand::random::<u32>()))
-        .set("enable.auto.commit", "false");
-    let consumer: StreamConsumer = client.create()?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(input, 0, Offset::Beginning)?;
-    consumer.assign(&tpl)?;
+    let consumer = from_the_start(config, "steppath-echo", &[input])?;
     let producer = create_producer(config)?;
     tokio::spawn(async move {
         loop {
