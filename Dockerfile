@@ -24,7 +24,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     && install -D target/release/hintstream /out/hintstream
 
 FROM debian:bookworm-slim
-# Exactly what the binary links beyond the base image (tests/image.rs checks
+# Exactly what the binary links beyond the base image (tests/it/deploy/image.rs checks
 # this line against `ldd`): libssl3 for OpenSSL (librdkafka's TLS and
 # SASL/SCRAM; libz, libgcc_s and libc are in the base), and ca-certificates
 # for TLS to brokers and model APIs. The user is unprivileged, by number, so

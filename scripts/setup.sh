@@ -30,7 +30,7 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 # The Python client tests make a venv.
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
-# Headless Chromium renders the eval report in tests/eval.rs.
+# Headless Chromium renders the eval report in tests/it/hints/eval.rs.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 need_promtool=0
 command -v promtool >/dev/null 2>&1 || need_promtool=1

@@ -5,7 +5,7 @@
 //! steps are published with the right advantages, the process never exits,
 //! and its peak resident memory stays bounded (printed, and checked).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
@@ -203,7 +203,7 @@ fn corpus() -> Vec<Input> {
         ),
         bad(
             "Arrow: a stream that panics arrow-ipc (fuzz find)",
-            include_bytes!("../fuzz/regressions/decode_scored-arrow-slice-panic.bin").to_vec(),
+            include_bytes!("../../../fuzz/regressions/decode_scored-arrow-slice-panic.bin").to_vec(),
             "bad_arrow",
         ),
         bad(

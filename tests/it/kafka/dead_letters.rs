@@ -2,7 +2,7 @@
 //! reason, while the consumer goes on with the valid messages around it and
 //! commits past the bad ones (redelivering them would fail the same way).
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

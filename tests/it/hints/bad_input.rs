@@ -3,7 +3,7 @@
 //! is handled within the prompt's bounds; the process never crashes; its peak
 //! resident memory stays bounded (printed, and checked against a ceiling).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

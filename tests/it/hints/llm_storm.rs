@@ -5,9 +5,8 @@
 //! one hint (LLM or static fallback with its reason), nothing stalls, and
 //! once the storm passes, new groups get LLM hints again at full speed.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

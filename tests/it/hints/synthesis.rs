@@ -3,8 +3,7 @@
 //! failure reasons for each way a call can fail, retry-after, and the model
 //! fallback chain.
 
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common::llm_server;
 
 use std::time::{Duration, Instant};
 

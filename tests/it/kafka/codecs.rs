@@ -4,7 +4,7 @@
 //! `compression.type = "zstd"` are read back by confluent-kafka, as a Python
 //! trainer reads them.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -8,9 +8,8 @@
 //! land does not hold shutdown, and a dead-letter topic that refuses writes
 //! stops the stage with exit 1.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::collections::{HashMap, HashSet};
 use std::process::Command;

@@ -9,9 +9,8 @@
 //!   reassembles the step from the uncommitted input and publishes it, with
 //!   the same advantages.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -580,7 +580,7 @@ fn dashboard_and_alert_queries_use_only_exported_metrics() {
     for name in AWAITING_RUST_SIDE {
         assert!(
             !exported.contains(&format!("# TYPE {name} ")),
-            "{name} is exported now: remove it from AWAITING_RUST_SIDE in tests/compose.rs"
+            "{name} is exported now: remove it from AWAITING_RUST_SIDE in tests/it/deploy/compose.rs"
         );
     }
     let mut seen = BTreeSet::new();
@@ -683,7 +683,7 @@ fn alert_rules_pass_promtool_and_their_scenarios_and_prometheus_loads_them() {
 }
 
 const TABLE_START: &str =
-    "<!-- dashboard-panels: generated from deploy/grafana/dashboards/hintstream.json by tests/compose.rs -->";
+    "<!-- dashboard-panels: generated from deploy/grafana/dashboards/hintstream.json by tests/it/deploy/compose.rs -->";
 const TABLE_END: &str = "<!-- /dashboard-panels -->";
 
 /// The README table of the dashboard's panels: panel, queries, what it tells.
@@ -732,7 +732,7 @@ fn readme_panel_table_is_the_dashboard() {
         }
         panic!(
             "the README's panel table differs from the dashboard; \
-             `UPDATE_README=1 cargo test --test compose readme` rewrites it as:\n{expected}"
+             `UPDATE_README=1 cargo test --test it deploy::compose::readme` rewrites it as:\n{expected}"
         );
     }
 }

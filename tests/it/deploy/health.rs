@@ -6,7 +6,7 @@
 //! again when the broker is back; `/healthz` answers 200 throughout; the
 //! `ready` gauges follow. The stages log to files without colour codes.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -11,9 +11,8 @@
 //!   compute and produce spans as children, and the advantages carry that
 //!   trace's `traceparent`.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::collections::HashMap;
 use std::process::Command;

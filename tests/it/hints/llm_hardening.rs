@@ -5,8 +5,7 @@
 //! honoured, 408 and 409 are retried as the official SDKs do, and no key
 //! reaches a cassette, an error or a `Debug` line.
 
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common::llm_server;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

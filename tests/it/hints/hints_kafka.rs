@@ -5,9 +5,8 @@
 //! normal operation, at least one (duplicates sharing their hint_id) when one
 //! process is killed with SIGKILL mid-stream.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::collections::{HashMap, HashSet};
 use std::process::Command;

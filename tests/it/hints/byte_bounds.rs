@@ -7,9 +7,9 @@
 //!
 //! The CI run sends 150 groups (0.45 GB through a 256 MiB bound); the figure
 //! in docs/BENCHMARKS.md is BIG_GROUPS=2000 (6 GB):
-//! BIG_GROUPS=2000 cargo test --release --test byte_bounds -- --nocapture
+//! BIG_GROUPS=2000 cargo test --release --test it hints::byte_bounds -- --nocapture
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

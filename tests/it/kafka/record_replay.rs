@@ -1,7 +1,7 @@
 //! record → replay → record keeps keys, values (binary too) and headers, and
 //! the order of each key's messages.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

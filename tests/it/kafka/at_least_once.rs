@@ -6,7 +6,7 @@
 //! one message per batch (tansu skips the rest of a batch when a consumer
 //! resumes inside it; see notes/kafka.md).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};

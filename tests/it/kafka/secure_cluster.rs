@@ -7,9 +7,8 @@
 //! works; and no secret reaches a log, `hintstream config`, the eval report
 //! or the cassette.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

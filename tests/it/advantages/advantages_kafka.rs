@@ -3,7 +3,7 @@
 //! advantages), the step metrics checked against hand-computed values, an
 //! Arrow-encoded step, and an incomplete step dead-lettered after its timeout.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! pipeline on the bundled sample step against the embedded broker and prints
 //! a hint per failed group, the step's metrics and the metrics endpoints.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

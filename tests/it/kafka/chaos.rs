@@ -9,13 +9,12 @@
 //!
 //! Longer runs (not HINTSTREAM_-prefixed: the workers would read them as
 //! settings and reject them as unknown): CHAOS_GROUPS=20000 CHAOS_KILLS=10
-//! cargo test --release --test chaos -- --nocapture. CHAOS_DRAIN_SECS
+//! cargo test --release --test it kafka::chaos -- --nocapture. CHAOS_DRAIN_SECS
 //! (default 3) sets drain_timeout_secs; 0 turns drain on revoke off, to
 //! compare.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

@@ -4,9 +4,8 @@
 //! hints byte for byte; a changed config is a cassette miss; the HTML renders
 //! in headless Chromium with its plots and table.
 
-mod common;
-#[path = "common/llm_server.rs"]
-mod llm_server;
+use crate::common;
+use crate::common::llm_server;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! (stage 2's pending steps) is released at once instead of holding the
 //! rebalance for the whole drain timeout.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,8 @@
 //! fails with a message that says how to fix it; it never skips.
 #![allow(dead_code)]
 
+pub mod llm_server;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

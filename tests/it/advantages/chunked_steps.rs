@@ -15,7 +15,7 @@
 //!   published;
 //! - `record` and `replay` carry chunked steps unchanged.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::process::Command;

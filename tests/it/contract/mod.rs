@@ -1,0 +1,5 @@
+//! The wire contract and the command line: schemas, decoding of untrusted bytes, the CLI surface.
+
+mod cli;
+mod decoding;
+mod schemas;

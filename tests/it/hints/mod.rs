@@ -1,0 +1,9 @@
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval.
+
+mod bad_input;
+mod byte_bounds;
+mod eval;
+mod hints_kafka;
+mod llm_hardening;
+mod llm_storm;
+mod synthesis;

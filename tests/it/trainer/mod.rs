@@ -1,0 +1,3 @@
+//! The trainer side: the Python package's suite against real stages.
+
+mod python_client;
