@@ -2,4 +2,5 @@
 
 mod cli;
 mod decoding;
+mod layout;
 mod schemas;
