@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
+use rdkafka::producer::{DefaultProducerContext, FutureProducer};
 use rdkafka::Message;
 use thiserror::Error;
 use tokio::sync::watch;
@@ -127,6 +127,10 @@ fn reader(config: &Config, topic: &str) -> Result<StreamConsumer, QuickstartErro
     Ok(consumer)
 }
 
+/// The embedded broker, when the quick start runs its own: kept alive for
+/// the run.
+type Embedded = Option<MockCluster<'static, DefaultProducerContext>>;
+
 /// Runs the quick start. `embedded`: start the mock cluster and point
 /// `config` at it.
 pub async fn run(
@@ -136,70 +140,103 @@ pub async fn run(
 ) -> Result<QuickstartReport, QuickstartError> {
     let started = Instant::now();
     let run_id = format!("quickstart-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
-    let _cluster: Option<MockCluster<'static, DefaultProducerContext>> = if embedded {
-        let cluster = MockCluster::new(1)?;
-        config.bootstrap_servers = cluster.bootstrap_servers();
-        for topic in admin::design_topics(&config) {
-            cluster.create_topic(&topic, config.topics.partitions, 1)?;
-        }
-        println!(
-            "broker: embedded Kafka-protocol broker (librdkafka mock cluster) at {}",
-            config.bootstrap_servers
-        );
-        Some(cluster)
-    } else {
-        let topics = admin::design_topics(&config);
-        admin::create_topics(&config, &topics, config.topics.partitions).await?;
-        println!("broker: {}", config.bootstrap_servers);
-        None
+    let _cluster = open_broker(&mut config, embedded).await?;
+    fresh_groups(&mut config, &run_id);
+    let (stop_tx, running) = start_stages(&config).await?;
+
+    let producer = create_producer(&config)?;
+    let mut report = QuickstartReport {
+        hints: play_failed(&config, &producer, data, &run_id).await?,
+        ..QuickstartReport::default()
     };
-    // Fresh groups, so a rerun against the same broker starts clean.
+    play_scored(&config, &producer, data, &run_id, &mut report).await?;
+
+    let _ = stop_tx.send(true);
+    for task in running {
+        let _ = task.await;
+    }
+    println!("done in {:.1?}; stages stopped cleanly", started.elapsed());
+    Ok(report)
+}
+
+/// Starts the embedded broker with the design's topics (`embedded`), or
+/// creates them on the broker `config` names.
+async fn open_broker(config: &mut Config, embedded: bool) -> Result<Embedded, QuickstartError> {
+    let topics = admin::design_topics(config);
+    if !embedded {
+        admin::create_topics(config, &topics, config.topics.partitions).await?;
+        println!("broker: {}", config.bootstrap_servers);
+        return Ok(None);
+    }
+    let cluster = MockCluster::new(1)?;
+    config.bootstrap_servers = cluster.bootstrap_servers();
+    for topic in topics {
+        cluster.create_topic(&topic, config.topics.partitions, 1)?;
+    }
+    println!(
+        "broker: embedded Kafka-protocol broker (librdkafka mock cluster) at {}",
+        config.bootstrap_servers
+    );
+    Ok(Some(cluster))
+}
+
+/// Fresh groups, so a rerun against the same broker starts clean; metrics
+/// on free ports; a short group wait for the small sample.
+fn fresh_groups(config: &mut Config, run_id: &str) {
     config.hints.group_id = format!("{}-{run_id}", config.hints.group_id);
     config.advantages.group_id = format!("{}-{run_id}", config.advantages.group_id);
     config.hints.metrics_addr = "127.0.0.1:0".into();
     config.advantages.metrics_addr = "127.0.0.1:0".into();
     config.hints.group_wait_ms = config.hints.group_wait_ms.min(1000);
+}
 
+/// Builds and spawns [`HINT_WORKERS`] hint workers and the advantage stage,
+/// each in its `stage` span; they stop when the returned sender says so.
+async fn start_stages(
+    config: &Config,
+) -> Result<(watch::Sender<bool>, Vec<tokio::task::JoinHandle<()>>), QuickstartError> {
     let env = LlmEnv::from_process();
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    let stage_error = |e: &dyn std::fmt::Display| QuickstartError::Stage(e.to_string());
     let mut running = Vec::new();
     for worker in 0..HINT_WORKERS {
         let span = stage_span("hints", Some(worker));
         let stage = HintStage::build(config.clone(), &env)
             .instrument(span.clone())
             .await
-            .map_err(|e| QuickstartError::Stage(e.to_string()))?;
+            .map_err(|e| stage_error(&e))?;
         println!(
             "hints worker {worker}: metrics at http://{}/metrics",
             stage.metrics_addr
         );
-        running.push(tokio::spawn(stage.run(stopped(stop_rx.clone())).instrument(span)));
+        let run = stage.run(stopped(stop_rx.clone())).instrument(span);
+        running.push(tokio::spawn(async move {
+            let _ = run.await;
+        }));
     }
     let span = stage_span("advantages", None);
     let stage = AdvantageStage::build(config.clone())
         .instrument(span.clone())
         .await
-        .map_err(|e| QuickstartError::Stage(e.to_string()))?;
+        .map_err(|e| stage_error(&e))?;
     println!("advantages: metrics at http://{}/metrics", stage.metrics_addr);
-    running.push(tokio::spawn(stage.run(stopped(stop_rx.clone())).instrument(span)));
-    let synth =
-        crate::llm::Synthesizer::new(&config.llm, &env).map_err(|e| QuickstartError::Stage(e.to_string()))?;
+    let run = stage.run(stopped(stop_rx.clone())).instrument(span);
+    running.push(tokio::spawn(async move {
+        let _ = run.await;
+    }));
+    let synth = crate::llm::Synthesizer::new(&config.llm, &env).map_err(|e| stage_error(&e))?;
     println!("hints from: {}", synth.describe());
+    Ok((stop_tx, running))
+}
 
-    let producer = create_producer(&config)?;
-    let failed = read_sample(
-        &data.join("failed_trajectories.jsonl"),
-        &config.topics.failed,
-        &run_id,
-        &HashMap::new(),
-    )?;
-    // The groups stage 1 hints: those whose best reward is at most
-    // hints.reward_threshold (the others did not fail).
+/// The groups stage 1 hints: the keys of those whose best reward is at most
+/// `hints.reward_threshold` (the others did not fail).
+fn failed_groups(config: &Config, failed: &[RecordedMessage]) -> HashSet<Vec<u8>> {
     let mut best: HashMap<Vec<u8>, f64> = HashMap::new();
-    for m in &failed {
+    for m in failed {
         let reward = m
             .value_bytes()
             .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
@@ -210,14 +247,30 @@ pub async fn run(
             *entry = entry.max(reward);
         }
     }
-    let groups: HashSet<Vec<u8>> = best
-        .into_iter()
+    best.into_iter()
         .filter(|(_, reward)| *reward <= config.hints.reward_threshold)
         .map(|(key, _)| key)
-        .collect();
-    let hints_reader = reader(&config, &config.topics.hints)?;
+        .collect()
+}
+
+/// Plays the failed trajectories and prints each group's hint as it
+/// arrives; returns the hints once every failed group has one.
+async fn play_failed(
+    config: &Config,
+    producer: &FutureProducer,
+    data: &Path,
+    run_id: &str,
+) -> Result<Vec<Hint>, QuickstartError> {
+    let failed = read_sample(
+        &data.join("failed_trajectories.jsonl"),
+        &config.topics.failed,
+        run_id,
+        &HashMap::new(),
+    )?;
+    let groups = failed_groups(config, &failed);
+    let hints_reader = reader(config, &config.topics.hints)?;
     send_all(
-        &producer,
+        producer,
         &failed,
         &ReplayOptions::default(),
         "failed trajectories",
@@ -228,8 +281,7 @@ pub async fn run(
         failed.len(),
         groups.len()
     );
-
-    let mut report = QuickstartReport::default();
+    let mut hints = Vec::new();
     let mut hinted: HashSet<String> = HashSet::new();
     let deadline = Instant::now() + PHASE_TIMEOUT;
     while hinted.len() < groups.len() {
@@ -255,22 +307,35 @@ pub async fn run(
             hint.instance_id,
             crate::llm::prompt::truncate_chars(&hint.hint, 240)
         );
-        report.hints.push(hint);
+        hints.push(hint);
     }
+    Ok(hints)
+}
 
-    let metrics_reader = reader(&config, &config.topics.metrics)?;
-    let advantages_reader = reader(&config, &config.topics.advantages)?;
+/// Plays the scored rollouts (hinted rows carrying their group's hint
+/// category), then waits for the step's metrics and advantages and prints
+/// them into `report`.
+async fn play_scored(
+    config: &Config,
+    producer: &FutureProducer,
+    data: &Path,
+    run_id: &str,
+    report: &mut QuickstartReport,
+) -> Result<(), QuickstartError> {
+    let metrics_reader = reader(config, &config.topics.metrics)?;
+    let advantages_reader = reader(config, &config.topics.advantages)?;
+    let categories = report
+        .hints
+        .iter()
+        .map(|h| (h.instance_id.clone(), h.category.as_str().to_string()))
+        .collect();
     let scored = read_sample(
         &data.join("scored_rollouts.jsonl"),
         &config.topics.scored,
-        &run_id,
-        &report
-            .hints
-            .iter()
-            .map(|h| (h.instance_id.clone(), h.category.as_str().to_string()))
-            .collect(),
+        run_id,
+        &categories,
     )?;
-    send_all(&producer, &scored, &ReplayOptions::default(), "scored rollouts").await?;
+    send_all(producer, &scored, &ReplayOptions::default(), "scored rollouts").await?;
     let step_key = scored
         .first()
         .and_then(|m| m.key_bytes().map(<[u8]>::to_vec))
@@ -279,39 +344,34 @@ pub async fn run(
         "\nplayed {} scored rollouts (hinted retries included); step metrics:\n",
         scored.len()
     );
-    let wait =
-        |what: &'static str| move |_| QuickstartError::Timeout(format!("no {what} after {PHASE_TIMEOUT:?}"));
-    loop {
-        let m = tokio::time::timeout(PHASE_TIMEOUT, metrics_reader.recv())
-            .await
-            .map_err(wait("step metrics"))??;
-        if m.key() == Some(step_key.as_slice()) {
-            report.metrics = serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or_default();
-            break;
-        }
-    }
+    let m = next_for_key(&metrics_reader, &step_key, "step metrics").await?;
+    report.metrics = serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or_default();
     for (name, value) in &report.metrics {
         println!("  {name:<45} {value:.4}");
     }
-    loop {
-        let m = tokio::time::timeout(PHASE_TIMEOUT, advantages_reader.recv())
-            .await
-            .map_err(wait("advantages"))??;
-        if m.key() == Some(step_key.as_slice()) {
-            let batches = ipc::decode_stream(m.payload().unwrap_or_default()).unwrap_or_default();
-            report.advantage_rows = batches.iter().map(|b| b.num_rows()).sum();
-            break;
-        }
-    }
+    let m = next_for_key(&advantages_reader, &step_key, "advantages").await?;
+    let batches = ipc::decode_stream(m.payload().unwrap_or_default()).unwrap_or_default();
+    report.advantage_rows = batches.iter().map(|b| b.num_rows()).sum();
     println!(
         "\nadvantages: one Arrow IPC stream with {} rows on {}",
         report.advantage_rows, config.topics.advantages
     );
+    Ok(())
+}
 
-    let _ = stop_tx.send(true);
-    for task in running {
-        let _ = task.await;
+/// The next message of `reader` under `key`, each wait bounded by
+/// [`PHASE_TIMEOUT`].
+async fn next_for_key<'a>(
+    reader: &'a StreamConsumer,
+    key: &[u8],
+    what: &'static str,
+) -> Result<rdkafka::message::BorrowedMessage<'a>, QuickstartError> {
+    loop {
+        let m = tokio::time::timeout(PHASE_TIMEOUT, reader.recv())
+            .await
+            .map_err(|_| QuickstartError::Timeout(format!("no {what} after {PHASE_TIMEOUT:?}")))??;
+        if m.key() == Some(key) {
+            return Ok(m);
+        }
     }
-    println!("done in {:.1?}; stages stopped cleanly", started.elapsed());
-    Ok(report)
 }

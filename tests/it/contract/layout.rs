@@ -64,7 +64,12 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 /// main.rs, which stand above every module).
 fn module_of(file: &Path) -> Option<String> {
     let rel = file.strip_prefix(root().join("src")).unwrap();
-    let first = rel.components().next()?.as_os_str().to_string_lossy().into_owned();
+    let first = rel
+        .components()
+        .next()?
+        .as_os_str()
+        .to_string_lossy()
+        .into_owned();
     match first.as_str() {
         "lib.rs" | "main.rs" => None,
         name => Some(name.trim_end_matches(".rs").to_string()),
@@ -169,11 +174,10 @@ fn ident_before(chars: &[char], i: usize) -> bool {
 
 /// `'x'`, `'\n'`, `'\u{..}'` rather than a lifetime `'a`.
 fn is_char_literal(chars: &[char], i: usize) -> bool {
-    match (chars.get(i + 1), chars.get(i + 2)) {
-        (Some('\\'), _) => true,
-        (Some(_), Some('\'')) => true,
-        _ => false,
-    }
+    matches!(
+        (chars.get(i + 1), chars.get(i + 2)),
+        (Some('\\'), _) | (Some(_), Some('\''))
+    )
 }
 
 fn char_literal_end(chars: &[char], i: usize) -> usize {
@@ -279,15 +283,20 @@ fn no_import_runs_up_the_layers() {
         let Some(from) = layer_of(&module) else { continue };
         for (target, files) in targets {
             match layer_of(&target) {
-                Some(to) if to > from => {
-                    upward.push(format!("{module} -> {target} (in {})", join(&files)))
-                }
-                None => upward.push(format!("{module} -> {target}: no such layer (in {})", join(&files))),
+                Some(to) if to > from => upward.push(format!("{module} -> {target} (in {})", join(&files))),
+                None => upward.push(format!(
+                    "{module} -> {target}: no such layer (in {})",
+                    join(&files)
+                )),
                 _ => {}
             }
         }
     }
-    assert!(upward.is_empty(), "imports that run up the layers:\n{}", upward.join("\n"));
+    assert!(
+        upward.is_empty(),
+        "imports that run up the layers:\n{}",
+        upward.join("\n")
+    );
 }
 
 #[test]
@@ -312,7 +321,11 @@ fn no_circle_between_top_level_modules() {
             }
         }
     }
-    assert!(circles.is_empty(), "circles between top-level modules:\n{}", circles.join("\n"));
+    assert!(
+        circles.is_empty(),
+        "circles between top-level modules:\n{}",
+        circles.join("\n")
+    );
 }
 
 fn join(files: &BTreeSet<String>) -> String {
@@ -411,7 +424,9 @@ fn the_function_counter_sees_bodies_and_skips_braces_in_literals() {
         "{code}"
     );
     assert_eq!(
-        crate_paths(&code_only("use crate::{a::B, c};\nfn f() { crate::d::e(); } // crate::z\n")),
+        crate_paths(&code_only(
+            "use crate::{a::B, c};\nfn f() { crate::d::e(); } // crate::z\n"
+        )),
         ["a", "c", "d"].iter().map(|s| s.to_string()).collect()
     );
 }
@@ -446,8 +461,15 @@ fn the_crate_map_names_every_module_and_no_other() {
             }
         }
     }
-    assert_eq!(declared_modules(), in_tree, "src/lib.rs's `pub mod` lines against src/");
-    assert_eq!(in_map, in_tree, "the crate map (`//! - [`name`]` lines of src/lib.rs) against src/");
+    assert_eq!(
+        declared_modules(),
+        in_tree,
+        "src/lib.rs's `pub mod` lines against src/"
+    );
+    assert_eq!(
+        in_map, in_tree,
+        "the crate map (`//! - [`name`]` lines of src/lib.rs) against src/"
+    );
 }
 
 #[test]
@@ -487,6 +509,9 @@ fn the_readme_layout_names_every_module_and_top_level_folder() {
     assert!(missing.is_empty(), "the README's layout lacks: {missing:?}");
     for stale in block.split_whitespace().filter(|w| w.starts_with("src/")) {
         let path = root().join(stale.trim_end_matches('/'));
-        assert!(path.exists(), "the README's layout names {stale}, which does not exist");
+        assert!(
+            path.exists(),
+            "the README's layout names {stale}, which does not exist"
+        );
     }
 }
