@@ -134,6 +134,10 @@ fn estimator_code(e: Estimator) -> i32 {
 
 /// Computes the advantages on GPU 0; `batch` must have passed
 /// [`Batch::validate`].
+// long-fn: one kernel launch sequence (upload, six launches, download) that
+// reads best in one piece: each launch's argument list mirrors its kernel's
+// signature in kernels/advantage.cu, and splitting it would only pass the
+// dozen device buffers around.
 pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
     let n = batch.len();
     if n == 0 {
