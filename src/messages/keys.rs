@@ -2,18 +2,51 @@
 //! `run_id/step` for a training step's. Inside the ids, `%` and `/` are
 //! percent-encoded (`%25`, `%2F`) so that different groups never share a key:
 //! unencoded, `("r/1", 2, "x")` and `("r", 1, "2/x")` would both be `r/1/2/x`.
-//! Ids without `%` or `/` keep the keys they always had.
+//! Nothing else is encoded: ids without `%` or `/` (non-ASCII ones included)
+//! keep the keys they always had. The Python client implements the same rule
+//! (`python/src/hintstream/keys.py`); both suites check it against one vector
+//! file, `schemas/vectors/keys.json`.
 
 use std::borrow::Cow;
 
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet};
-
-/// The two characters that would make a key ambiguous.
-const KEY_RESERVED: &AsciiSet = &AsciiSet::EMPTY.add(b'%').add(b'/');
-
-/// An id as it appears inside a key.
+/// An id as it appears inside a key: `%` as `%25`, `/` as `%2F`, the rest
+/// as it is.
 pub fn encode_id(id: &str) -> Cow<'_, str> {
-    utf8_percent_encode(id, KEY_RESERVED).into()
+    if !id.contains(['%', '/']) {
+        return Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Inverse of [`encode_id`]: `%25` and `%2F` (or `%2f`) back to `%` and `/`;
+/// every other `%` sequence stays as it is.
+pub fn decode_id(part: &str) -> String {
+    let mut out = String::with_capacity(part.len());
+    let mut rest = part;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if after.starts_with("25") {
+            out.push('%');
+            rest = &after[2..];
+        } else if after.starts_with("2F") || after.starts_with("2f") {
+            out.push('/');
+            rest = &after[2..];
+        } else {
+            out.push('%');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Key of a GRPO group's messages: `run_id/step/instance_id`.
@@ -26,22 +59,35 @@ pub fn step_key(run_id: &str, step: i64) -> String {
     format!("{}/{step}", encode_id(run_id))
 }
 
-/// The (run_id, step, instance_id) of a group key, or `None` when the key
-/// does not have that shape. Keys written before ids were encoded read the
-/// same when their ids have no `/` or `%`.
-pub fn parse_group_key(key: &str) -> Option<(String, i64, String)> {
-    let mut parts = key.splitn(3, '/');
-    let run_id = decode_id(parts.next()?)?;
-    let step = parts.next()?.parse().ok()?;
-    let instance_id = decode_id(parts.next()?)?;
-    Some((run_id, step, instance_id))
-}
-
-fn decode_id(part: &str) -> Option<String> {
-    if part.contains('/') {
+/// A step as a key writes it: digits only (no sign).
+fn parse_step(part: &str) -> Option<i64> {
+    if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    percent_decode_str(part).decode_utf8().ok().map(Cow::into_owned)
+    part.parse().ok()
+}
+
+/// The (run_id, step, instance_id) of a group key, or `None` when the key
+/// does not have that shape (three parts, non-empty ids, a step of digits).
+pub fn parse_group_key(key: &str) -> Option<(String, i64, String)> {
+    let parts: Vec<&str> = key.split('/').collect();
+    let [run_id, step, instance_id] = parts.as_slice() else {
+        return None;
+    };
+    if run_id.is_empty() || instance_id.is_empty() {
+        return None;
+    }
+    Some((decode_id(run_id), parse_step(step)?, decode_id(instance_id)))
+}
+
+/// The (run_id, step) of a step key, or `None` when the key does not have
+/// that shape (a non-empty run_id without `/`, a step of digits).
+pub fn parse_step_key(key: &str) -> Option<(String, i64)> {
+    let (run_id, step) = key.rsplit_once('/')?;
+    if run_id.is_empty() || run_id.contains('/') {
+        return None;
+    }
+    Some((decode_id(run_id), parse_step(step)?))
 }
 
 #[cfg(test)]
@@ -78,5 +124,50 @@ mod tests {
             );
         }
         assert_eq!(parse_group_key("r/x/i"), None);
+    }
+
+    /// The vectors both languages read (`schemas/vectors/keys.json`).
+    fn vectors() -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/keys.json");
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn keys_match_the_shared_vectors() {
+        let v = vectors();
+        for case in v["encode"].as_array().unwrap() {
+            let (run, step, instance) = (
+                case["run_id"].as_str().unwrap(),
+                case["step"].as_i64().unwrap(),
+                case["instance_id"].as_str().unwrap(),
+            );
+            assert_eq!(
+                group_key(run, step, instance),
+                case["group_key"].as_str().unwrap(),
+                "{case}"
+            );
+            assert_eq!(step_key(run, step), case["step_key"].as_str().unwrap(), "{case}");
+        }
+        for case in v["parse_group"].as_array().unwrap() {
+            let parsed = parse_group_key(case["key"].as_str().unwrap());
+            let expected = case.get("error").is_none().then(|| {
+                (
+                    case["run_id"].as_str().unwrap().to_string(),
+                    case["step"].as_i64().unwrap(),
+                    case["instance_id"].as_str().unwrap().to_string(),
+                )
+            });
+            assert_eq!(parsed, expected, "{case}");
+        }
+        for case in v["parse_step"].as_array().unwrap() {
+            let parsed = parse_step_key(case["key"].as_str().unwrap());
+            let expected = case.get("error").is_none().then(|| {
+                (
+                    case["run_id"].as_str().unwrap().to_string(),
+                    case["step"].as_i64().unwrap(),
+                )
+            });
+            assert_eq!(parsed, expected, "{case}");
+        }
     }
 }
