@@ -18,7 +18,7 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use super::budget::{Remaining, SpendBudget};
-use super::cassette::{request_key, Attempt, Call, Cassette, CassetteMode, Outcome};
+use super::cassette::{request_key, Attempt, AttemptOutcome, Call, Cassette, CassetteMode};
 use super::client::{
     ApiKey, Completion, Endpoint, LlmClient, LlmError, Provider, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,
@@ -530,12 +530,12 @@ impl Synthesizer {
                 o.attempt(&call.model, &status, Duration::from_millis(attempt.latency_ms));
             }
             match &attempt.outcome {
-                Outcome::Reply { text, usage: u, .. } => {
+                AttemptOutcome::Reply { text, usage: u, .. } => {
                     usage.input_tokens += u.input_tokens;
                     usage.output_tokens += u.output_tokens;
                     return Ok(text.clone());
                 }
-                Outcome::Error(e) => {
+                AttemptOutcome::Error(e) => {
                     if attempt.retry_in_ms.is_some() {
                         if let Some(o) = &self.observer {
                             o.retry(&call.model, &status);
@@ -649,7 +649,7 @@ impl Synthesizer {
             }
             if let Some(attempts) = attempts.as_deref_mut() {
                 attempts.push(Attempt {
-                    outcome: Outcome::from_result(&result),
+                    outcome: AttemptOutcome::from_result(&result),
                     latency_ms: attempt_started.elapsed().as_millis() as u64,
                     retry_in_ms: None,
                 });
