@@ -3,7 +3,7 @@
 //!
 //! - [`client`]: the API clients (Anthropic, OpenAI-compatible), the only
 //!   HTTP code, and [`LlmError`] with its failure reasons.
-//! - [`env`]: the SDK variables the endpoints are resolved from.
+//! - [`env`](mod@env): the SDK variables the endpoints are resolved from.
 //! - [`routing`]: which API, endpoint and key serve each model of the chain.
 //! - [`limits`]: what bounds an attempt: rate limits, calls in flight and
 //!   the spend budget ([`limits::budget`]).
