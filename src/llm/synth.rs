@@ -189,8 +189,10 @@ impl Synthesizer {
     }
 
     pub(super) fn observe_budget(&self) {
-        if let (Some(remaining), Some(o)) = (self.limits.remaining(), &self.observer) {
-            o.budget(remaining);
+        if let Some(o) = &self.observer {
+            if let Some(remaining) = self.limits.remaining() {
+                o.budget(remaining);
+            }
         }
     }
 }
