@@ -55,16 +55,18 @@ pub enum CassetteError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     #[serde(flatten)]
-    pub outcome: Outcome,
+    pub outcome: AttemptOutcome,
     pub latency_ms: u64,
     /// The wait before the next attempt; `None` when there was none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<u64>,
 }
 
+/// How one attempt ended: the model's reply, or the error. (Named for the
+/// attempt: the crate has other outcomes.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum AttemptOutcome {
     Reply {
         text: String,
         usage: Usage,
@@ -73,23 +75,23 @@ pub enum Outcome {
     Error(LlmError),
 }
 
-impl Outcome {
+impl AttemptOutcome {
     pub fn from_result(result: &Result<Reply, LlmError>) -> Self {
         match result {
-            Ok(r) => Outcome::Reply {
+            Ok(r) => AttemptOutcome::Reply {
                 text: r.text.clone(),
                 usage: r.usage,
                 stop_reason: r.stop_reason.clone(),
             },
-            Err(e) => Outcome::Error(e.clone()),
+            Err(e) => AttemptOutcome::Error(e.clone()),
         }
     }
 
     /// `ok`, or the failure reason: the status metrics and logs report.
     pub fn status(&self) -> String {
         match self {
-            Outcome::Reply { .. } => "ok".to_string(),
-            Outcome::Error(e) => e.failure_reason(),
+            AttemptOutcome::Reply { .. } => "ok".to_string(),
+            AttemptOutcome::Error(e) => e.failure_reason(),
         }
     }
 }
@@ -259,8 +261,8 @@ mod tests {
         call.attempts
             .iter()
             .find_map(|a| match &a.outcome {
-                Outcome::Reply { text, .. } => Some(text.clone()),
-                Outcome::Error(_) => None,
+                AttemptOutcome::Reply { text, .. } => Some(text.clone()),
+                AttemptOutcome::Error(_) => None,
             })
             .expect("the call has a reply")
     }
@@ -282,7 +284,7 @@ mod tests {
             model: "m".into(),
             attempts: vec![
                 Attempt {
-                    outcome: Outcome::Error(LlmError::Status {
+                    outcome: AttemptOutcome::Error(LlmError::Status {
                         status: 429,
                         kind: "rate_limit_error".into(),
                         message: "slow".into(),
@@ -292,7 +294,7 @@ mod tests {
                     retry_in_ms: Some(1000),
                 },
                 Attempt {
-                    outcome: Outcome::Reply {
+                    outcome: AttemptOutcome::Reply {
                         text: text.into(),
                         usage: Usage {
                             input_tokens: 10,

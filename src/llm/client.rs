@@ -272,68 +272,18 @@ impl LlmClient {
     }
 
     async fn attempt(&self, request: &Completion<'_>) -> Result<Reply, LlmError> {
-        let builder = match self.endpoint.provider {
-            Provider::Anthropic => self
-                .request(Method::POST, "/messages")
-                .header("content-type", "application/json")
-                .body(
-                    json!({
-                        "model": request.model,
-                        "max_tokens": request.max_tokens,
-                        "temperature": request.temperature,
-                        "system": request.system,
-                        "messages": [{"role": "user", "content": request.user}],
-                    })
-                    .to_string(),
-                ),
-            Provider::Openai => self
-                .request(Method::POST, "/chat/completions")
-                .header("content-type", "application/json")
-                .body(
-                    json!({
-                        "model": request.model,
-                        "max_tokens": request.max_tokens,
-                        "temperature": request.temperature,
-                        "messages": [
-                            {"role": "system", "content": request.system},
-                            {"role": "user", "content": request.user},
-                        ],
-                    })
-                    .to_string(),
-                ),
-        };
-        let mut response = builder.send().await.map_err(transport_error)?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = retry_after(response.headers(), SystemTime::now());
-            // The start of the body, for its message; the status decides
-            // the kind, even when the body breaks off.
-            let body = read_body(&mut response, MAX_ERROR_BODY_BYTES)
-                .await
-                .map_or_else(|_| Vec::new(), |(body, _)| body);
-            let mut error = status_error(status.as_u16(), &body, retry_after);
-            if let (LlmError::Status { message, .. }, Some(key)) = (&mut error, &self.endpoint.api_key) {
-                // Some gateways echo the key they refused.
-                *message = message.replace(key.expose(), "<redacted>");
-            }
-            return Err(error);
+        let (path, body) = self.body(request);
+        let mut response = self
+            .request(Method::POST, path)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(transport_error)?;
+        if !response.status().is_success() {
+            return Err(self.failed_status(&mut response).await);
         }
-        // A declared length over the cap fails before a byte is read.
-        let declared_over = response
-            .content_length()
-            .is_some_and(|n| n > MAX_RESPONSE_BODY_BYTES as u64);
-        let (body, complete) = if declared_over {
-            (Vec::new(), false)
-        } else {
-            read_body(&mut response, MAX_RESPONSE_BODY_BYTES).await?
-        };
-        if !complete {
-            return Err(LlmError::Malformed(format!(
-                "response body over {MAX_RESPONSE_BODY_BYTES} bytes"
-            )));
-        }
-        let value: Value = serde_json::from_slice(&body)
-            .map_err(|e| LlmError::Malformed(format!("body is not JSON: {e}")))?;
+        let value = json_body(&mut response).await?;
         let reply = match self.endpoint.provider {
             Provider::Anthropic => anthropic_reply(&value)?,
             Provider::Openai => openai_reply(&value)?,
@@ -343,6 +293,71 @@ impl LlmClient {
         }
         Ok(reply)
     }
+
+    /// The path and JSON body of a completion in the provider's shape.
+    fn body(&self, request: &Completion<'_>) -> (&'static str, Value) {
+        match self.endpoint.provider {
+            Provider::Anthropic => (
+                "/messages",
+                json!({
+                    "model": request.model,
+                    "max_tokens": request.max_tokens,
+                    "temperature": request.temperature,
+                    "system": request.system,
+                    "messages": [{"role": "user", "content": request.user}],
+                }),
+            ),
+            Provider::Openai => (
+                "/chat/completions",
+                json!({
+                    "model": request.model,
+                    "max_tokens": request.max_tokens,
+                    "temperature": request.temperature,
+                    "messages": [
+                        {"role": "system", "content": request.system},
+                        {"role": "user", "content": request.user},
+                    ],
+                }),
+            ),
+        }
+    }
+
+    /// The error of a response with a failure status, its message read from
+    /// the start of the body with the key redacted.
+    async fn failed_status(&self, response: &mut reqwest::Response) -> LlmError {
+        let retry_after = retry_after(response.headers(), SystemTime::now());
+        // The start of the body, for its message; the status decides the
+        // kind, even when the body breaks off.
+        let body = read_body(response, MAX_ERROR_BODY_BYTES)
+            .await
+            .map_or_else(|_| Vec::new(), |(body, _)| body);
+        let mut error = status_error(response.status().as_u16(), &body, retry_after);
+        if let (LlmError::Status { message, .. }, Some(key)) = (&mut error, &self.endpoint.api_key) {
+            // Some gateways echo the key they refused.
+            *message = message.replace(key.expose(), "<redacted>");
+        }
+        error
+    }
+}
+
+/// A successful response's body as JSON, at most
+/// [`MAX_RESPONSE_BODY_BYTES`] of it.
+async fn json_body(response: &mut reqwest::Response) -> Result<Value, LlmError> {
+    // A declared length over the cap fails before a byte is read.
+    let declared_over = response
+        .content_length()
+        .is_some_and(|n| n > MAX_RESPONSE_BODY_BYTES as u64);
+    let (body, complete) = if declared_over {
+        (Vec::new(), false)
+    } else {
+        read_body(response, MAX_RESPONSE_BODY_BYTES).await?
+    };
+    if !complete {
+        return Err(LlmError::Malformed(format!(
+            "response body over {MAX_RESPONSE_BODY_BYTES} bytes"
+        )));
+    }
+    serde_json::from_slice(&body).map_err(|e| LlmError::Malformed(format!("body is not JSON: {e}")))
 }
 
 /// Every certificate in the PEM file `path`, read by us rather than left to

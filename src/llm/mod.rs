@@ -1,14 +1,39 @@
-//! The LLM side of stage 1: API clients (the only HTTP code), the versioned
-//! prompt with its truncation rules, the Python-literal parser for verifier
-//! accumulators, and the synthesizer that turns a failed trajectory into a
-//! hint with retries, fallbacks and accounting.
+//! The LLM side of stage 1: from a failed trajectory to a hint, with
+//! retries, fallbacks and accounting.
+//!
+//! - [`client`]: the API clients (Anthropic, OpenAI-compatible), the only
+//!   HTTP code, and [`LlmError`] with its failure reasons.
+//! - [`env`](mod@env): the SDK variables the endpoints are resolved from.
+//! - [`routing`]: which API, endpoint and key serve each model of the chain.
+//! - [`limits`]: what bounds an attempt: rate limits, calls in flight and
+//!   the spend budget ([`limits::budget`]).
+//! - `pricing`: what a model's tokens cost.
+//! - [`synth`]: the [`Synthesizer`]: the chain, its limits, readiness, hint
+//!   ids, the metrics observer.
+//! - `chain`: the chain walk, model after model, then the static hint.
+//! - `call`: one model's call, played from or recorded into the cassette.
+//! - `retry`: one model's attempts, with backoff and an `llm_attempt` span
+//!   each.
+//! - [`cassette`]: recorded exchanges, for deterministic reruns.
+//! - [`prompt`]: the versioned prompt with its truncation rules, and the
+//!   static hint.
+//! - [`pyliteral`]: the Python-literal parser for verifier accumulators.
 
-pub mod budget;
+mod call;
 pub mod cassette;
+mod chain;
 pub mod client;
+pub mod env;
+pub mod limits;
+mod pricing;
 pub mod prompt;
 pub mod pyliteral;
+mod retry;
+pub mod routing;
 pub mod synth;
+
+/// `llm::budget` stays a path of the spend budget (it lives in `limits`).
+pub use limits::budget;
 
 pub use client::{ApiKey, Endpoint, LlmClient, LlmError, Provider};
 pub use synth::{Synthesis, Synthesizer};

@@ -1,0 +1,121 @@
+//! One model's call for one hint: played from the cassette when it plays
+//! and holds the request (the recorded attempts, outcomes and time, without
+//! HTTP or sleeping), else sent to the API with retries, and appended to the
+//! cassette when one is attached.
+
+use std::time::{Duration, Instant};
+
+use super::cassette::{request_key, AttemptOutcome, Call, Cassette, CassetteMode};
+use super::chain::Tally;
+use super::client::{Completion, LlmError};
+use super::prompt::SYSTEM_PROMPT;
+use super::routing::Link;
+use super::synth::Synthesizer;
+
+impl Synthesizer {
+    fn request<'a>(&'a self, model: &'a str, user: &'a str) -> Completion<'a> {
+        Completion {
+            model,
+            system: SYSTEM_PROMPT,
+            user,
+            max_tokens: self.config.max_tokens,
+            temperature: self.config.temperature,
+        }
+    }
+
+    /// One model of the chain: from the cassette when it plays and holds the
+    /// request, else from the API (recorded when a cassette is attached).
+    /// `None` in playback when the cassette never saw a later model of the
+    /// chain: the recorded run stopped there (its time budget ran out).
+    pub(super) async fn call_model(
+        &self,
+        link: &Link,
+        user: &str,
+        first: bool,
+        deadline: Instant,
+        tally: &mut Tally,
+    ) -> Option<Result<String, LlmError>> {
+        let request = self.request(&link.api_model, user);
+        let Some(cassette) = &self.cassette else {
+            tally.live = true;
+            return Some(
+                self.call_with_retries(link, &request, deadline, &mut tally.usage, None)
+                    .await,
+            );
+        };
+        let key = request_key(link.client.provider(), &request);
+        if cassette.plays() {
+            if let Some(call) = cassette.play(&key) {
+                return Some(self.replay(&call, tally));
+            }
+            if !first {
+                return None;
+            }
+            if cassette.mode() == CassetteMode::Strict {
+                return Some(Err(LlmError::NotInCassette {
+                    model: link.id.clone(),
+                }));
+            }
+        }
+        Some(self.record(cassette, link, &request, key, deadline, tally).await)
+    }
+
+    /// Calls the API and appends the call, every attempt of it, to
+    /// `cassette` (a failed append is logged: the hint does not wait on it).
+    async fn record(
+        &self,
+        cassette: &Cassette,
+        link: &Link,
+        request: &Completion<'_>,
+        key: String,
+        deadline: Instant,
+        tally: &mut Tally,
+    ) -> Result<String, LlmError> {
+        tally.live = true;
+        let started = Instant::now();
+        let mut attempts = Vec::new();
+        let result = self
+            .call_with_retries(link, request, deadline, &mut tally.usage, Some(&mut attempts))
+            .await;
+        let call = Call {
+            key,
+            provider: link.client.provider(),
+            model: link.id.clone(),
+            attempts,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        };
+        if let Err(e) = cassette.append(call) {
+            tracing::warn!(cassette = %cassette.path().display(), error = %e, "cannot append to the cassette");
+        }
+        result
+    }
+
+    /// Replays a recorded call attempt by attempt: the same outcomes and
+    /// retry decisions, the recorded time, no sleeping.
+    fn replay(&self, call: &Call, tally: &mut Tally) -> Result<String, LlmError> {
+        tally.played_ms += call.elapsed_ms;
+        let mut last_error = LlmError::Timeout;
+        for attempt in &call.attempts {
+            let status = attempt.outcome.status();
+            if let Some(o) = &self.observer {
+                o.attempt(&call.model, &status, Duration::from_millis(attempt.latency_ms));
+            }
+            match &attempt.outcome {
+                AttemptOutcome::Reply { text, usage, .. } => {
+                    tally.usage.input_tokens += usage.input_tokens;
+                    tally.usage.output_tokens += usage.output_tokens;
+                    return Ok(text.clone());
+                }
+                AttemptOutcome::Error(e) => {
+                    if attempt.retry_in_ms.is_some() {
+                        if let Some(o) = &self.observer {
+                            o.retry(&call.model, &status);
+                        }
+                    }
+                    last_error = e.clone();
+                }
+            }
+        }
+        Err(last_error)
+    }
+}

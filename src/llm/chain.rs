@@ -1,0 +1,115 @@
+//! The chain walk, from a failed trajectory to a hint: each model of the
+//! chain in turn, inside the hint's time budget (`llm.timeout_secs`), until
+//! one answers; then the static hint built from the verifier's feedback.
+//! The walk stops early when the budget is spent or the cassette lacks a
+//! request in strict playback.
+
+use std::time::{Duration, Instant};
+
+use super::client::LlmError;
+use super::pricing::{cost_usd, price_of};
+use super::prompt::{feedback, static_hint, user_prompt, VerifierFeedback};
+use super::routing::Link;
+use super::synth::{Synthesis, Synthesizer};
+use crate::messages::{FailedTrajectory, HintCategory, Usage};
+
+/// What one synthesis has used so far: tokens, and time, counted as the
+/// recorded time of calls played from a cassette plus real time when any
+/// call went to the API.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) usage: Usage,
+    pub(super) played_ms: u64,
+    pub(super) live: bool,
+}
+
+impl Tally {
+    fn latency_ms(&self, started: Instant) -> u64 {
+        let real = if self.live {
+            started.elapsed().as_millis() as u64
+        } else {
+            0
+        };
+        self.played_ms + real
+    }
+}
+
+/// A failure after which the next model is not tried: the cassette lacks
+/// the request (strict playback), or the spend budget is spent.
+fn ends_the_walk(error: &LlmError) -> bool {
+    matches!(error, LlmError::NotInCassette { .. } | LlmError::BudgetExhausted)
+}
+
+impl Synthesizer {
+    /// Synthesizes the hint for `t`, the best trajectory of its group.
+    pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
+        let started = Instant::now();
+        let fb = feedback(t);
+        if self.chain.is_empty() {
+            return Synthesis {
+                hint: static_hint(&fb),
+                category: HintCategory::StaticFallback,
+                model: None,
+                usage: Usage::default(),
+                cost_usd: 0.0,
+                failure_reason: None,
+                latency_ms: started.elapsed().as_millis() as u64,
+            };
+        };
+        let deadline = started + self.time_budget();
+        let user = user_prompt(t, &fb);
+        let mut tally = Tally::default();
+        let mut last_error = LlmError::Timeout;
+        for (i, link) in self.chain.iter().enumerate() {
+            let Some(result) = self.call_model(link, &user, i == 0, deadline, &mut tally).await else {
+                break;
+            };
+            match result {
+                Ok(text) => return self.synthesized(link, text, tally, started),
+                Err(e) => {
+                    tracing::warn!(model = %link.id, reason = %e.failure_reason(), error = %e, "model failed; trying the next in the chain");
+                    last_error = e;
+                }
+            }
+            if Instant::now() >= deadline || ends_the_walk(&last_error) {
+                break;
+            }
+        }
+        self.fell_back(&fb, last_error, tally, started)
+    }
+
+    /// The time budget of one hint.
+    fn time_budget(&self) -> Duration {
+        // The config bounds timeout_secs; a value past Duration's range
+        // would mean "no deadline", which the bound rules out.
+        Duration::try_from_secs_f64(self.config.timeout_secs).unwrap_or(Duration::from_secs(600))
+    }
+
+    /// The hint `link`'s model wrote.
+    fn synthesized(&self, link: &Link, text: String, tally: Tally, started: Instant) -> Synthesis {
+        Synthesis {
+            hint: text,
+            category: HintCategory::LlmSynthesized,
+            model: Some(link.id.clone()),
+            cost_usd: cost_usd(price_of(&self.config.prices, link), &tally.usage),
+            latency_ms: tally.latency_ms(started),
+            usage: tally.usage,
+            failure_reason: None,
+        }
+    }
+
+    /// The static hint, after every model tried failed; what was spent is
+    /// priced at the first model's price.
+    fn fell_back(&self, fb: &VerifierFeedback, error: LlmError, tally: Tally, started: Instant) -> Synthesis {
+        let price = self.chain.first().and_then(|l| price_of(&self.config.prices, l));
+        Synthesis {
+            hint: static_hint(fb),
+            category: HintCategory::LlmFailedStaticFallback,
+            model: None,
+            cost_usd: cost_usd(price, &tally.usage),
+            latency_ms: tally.latency_ms(started),
+            usage: tally.usage,
+            failure_reason: Some(error.failure_reason()),
+        }
+    }
+}
