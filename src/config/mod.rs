@@ -333,17 +333,6 @@ pub struct AdvantagesConfig {
     unknown: UnknownKeys,
 }
 
-impl AdvantagesConfig {
-    /// How the step metrics are computed.
-    pub fn metric_options(&self) -> crate::advantages::step_metrics::MetricOptions<'_> {
-        crate::advantages::step_metrics::MetricOptions {
-            success_threshold: self.success_threshold,
-            pass_at_k: &self.pass_at_k,
-            samples_per_prompt: (self.samples_per_prompt > 0).then_some(self.samples_per_prompt),
-        }
-    }
-}
-
 impl std::ops::Deref for HintsConfig {
     type Target = StageConfig;
     fn deref(&self) -> &StageConfig {

@@ -17,7 +17,7 @@ use futures::StreamExt;
 use thiserror::Error;
 
 use crate::advantages::compute_step;
-use crate::advantages::step_metrics::step_metrics;
+use crate::advantages::step_metrics::{step_metrics, MetricOptions};
 use crate::config::{Config, LlmProvider};
 use crate::hints::build_hint;
 use crate::llm::cassette::{Cassette, CassetteError, CassetteMode};
@@ -289,7 +289,7 @@ fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalError> {
         let metrics = step_metrics(
             &result.rows,
             &result.advantages,
-            &config.advantages.metric_options(),
+            &MetricOptions::from(&config.advantages),
         );
         steps.push(StepOutcome {
             run_id,
