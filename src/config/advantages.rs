@@ -99,7 +99,12 @@ impl AdvantagesConfig {
     /// message must fit `max_in_flight_bytes`, and every output message the
     /// producer's `message.max.bytes`. `session_ms` as for
     /// [`StageConfig::validate`].
-    pub fn validate(&self, limits: &LimitsConfig, kafka: &KafkaConfig, session_ms: u64) -> Result<(), ConfigError> {
+    pub fn validate(
+        &self,
+        limits: &LimitsConfig,
+        kafka: &KafkaConfig,
+        session_ms: u64,
+    ) -> Result<(), ConfigError> {
         if self.pass_at_k.contains(&0) || self.step_timeout_secs == 0 {
             return invalid("advantages.pass_at_k values and advantages.step_timeout_secs must be >= 1");
         }

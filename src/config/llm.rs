@@ -166,7 +166,10 @@ impl LlmConfig {
             ));
         }
         if !(0.0..=2.0).contains(&self.temperature) {
-            return invalid(format!("llm.temperature {} must be within 0..=2", self.temperature));
+            return invalid(format!(
+                "llm.temperature {} must be within 0..=2",
+                self.temperature
+            ));
         }
         Ok(())
     }

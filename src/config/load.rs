@@ -32,7 +32,8 @@ impl Overrides {
     /// Whether the flags or the environment name the brokers (a config file
     /// does not count): the quick start starts its own broker otherwise.
     pub fn names_brokers(&self) -> bool {
-        self.bootstrap_servers.is_some() || std::env::var_os(format!("{ENV_PREFIX}BOOTSTRAP_SERVERS")).is_some()
+        self.bootstrap_servers.is_some()
+            || std::env::var_os(format!("{ENV_PREFIX}BOOTSTRAP_SERVERS")).is_some()
     }
 }
 
