@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, ConfigError, Overrides};
+use crate::config::{Config, ConfigError, NormalizeFlags, Overrides};
+use crate::eval::EvalOptions;
+use crate::llm::cassette::CassetteMode;
+use crate::tools::{record::RecordOptions, replay::ReplayOptions};
 
 const AFTER_HELP: &str = "\
 Configuration is layered: built-in defaults, then the config file
@@ -141,39 +144,10 @@ pub enum Command {
     },
     /// Copy a topic into a JSONL file (key, value, headers, partition, offset,
     /// timestamp), up to the end it had when recording started.
-    Record {
-        /// Topic to record.
-        #[arg(long)]
-        topic: String,
-        /// Output JSONL file.
-        #[arg(long, value_name = "FILE")]
-        out: PathBuf,
-        /// Stop after this many messages.
-        #[arg(long, value_name = "N")]
-        max_messages: Option<u64>,
-        /// Fail when nothing arrives for this many seconds before the end.
-        #[arg(long, default_value_t = 30, value_name = "SECS")]
-        idle_timeout_secs: u64,
-    },
+    Record(RecordArgs),
     /// Produce a `record` file back into a topic, keeping keys, headers and
     /// per-key order.
-    Replay {
-        /// A file written by `hintstream record`.
-        file: PathBuf,
-        /// Target topic (default: each message's recorded topic).
-        #[arg(long)]
-        topic: Option<String>,
-        /// Messages per second (default: as fast as the broker takes them).
-        #[arg(long, value_name = "N", conflicts_with = "speed")]
-        rate: Option<f64>,
-        /// Keep the recorded pace, from the messages' timestamps, sped up X
-        /// times (1 = as recorded, 10 = ten times faster).
-        #[arg(long, value_name = "X")]
-        speed: Option<f64>,
-        /// Send each message to its recorded partition instead of by key.
-        #[arg(long)]
-        keep_partitions: bool,
-    },
+    Replay(ReplayArgs),
     /// Evaluate hint synthesis offline: stage 1's synthesis over a recorded
     /// failed-trajectory topic, under each --config, without a broker.
     ///
@@ -185,31 +159,7 @@ pub enum Command {
     ///
     /// Example: hintstream eval --input failed.jsonl --config sonnet.toml
     /// --config haiku.toml --out eval-out
-    Eval {
-        /// Failed trajectories: a `hintstream record` file (or plain JSONL).
-        #[arg(long, value_name = "FILE")]
-        input: PathBuf,
-        /// Recorded scored rollouts of the same run (a `record` file of
-        /// rl.rollouts.scored, or JSONL rows): adds hint success rates per
-        /// category and signal rescued per step, computed by stage 2.
-        #[arg(long, value_name = "FILE")]
-        scored: Option<PathBuf>,
-        /// Output folder (created when missing).
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-        /// The cassette file [default: OUT/cassette.jsonl]. Without
-        /// --playback it is rewritten with this run's exchanges.
-        #[arg(long, value_name = "FILE")]
-        cassette: Option<PathBuf>,
-        /// Answer LLM requests from the cassette; requests it lacks go to the
-        /// API and are added to it.
-        #[arg(long)]
-        playback: bool,
-        /// With --playback: a request the cassette lacks is an error, and no
-        /// request reaches the API.
-        #[arg(long, requires = "playback")]
-        strict: bool,
-    },
+    Eval(EvalArgs),
     /// Print the effective configuration (secrets redacted) and exit.
     Config,
 }
@@ -223,24 +173,93 @@ pub enum AdvantagesAction {
     /// reward f32 or f64, step any integer type). Output: JSONL rows
     /// {run_id, step, trajectory_id, instance_id, advantage} in input order, or
     /// Arrow IPC when the name ends in `.arrow`.
-    Compute {
-        #[arg(long, value_name = "FILE")]
-        input: PathBuf,
-        #[arg(long, value_name = "FILE")]
-        output: PathBuf,
-        /// Added to the std before dividing [default: normalize.epsilon].
-        #[arg(long)]
-        epsilon: Option<f64>,
-        /// Centre only: A = s − mean.
-        #[arg(long)]
-        no_norm_by_std: bool,
-        /// The advantage estimator [default: normalize.estimator].
-        #[arg(long, value_enum)]
-        estimator: Option<crate::normalize::Estimator>,
-        /// Where to compute [default: normalize.device].
-        #[arg(long, value_enum)]
-        device: Option<crate::normalize::Device>,
-    },
+    Compute(ComputeArgs),
+}
+
+/// The flags of `hintstream record`.
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// Topic to record.
+    #[arg(long)]
+    pub topic: String,
+    /// Output JSONL file.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Stop after this many messages.
+    #[arg(long, value_name = "N")]
+    pub max_messages: Option<u64>,
+    /// Fail when nothing arrives for this many seconds before the end.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub idle_timeout_secs: u64,
+}
+
+/// The flags of `hintstream replay`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// A file written by `hintstream record`.
+    pub file: PathBuf,
+    /// Target topic (default: each message's recorded topic).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Messages per second (default: as fast as the broker takes them).
+    #[arg(long, value_name = "N", conflicts_with = "speed")]
+    pub rate: Option<f64>,
+    /// Keep the recorded pace, from the messages' timestamps, sped up X
+    /// times (1 = as recorded, 10 = ten times faster).
+    #[arg(long, value_name = "X")]
+    pub speed: Option<f64>,
+    /// Send each message to its recorded partition instead of by key.
+    #[arg(long)]
+    pub keep_partitions: bool,
+}
+
+/// The flags of `hintstream eval`.
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// Failed trajectories: a `hintstream record` file (or plain JSONL).
+    #[arg(long, value_name = "FILE")]
+    pub input: PathBuf,
+    /// Recorded scored rollouts of the same run (a `record` file of
+    /// rl.rollouts.scored, or JSONL rows): adds hint success rates per
+    /// category and signal rescued per step, computed by stage 2.
+    #[arg(long, value_name = "FILE")]
+    pub scored: Option<PathBuf>,
+    /// Output folder (created when missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The cassette file [default: OUT/cassette.jsonl]. Without
+    /// --playback it is rewritten with this run's exchanges.
+    #[arg(long, value_name = "FILE")]
+    pub cassette: Option<PathBuf>,
+    /// Answer LLM requests from the cassette; requests it lacks go to the
+    /// API and are added to it.
+    #[arg(long)]
+    pub playback: bool,
+    /// With --playback: a request the cassette lacks is an error, and no
+    /// request reaches the API.
+    #[arg(long, requires = "playback")]
+    pub strict: bool,
+}
+
+/// The flags of `hintstream advantages compute`.
+#[derive(Debug, Clone, Args)]
+pub struct ComputeArgs {
+    #[arg(long, value_name = "FILE")]
+    pub input: PathBuf,
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Added to the std before dividing [default: normalize.epsilon].
+    #[arg(long)]
+    pub epsilon: Option<f64>,
+    /// Centre only: A = s − mean.
+    #[arg(long)]
+    pub no_norm_by_std: bool,
+    /// The advantage estimator [default: normalize.estimator].
+    #[arg(long, value_enum)]
+    pub estimator: Option<crate::normalize::Estimator>,
+    /// Where to compute [default: normalize.device].
+    #[arg(long, value_enum)]
+    pub device: Option<crate::normalize::Device>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -257,7 +276,7 @@ impl Cli {
     /// Loads the configuration with this command line's flags applied last.
     /// Only `eval` takes several `--config` (see [`Cli::load_configs`]).
     pub fn load_config(&self) -> Result<Config, ConfigError> {
-        if self.global.config.len() > 1 && !matches!(self.command, Command::Eval { .. }) {
+        if self.global.config.len() > 1 && !matches!(self.command, Command::Eval(_)) {
             return Err(ConfigError::Invalid(
                 "--config was given more than once; only `eval` compares several configs".into(),
             ));
@@ -279,15 +298,103 @@ impl Cli {
     }
 
     fn load_one(&self, file: Option<&std::path::Path>) -> Result<Config, ConfigError> {
+        Config::load(file, &self.overrides())
+    }
+
+    /// The settings this command line's flags give.
+    fn overrides(&self) -> Overrides {
         let settings = match &self.command {
             Command::Advantages { stage, .. } => stage.overrides("advantages"),
             Command::Hints { stage } => stage.overrides("hints"),
             _ => vec![],
         };
-        let overrides = Overrides {
+        Overrides {
             bootstrap_servers: self.global.bootstrap_servers.clone(),
             settings,
-        };
-        Config::load(file, &overrides)
+        }
+    }
+
+    /// Whether `--bootstrap-servers` or the environment names the brokers.
+    pub fn names_brokers(&self) -> bool {
+        self.overrides().names_brokers()
+    }
+}
+
+impl Command {
+    /// The service its logs and exported spans are attributed to.
+    pub fn service_name(&self) -> &'static str {
+        match self {
+            Command::Hints { .. } => "hintstream-hints",
+            Command::Advantages { action: None, .. } => "hintstream-advantages",
+            _ => "hintstream",
+        }
+    }
+
+    /// The log filter when RUST_LOG is not set. The quick start prints its
+    /// own story, so it keeps the stages' logs to warnings.
+    pub fn default_log_level(&self) -> &'static str {
+        if matches!(self, Command::Quickstart { .. }) {
+            "warn"
+        } else {
+            "info,rdkafka=warn"
+        }
+    }
+}
+
+impl RecordArgs {
+    /// What to record, and whether to draw a progress bar.
+    pub fn options(&self, progress: bool) -> RecordOptions {
+        RecordOptions {
+            topic: self.topic.clone(),
+            max_messages: self.max_messages,
+            idle_timeout: std::time::Duration::from_secs(self.idle_timeout_secs),
+            progress,
+        }
+    }
+}
+
+impl ReplayArgs {
+    /// How to replay, and whether to draw a progress bar; checked by
+    /// [`ReplayOptions::check`].
+    pub fn options(&self, progress: bool) -> ReplayOptions {
+        ReplayOptions {
+            topic: self.topic.clone(),
+            rate: self.rate,
+            speed: self.speed,
+            keep_partitions: self.keep_partitions,
+            progress,
+        }
+    }
+}
+
+impl EvalArgs {
+    /// The files, the cassette mode `--playback [--strict]` asks for, and
+    /// whether to draw a progress bar.
+    pub fn options(&self, progress: bool) -> EvalOptions {
+        EvalOptions {
+            input: self.input.clone(),
+            scored: self.scored.clone(),
+            out: self.out.clone(),
+            cassette: self.cassette.clone(),
+            mode: match (self.playback, self.strict) {
+                (false, _) => CassetteMode::Record,
+                (true, false) => CassetteMode::Playback,
+                (true, true) => CassetteMode::Strict,
+            },
+            progress,
+        }
+    }
+}
+
+impl ComputeArgs {
+    /// The flags over `[normalize]`, applied by
+    /// [`NormalizeConfig::with_flags`](crate::config::NormalizeConfig::with_flags).
+    pub fn flags(&self) -> NormalizeFlags {
+        NormalizeFlags {
+            epsilon: self.epsilon,
+            no_norm_by_std: self.no_norm_by_std,
+            estimator: self.estimator,
+            device: self.device,
+        }
     }
 }

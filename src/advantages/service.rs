@@ -20,7 +20,7 @@ use super::assemble::{Outcome, PendingStep, StepAssembler};
 use super::compute::{advantages_batch, compute_step};
 use super::decode::{decode_scored, ScoredInput};
 use super::metrics::AdvantageMetrics;
-use super::step_metrics::step_metrics;
+use super::step_metrics::{step_metrics, MetricOptions};
 use crate::batch::chunk::{chunk_header_values, encode_chunks, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER};
 use crate::batch::ARROW_STREAM_CONTENT_TYPE;
 use crate::config::Config;
@@ -219,7 +219,7 @@ impl Shared {
             let chunks = advantages_batch(&result.rows, &result.advantages)
                 .map_err(|e| e.to_string())
                 .and_then(|batch| encode_chunks(&batch, payload_bytes).map_err(|e| e.to_string()));
-            let mut metrics = step_metrics(&result.rows, &result.advantages, &stage.metric_options());
+            let mut metrics = step_metrics(&result.rows, &result.advantages, &MetricOptions::from(&stage));
             metrics.insert("step".into(), step_no as f64);
             metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
             (result, chunks, metrics)

@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::batch::ScoredRows;
+use crate::config::AdvantagesConfig;
 use crate::messages::HintCategory;
 use crate::normalize::{Advantages, EXTREME_ADVANTAGE};
 
@@ -60,6 +61,18 @@ pub struct MetricOptions<'a> {
     /// The n of `reward/avg_pass_at_<n>` (the trainer's samples per
     /// prompt); `None` = the largest raw group of the step.
     pub samples_per_prompt: Option<u32>,
+}
+
+impl<'a> From<&'a AdvantagesConfig> for MetricOptions<'a> {
+    /// The metrics `[advantages]` asks for (`samples_per_prompt = 0`: the
+    /// largest raw group).
+    fn from(config: &'a AdvantagesConfig) -> Self {
+        MetricOptions {
+            success_threshold: config.success_threshold,
+            pass_at_k: &config.pass_at_k,
+            samples_per_prompt: (config.samples_per_prompt > 0).then_some(config.samples_per_prompt),
+        }
+    }
 }
 
 /// Computes the step's metrics (see the module docs for each one).

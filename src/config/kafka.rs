@@ -1,12 +1,23 @@
 //! The `[kafka]` section: librdkafka properties passed through to every
 //! client, with optional `[kafka.consumer]` and `[kafka.producer]` tables for
 //! one client kind only. Values may be TOML strings, integers, floats or
-//! booleans; librdkafka gets them as strings.
+//! booleans; librdkafka gets them as strings. The two properties other
+//! settings are checked against, `session.timeout.ms` and the producers'
+//! `message.max.bytes`, are read here.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use super::error::{invalid, ConfigError};
+
+/// librdkafka's default `message.max.bytes`, when `[kafka]` does not set it.
+pub const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
+/// librdkafka's default `session.timeout.ms`, when `[kafka]` does not set it.
+const LIBRDKAFKA_SESSION_TIMEOUT_MS: u64 = 45_000;
+/// librdkafka's range of `session.timeout.ms`.
+const SESSION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=3_600_000;
 
 /// One property value, as TOML wrote it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +117,49 @@ impl KafkaConfig {
             .chain(own.into_iter().flatten())
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect()
+    }
+
+    /// The properties other settings are checked against must be numbers
+    /// in librdkafka's range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.session_timeout_ms()?;
+        self.producer_message_max_bytes()?;
+        Ok(())
+    }
+
+    /// The consumers' `session.timeout.ms`, which a stage's drain must stay
+    /// under.
+    pub fn session_timeout_ms(&self) -> Result<u64, ConfigError> {
+        let session_ms: u64 = match self.get(ClientKind::Consumer, "session.timeout.ms") {
+            Some(v) => v.parse().map_err(|_| {
+                ConfigError::Invalid(format!("kafka.\"session.timeout.ms\" = {v:?} is not a number"))
+            })?,
+            None => LIBRDKAFKA_SESSION_TIMEOUT_MS,
+        };
+        if !SESSION_TIMEOUT_MS_RANGE.contains(&session_ms) {
+            return invalid(format!(
+                "kafka.\"session.timeout.ms\" = {session_ms} must be within 1..=3600000 (librdkafka's range)"
+            ));
+        }
+        Ok(session_ms)
+    }
+
+    /// The producers' `message.max.bytes` and the table that sets it
+    /// (`kafka.producer` or `kafka`: the producer's own table wins, as
+    /// librdkafka gets them); `None` when neither does.
+    pub fn producer_message_max_bytes(&self) -> Result<Option<(u64, &'static str)>, ConfigError> {
+        let Some(v) = self.get(ClientKind::Producer, "message.max.bytes") else {
+            return Ok(None);
+        };
+        let table = if self.producer.contains_key("message.max.bytes") {
+            "kafka.producer"
+        } else {
+            "kafka"
+        };
+        let max: u64 = v.trim().parse().map_err(|_| {
+            ConfigError::Invalid(format!("{table}.\"message.max.bytes\" = {v:?} is not a number"))
+        })?;
+        Ok(Some((max, table)))
     }
 }
 

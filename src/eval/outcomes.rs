@@ -8,7 +8,7 @@ use super::input::read_scored;
 use super::report::{outcomes_by_category, Outcomes, StepOutcome};
 use super::EvalError;
 use crate::advantages::compute_step;
-use crate::advantages::step_metrics::step_metrics;
+use crate::advantages::step_metrics::{step_metrics, MetricOptions};
 use crate::config::Config;
 
 /// Stage 2's computation and step metrics over recorded scored rollouts.
@@ -28,7 +28,7 @@ pub(super) fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalErro
         let metrics = step_metrics(
             &result.rows,
             &result.advantages,
-            &config.advantages.metric_options(),
+            &MetricOptions::from(&config.advantages),
         );
         steps.push(StepOutcome {
             run_id,

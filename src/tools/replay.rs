@@ -32,6 +32,8 @@ pub enum ReplayError {
     },
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
+    #[error("--speed must be a number > 0")]
+    Speed,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -45,6 +47,17 @@ pub struct ReplayOptions {
     /// Send each message to its recorded partition instead of by key.
     pub keep_partitions: bool,
     pub progress: bool,
+}
+
+impl ReplayOptions {
+    /// Refuses options `hintstream replay` cannot honour: a `speed` that is
+    /// not a finite number > 0 (which [`replay`] would ignore).
+    pub fn check(&self) -> Result<(), ReplayError> {
+        match self.speed {
+            Some(x) if !(x.is_finite() && x > 0.0) => Err(ReplayError::Speed),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Reads every line first (so a bad file fails before anything is sent), then

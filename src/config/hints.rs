@@ -1,0 +1,119 @@
+//! The `[hints]` section: stage 1, `hintstream hints`: the common stage
+//! settings, how long a group waits, which groups get a hint, and the hint
+//! cache.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{invalid, ConfigError};
+use super::stage::{deny_unknown, StageConfig, UnknownKeys};
+use super::topics;
+
+/// The longest `hints.cache_ttl_secs` accepted (30 days): beyond it the
+/// value is a typo, and exits 2 instead of failing at start-up.
+pub const MAX_CACHE_TTL_SECS: u64 = 30 * 24 * 3600;
+
+/// Stage 1's default byte bound: 2,000 groups' worth of typical (~250 KB)
+/// trajectories, a small share of a 24 GiB machine.
+pub const DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES: u64 = 512 * 1024 * 1024;
+
+/// Stage 1's section: the common stage settings plus its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HintsConfig {
+    #[serde(flatten)]
+    pub stage: StageConfig,
+    /// How long a group waits for its `group_size` trajectories (ms).
+    pub group_wait_ms: u64,
+    /// A group whose best reward is above this gets no LLM call and no hint
+    /// (the reference trainer's `hint_reward_threshold`): it did not fail.
+    pub reward_threshold: f64,
+    /// How long a published hint is kept to answer a redelivered or late
+    /// member of its group without an LLM call (seconds).
+    pub cache_ttl_secs: u64,
+    /// Bytes of hints kept for that; the oldest go first.
+    pub cache_max_bytes: u64,
+    #[serde(flatten)]
+    unknown: UnknownKeys,
+}
+
+/// Reads the failed trajectories, writes hints, serves metrics on 9464.
+fn default_stage() -> StageConfig {
+    StageConfig::new(
+        "hintstream-hints",
+        &topics::default_failed(),
+        &topics::default_hints(),
+        "127.0.0.1:9464",
+        DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES,
+    )
+}
+
+fn default_group_wait_ms() -> u64 {
+    2000
+}
+
+fn default_reward_threshold() -> f64 {
+    0.0
+}
+
+fn default_cache_ttl_secs() -> u64 {
+    3600
+}
+
+fn default_cache_max_bytes() -> u64 {
+    64 * 1024 * 1024
+}
+
+impl Default for HintsConfig {
+    fn default() -> Self {
+        HintsConfig {
+            stage: default_stage(),
+            group_wait_ms: default_group_wait_ms(),
+            reward_threshold: default_reward_threshold(),
+            cache_ttl_secs: default_cache_ttl_secs(),
+            cache_max_bytes: default_cache_max_bytes(),
+            unknown: UnknownKeys::new(),
+        }
+    }
+}
+
+impl HintsConfig {
+    /// The section's rules; `session_ms` as for [`StageConfig::validate`].
+    pub fn validate(&self, session_ms: u64) -> Result<(), ConfigError> {
+        if !self.reward_threshold.is_finite() {
+            return invalid("hints.reward_threshold must be finite");
+        }
+        if !(1..=MAX_CACHE_TTL_SECS).contains(&self.cache_ttl_secs) {
+            return invalid(format!(
+                "hints.cache_ttl_secs = {} must be within 1..={MAX_CACHE_TTL_SECS} (30 days)",
+                self.cache_ttl_secs
+            ));
+        }
+        deny_unknown("hints", &self.unknown)?;
+        self.stage.validate("hints", session_ms)
+    }
+}
+
+impl std::ops::Deref for HintsConfig {
+    type Target = StageConfig;
+    fn deref(&self) -> &StageConfig {
+        &self.stage
+    }
+}
+
+impl std::ops::DerefMut for HintsConfig {
+    fn deref_mut(&mut self) -> &mut StageConfig {
+        &mut self.stage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn rejects_drain_longer_than_session() {
+        let mut config = Config::default();
+        config.hints.drain_timeout_secs = 60;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("session.timeout.ms"), "{err}");
+    }
+}

@@ -1,0 +1,201 @@
+//! The `[llm]` section: which model API stage 1 calls, its model chain, its
+//! time, rate and spend bounds, and the prices that spend is counted in.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{invalid, non_negative, ConfigError};
+
+/// Which model API stage 1 calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmProvider {
+    /// Anthropic when ANTHROPIC_API_KEY is set, else OpenRouter when
+    /// OPENROUTER_API_KEY is, else an OpenAI-compatible server when
+    /// OPENAI_API_KEY or OPENAI_BASE_URL is set, else static hints. Model ids
+    /// may name their API litellm-style: `openrouter/anthropic/claude-sonnet-4`,
+    /// `anthropic/claude-...`, `openai/gpt-...`.
+    #[default]
+    Auto,
+    Anthropic,
+    Openai,
+    /// OpenRouter's OpenAI-compatible API (OPENROUTER_API_KEY).
+    Openrouter,
+    /// Static hints only.
+    None,
+}
+
+/// The longest `llm.timeout_secs` accepted: one hint may not hold its group
+/// (and its offsets) longer than this.
+pub const MAX_LLM_TIMEOUT_SECS: f64 = 600.0;
+
+/// The most `llm.concurrency` accepted: beyond it the value is a typo, and
+/// exits 2 instead of failing at start-up.
+pub const MAX_LLM_CONCURRENCY: usize = 10_000;
+
+/// The default `llm.requests_per_minute`: above what 20 concurrent calls of
+/// a few seconds each make (~300/min), so it never slows a healthy stage, and
+/// low enough that a flood of input cannot buy unlimited calls.
+pub const DEFAULT_REQUESTS_PER_MINUTE: u32 = 600;
+
+/// Which model API stage 1 calls and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    pub provider: LlmProvider,
+    /// The model fallback chain, tried in order; empty = the provider's
+    /// default (`claude-sonnet-4-20250514`, or `gpt-4o-mini`). After the last
+    /// model fails, the static hint is used.
+    pub models: Vec<String>,
+    /// API base URL; empty = ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the
+    /// official endpoint.
+    pub base_url: String,
+    pub max_tokens: u32,
+    pub temperature: f64,
+    /// Time budget of one hint, all retries and models included (seconds).
+    pub timeout_secs: f64,
+    /// LLM calls in flight at once.
+    pub concurrency: usize,
+    /// Retries of one model on 429/529/5xx/timeouts/broken connections.
+    pub max_retries: u32,
+    /// Requests per minute (0 = no limit). The default caps what a flood of
+    /// input can buy at 600 calls a minute.
+    pub requests_per_minute: u32,
+    /// Tokens per minute, input + output, from the real `usage` (0 = no limit).
+    pub tokens_per_minute: u32,
+    /// Dollars of LLM calls per rolling hour (0 = no budget). When spent,
+    /// hints are static with `failure_reason = "budget_exhausted"` until
+    /// older spend leaves the window.
+    pub budget_usd_per_hour: f64,
+    /// Tokens (input + output) per rolling hour (0 = no budget).
+    pub budget_tokens_per_hour: u64,
+    /// Dollars per million input / output tokens, by model.
+    pub prices: BTreeMap<String, ModelPrice>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+fn default_max_tokens() -> u32 {
+    300
+}
+
+fn default_temperature() -> f64 {
+    0.3
+}
+
+fn default_timeout_secs() -> f64 {
+    30.0
+}
+
+fn default_concurrency() -> usize {
+    20
+}
+
+fn default_max_retries() -> u32 {
+    4
+}
+
+/// The list prices of the default models and of the reference trainer's.
+fn default_prices() -> BTreeMap<String, ModelPrice> {
+    let price = |input_per_mtok, output_per_mtok| ModelPrice {
+        input_per_mtok,
+        output_per_mtok,
+    };
+    [
+        ("claude-sonnet-4-20250514".to_string(), price(3.0, 15.0)),
+        ("claude-3-5-haiku-20241022".to_string(), price(0.8, 4.0)),
+        ("gpt-4o-mini".to_string(), price(0.15, 0.6)),
+        // The reference trainer's model, through OpenRouter.
+        (
+            "openrouter/anthropic/claude-sonnet-4".to_string(),
+            price(3.0, 15.0),
+        ),
+        ("anthropic/claude-sonnet-4".to_string(), price(3.0, 15.0)),
+    ]
+    .into_iter()
+    .collect()
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            provider: LlmProvider::Auto,
+            models: vec![],
+            base_url: String::new(),
+            max_tokens: default_max_tokens(),
+            temperature: default_temperature(),
+            timeout_secs: default_timeout_secs(),
+            concurrency: default_concurrency(),
+            max_retries: default_max_retries(),
+            requests_per_minute: DEFAULT_REQUESTS_PER_MINUTE,
+            tokens_per_minute: 0,
+            budget_usd_per_hour: 0.0,
+            budget_tokens_per_hour: 0,
+            prices: default_prices(),
+        }
+    }
+}
+
+impl LlmConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_calls()?;
+        self.validate_spend()
+    }
+
+    /// The bounds of one call and of the calls in flight.
+    fn validate_calls(&self) -> Result<(), ConfigError> {
+        let timeout = self.timeout_secs;
+        if !(timeout.is_finite() && timeout > 0.0 && timeout <= MAX_LLM_TIMEOUT_SECS) {
+            return invalid(format!(
+                "llm.timeout_secs = {timeout} must be within 0 < t <= {MAX_LLM_TIMEOUT_SECS} seconds"
+            ));
+        }
+        if self.concurrency == 0 || self.max_tokens == 0 {
+            return invalid("llm.concurrency and llm.max_tokens must be > 0");
+        }
+        if self.concurrency > MAX_LLM_CONCURRENCY {
+            return invalid(format!(
+                "llm.concurrency = {} is over {MAX_LLM_CONCURRENCY}",
+                self.concurrency
+            ));
+        }
+        if !(0.0..=2.0).contains(&self.temperature) {
+            return invalid(format!(
+                "llm.temperature {} must be within 0..=2",
+                self.temperature
+            ));
+        }
+        Ok(())
+    }
+
+    /// The budget, and the prices it is counted in.
+    fn validate_spend(&self) -> Result<(), ConfigError> {
+        if !non_negative(self.budget_usd_per_hour) {
+            return invalid(format!(
+                "llm.budget_usd_per_hour = {} must be a finite number >= 0 (0 = no budget)",
+                self.budget_usd_per_hour
+            ));
+        }
+        if self.budget_usd_per_hour > 0.0 {
+            if let Some(model) = self.models.iter().find(|m| !self.prices.contains_key(*m)) {
+                return invalid(format!(
+                    "llm.budget_usd_per_hour is set, but model {model:?} has no price in [llm.prices]: \
+                     its calls would cost $0 against the budget. Add llm.prices.\"{model}\" = \
+                     {{ input_per_mtok = ..., output_per_mtok = ... }}"
+                ));
+            }
+        }
+        for (model, price) in &self.prices {
+            if !(non_negative(price.input_per_mtok) && non_negative(price.output_per_mtok)) {
+                return invalid(format!("llm.prices.\"{model}\" must have finite prices >= 0"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,147 @@
+//! What `[hints]` and `[advantages]` have in common: where a stage reads,
+//! writes and reports, and how much it holds at once.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{invalid, ConfigError};
+
+/// The most `max_in_flight` accepted: beyond it the value is a typo, and
+/// exits 2 instead of failing at start-up.
+pub const MAX_IN_FLIGHT_MESSAGES: usize = 100_000_000;
+/// The most `max_in_flight_bytes` accepted (1 TiB), for the same reason.
+pub const MAX_IN_FLIGHT_BYTES: u64 = 1 << 40;
+
+/// What each stage has in common: where it reads, writes and reports, and
+/// its bounds. (No `deny_unknown_fields` here: it is flattened into each
+/// stage's section, which reports unknown keys itself.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageConfig {
+    /// Consumer group; processes with the same id share the partitions.
+    pub group_id: String,
+    pub input_topic: String,
+    pub output_topic: String,
+    /// Dead-letter topic for input that can never be processed.
+    pub dlq_topic: String,
+    /// Prometheus endpoint `HOST:PORT`; port 0 picks a free port and logs it.
+    pub metrics_addr: String,
+    /// Messages taken off Kafka but not yet finished; intake pauses at this
+    /// bound, which also bounds redelivery after a crash.
+    pub max_in_flight: usize,
+    /// Bytes of messages held at once. Stage 1 pauses intake at this bound;
+    /// stage 2 dead-letters the oldest incomplete step (`step_evicted`) to
+    /// stay under it.
+    pub max_in_flight_bytes: u64,
+    /// On SIGTERM/SIGINT, and when partitions are revoked, how long in-flight
+    /// work may take to finish and commit before it is dropped uncommitted.
+    pub drain_timeout_secs: u64,
+}
+
+/// Keys a stage section does not know, collected so that `validate` can name
+/// them (serde cannot deny unknown fields next to a flattened struct).
+pub(super) type UnknownKeys = BTreeMap<String, serde_json::Value>;
+
+fn default_max_in_flight() -> usize {
+    1000
+}
+
+fn default_drain_timeout_secs() -> u64 {
+    20
+}
+
+impl StageConfig {
+    /// A stage reading `input` (dead letters to `<input>.dlq`) and writing
+    /// `output`, with the common defaults.
+    pub(super) fn new(
+        group_id: &str,
+        input: &str,
+        output: &str,
+        metrics_addr: &str,
+        max_in_flight_bytes: u64,
+    ) -> Self {
+        StageConfig {
+            group_id: group_id.into(),
+            input_topic: input.into(),
+            output_topic: output.into(),
+            dlq_topic: format!("{input}.dlq"),
+            metrics_addr: metrics_addr.into(),
+            max_in_flight: default_max_in_flight(),
+            max_in_flight_bytes,
+            drain_timeout_secs: default_drain_timeout_secs(),
+        }
+    }
+
+    /// `max_in_flight_bytes` as a usize (saturating on 32-bit targets).
+    pub fn max_in_flight_bytes(&self) -> usize {
+        usize::try_from(self.max_in_flight_bytes).unwrap_or(usize::MAX)
+    }
+
+    /// The parsed metrics address.
+    pub fn metrics_socket(&self) -> Result<SocketAddr, ConfigError> {
+        self.metrics_addr.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "metrics_addr {:?} is not HOST:PORT with a numeric host (for example 127.0.0.1:9464; port 0 picks a free one)",
+                self.metrics_addr
+            ))
+        })
+    }
+
+    /// The rules of section `[name]`; `session_ms` is the consumers'
+    /// `session.timeout.ms`, which a drain must stay under.
+    pub fn validate(&self, name: &str, session_ms: u64) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("input_topic", &self.input_topic),
+            ("output_topic", &self.output_topic),
+            ("dlq_topic", &self.dlq_topic),
+            ("group_id", &self.group_id),
+        ] {
+            if value.trim().is_empty() {
+                return invalid(format!("{name}.{key} is empty"));
+            }
+        }
+        if self.input_topic == self.dlq_topic || self.input_topic == self.output_topic {
+            return invalid(format!(
+                "{name}: input_topic {:?} must differ from output_topic and dlq_topic",
+                self.input_topic
+            ));
+        }
+        self.validate_bounds(name)?;
+        let drain_ms = self.drain_timeout_secs.saturating_mul(1000);
+        if drain_ms >= session_ms {
+            return invalid(format!(
+                "{name}.drain_timeout_secs ({}s) must be shorter than kafka.\"session.timeout.ms\" ({session_ms} ms), or the group evicts the member while it drains",
+                self.drain_timeout_secs
+            ));
+        }
+        self.metrics_socket().map(drop)
+    }
+
+    /// What the stage may hold at once.
+    fn validate_bounds(&self, name: &str) -> Result<(), ConfigError> {
+        if !(1..=MAX_IN_FLIGHT_MESSAGES).contains(&self.max_in_flight) {
+            return invalid(format!(
+                "{name}.max_in_flight = {} must be within 1..={MAX_IN_FLIGHT_MESSAGES}",
+                self.max_in_flight
+            ));
+        }
+        if !(1..=MAX_IN_FLIGHT_BYTES).contains(&self.max_in_flight_bytes) {
+            return invalid(format!(
+                "{name}.max_in_flight_bytes = {} must be within 1..={MAX_IN_FLIGHT_BYTES} (1 TiB)",
+                self.max_in_flight_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Names the first key of `[name]` that no field took.
+pub(super) fn deny_unknown(name: &str, unknown: &UnknownKeys) -> Result<(), ConfigError> {
+    match unknown.keys().next() {
+        Some(key) => invalid(format!(
+            "unknown key `{name}.{key}`; see hintstream.example.toml for the keys of [{name}]"
+        )),
+        None => Ok(()),
+    }
+}
