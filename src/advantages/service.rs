@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use super::assemble::{Outcome, PendingStep, StepAssembler};
+use super::assemble::{PendingStep, StepAssembler, StepStatus};
 use super::compute::{advantages_batch, compute_step};
 use super::decode::{decode_scored, ScoredInput};
 use super::metrics::AdvantageMetrics;
@@ -72,7 +72,7 @@ fn envelope_bytes(key: &str, device: &str) -> usize {
 const PARKED_MESSAGE_OVERHEAD: usize = 1024;
 
 /// What the handler tasks, the sweeper and the revoke hook share.
-struct Shared {
+struct StepPublisher {
     assembler: Mutex<StepAssembler<Taken>>,
     producer: StageProducer,
     lifecycle: Lifecycle,
@@ -88,12 +88,12 @@ struct Shared {
 
 /// What adding one message to its step led to.
 struct Assembled {
-    outcome: Outcome<Taken>,
+    status: StepStatus<Taken>,
     /// Older incomplete steps evicted to stay under the byte bound.
     evicted: Vec<PendingStep<Taken>>,
 }
 
-impl Shared {
+impl StepPublisher {
     fn assembler(&self) -> MutexGuard<'_, StepAssembler<Taken>> {
         // The assembler's maps stay consistent across a panic in a caller
         // (each method completes its change before returning).
@@ -113,7 +113,7 @@ impl Shared {
         let bytes = message.footprint() + PARKED_MESSAGE_OVERHEAD;
         let mut assembler = self.assembler();
         let now = Instant::now();
-        let outcome = match input {
+        let status = match input {
             ScoredInput::Rows(rows) => assembler.add_rows(rows, position, message, bytes, now),
             ScoredInput::End { run_id, step, count } => {
                 assembler.end(&run_id, step, count, (position.0, message, bytes), now)
@@ -121,10 +121,10 @@ impl Shared {
         };
         let evicted = assembler.evict_over(self.max_bytes);
         self.update_pending(&assembler);
-        Assembled { outcome, evicted }
+        Assembled { status, evicted }
     }
 
-    /// Publishes or dead-letters what [`Shared::assemble`] completed. Steps
+    /// Publishes or dead-letters what [`StepPublisher::assemble`] completed. Steps
     /// dead-lettered because of this message (evicted, overfull, mixed) are
     /// sent by a task of their own: their messages may sit on partitions
     /// other than this message's, whose revoke must not cancel them.
@@ -141,9 +141,9 @@ impl Shared {
             );
             self.clone().dead_letter_detached(step, "step_evicted", reason);
         }
-        match assembled.outcome {
-            Outcome::Pending => {}
-            Outcome::Complete(step) => {
+        match assembled.status {
+            StepStatus::Pending => {}
+            StepStatus::Complete(step) => {
                 let (span, input) = super::trace::step_span(&step);
                 let publish = self.publish(step).instrument(span);
                 match input {
@@ -151,7 +151,7 @@ impl Shared {
                     None => publish.await,
                 }
             }
-            Outcome::Overfull(step) => {
+            StepStatus::Overfull(step) => {
                 let reason = format!(
                     "step {}/{} has {} distinct rows, more than its step_end count {}",
                     step.run_id,
@@ -161,7 +161,7 @@ impl Shared {
                 );
                 self.clone().dead_letter_detached(step, "step_overfull", reason);
             }
-            Outcome::MixedPartitions(step) => {
+            StepStatus::MixedPartitions(step) => {
                 let reason = format!(
                     "the messages of step {}/{} came from more than one partition: produce every row and the \
                      step_end of a step with the key run_id/step (`{}`), so that one worker gathers it",
@@ -374,7 +374,7 @@ impl Shared {
 pub struct AdvantageStage {
     config: Config,
     shell: StageShell,
-    shared: Arc<Shared>,
+    shared: Arc<StepPublisher>,
     pub metrics_addr: SocketAddr,
 }
 
@@ -393,7 +393,7 @@ impl AdvantageStage {
         .await?;
         let metrics = AdvantageMetrics::register(&mut shell.registry);
         let metrics_addr = shell.serve_metrics().await?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(StepPublisher {
             assembler: Mutex::new(StepAssembler::new()),
             producer: shell.producer.clone(),
             lifecycle: shell.lifecycle(),

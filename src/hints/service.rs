@@ -67,7 +67,7 @@ fn on_partitions(key: &str, partitions: &[i32]) -> bool {
         .is_some_and(|p| partitions.contains(&p))
 }
 
-struct Shared {
+struct GroupHinter {
     groups: Mutex<Groups<Member>>,
     synth: Synthesizer,
     cache: HintCache,
@@ -85,7 +85,7 @@ struct Shared {
 /// the members are dropped with it (abandoned: redelivered to the next
 /// owner) instead of waiting in the map forever.
 struct LeaderGuard<'a> {
-    shared: &'a Shared,
+    shared: &'a GroupHinter,
     key: &'a str,
     armed: bool,
 }
@@ -100,7 +100,7 @@ impl Drop for LeaderGuard<'_> {
     }
 }
 
-impl Shared {
+impl GroupHinter {
     fn groups(&self) -> MutexGuard<'_, Groups<Member>> {
         // Groups' methods complete their change before returning, so a
         // poisoned lock holds consistent data.
@@ -289,7 +289,7 @@ fn hint_span(group_key: &str, members: &[Taken]) -> tracing::Span {
 
 /// Probes the LLM provider until it answers (readiness), at growing
 /// intervals; stops once it did or the stage is gone.
-async fn probe_llm(shared: std::sync::Weak<Shared>) {
+async fn probe_llm(shared: std::sync::Weak<GroupHinter>) {
     let mut pause = Duration::from_secs(2);
     loop {
         let Some(s) = shared.upgrade() else {
@@ -308,7 +308,7 @@ async fn probe_llm(shared: std::sync::Weak<Shared>) {
 pub struct HintStage {
     config: Config,
     shell: StageShell,
-    shared: Arc<Shared>,
+    shared: Arc<GroupHinter>,
     pub metrics_addr: SocketAddr,
 }
 
@@ -337,7 +337,7 @@ impl HintStage {
         }
         let metrics_addr = shell.serve_metrics().await?;
         let hints = &config.hints;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(GroupHinter {
             groups: Mutex::new(Groups::default()),
             synth,
             cache: HintCache::new(hints.cache_max_bytes, Duration::from_secs(hints.cache_ttl_secs)),
