@@ -25,9 +25,11 @@ use crate::batch::chunk::{chunk_header_values, encode_chunks, CHUNKS_HEADER, CHU
 use crate::batch::ARROW_STREAM_CONTENT_TYPE;
 use crate::config::Config;
 use crate::kafka::produce::headers;
-use crate::kafka::StageProducer;
-use crate::kafka::{send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, Taken, Work};
-use crate::messages::step_key;
+use crate::kafka::{
+    send, Lifecycle, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage,
+    StageProducer, Taken, Work,
+};
+use crate::messages::{step_key, DecodeLimits};
 use crate::normalize::{AdvantageOptions, Device, Ran};
 use crate::stage::{StageError, StageShell};
 
@@ -71,7 +73,9 @@ fn envelope_bytes(key: &str, device: &str) -> usize {
 /// ~460 bytes counted without it.
 const PARKED_MESSAGE_OVERHEAD: usize = 1024;
 
-/// What the handler tasks, the sweeper and the revoke hook share.
+/// Stage 2's state, which the handler tasks, the sweeper and the revoke
+/// share: the step assembler with the messages of pending steps, and what
+/// computing and publishing a complete step needs.
 struct StepPublisher {
     assembler: Mutex<StepAssembler<Taken>>,
     producer: StageProducer,
@@ -81,6 +85,7 @@ struct StepPublisher {
     options: AdvantageOptions,
     device: Device,
     stage: crate::config::AdvantagesConfig,
+    limits: DecodeLimits,
     step_timeout: Duration,
     max_bytes: usize,
     metrics: AdvantageMetrics,
@@ -369,12 +374,41 @@ impl StepPublisher {
     }
 }
 
+impl Stage for StepPublisher {
+    type Input = ScoredInput;
+    const PARKS: Parked = Parked::PendingSteps;
+
+    fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
+        decode_scored(payload, meta, self.limits)
+    }
+
+    fn handle(self: &Arc<Self>, work: Work<ScoredInput>) -> impl Future<Output = ()> + Send + 'static {
+        // Assembly here, in message order; the slow part in a task.
+        let assembled = self.assemble(work);
+        self.clone().settle(assembled)
+    }
+
+    /// A revoked partition's pending steps can never complete here: let
+    /// them go (uncommitted; the new owner gathers them again).
+    fn on_revoke(&self, partitions: &[Partition]) -> usize {
+        let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
+        let released = {
+            let mut assembler = self.assembler();
+            let released = assembler.release(&numbers);
+            self.update_pending(&assembler);
+            released
+        };
+        // Dropped outside the lock.
+        released.len()
+    }
+}
+
 /// A built stage 2: topics checked, clients created, metrics endpoint
 /// listening.
 pub struct AdvantageStage {
     config: Config,
     shell: StageShell,
-    shared: Arc<StepPublisher>,
+    publisher: Arc<StepPublisher>,
     pub metrics_addr: SocketAddr,
 }
 
@@ -393,7 +427,7 @@ impl AdvantageStage {
         .await?;
         let metrics = AdvantageMetrics::register(&mut shell.registry);
         let metrics_addr = shell.serve_metrics().await?;
-        let shared = Arc::new(StepPublisher {
+        let publisher = Arc::new(StepPublisher {
             assembler: Mutex::new(StepAssembler::new()),
             producer: shell.producer.clone(),
             lifecycle: shell.lifecycle(),
@@ -402,35 +436,15 @@ impl AdvantageStage {
             options: config.normalize.options(),
             device: config.normalize.device,
             stage: stage.clone(),
+            limits: config.decode_limits(),
             step_timeout: Duration::from_secs(stage.step_timeout_secs),
             max_bytes: stage.max_in_flight_bytes(),
             metrics,
         });
-        // A revoked partition's pending steps can never complete here: let
-        // them go (uncommitted; the new owner gathers them again).
-        let hook_shared = Arc::downgrade(&shared);
-        shell.on_revoke(Box::new(move |partitions| {
-            let Some(shared) = hook_shared.upgrade() else {
-                return;
-            };
-            let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
-            let released = {
-                let mut assembler = shared.assembler();
-                let released = assembler.release(&numbers);
-                shared.update_pending(&assembler);
-                released
-            };
-            if !released.is_empty() {
-                tracing::info!(
-                    steps = released.len(),
-                    "pending steps of revoked partitions released"
-                );
-            }
-        }));
         Ok(AdvantageStage {
             config,
             shell,
-            shared,
+            publisher,
             metrics_addr,
         })
     }
@@ -439,38 +453,25 @@ impl AdvantageStage {
     /// `RunSummary::failure`), then drains and commits.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> RunSummary {
         let stage = &self.config.advantages;
-        let sweeper_shared = self.shared.clone();
+        let sweeping = self.publisher.clone();
         let sweep_every =
-            (self.shared.step_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+            (self.publisher.step_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
         let sweeper = tokio::spawn(
             async move {
                 let mut tick = tokio::time::interval(sweep_every);
                 loop {
                     tick.tick().await;
-                    sweeper_shared.sweep().await;
+                    sweeping.sweep().await;
                 }
             }
             .in_current_span(),
         );
-        let limits = self.config.decode_limits();
-        let shared = self.shared.clone();
         tracing::info!(
             input = %stage.input_topic, output = %stage.output_topic, group = %stage.group_id,
-            device = ?self.shared.device, cuda = crate::normalize::cuda_available(),
+            device = ?self.publisher.device, cuda = crate::normalize::cuda_available(),
             "advantage stage running"
         );
-        let summary = self
-            .shell
-            .run(
-                move |bytes: &[u8], meta: &RecordMeta| decode_scored(bytes, meta, limits),
-                move |work: Work<ScoredInput>| {
-                    // Assembly here, in message order; the slow part in a task.
-                    let assembled = shared.assemble(work);
-                    shared.clone().settle(assembled)
-                },
-                shutdown,
-            )
-            .await;
+        let summary = self.shell.run(self.publisher, shutdown).await;
         sweeper.abort();
         summary
     }
