@@ -14,15 +14,21 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use arrow_schema::ArrowError;
+use rdkafka::error::KafkaError;
+use thiserror::Error;
+use tokio::task::JoinError;
 use tracing::Instrument;
 
 use super::assemble::{PendingStep, StepAssembler, StepStatus};
-use super::compute::{advantages_batch, compute_step};
+use super::compute::{advantages_batch, compute_step, ComputeError, StepResult};
 use super::decode::{decode_scored, ScoredInput};
 use super::metrics::AdvantageMetrics;
 use super::step_metrics::step_metrics;
-use crate::batch::chunk::{chunk_header_values, encode_chunks, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER};
-use crate::batch::ARROW_STREAM_CONTENT_TYPE;
+use crate::batch::chunk::{
+    chunk_header_values, encode_chunks, Chunks, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
+};
+use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::Config;
 use crate::kafka::produce::headers;
 use crate::kafka::{
@@ -96,6 +102,109 @@ struct Assembled {
     status: StepStatus<Taken>,
     /// Older incomplete steps evicted to stay under the byte bound.
     evicted: Vec<PendingStep<Taken>>,
+}
+
+/// Which step is being published, for reasons and logs.
+struct StepId {
+    run_id: String,
+    step: i64,
+}
+
+impl StepId {
+    /// `run_id/step`, as reasons name a step.
+    fn name(&self) -> String {
+        format!("{}/{}", self.run_id, self.step)
+    }
+}
+
+/// A computed step, encoded: its messages and its metrics.
+struct Encoded {
+    key: String,
+    /// Which kernel computed it (the device header).
+    device: &'static str,
+    chunks: Chunks,
+    rows: usize,
+    metrics_json: Vec<u8>,
+    /// Advantages beyond the extreme bound, for the step's counter.
+    extreme: u64,
+}
+
+/// Why a complete step was not published, each step of publishing failing
+/// its own ways: computing (`Compute`, `ComputePanicked`), encoding
+/// (`EncodeBatch`, `EncodeChunks`, `EncodePanicked`, `Oversized`), sending
+/// the chunks (`ChunkRejected`, `Stopped`), sending the metrics (`Stopped`).
+/// Its message is the dead-letter reason.
+#[derive(Debug, Error)]
+enum Unpublished {
+    #[error("computing step {step}: {source}")]
+    Compute {
+        step: String,
+        #[source]
+        source: ComputeError,
+    },
+    #[error("computing step {step} panicked: {source}")]
+    ComputePanicked {
+        step: String,
+        #[source]
+        source: JoinError,
+    },
+    #[error(transparent)]
+    EncodeBatch(BatchError),
+    #[error(transparent)]
+    EncodeChunks(ArrowError),
+    #[error("encoding step {step} panicked: {source}")]
+    EncodePanicked {
+        step: String,
+        #[source]
+        source: JoinError,
+    },
+    /// One row alone is more Arrow than a message leaves room for.
+    #[error(
+        "row {row} (trajectory_id {trajectory_id:?}) of step {step} alone takes {bytes} bytes of Arrow, more \
+         than the {room} bytes a message of advantages.max_message_bytes = {max_message_bytes} leaves for \
+         it: raise advantages.max_message_bytes (and message.max.bytes in [kafka] and max.message.bytes on \
+         {topic})"
+    )]
+    Oversized {
+        row: usize,
+        trajectory_id: String,
+        step: String,
+        bytes: usize,
+        room: usize,
+        max_message_bytes: usize,
+        topic: String,
+    },
+    #[error(
+        "the advantages of step {step} (chunk {index} of {count}, {bytes} bytes) were rejected: {source}; \
+         raise message.max.bytes in [kafka] and max.message.bytes on {topic}, or lower \
+         advantages.max_message_bytes"
+    )]
+    ChunkRejected {
+        step: String,
+        index: usize,
+        count: usize,
+        bytes: usize,
+        #[source]
+        source: KafkaError,
+        topic: String,
+    },
+    /// Shutdown's deadline passed mid-step: the step stays uncommitted and
+    /// is published whole again after a restart.
+    #[error("the drain deadline passed mid-step")]
+    Stopped,
+}
+
+impl Unpublished {
+    /// The kind its messages are dead-lettered with; `None` for `Stopped`.
+    fn dead_letter_kind(&self) -> Option<&'static str> {
+        match self {
+            Unpublished::Compute { source, .. } => Some(source.kind()),
+            Unpublished::ComputePanicked { .. } | Unpublished::EncodePanicked { .. } => Some("compute_panic"),
+            Unpublished::EncodeBatch(_) | Unpublished::EncodeChunks(_) => Some("encode"),
+            Unpublished::Oversized { .. } | Unpublished::ChunkRejected { .. } => Some("output_rejected"),
+            Unpublished::Stopped => None,
+        }
+    }
 }
 
 impl StepPublisher {
@@ -185,92 +294,150 @@ impl StepPublisher {
         tokio::spawn(async move { self.dead_letter_step(step, kind, &reason).await }.in_current_span());
     }
 
+    /// Publishes a complete step: compute, encode, send the chunks, send
+    /// the metrics, then acknowledge its messages. A failure of any of these
+    /// dead-letters the messages here, and only here (or, when shutdown's
+    /// deadline passed, leaves them uncommitted).
     async fn publish(&self, step: PendingStep<Taken>) {
-        let (run_id, step_no, duplicates) = (step.run_id.clone(), step.step, step.duplicates);
+        let id = StepId {
+            run_id: step.run_id.clone(),
+            step: step.step,
+        };
+        let duplicates = step.duplicates;
         let (rows, parked) = step.into_rows();
+        match self.compute_and_send(&id, rows, duplicates).await {
+            Ok(()) => {
+                for p in parked {
+                    p.ack();
+                }
+            }
+            Err(e) => {
+                if let Some(kind) = e.dead_letter_kind() {
+                    self.dead_letter_parked(parked, kind, &e.to_string()).await;
+                }
+            }
+        }
+    }
+
+    /// The four steps of publishing, in order: the first failure ends them.
+    async fn compute_and_send(
+        &self,
+        id: &StepId,
+        rows: ScoredRows,
+        duplicates: usize,
+    ) -> Result<(), Unpublished> {
+        let result = self.compute(id, rows).await?;
+        let encoded = self.encode(id, result, duplicates).await?;
+        self.send_chunks(id, &encoded).await?;
+        self.send_metrics(id, &encoded).await?;
+        self.metrics.step_published(encoded.rows, encoded.extreme);
+        tracing::info!(
+            run_id = %id.run_id, step = id.step, rows = encoded.rows, chunks = encoded.chunks.len(),
+            device = encoded.device, extreme = encoded.extreme, "advantages published"
+        );
+        Ok(())
+    }
+
+    /// Computes a step's advantages, off the async workers.
+    async fn compute(&self, id: &StepId, rows: ScoredRows) -> Result<StepResult, Unpublished> {
         let (options, device) = (self.options, self.device);
         let started = Instant::now();
         // Number crunching leaves the async workers.
         let span = tracing::info_span!("compute");
-        let computed =
-            tokio::task::spawn_blocking(move || span.in_scope(|| compute_step(rows, &options, device))).await;
-        let result = match computed {
-            Ok(Ok(result)) => result,
-            Ok(Err(e)) => {
-                let reason = format!("computing step {run_id}/{step_no}: {e}");
-                return self.dead_letter_parked(parked, e.kind(), &reason).await;
-            }
-            Err(e) => {
-                let reason = format!("computing step {run_id}/{step_no} panicked: {e}");
-                return self.dead_letter_parked(parked, "compute_panic", &reason).await;
-            }
-        };
+        let result =
+            tokio::task::spawn_blocking(move || span.in_scope(|| compute_step(rows, &options, device)))
+                .await
+                .map_err(|source| Unpublished::ComputePanicked {
+                    step: id.name(),
+                    source,
+                })?
+                .map_err(|source| Unpublished::Compute {
+                    step: id.name(),
+                    source,
+                })?;
         let device_name = result.ran.as_str();
         if result.ran == Ran::CpuFallback {
             self.metrics.cuda_fell_back();
         }
         self.metrics
             .computed(device_name, started.elapsed().as_secs_f64());
-        tracing::debug!(run_id = %run_id, step = step_no, rows = result.rows.len(), device = device_name, "step computed; publishing");
-        let key = step_key(&run_id, step_no);
-        let payload_bytes = self
+        tracing::debug!(run_id = %id.run_id, step = id.step, rows = result.rows.len(), device = device_name, "step computed; publishing");
+        Ok(result)
+    }
+
+    /// Encodes a computed step, off the async workers too (a large step
+    /// takes as long to encode as to compute): its advantages as Arrow
+    /// chunks that fit `advantages.max_message_bytes` with their envelope,
+    /// and its metrics.
+    async fn encode(
+        &self,
+        id: &StepId,
+        result: StepResult,
+        duplicates: usize,
+    ) -> Result<Encoded, Unpublished> {
+        let device = result.ran.as_str();
+        let key = step_key(&id.run_id, id.step);
+        let room = self
             .stage
             .max_message_bytes
-            .saturating_sub(envelope_bytes(&key, device_name));
+            .saturating_sub(envelope_bytes(&key, device));
         let stage = self.stage.clone();
-        // Encoding a large step takes as long as computing it: off the async
-        // workers too.
-        let prepared = tokio::task::spawn_blocking(move || {
+        let step_no = id.step;
+        let (result, chunks, metrics) = tokio::task::spawn_blocking(move || {
             let chunks = advantages_batch(&result.rows, &result.advantages)
-                .map_err(|e| e.to_string())
-                .and_then(|batch| encode_chunks(&batch, payload_bytes).map_err(|e| e.to_string()));
+                .map_err(Unpublished::EncodeBatch)
+                .and_then(|batch| encode_chunks(&batch, room).map_err(Unpublished::EncodeChunks));
             let mut metrics = step_metrics(&result.rows, &result.advantages, &stage.metric_options());
             metrics.insert("step".into(), step_no as f64);
             metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
             (result, chunks, metrics)
         })
-        .await;
-        let (result, chunks, metrics) = match prepared {
-            Ok((result, Ok(chunks), metrics)) => (result, chunks, metrics),
-            Ok((_, Err(e), _)) => return self.dead_letter_parked(parked, "encode", &e).await,
-            Err(e) => {
-                let reason = format!("encoding step {run_id}/{step_no} panicked: {e}");
-                return self.dead_letter_parked(parked, "compute_panic", &reason).await;
-            }
-        };
+        .await
+        .map_err(|source| Unpublished::EncodePanicked {
+            step: id.name(),
+            source,
+        })?;
+        let chunks = chunks?;
         if let Some(big) = chunks.oversized() {
             let row = big.rows.start;
-            let reason = format!(
-                "row {row} (trajectory_id {:?}) of step {run_id}/{step_no} alone takes {} bytes of Arrow, more than \
-                 the {payload_bytes} bytes a message of advantages.max_message_bytes = {} leaves for it: raise \
-                 advantages.max_message_bytes (and message.max.bytes in [kafka] and max.message.bytes on {})",
-                shortened(result.rows.trajectory_id.get(row).map_or("", String::as_str)),
-                big.payload.len(),
-                self.stage.max_message_bytes,
-                self.output_topic
-            );
-            return self.dead_letter_parked(parked, "output_rejected", &reason).await;
+            return Err(Unpublished::Oversized {
+                row,
+                trajectory_id: shortened(result.rows.trajectory_id.get(row).map_or("", String::as_str)),
+                step: id.name(),
+                bytes: big.payload.len(),
+                room,
+                max_message_bytes: self.stage.max_message_bytes,
+                topic: self.output_topic.clone(),
+            });
         }
         let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
-        // A map of names to finite numbers always serialises.
-        let metrics_json = serde_json::to_vec(&metrics).unwrap_or_default();
-        // The chunks one after another, each acknowledged before the next, so
-        // that they sit in order on the key's partition; the metrics only
-        // after the last.
-        let count = chunks.len();
-        let rows = result.rows.len();
-        for (index, chunk) in chunks.chunks.iter().enumerate() {
-            let chunk_headers = chunk_header_values(index, count, rows);
+        Ok(Encoded {
+            key,
+            device,
+            chunks,
+            rows: result.rows.len(),
+            // A map of names to finite numbers always serialises.
+            metrics_json: serde_json::to_vec(&metrics).unwrap_or_default(),
+            extreme,
+        })
+    }
+
+    /// Sends the chunks one after another, each acknowledged before the
+    /// next, so that they sit in order on the key's partition.
+    async fn send_chunks(&self, id: &StepId, encoded: &Encoded) -> Result<(), Unpublished> {
+        let count = encoded.chunks.len();
+        for (index, chunk) in encoded.chunks.chunks.iter().enumerate() {
+            let chunk_headers = chunk_header_values(index, count, encoded.rows);
             let published = send(
                 &self.producer,
                 &Outgoing {
                     topic: &self.output_topic,
-                    key: Some(key.as_bytes()),
+                    key: Some(encoded.key.as_bytes()),
                     payload: Some(&chunk.payload),
                     headers: headers(
                         [
                             ("content-type", ARROW_STREAM_CONTENT_TYPE),
-                            (DEVICE_HEADER, device_name),
+                            (DEVICE_HEADER, encoded.device),
                         ]
                         .into_iter()
                         .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
@@ -281,54 +448,50 @@ impl StepPublisher {
             .await;
             match published {
                 Ok(_) => self.metrics.chunk_published(),
-                Err(SendError::Permanent(e)) => {
-                    let reason = format!(
-                        "the advantages of step {run_id}/{step_no} (chunk {index} of {count}, {} bytes) were \
-                         rejected: {e}; raise message.max.bytes in [kafka] and max.message.bytes on {}, or lower \
-                         advantages.max_message_bytes",
-                        chunk.payload.len(),
-                        self.output_topic
-                    );
-                    return self.dead_letter_parked(parked, "output_rejected", &reason).await;
+                Err(SendError::Permanent(source)) => {
+                    return Err(Unpublished::ChunkRejected {
+                        step: id.name(),
+                        index,
+                        count,
+                        bytes: chunk.payload.len(),
+                        source,
+                        topic: self.output_topic.clone(),
+                    })
                 }
-                // Shutdown's deadline passed: the step stays uncommitted and
-                // is published whole again after a restart.
                 Err(SendError::Stopped) => {
                     tracing::info!(
-                        run_id = %run_id, step = step_no, published = index, chunks = count,
+                        run_id = %id.run_id, step = id.step, published = index, chunks = count,
                         "drain deadline passed mid-step; the step stays uncommitted"
                     );
-                    return;
+                    return Err(Unpublished::Stopped);
                 }
             }
         }
-        // The metrics are a small JSON object: a rejection here is a broker
-        // or ACL problem, reported and not worth withholding the step for.
-        match send(
+        Ok(())
+    }
+
+    /// Sends the step's metrics, after its last chunk. They are a small
+    /// JSON object: a rejection here is a broker or ACL problem, reported
+    /// and not worth withholding the step for.
+    async fn send_metrics(&self, id: &StepId, encoded: &Encoded) -> Result<(), Unpublished> {
+        let sent = send(
             &self.producer,
             &Outgoing {
                 topic: &self.metrics_topic,
-                key: Some(key.as_bytes()),
-                payload: Some(&metrics_json),
+                key: Some(encoded.key.as_bytes()),
+                payload: Some(&encoded.metrics_json),
                 headers: headers([("content-type", "application/json")]),
             },
             &self.lifecycle,
         )
-        .await
-        {
-            Ok(_) => {}
+        .await;
+        match sent {
+            Ok(_) => Ok(()),
             Err(SendError::Permanent(e)) => {
-                tracing::error!(run_id = %run_id, step = step_no, error = %e, topic = %self.metrics_topic, "step metrics rejected")
+                tracing::error!(run_id = %id.run_id, step = id.step, error = %e, topic = %self.metrics_topic, "step metrics rejected");
+                Ok(())
             }
-            Err(SendError::Stopped) => return,
-        }
-        self.metrics.step_published(rows, extreme);
-        tracing::info!(
-            run_id = %run_id, step = step_no, rows, chunks = count, device = device_name,
-            extreme, "advantages published"
-        );
-        for p in parked {
-            p.ack();
+            Err(SendError::Stopped) => Err(Unpublished::Stopped),
         }
     }
 
