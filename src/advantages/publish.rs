@@ -142,7 +142,7 @@ enum Unpublished {
         count: usize,
         bytes: usize,
         #[source]
-        source: KafkaError,
+        source: Box<KafkaError>,
         topic: String,
     },
     /// Shutdown's deadline passed mid-step: the step stays uncommitted and
@@ -339,7 +339,7 @@ impl StepOutput {
                         index,
                         count,
                         bytes: chunk.payload.len(),
-                        source,
+                        source: Box::new(source),
                         topic: self.output_topic.clone(),
                     })
                 }
