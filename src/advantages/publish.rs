@@ -398,3 +398,63 @@ impl StepOutput {
         self.metrics.step_dead_lettered(kind);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::types::RDKafkaErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn each_failure_dead_letters_with_its_kind_and_reason() {
+        let oversized = Unpublished::Oversized {
+            row: 7,
+            trajectory_id: shortened("t7"),
+            step: "run/3".into(),
+            bytes: 2_000,
+            room: 1_000,
+            max_message_bytes: 1_600,
+            topic: "rl.advantages".into(),
+        };
+        assert_eq!(oversized.dead_letter_kind(), Some("output_rejected"));
+        assert_eq!(
+            oversized.to_string(),
+            "row 7 (trajectory_id \"t7\") of step run/3 alone takes 2000 bytes of Arrow, more than the 1000 \
+             bytes a message of advantages.max_message_bytes = 1600 leaves for it: raise \
+             advantages.max_message_bytes (and message.max.bytes in [kafka] and max.message.bytes on \
+             rl.advantages)"
+        );
+        let rejected = Unpublished::ChunkRejected {
+            step: "run/3".into(),
+            index: 1,
+            count: 4,
+            bytes: 900,
+            source: Box::new(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageSizeTooLarge,
+            )),
+            topic: "rl.advantages".into(),
+        };
+        assert_eq!(rejected.dead_letter_kind(), Some("output_rejected"));
+        assert!(
+            rejected.to_string().starts_with(
+                "the advantages of step run/3 (chunk 1 of 4, 900 bytes) were rejected: Message production error"
+            ),
+            "{rejected}"
+        );
+        assert!(rejected.to_string().ends_with(
+            "; raise message.max.bytes in [kafka] and max.message.bytes on rl.advantages, or lower \
+             advantages.max_message_bytes"
+        ));
+        let encode = Unpublished::EncodeChunks(ArrowError::ComputeError("no room".into()));
+        assert_eq!(encode.dead_letter_kind(), Some("encode"));
+        assert_eq!(
+            encode.to_string(),
+            ArrowError::ComputeError("no room".into()).to_string()
+        );
+    }
+
+    #[test]
+    fn a_step_stopped_by_the_drain_deadline_is_not_dead_lettered() {
+        assert_eq!(Unpublished::Stopped.dead_letter_kind(), None);
+    }
+}
