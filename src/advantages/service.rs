@@ -186,7 +186,7 @@ impl Stage for StepPublisher {
             self.update_pending(&assembler);
             released
         };
-        // Dropped outside the lock.
+        // Its messages are dropped (abandoned) on return, outside the lock.
         released.len()
     }
 }

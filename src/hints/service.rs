@@ -335,7 +335,7 @@ impl Stage for GroupHinter {
             self.metrics.set_groups_open(groups.len());
             released
         };
-        // Dropped outside the lock.
+        // Its messages are dropped (abandoned) on return, outside the lock.
         released.len()
     }
 }
