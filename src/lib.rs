@@ -14,7 +14,7 @@
 //!   and start-up checks, the offset tracker and its single commit point (the
 //!   at-least-once contract), one handle per taken message, the dead-letter
 //!   producer, bounded produce, the consume loop with drain on revoke and
-//!   shutdown, topic admin.
+//!   shutdown and the `Stage` contract it drives, topic admin.
 //! - [`stage`]: the skeleton both stages share: checks, clients, registry,
 //!   metrics endpoint, the loop.
 //! - [`llm`]: stage 1's model side: the HTTP clients (Anthropic,

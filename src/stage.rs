@@ -3,8 +3,8 @@
 //! consume loop, the output producer, the dead-letter producer), the metrics
 //! registry with the loop's counters and the stage's readiness, and serve
 //! the metrics and health endpoint. Each stage adds its own metrics to the
-//! registry, its own readiness conditions, and its decode and handle
-//! functions to the loop.
+//! registry, its own readiness conditions, and runs the loop with itself
+//! as the [`Stage`] it drives.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,10 +18,9 @@ use thiserror::Error;
 
 use crate::config::{Config, ConfigError, StageConfig};
 use crate::health::{Readiness, Signal};
-use crate::kafka::client::RevokeHook;
 use crate::kafka::{
-    check_cluster, create_stage_producer, ConnectError, Delivery, Lifecycle, RecordMeta, Rejected,
-    RunOptions, RunSummary, StageLoop, StageProducer, Work,
+    check_cluster, create_stage_producer, ConnectError, Delivery, Lifecycle, RunOptions, RunSummary, Stage,
+    StageLoop, StageProducer,
 };
 use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
@@ -147,12 +146,6 @@ impl StageShell {
         self.intake.lifecycle().clone()
     }
 
-    /// Registers a hook called when partitions are revoked, before they
-    /// drain.
-    pub fn on_revoke(&self, hook: RevokeHook) {
-        self.intake.on_revoke(hook);
-    }
-
     /// Serves the registry as it is now, `/healthz` and `/readyz` on the
     /// stage's metrics address. Returns the bound address (port 0 picks a
     /// free one).
@@ -170,20 +163,16 @@ impl StageShell {
         })
     }
 
-    /// Runs the consume loop until `shutdown` resolves or the stage fails
-    /// (`RunSummary::failure`).
-    pub async fn run<T, D, H, F>(
+    /// Runs the consume loop over `stage` until `shutdown` resolves or the
+    /// stage fails (`RunSummary::failure`).
+    pub async fn run<S>(
         self,
-        decode: D,
-        handle: H,
+        stage: Arc<S>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> RunSummary
     where
-        T: Send + 'static,
-        D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,
-        H: Fn(Work<T>) -> F,
-        F: Future<Output = ()> + Send + 'static,
+        S: Stage + Send + Sync + 'static,
     {
-        self.intake.run(decode, handle, shutdown).await
+        self.intake.run_stage(stage, shutdown).await
     }
 }

@@ -68,8 +68,8 @@ impl<P> PendingStep<P> {
     }
 }
 
-/// What adding a message did.
-pub enum Outcome<P> {
+/// Where a step stands after a message was added to it.
+pub enum StepStatus<P> {
     /// The step is still missing rows or its `step_end`.
     Pending,
     /// Every row is in: publish it.
@@ -136,7 +136,7 @@ impl<P> StepAssembler<P> {
         parked: P,
         message_bytes: usize,
         now: Instant,
-    ) -> Outcome<P> {
+    ) -> StepStatus<P> {
         assert!(!rows.is_empty(), "add_rows takes at least one row");
         let run_id = rows.run_id[0].clone();
         let step_no = rows.step[0];
@@ -173,7 +173,7 @@ impl<P> StepAssembler<P> {
         if step.partitions.len() > 1 {
             return self
                 .remove(&key)
-                .map_or(Outcome::Pending, Outcome::MixedPartitions);
+                .map_or(StepStatus::Pending, StepStatus::MixedPartitions);
         }
         self.check(key)
     }
@@ -186,7 +186,7 @@ impl<P> StepAssembler<P> {
         count: i64,
         (partition, parked, message_bytes): (i32, P, usize),
         now: Instant,
-    ) -> Outcome<P> {
+    ) -> StepStatus<P> {
         let key = (run_id.to_string(), step_no);
         let step = self
             .steps
@@ -200,7 +200,7 @@ impl<P> StepAssembler<P> {
         if step.partitions.len() > 1 {
             return self
                 .remove(&key)
-                .map_or(Outcome::Pending, Outcome::MixedPartitions);
+                .map_or(StepStatus::Pending, StepStatus::MixedPartitions);
         }
         self.check(key)
     }
@@ -236,7 +236,7 @@ impl<P> StepAssembler<P> {
 
     /// Removes the steps of `partitions` (revoked: their rows go on arriving
     /// at the partition's new owner). A step's messages all come from one
-    /// partition ([`Outcome::MixedPartitions`] otherwise).
+    /// partition ([`StepStatus::MixedPartitions`] otherwise).
     pub fn release(&mut self, partitions: &[i32]) -> Vec<PendingStep<P>> {
         let keys: Vec<(String, i64)> = self
             .steps
@@ -247,17 +247,19 @@ impl<P> StepAssembler<P> {
         keys.iter().filter_map(|k| self.remove(k)).collect()
     }
 
-    fn check(&mut self, key: (String, i64)) -> Outcome<P> {
+    fn check(&mut self, key: (String, i64)) -> StepStatus<P> {
         let state = self
             .steps
             .get(&key)
             .and_then(|s| s.expected.map(|expected| (s.row_count() as i64).cmp(&expected)));
         match state {
-            Some(std::cmp::Ordering::Equal) => self.remove(&key).map_or(Outcome::Pending, Outcome::Complete),
-            Some(std::cmp::Ordering::Greater) => {
-                self.remove(&key).map_or(Outcome::Pending, Outcome::Overfull)
-            }
-            _ => Outcome::Pending,
+            Some(std::cmp::Ordering::Equal) => self
+                .remove(&key)
+                .map_or(StepStatus::Pending, StepStatus::Complete),
+            Some(std::cmp::Ordering::Greater) => self
+                .remove(&key)
+                .map_or(StepStatus::Pending, StepStatus::Overfull),
+            _ => StepStatus::Pending,
         }
     }
 
@@ -309,12 +311,12 @@ mod tests {
         let now = Instant::now();
         assert!(matches!(
             a.add_rows(rows("r", 1, &["b"]), (0, 5), 1, 10, now),
-            Outcome::Pending
+            StepStatus::Pending
         ));
-        assert!(matches!(a.end("r", 1, 2, (0, 2, 10), now), Outcome::Pending));
+        assert!(matches!(a.end("r", 1, 2, (0, 2, 10), now), StepStatus::Pending));
         assert!(a.bytes() > 20);
         match a.add_rows(rows("r", 1, &["a"]), (0, 3), 3, 10, now) {
-            Outcome::Complete(step) => {
+            StepStatus::Complete(step) => {
                 let (rows, parked) = step.into_rows();
                 assert_eq!(rows.trajectory_id, vec!["a", "b"], "rows back in offset order");
                 assert_eq!(parked.len(), 3);
@@ -331,7 +333,10 @@ mod tests {
         let now = Instant::now();
         a.add_rows(rows("r", 1, &["a", "b"]), (0, 0), 0, 0, now);
         a.add_rows(rows("r", 1, &["a"]), (0, 1), 1, 0, now);
-        assert!(matches!(a.end("r", 1, 1, (0, 2, 0), now), Outcome::Overfull(_)));
+        assert!(matches!(
+            a.end("r", 1, 1, (0, 2, 0), now),
+            StepStatus::Overfull(_)
+        ));
     }
 
     #[test]
@@ -374,7 +379,7 @@ mod tests {
         a.add_rows(rows("r", 1, &["a"]), (0, 0), 0, 10, now);
         assert!(matches!(
             a.add_rows(rows("r", 1, &["b"]), (1, 0), 1, 10, now),
-            Outcome::MixedPartitions(_)
+            StepStatus::MixedPartitions(_)
         ));
         assert!(a.is_empty());
         assert_eq!(a.bytes(), 0);

@@ -9,6 +9,7 @@
 //! - [`step_metrics`]: the per-step metrics published on `rl.metrics`;
 //! - [`metrics`]: the stage's Prometheus metrics;
 //! - [`service`]: build and run;
+//! - [`publish`]: a complete step's compute, encode and sends;
 //! - [`trace`]: a step's span and the input trace it continues;
 //! - [`offline`]: `advantages compute` on files.
 
@@ -17,6 +18,7 @@ pub mod compute;
 pub mod decode;
 pub mod metrics;
 pub mod offline;
+pub mod publish;
 pub mod service;
 pub mod step_metrics;
 pub mod trace;

@@ -24,7 +24,8 @@ use super::metrics::HintMetrics;
 use crate::config::Config;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    send, Lifecycle, Outgoing, RecordMeta, RunSummary, SendError, StageProducer, Taken, Work,
+    send, Lifecycle, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage,
+    StageProducer, Taken, Work,
 };
 use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
 use crate::llm::synth::LlmEnv;
@@ -67,7 +68,10 @@ fn on_partitions(key: &str, partitions: &[i32]) -> bool {
         .is_some_and(|p| partitions.contains(&p))
 }
 
-struct Shared {
+/// Stage 1's state, which the handler tasks, the revoke and the probes
+/// share: the groups gathering members, the synthesizer and hint cache that
+/// write a gathered group's hint, and where the hints go.
+struct GroupHinter {
     groups: Mutex<Groups<Member>>,
     synth: Synthesizer,
     cache: HintCache,
@@ -85,7 +89,7 @@ struct Shared {
 /// the members are dropped with it (abandoned: redelivered to the next
 /// owner) instead of waiting in the map forever.
 struct LeaderGuard<'a> {
-    shared: &'a Shared,
+    hinter: &'a GroupHinter,
     key: &'a str,
     armed: bool,
 }
@@ -93,21 +97,23 @@ struct LeaderGuard<'a> {
 impl Drop for LeaderGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut groups = self.shared.groups();
+            let mut groups = self.hinter.groups();
             drop(groups.take(self.key));
-            self.shared.metrics.set_groups_open(groups.len());
+            self.hinter.metrics.set_groups_open(groups.len());
         }
     }
 }
 
-impl Shared {
+impl GroupHinter {
     fn groups(&self) -> MutexGuard<'_, Groups<Member>> {
         // Groups' methods complete their change before returning, so a
         // poisoned lock holds consistent data.
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn handle(&self, work: Work<Arrival>) {
+    /// Joins an arrival to its group; the group's leader waits for the rest
+    /// (or the group wait), then hints the gathered group.
+    async fn gather(&self, work: Work<Arrival>) {
         let Work { input, message } = work;
         let key = gathering_key(message.meta().partition, &input.group_key);
         let joined = {
@@ -127,7 +133,7 @@ impl Shared {
             return;
         };
         let mut guard = LeaderGuard {
-            shared: self,
+            hinter: self,
             key: &key,
             armed: true,
         };
@@ -289,10 +295,10 @@ fn hint_span(group_key: &str, members: &[Taken]) -> tracing::Span {
 
 /// Probes the LLM provider until it answers (readiness), at growing
 /// intervals; stops once it did or the stage is gone.
-async fn probe_llm(shared: std::sync::Weak<Shared>) {
+async fn probe_llm(hinter: std::sync::Weak<GroupHinter>) {
     let mut pause = Duration::from_secs(2);
     loop {
-        let Some(s) = shared.upgrade() else {
+        let Some(s) = hinter.upgrade() else {
             return;
         };
         if s.synth.probe(LLM_PROBE_TIMEOUT).await {
@@ -304,11 +310,41 @@ async fn probe_llm(shared: std::sync::Weak<Shared>) {
     }
 }
 
+impl Stage for GroupHinter {
+    type Input = Arrival;
+    const PARKS: Parked = Parked::GatheringGroups;
+
+    fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Arrival, Rejected> {
+        decode_arrival(payload, meta, self.limits)
+    }
+
+    fn handle(self: &Arc<Self>, work: Work<Arrival>) -> impl Future<Output = ()> + Send + 'static {
+        let hinter = self.clone();
+        async move { hinter.gather(work).await }
+    }
+
+    /// A revoked partition's groups still gathering members cannot complete
+    /// here (the rest goes to the new owner): let them go whole,
+    /// uncommitted, rather than hint from part of a group. Groups already
+    /// complete drain: their hints are published before the revoke ends.
+    fn on_revoke(&self, partitions: &[Partition]) -> usize {
+        let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
+        let released = {
+            let mut groups = self.groups();
+            let released = groups.take_incomplete(|key| on_partitions(key, &numbers));
+            self.metrics.set_groups_open(groups.len());
+            released
+        };
+        // Its messages are dropped (abandoned) on return, outside the lock.
+        released.len()
+    }
+}
+
 /// A built stage 1.
 pub struct HintStage {
     config: Config,
     shell: StageShell,
-    shared: Arc<Shared>,
+    hinter: Arc<GroupHinter>,
     pub metrics_addr: SocketAddr,
 }
 
@@ -337,7 +373,7 @@ impl HintStage {
         }
         let metrics_addr = shell.serve_metrics().await?;
         let hints = &config.hints;
-        let shared = Arc::new(Shared {
+        let hinter = Arc::new(GroupHinter {
             groups: Mutex::new(Groups::default()),
             synth,
             cache: HintCache::new(hints.cache_max_bytes, Duration::from_secs(hints.cache_ttl_secs)),
@@ -349,61 +385,38 @@ impl HintStage {
             limits: config.decode_limits(),
             metrics,
         });
-        // A revoked partition's groups still gathering members cannot
-        // complete here (the rest goes to the new owner): let them go whole,
-        // uncommitted, rather than hint from part of a group. Groups already
-        // complete drain: their hints are published before the revoke ends.
-        let hook_shared = Arc::downgrade(&shared);
-        shell.on_revoke(Box::new(move |partitions| {
-            let Some(shared) = hook_shared.upgrade() else {
-                return;
-            };
-            let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
-            let released = {
-                let mut groups = shared.groups();
-                let released = groups.take_incomplete(|key| on_partitions(key, &numbers));
-                shared.metrics.set_groups_open(groups.len());
-                released
-            };
-            if !released.is_empty() {
-                tracing::info!(
-                    groups = released.len(),
-                    "gathering groups of revoked partitions released"
-                );
-            }
-        }));
         // Ready once the LLM provider answered (or hints are static).
-        let ready_shared = Arc::downgrade(&shared);
+        let ready_hinter = Arc::downgrade(&hinter);
         shell
             .readiness
-            .require(Box::new(move || match ready_shared.upgrade() {
+            .require(Box::new(move || match ready_hinter.upgrade() {
                 Some(s) if !s.synth.provider_answered() => Err(format!(
                     "the LLM provider has not answered yet ({})",
                     s.synth.models().join(", ")
                 )),
                 _ => Ok(()),
             }));
-        if !shared.synth.provider_answered() {
-            tokio::spawn(probe_llm(Arc::downgrade(&shared)).in_current_span());
+        if !hinter.synth.provider_answered() {
+            tokio::spawn(probe_llm(Arc::downgrade(&hinter)).in_current_span());
         }
         // Keep the budget gauges current while idle: spend leaves the window.
         tokio::spawn({
-            let shared = Arc::downgrade(&shared);
+            let hinter = Arc::downgrade(&hinter);
             async move {
                 let mut tick = tokio::time::interval(BUDGET_GAUGE_INTERVAL);
                 loop {
                     tick.tick().await;
-                    let Some(shared) = shared.upgrade() else {
+                    let Some(hinter) = hinter.upgrade() else {
                         return;
                     };
-                    shared.synth.report_budget();
+                    hinter.synth.report_budget();
                 }
             }
         });
         Ok(HintStage {
             config,
             shell,
-            shared,
+            hinter,
             metrics_addr,
         })
     }
@@ -412,18 +425,7 @@ impl HintStage {
     /// `RunSummary::failure`), then drains and commits.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> RunSummary {
         let stage = &self.config.hints;
-        let limits = self.config.decode_limits();
-        let shared = self.shared.clone();
         tracing::info!(input = %stage.input_topic, output = %stage.output_topic, group = %stage.group_id, "hint stage running");
-        self.shell
-            .run(
-                move |bytes: &[u8], meta: &RecordMeta| decode_arrival(bytes, meta, limits),
-                move |work: Work<Arrival>| {
-                    let shared = shared.clone();
-                    async move { shared.handle(work).await }
-                },
-                shutdown,
-            )
-            .await
+        self.shell.run(self.hinter, shutdown).await
     }
 }

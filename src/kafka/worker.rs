@@ -1,10 +1,13 @@
-//! The consume loop both stages run: take a message, decode it, hand good
-//! input to the stage's handler as a concurrent task and bad input to the
-//! dead-letter topic (also as a task, so a slow broker never blocks intake or
-//! shutdown), with bounds on messages and bytes in flight. On shutdown it
-//! stops fetching, drains in-flight work up to a deadline and commits.
+//! The consume loop both stages run (generic over [`Stage`]): take a
+//! message, decode it, hand good input to the stage's handler as a
+//! concurrent task and bad input to the dead-letter topic (also as a task,
+//! so a slow broker never blocks intake or shutdown), with bounds on
+//! messages and bytes in flight. On shutdown it stops fetching, drains
+//! in-flight work up to a deadline and commits.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +20,7 @@ use tracing::Instrument;
 
 use super::client::{create_consumer, create_producer, RevokeHook, StageContext};
 use super::commit::Committer;
+use super::contract::{Closures, Stage, Work};
 use super::dlq::DeadLetters;
 use super::lifecycle::Lifecycle;
 use super::message::{Delivery, Hold, RecordMeta, Rejected, Taken};
@@ -25,12 +29,6 @@ use crate::config::Config;
 use crate::health::Signal;
 use crate::metrics::StageMetrics;
 use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
-
-/// One decoded input, handed to the stage with its message.
-pub struct Work<T> {
-    pub input: T,
-    pub message: Taken,
-}
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -114,13 +112,30 @@ impl StageLoop {
         self.consumer.context().on_revoke(hook);
     }
 
-    /// Runs the loop until `shutdown` resolves or the stage fails. `decode`
-    /// turns a payload (and its record's metadata, headers included) into the
-    /// stage's input; an `Err` sends the message to the DLQ; `handle` is
-    /// called in message order on the loop itself (what it does before
-    /// returning its future is ordered), and the future it returns runs as
-    /// its own task, cancelled when the message's partition is revoked and
-    /// its drain ends.
+    /// Runs `stage` (see [`Stage`]) until `shutdown` resolves or the stage
+    /// fails. Its [`Stage::on_revoke`] is called from a revoke hook that
+    /// holds it weakly: the consumer (and its hooks) must not keep a stage's
+    /// state alive, nor the parked messages in it.
+    pub async fn run_stage<S>(
+        self,
+        stage: Arc<S>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> RunSummary
+    where
+        S: Stage + Send + Sync + 'static,
+    {
+        let weak = Arc::downgrade(&stage);
+        self.on_revoke(Box::new(move |partitions| {
+            let Some(stage) = weak.upgrade() else {
+                return;
+            };
+            S::PARKS.log_released(stage.on_revoke(partitions));
+        }));
+        self.serve(stage, shutdown).await
+    }
+
+    /// Runs the loop with closures as a stage that parks nothing: `decode`
+    /// and `handle` as [`Stage::decode`] and [`Stage::handle`].
     pub async fn run<T, D, H, F>(
         self,
         decode: D,
@@ -133,166 +148,267 @@ impl StageLoop {
         H: Fn(Work<T>) -> F,
         F: Future<Output = ()> + Send + 'static,
     {
+        self.serve(Arc::new(Closures { decode, handle }), shutdown).await
+    }
+
+    /// The consume loop, then the drain and close.
+    async fn serve<S: Stage>(
+        self,
+        stage: Arc<S>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> RunSummary {
         let StageLoop {
             consumer,
             delivery,
             options,
         } = self;
-        let metrics = delivery.metrics.clone();
-        let lifecycle = delivery.lifecycle.clone();
-        let messages = Arc::new(Semaphore::new(options.max_in_flight.min(Semaphore::MAX_PERMITS)));
-        let bytes = options.max_in_flight_bytes.map(|b| {
-            let b = b.min(Semaphore::MAX_PERMITS);
-            (Arc::new(Semaphore::new(b)), b)
-        });
-        let held_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let mut tasks = JoinSet::new();
-        // Declared after the tasks, so dropped before them: a loop dropped
-        // mid-run (its caller cancelled it, or it panicked) marks the stage
-        // stopping first, and its tasks' messages are then abandoned, as a
-        // crash would leave them (uncommitted, redelivered), never rejected.
-        let _abandon_on_drop = AbandonOnDrop(lifecycle.clone());
-        let mut summary = RunSummary::default();
+        let mut intake = Intake::new(delivery, &options);
         // Shutdown is noticed even while the loop is held in a rebalance
         // callback (a revoke drain ends at once when it begins).
-        let watcher = {
-            let lifecycle = lifecycle.clone();
-            let drain = options.drain_timeout;
-            tokio::spawn(
-                async move {
-                    shutdown.await;
-                    lifecycle.begin_shutdown(drain);
-                }
-                .in_current_span(),
-            )
-        };
-        let _stop_watcher = AbortOnDrop(watcher);
-        let stopping = lifecycle.stopping();
-        let failed = lifecycle.failed();
-        tokio::pin!(stopping, failed);
-
-        loop {
-            while let Some(joined) = tasks.try_join_next() {
-                reap(joined, &mut summary, &metrics);
+        let lifecycle = intake.lifecycle.clone();
+        let drain = options.drain_timeout;
+        let _stop_watcher = AbortOnDrop(tokio::spawn(
+            async move {
+                shutdown.await;
+                lifecycle.begin_shutdown(drain);
             }
-            let message_permit = tokio::select! {
+            .in_current_span(),
+        ));
+        intake.consume(&consumer, &stage).await;
+        intake.drain_and_close(consumer).await
+    }
+}
+
+/// The intake's byte bound: permits for the bytes of taken, unfinished
+/// messages, and the bytes held now (for the gauge).
+struct ByteBound {
+    permits: Arc<Semaphore>,
+    total: usize,
+    held: Arc<AtomicUsize>,
+}
+
+/// A message taken within the bounds, not yet dispatched.
+struct Next {
+    payload: Vec<u8>,
+    meta: RecordMeta,
+    holds: Vec<Hold>,
+}
+
+/// The running loop: its bounds, its tasks and what it counted.
+struct Intake {
+    /// The first field, so dropped before `tasks` (fields drop in order): a
+    /// loop dropped mid-run (its caller cancelled it, or it panicked) marks
+    /// the stage stopping first, and its tasks' messages are then abandoned,
+    /// as a crash would leave them (uncommitted, redelivered), never
+    /// rejected.
+    _abandon_on_drop: AbandonOnDrop,
+    tasks: JoinSet<()>,
+    delivery: Delivery,
+    metrics: Arc<StageMetrics>,
+    lifecycle: Lifecycle,
+    drain_timeout: Duration,
+    messages: Arc<Semaphore>,
+    bytes: Option<ByteBound>,
+    summary: RunSummary,
+}
+
+impl Intake {
+    fn new(delivery: Delivery, options: &RunOptions) -> Self {
+        let bytes = options.max_in_flight_bytes.map(|b| {
+            let total = b.min(Semaphore::MAX_PERMITS);
+            ByteBound {
+                permits: Arc::new(Semaphore::new(total)),
+                total,
+                held: Arc::new(AtomicUsize::new(0)),
+            }
+        });
+        Intake {
+            _abandon_on_drop: AbandonOnDrop(delivery.lifecycle.clone()),
+            tasks: JoinSet::new(),
+            metrics: delivery.metrics.clone(),
+            lifecycle: delivery.lifecycle.clone(),
+            delivery,
+            drain_timeout: options.drain_timeout,
+            messages: Arc::new(Semaphore::new(options.max_in_flight.min(Semaphore::MAX_PERMITS))),
+            bytes,
+            summary: RunSummary::default(),
+        }
+    }
+
+    /// The consume loop: takes messages within the bounds and dispatches
+    /// them until the stage stops or fails.
+    async fn consume<S: Stage>(&mut self, consumer: &StageConsumer, stage: &Arc<S>) {
+        let (stopping, failed) = (self.lifecycle.stopping(), self.lifecycle.failed());
+        let stop = async {
+            tokio::select! {
+                _ = stopping => {}
+                _ = failed => {}
+            }
+        };
+        tokio::pin!(stop);
+        while let Some(next) = self.take(consumer, stop.as_mut()).await {
+            self.dispatch(stage, next);
+        }
+    }
+
+    /// Reaps finished tasks, then takes the next message: waits for a
+    /// message slot, the message, then its bytes. `None` once `stop`
+    /// resolved. A read error is counted and logged, and the wait starts
+    /// again.
+    async fn take(
+        &mut self,
+        consumer: &StageConsumer,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<Next> {
+        loop {
+            while let Some(joined) = self.tasks.try_join_next() {
+                self.reap(joined);
+            }
+            let slot = tokio::select! {
                 biased;
-                _ = &mut stopping => break,
-                _ = &mut failed => break,
-                permit = messages.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => break, // the semaphore is never closed
-                },
+                _ = stop.as_mut() => return None,
+                // The semaphore is never closed.
+                permit = self.messages.clone().acquire_owned() => permit.ok()?,
             };
             let message = tokio::select! {
                 biased;
-                _ = &mut stopping => break,
-                _ = &mut failed => break,
+                _ = stop.as_mut() => return None,
                 message = consumer.recv() => message,
             };
             let message = match message {
                 Ok(m) => m,
                 Err(e) => {
-                    metrics.read_error();
+                    self.metrics.read_error();
                     tracing::warn!(error = %e, "kafka read error");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             };
-            summary.received += 1;
-            metrics.received();
+            self.summary.received += 1;
+            self.metrics.received();
             let meta = RecordMeta::of(&message);
             let payload = message.payload().unwrap_or_default().to_vec();
             drop(message);
-            let mut holds = vec![Hold::slot(message_permit)];
-            if let Some((bytes, total)) = &bytes {
+            let mut holds = vec![Hold::slot(slot)];
+            if let Some(bound) = &self.bytes {
                 // A message bigger than the whole bound takes all of it.
-                let need = (payload.len() + meta.footprint()).min(*total);
+                let need = (payload.len() + meta.footprint()).min(bound.total);
                 let need = u32::try_from(need).unwrap_or(u32::MAX);
                 let permit = tokio::select! {
                     biased;
-                    _ = &mut stopping => break,
-                    _ = &mut failed => break,
-                    permit = bytes.clone().acquire_many_owned(need) => match permit {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
+                    _ = stop.as_mut() => return None,
+                    permit = bound.permits.clone().acquire_many_owned(need) => permit.ok()?,
                 };
-                holds.push(Hold::bytes(
-                    permit,
-                    need as usize,
-                    held_bytes.clone(),
-                    metrics.clone(),
+                let held = bound.held.clone();
+                holds.push(Hold::bytes(permit, need as usize, held, self.metrics.clone()));
+            }
+            return Some(Next { payload, meta, holds });
+        }
+    }
+
+    /// Hands one message to the stage within its trace: a decoded input to
+    /// [`Stage::handle`], whose future runs as a task until it ends or the
+    /// message's partition drained; a rejected one to the dead-letter topic,
+    /// also as a task, so a slow broker never blocks intake or shutdown.
+    fn dispatch<S: Stage>(&mut self, stage: &Arc<S>, next: Next) {
+        let Next { payload, meta, holds } = next;
+        let (ticket, work_token) = self
+            .delivery
+            .committer
+            .begin(&meta.topic, meta.partition, meta.offset);
+        // The message's trace: its producer's when it says (W3C
+        // `traceparent`), else a new one.
+        let input_trace = meta.header(TRACEPARENT_HEADER).and_then(TraceParent::parse);
+        let span = tracing::info_span!(
+            "consume",
+            otel.kind = "consumer",
+            topic = %meta.topic, partition = meta.partition, offset = meta.offset, key = %meta.key_text()
+        );
+        telemetry::start_trace(&span, input_trace);
+        let decoded = stage.decode(&payload, &meta);
+        let taken = Taken::new(payload, meta, ticket, self.delivery.clone(), holds);
+        match decoded {
+            Ok(input) => {
+                let work = stage.handle(Work {
+                    input,
+                    message: taken,
+                });
+                self.tasks.spawn(telemetry::scope(
+                    input_trace,
+                    async move {
+                        tokio::select! {
+                            _ = work_token.cancelled() => {}
+                            _ = work => {}
+                        }
+                    }
+                    .instrument(span),
                 ));
             }
-            let (ticket, work_token) = delivery.committer.begin(&meta.topic, meta.partition, meta.offset);
-            // The message's trace: its producer's when it says (W3C
-            // `traceparent`), else a new one.
-            let input_trace = meta.header(TRACEPARENT_HEADER).and_then(TraceParent::parse);
-            let span = tracing::info_span!(
-                "consume",
-                otel.kind = "consumer",
-                topic = %meta.topic, partition = meta.partition, offset = meta.offset, key = %meta.key_text()
-            );
-            telemetry::start_trace(&span, input_trace);
-            let decoded = decode(&payload, &meta);
-            let taken = Taken::new(payload, meta, ticket, delivery.clone(), holds);
-            match decoded {
-                Ok(input) => {
-                    let work = handle(Work {
-                        input,
-                        message: taken,
-                    });
-                    tasks.spawn(telemetry::scope(
-                        input_trace,
-                        async move {
-                            tokio::select! {
-                                _ = work_token.cancelled() => {}
-                                _ = work => {}
-                            }
-                        }
-                        .instrument(span),
-                    ));
-                }
-                Err(rejected) => {
-                    summary.rejected += 1;
-                    tasks.spawn(telemetry::scope(
-                        input_trace,
-                        async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
-                    ));
-                }
+            Err(rejected) => {
+                self.summary.rejected += 1;
+                self.tasks.spawn(telemetry::scope(
+                    input_trace,
+                    async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
+                ));
             }
         }
+    }
 
-        lifecycle.begin_shutdown(options.drain_timeout);
+    /// Stops intake, drains in-flight work up to the drain deadline
+    /// (abandoning what is left: redelivered), commits and closes the
+    /// consumer.
+    async fn drain_and_close(mut self, consumer: Arc<StageConsumer>) -> RunSummary {
+        self.lifecycle.begin_shutdown(self.drain_timeout);
         tracing::info!(
-            in_flight = tasks.len(),
+            in_flight = self.tasks.len(),
             "stopping intake; draining in-flight work"
         );
+        let deadline = self.lifecycle.deadline_passed();
         let drained = tokio::select! {
             biased;
-            _ = lifecycle.deadline_passed() => false,
-            _ = async {
-                while let Some(joined) = tasks.join_next().await {
-                    reap(joined, &mut summary, &metrics);
-                }
-            } => true,
+            _ = deadline => false,
+            _ = self.join_all() => true,
         };
         if !drained {
-            summary.abandoned = tasks.len();
+            self.summary.abandoned = self.tasks.len();
             tracing::warn!(
-                abandoned = tasks.len(),
+                abandoned = self.tasks.len(),
                 "drain deadline reached; unfinished messages will be redelivered"
             );
-            tasks.abort_all();
-            while tasks.join_next().await.is_some() {}
+            self.tasks.abort_all();
+            while self.tasks.join_next().await.is_some() {}
         }
-        if let Err(e) = delivery.committer.commit_sync(FINAL_COMMIT_TIMEOUT).await {
+        if let Err(e) = self.delivery.committer.commit_sync(FINAL_COMMIT_TIMEOUT).await {
             tracing::warn!(error = %e, "final commit failed; the last stored offsets may be redelivered");
         }
         close(consumer).await;
-        summary.failure = lifecycle.failure();
-        summary
+        self.summary.failure = self.lifecycle.failure();
+        std::mem::take(&mut self.summary)
+    }
+
+    /// Waits for every task, reaping each.
+    async fn join_all(&mut self) {
+        while let Some(joined) = self.tasks.join_next().await {
+            self.reap(joined);
+        }
+    }
+
+    /// Logs and counts a handler task that panicked. Its message was
+    /// rejected as `handler_panic` when the task dropped it.
+    fn reap(&mut self, joined: Result<(), JoinError>) {
+        if let Err(e) = joined {
+            if e.is_panic() {
+                self.summary.panicked += 1;
+                self.metrics.handler_panicked();
+                let panic = e.into_panic();
+                let text = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-text panic payload".into());
+                tracing::error!(panic = %text, "a handler task panicked");
+            }
+        }
     }
 }
 
@@ -342,24 +458,6 @@ struct AbandonOnDrop(Lifecycle);
 impl Drop for AbandonOnDrop {
     fn drop(&mut self) {
         self.0.begin_shutdown(Duration::ZERO);
-    }
-}
-
-/// Logs and counts a handler task that panicked. Its message was rejected
-/// as `handler_panic` when the task dropped it.
-fn reap(joined: Result<(), JoinError>, summary: &mut RunSummary, metrics: &StageMetrics) {
-    if let Err(e) = joined {
-        if e.is_panic() {
-            summary.panicked += 1;
-            metrics.handler_panicked();
-            let panic = e.into_panic();
-            let text = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-text panic payload".into());
-            tracing::error!(panic = %text, "a handler task panicked");
-        }
     }
 }
 

@@ -1,0 +1,460 @@
+//! Publishing a complete step of stage 2: compute, encode, send the chunks,
+//! send the metrics, then acknowledge its messages. A failure of any step
+//! dead-letters them, in one place ([`StepOutput::publish`]).
+//!
+//! A step's advantages go out as one or more Arrow IPC messages of at most
+//! `advantages.max_message_bytes` (`batch::chunk`), all with the key
+//! `run_id/step`, sent one after another, each acknowledged before the
+//! next; the step's metrics follow the last. Its input messages are
+//! acknowledged only then: a worker that dies or stops mid-step leaves them
+//! uncommitted, and the step is published whole again.
+
+use std::time::Instant;
+
+use arrow_schema::ArrowError;
+use rdkafka::error::KafkaError;
+use thiserror::Error;
+use tokio::task::JoinError;
+
+use super::assemble::PendingStep;
+use super::compute::{advantages_batch, compute_step, ComputeError, StepResult};
+use super::metrics::AdvantageMetrics;
+use super::step_metrics::{step_metrics, MetricOptions};
+use crate::batch::chunk::{
+    chunk_header_values, encode_chunks, Chunks, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
+};
+use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
+use crate::config::AdvantagesConfig;
+use crate::kafka::produce::headers;
+use crate::kafka::{send, Lifecycle, Outgoing, SendError, StageProducer, Taken};
+use crate::messages::step_key;
+use crate::normalize::{AdvantageOptions, Device, Ran};
+
+/// Header that says which kernel computed a published step.
+pub const DEVICE_HEADER: &str = "hintstream.device";
+
+/// At most the first 64 characters of an id, for a reason text (dead-letter
+/// reasons are cut at 1 KiB: a huge id must not push the advice out).
+fn shortened(id: &str) -> String {
+    const SHOWN: usize = 64;
+    match id.char_indices().nth(SHOWN) {
+        Some((at, _)) => format!("{}… ({} bytes)", &id[..at], id.len()),
+        None => id.to_string(),
+    }
+}
+
+/// Bytes of an advantages message besides its Arrow payload: the key, the
+/// headers (chunk numbers at their longest) and the record's framing, which
+/// librdkafka counts against `message.max.bytes` too (about 40 bytes; a
+/// margin on top).
+fn envelope_bytes(key: &str, device: &str) -> usize {
+    const RECORD_FRAMING: usize = 512;
+    const HEADER_FRAMING: usize = 10;
+    const DECIMAL_DIGITS: usize = 20;
+    let fixed = [
+        ("content-type".len(), ARROW_STREAM_CONTENT_TYPE.len()),
+        (DEVICE_HEADER.len(), device.len()),
+        (CHUNK_HEADER.len(), DECIMAL_DIGITS),
+        (CHUNKS_HEADER.len(), DECIMAL_DIGITS),
+        (ROWS_HEADER.len(), DECIMAL_DIGITS),
+    ];
+    key.len() + RECORD_FRAMING + fixed.iter().map(|(k, v)| k + v + HEADER_FRAMING).sum::<usize>()
+}
+
+/// Which step is being published, for reasons and logs.
+struct StepId {
+    run_id: String,
+    step: i64,
+}
+
+impl StepId {
+    /// `run_id/step`, as reasons name a step.
+    fn name(&self) -> String {
+        format!("{}/{}", self.run_id, self.step)
+    }
+}
+
+/// A computed step, encoded: its messages and its metrics.
+struct Encoded {
+    key: String,
+    /// Which kernel computed it (the device header).
+    device: &'static str,
+    chunks: Chunks,
+    rows: usize,
+    metrics_json: Vec<u8>,
+    /// Advantages beyond the extreme bound, for the step's counter.
+    extreme: u64,
+}
+
+/// Why a complete step was not published, each step of publishing failing
+/// its own ways: computing (`Compute`, `ComputePanicked`), encoding
+/// (`EncodeBatch`, `EncodeChunks`, `EncodePanicked`, `Oversized`), sending
+/// the chunks (`ChunkRejected`, `Stopped`), sending the metrics (`Stopped`).
+/// Its message is the dead-letter reason.
+#[derive(Debug, Error)]
+enum Unpublished {
+    #[error("computing step {step}: {source}")]
+    Compute {
+        step: String,
+        #[source]
+        source: ComputeError,
+    },
+    #[error("computing step {step} panicked: {source}")]
+    ComputePanicked {
+        step: String,
+        #[source]
+        source: JoinError,
+    },
+    #[error(transparent)]
+    EncodeBatch(BatchError),
+    #[error(transparent)]
+    EncodeChunks(ArrowError),
+    #[error("encoding step {step} panicked: {source}")]
+    EncodePanicked {
+        step: String,
+        #[source]
+        source: JoinError,
+    },
+    /// One row alone is more Arrow than a message leaves room for.
+    #[error(
+        "row {row} (trajectory_id {trajectory_id:?}) of step {step} alone takes {bytes} bytes of Arrow, more \
+         than the {room} bytes a message of advantages.max_message_bytes = {max_message_bytes} leaves for \
+         it: raise advantages.max_message_bytes (and message.max.bytes in [kafka] and max.message.bytes on \
+         {topic})"
+    )]
+    Oversized {
+        row: usize,
+        trajectory_id: String,
+        step: String,
+        bytes: usize,
+        room: usize,
+        max_message_bytes: usize,
+        topic: String,
+    },
+    #[error(
+        "the advantages of step {step} (chunk {index} of {count}, {bytes} bytes) were rejected: {source}; \
+         raise message.max.bytes in [kafka] and max.message.bytes on {topic}, or lower \
+         advantages.max_message_bytes"
+    )]
+    ChunkRejected {
+        step: String,
+        index: usize,
+        count: usize,
+        bytes: usize,
+        #[source]
+        source: Box<KafkaError>,
+        topic: String,
+    },
+    /// Shutdown's deadline passed mid-step: the step stays uncommitted and
+    /// is published whole again after a restart.
+    #[error("the drain deadline passed mid-step")]
+    Stopped,
+}
+
+impl Unpublished {
+    /// The kind its messages are dead-lettered with; `None` for `Stopped`.
+    fn dead_letter_kind(&self) -> Option<&'static str> {
+        match self {
+            Unpublished::Compute { source, .. } => Some(source.kind()),
+            Unpublished::ComputePanicked { .. } | Unpublished::EncodePanicked { .. } => Some("compute_panic"),
+            Unpublished::EncodeBatch(_) | Unpublished::EncodeChunks(_) => Some("encode"),
+            Unpublished::Oversized { .. } | Unpublished::ChunkRejected { .. } => Some("output_rejected"),
+            Unpublished::Stopped => None,
+        }
+    }
+}
+
+/// Where a complete step goes, and what computing it takes: the output and
+/// metrics topics, the kernels' options and device, and the dead-letter
+/// path for its messages.
+pub(super) struct StepOutput {
+    pub(super) producer: StageProducer,
+    pub(super) lifecycle: Lifecycle,
+    pub(super) output_topic: String,
+    pub(super) metrics_topic: String,
+    pub(super) options: AdvantageOptions,
+    pub(super) device: Device,
+    pub(super) stage: AdvantagesConfig,
+    pub(super) metrics: AdvantageMetrics,
+}
+
+impl StepOutput {
+    /// Publishes a complete step: compute, encode, send the chunks, send
+    /// the metrics, then acknowledge its messages. A failure of any of these
+    /// dead-letters the messages here, and only here (or, when shutdown's
+    /// deadline passed, leaves them uncommitted).
+    pub(super) async fn publish(&self, step: PendingStep<Taken>) {
+        let id = StepId {
+            run_id: step.run_id.clone(),
+            step: step.step,
+        };
+        let duplicates = step.duplicates;
+        let (rows, parked) = step.into_rows();
+        match self.compute_and_send(&id, rows, duplicates).await {
+            Ok(()) => {
+                for p in parked {
+                    p.ack();
+                }
+            }
+            Err(e) => {
+                if let Some(kind) = e.dead_letter_kind() {
+                    self.dead_letter_parked(parked, kind, &e.to_string()).await;
+                }
+            }
+        }
+    }
+
+    /// The four steps of publishing, in order: the first failure ends them.
+    async fn compute_and_send(
+        &self,
+        id: &StepId,
+        rows: ScoredRows,
+        duplicates: usize,
+    ) -> Result<(), Unpublished> {
+        let result = self.compute(id, rows).await?;
+        let encoded = self.encode(id, result, duplicates).await?;
+        self.send_chunks(id, &encoded).await?;
+        self.send_metrics(id, &encoded).await?;
+        self.metrics.step_published(encoded.rows, encoded.extreme);
+        tracing::info!(
+            run_id = %id.run_id, step = id.step, rows = encoded.rows, chunks = encoded.chunks.len(),
+            device = encoded.device, extreme = encoded.extreme, "advantages published"
+        );
+        Ok(())
+    }
+
+    /// Computes a step's advantages, off the async workers.
+    async fn compute(&self, id: &StepId, rows: ScoredRows) -> Result<StepResult, Unpublished> {
+        let (options, device) = (self.options, self.device);
+        let started = Instant::now();
+        // Number crunching leaves the async workers.
+        let span = tracing::info_span!("compute");
+        let result =
+            tokio::task::spawn_blocking(move || span.in_scope(|| compute_step(rows, &options, device)))
+                .await
+                .map_err(|source| Unpublished::ComputePanicked {
+                    step: id.name(),
+                    source,
+                })?
+                .map_err(|source| Unpublished::Compute {
+                    step: id.name(),
+                    source,
+                })?;
+        let device_name = result.ran.as_str();
+        if result.ran == Ran::CpuFallback {
+            self.metrics.cuda_fell_back();
+        }
+        self.metrics
+            .computed(device_name, started.elapsed().as_secs_f64());
+        tracing::debug!(run_id = %id.run_id, step = id.step, rows = result.rows.len(), device = device_name, "step computed; publishing");
+        Ok(result)
+    }
+
+    /// Encodes a computed step, off the async workers too (a large step
+    /// takes as long to encode as to compute): its advantages as Arrow
+    /// chunks that fit `advantages.max_message_bytes` with their envelope,
+    /// and its metrics.
+    async fn encode(
+        &self,
+        id: &StepId,
+        result: StepResult,
+        duplicates: usize,
+    ) -> Result<Encoded, Unpublished> {
+        let device = result.ran.as_str();
+        let key = step_key(&id.run_id, id.step);
+        let room = self
+            .stage
+            .max_message_bytes
+            .saturating_sub(envelope_bytes(&key, device));
+        let stage = self.stage.clone();
+        let step_no = id.step;
+        let (result, chunks, metrics) = tokio::task::spawn_blocking(move || {
+            let chunks = advantages_batch(&result.rows, &result.advantages)
+                .map_err(Unpublished::EncodeBatch)
+                .and_then(|batch| encode_chunks(&batch, room).map_err(Unpublished::EncodeChunks));
+            let mut metrics = step_metrics(&result.rows, &result.advantages, &MetricOptions::from(&stage));
+            metrics.insert("step".into(), step_no as f64);
+            metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
+            (result, chunks, metrics)
+        })
+        .await
+        .map_err(|source| Unpublished::EncodePanicked {
+            step: id.name(),
+            source,
+        })?;
+        let chunks = chunks?;
+        if let Some(big) = chunks.oversized() {
+            let row = big.rows.start;
+            return Err(Unpublished::Oversized {
+                row,
+                trajectory_id: shortened(result.rows.trajectory_id.get(row).map_or("", String::as_str)),
+                step: id.name(),
+                bytes: big.payload.len(),
+                room,
+                max_message_bytes: self.stage.max_message_bytes,
+                topic: self.output_topic.clone(),
+            });
+        }
+        let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
+        Ok(Encoded {
+            key,
+            device,
+            chunks,
+            rows: result.rows.len(),
+            // A map of names to finite numbers always serialises.
+            metrics_json: serde_json::to_vec(&metrics).unwrap_or_default(),
+            extreme,
+        })
+    }
+
+    /// Sends the chunks one after another, each acknowledged before the
+    /// next, so that they sit in order on the key's partition.
+    async fn send_chunks(&self, id: &StepId, encoded: &Encoded) -> Result<(), Unpublished> {
+        let count = encoded.chunks.len();
+        for (index, chunk) in encoded.chunks.chunks.iter().enumerate() {
+            let chunk_headers = chunk_header_values(index, count, encoded.rows);
+            let published = send(
+                &self.producer,
+                &Outgoing {
+                    topic: &self.output_topic,
+                    key: Some(encoded.key.as_bytes()),
+                    payload: Some(&chunk.payload),
+                    headers: headers(
+                        [
+                            ("content-type", ARROW_STREAM_CONTENT_TYPE),
+                            (DEVICE_HEADER, encoded.device),
+                        ]
+                        .into_iter()
+                        .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
+                    ),
+                },
+                &self.lifecycle,
+            )
+            .await;
+            match published {
+                Ok(_) => self.metrics.chunk_published(),
+                Err(SendError::Permanent(source)) => {
+                    return Err(Unpublished::ChunkRejected {
+                        step: id.name(),
+                        index,
+                        count,
+                        bytes: chunk.payload.len(),
+                        source: Box::new(source),
+                        topic: self.output_topic.clone(),
+                    })
+                }
+                Err(SendError::Stopped) => {
+                    tracing::info!(
+                        run_id = %id.run_id, step = id.step, published = index, chunks = count,
+                        "drain deadline passed mid-step; the step stays uncommitted"
+                    );
+                    return Err(Unpublished::Stopped);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the step's metrics, after its last chunk. They are a small
+    /// JSON object: a rejection here is a broker or ACL problem, reported
+    /// and not worth withholding the step for.
+    async fn send_metrics(&self, id: &StepId, encoded: &Encoded) -> Result<(), Unpublished> {
+        let sent = send(
+            &self.producer,
+            &Outgoing {
+                topic: &self.metrics_topic,
+                key: Some(encoded.key.as_bytes()),
+                payload: Some(&encoded.metrics_json),
+                headers: headers([("content-type", "application/json")]),
+            },
+            &self.lifecycle,
+        )
+        .await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err(SendError::Permanent(e)) => {
+                tracing::error!(run_id = %id.run_id, step = id.step, error = %e, topic = %self.metrics_topic, "step metrics rejected");
+                Ok(())
+            }
+            Err(SendError::Stopped) => Err(Unpublished::Stopped),
+        }
+    }
+
+    pub(super) async fn dead_letter_step(&self, step: PendingStep<Taken>, kind: &'static str, reason: &str) {
+        let (_, parked) = step.into_rows();
+        self.dead_letter_parked(parked, kind, reason).await;
+    }
+
+    /// Dead-letters a step's messages, all sends at once, and counts the
+    /// step once they are done.
+    async fn dead_letter_parked(&self, parked: Vec<Taken>, kind: &'static str, reason: &str) {
+        tracing::error!(
+            kind,
+            reason,
+            messages = parked.len(),
+            "step sent to the dead-letter topic"
+        );
+        futures::future::join_all(parked.into_iter().map(|p| p.reject(kind, reason))).await;
+        self.metrics.step_dead_lettered(kind);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::types::RDKafkaErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn each_failure_dead_letters_with_its_kind_and_reason() {
+        let oversized = Unpublished::Oversized {
+            row: 7,
+            trajectory_id: shortened("t7"),
+            step: "run/3".into(),
+            bytes: 2_000,
+            room: 1_000,
+            max_message_bytes: 1_600,
+            topic: "rl.advantages".into(),
+        };
+        assert_eq!(oversized.dead_letter_kind(), Some("output_rejected"));
+        assert_eq!(
+            oversized.to_string(),
+            "row 7 (trajectory_id \"t7\") of step run/3 alone takes 2000 bytes of Arrow, more than the 1000 \
+             bytes a message of advantages.max_message_bytes = 1600 leaves for it: raise \
+             advantages.max_message_bytes (and message.max.bytes in [kafka] and max.message.bytes on \
+             rl.advantages)"
+        );
+        let rejected = Unpublished::ChunkRejected {
+            step: "run/3".into(),
+            index: 1,
+            count: 4,
+            bytes: 900,
+            source: Box::new(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageSizeTooLarge,
+            )),
+            topic: "rl.advantages".into(),
+        };
+        assert_eq!(rejected.dead_letter_kind(), Some("output_rejected"));
+        assert!(
+            rejected.to_string().starts_with(
+                "the advantages of step run/3 (chunk 1 of 4, 900 bytes) were rejected: Message production error"
+            ),
+            "{rejected}"
+        );
+        assert!(rejected.to_string().ends_with(
+            "; raise message.max.bytes in [kafka] and max.message.bytes on rl.advantages, or lower \
+             advantages.max_message_bytes"
+        ));
+        let encode = Unpublished::EncodeChunks(ArrowError::ComputeError("no room".into()));
+        assert_eq!(encode.dead_letter_kind(), Some("encode"));
+        assert_eq!(
+            encode.to_string(),
+            ArrowError::ComputeError("no room".into()).to_string()
+        );
+    }
+
+    #[test]
+    fn a_step_stopped_by_the_drain_deadline_is_not_dead_lettered() {
+        assert_eq!(Unpublished::Stopped.dead_letter_kind(), None);
+    }
+}
