@@ -61,7 +61,13 @@ fn examples(name: &str, kind: &str) -> Vec<PathBuf> {
     files
 }
 
-const MESSAGES: [&str; 5] = ["failed_trajectory", "hint", "hint_outcome", "scored_rollout", "step_end"];
+const MESSAGES: [&str; 5] = [
+    "failed_trajectory",
+    "hint",
+    "hint_outcome",
+    "scored_rollout",
+    "step_end",
+];
 
 #[test]
 fn valid_examples_pass_schema_and_decode() {
@@ -117,7 +123,10 @@ fn produced_outcomes_and_refined_hints_match_their_schemas() {
     // A hint written before arms existed reads as the default arm.
     let bytes = std::fs::read(schemas_dir().join("examples/hint/valid/llm.json")).unwrap();
     let old: Hint = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!((old.arm.as_str(), old.refines.len()), (hintstream::messages::DEFAULT_ARM, 0));
+    assert_eq!(
+        (old.arm.as_str(), old.refines.len()),
+        (hintstream::messages::DEFAULT_ARM, 0)
+    );
 }
 
 /// The static-hint fixtures shared with the Python package

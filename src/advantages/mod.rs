@@ -17,6 +17,7 @@ pub mod compute;
 pub mod decode;
 pub mod metrics;
 pub mod offline;
+pub mod outcomes;
 pub mod service;
 pub mod step_metrics;
 pub mod trace;

@@ -168,7 +168,12 @@ impl ScoredRows {
             hint_id: if self.hint_id.is_empty() {
                 Vec::new()
             } else {
-                without_trailing_none(indices.iter().map(|&i| self.hint_id(i).map(str::to_string)).collect())
+                without_trailing_none(
+                    indices
+                        .iter()
+                        .map(|&i| self.hint_id(i).map(str::to_string))
+                        .collect(),
+                )
             },
         }
     }
@@ -670,14 +675,26 @@ mod tests {
     #[test]
     fn hint_ids_round_trip_through_the_batch_and_old_batches_have_none() {
         let mut rows = ScoredRows::default();
-        for (id, hint) in [("a", None), ("b", Some("h1")), ("c", None), ("b", Some("h2")), ("d", None)] {
+        for (id, hint) in [
+            ("a", None),
+            ("b", Some("h1")),
+            ("c", None),
+            ("b", Some("h2")),
+            ("d", None),
+        ] {
             rows.push(&row(id, hint));
         }
         // Stored up to the last row that has one.
         assert_eq!(rows.hint_id.len(), 4);
-        assert_eq!((rows.hint_id(1), rows.hint_id(3), rows.hint_id(4)), (Some("h1"), Some("h2"), None));
+        assert_eq!(
+            (rows.hint_id(1), rows.hint_id(3), rows.hint_id(4)),
+            (Some("h1"), Some("h2"), None)
+        );
         let batch = rows.to_batch().unwrap();
-        assert_eq!(batch.schema().field_with_name("hint_id").unwrap().data_type(), &DataType::Utf8);
+        assert_eq!(
+            batch.schema().field_with_name("hint_id").unwrap().data_type(),
+            &DataType::Utf8
+        );
         assert_eq!(ScoredRows::from_batch(&batch).unwrap(), rows);
         assert_eq!(rows.take(&[3, 0, 4]).hint_id, vec![Some("h2".to_string())]);
         let mut twice = rows.clone();
@@ -693,7 +710,15 @@ mod tests {
         // Rows without any hint id write a column of nulls.
         let mut plain = ScoredRows::default();
         plain.push(&row("a", None));
-        assert_eq!(plain.to_batch().unwrap().column_by_name("hint_id").unwrap().null_count(), 1);
+        assert_eq!(
+            plain
+                .to_batch()
+                .unwrap()
+                .column_by_name("hint_id")
+                .unwrap()
+                .null_count(),
+            1
+        );
     }
 
     #[test]
@@ -701,7 +726,17 @@ mod tests {
         let mut rows = ScoredRows::default();
         rows.push(&row("a", Some(" ")));
         let err = ScoredRows::from_batch(&rows.to_batch().unwrap()).unwrap_err();
-        assert!(matches!(err, BatchError::InvalidValue { column: "hint_id", row: 0, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: "hint_id",
+                    row: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

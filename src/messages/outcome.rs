@@ -99,7 +99,10 @@ mod tests {
     fn a_valid_outcome_decodes_and_keys_like_its_group() {
         let o = decoded(&outcome()).unwrap();
         assert_eq!(o.key(), "run%2F7/12/task-41");
-        assert_eq!(crate::messages::key_for(&outcome()).as_deref(), Some("run%2F7/12/task-41"));
+        assert_eq!(
+            crate::messages::key_for(&outcome()).as_deref(),
+            Some("run%2F7/12/task-41")
+        );
     }
 
     #[test]
