@@ -87,7 +87,7 @@ fn the_same_records_in_any_order_give_the_same_posteriors_and_arms() {
     for step in 0..6 {
         for g in 0..12 {
             let h = llm_hint(&arms, g % 3, step, &format!("task-{g}"));
-            outcomes.push(outcome(&h, 2, i64::from((g + step as usize) % 4 == 0)));
+            outcomes.push(outcome(&h, 2, i64::from((g + step as usize).is_multiple_of(4))));
             hints.push(h);
         }
     }
@@ -392,17 +392,18 @@ fn simulated_run_the_best_arm_takes_over_and_every_arm_keeps_its_floor() {
     let mut state = LearnState::new(arms.clone());
     let mut world = rand_chacha::ChaCha8Rng::seed_from_u64(23);
     let mut records: Vec<(Hint, HintOutcome)> = Vec::new();
-    let mut pulls = vec![[0usize; 3]; steps];
+    let mut pulls: Vec<[usize; 3]> = Vec::new();
     println!("step | strong | weak | control | rescued | posterior means (strong, weak, control)");
     for step in 0..steps {
         let mut outcomes = Vec::new();
+        let mut step_pulls = [0usize; 3];
         for g in 0..groups {
             let instance = format!("task-{step}-{g}");
             let choice = state.choose(RUN, step as i64, &instance);
             let h = llm_hint(&arms, choice.index, step as i64, &instance);
             assert_eq!(h.hint_id, choice.hint_id);
             state.observe_hint(&h);
-            pulls[step][choice.index] += 1;
+            step_pulls[choice.index] += 1;
             let rescued = world.random::<f64>() < rates[choice.index];
             let o = outcome(&h, 1, i64::from(rescued));
             outcomes.push(o.clone());
@@ -415,7 +416,7 @@ fn simulated_run_the_best_arm_takes_over_and_every_arm_keeps_its_floor() {
             .iter()
             .map(|p| format!("{:.3}", p.mean()))
             .collect();
-        let share = |i: usize| pulls[step][i] as f64 / groups as f64;
+        let share = |i: usize| step_pulls[i] as f64 / groups as f64;
         println!(
             "{step:>4} | {:>6.3} | {:>4.3} | {:>7.3} | {rescued:>7} | {}",
             share(0),
@@ -423,6 +424,7 @@ fn simulated_run_the_best_arm_takes_over_and_every_arm_keeps_its_floor() {
             share(2),
             means.join(", ")
         );
+        pulls.push(step_pulls);
     }
     // From step 10 on, the 0.7 arm gets >= 80% of the pulls.
     let late: usize = pulls[10..].iter().map(|p| p[0]).sum();
