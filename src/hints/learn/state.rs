@@ -9,7 +9,7 @@
 //!   Outcomes of one hint share its group key, so they sit on one partition
 //!   in order: every worker sees the same latest one.
 //! - **Joining.** An outcome names only its `hint_id`; the arm, category,
-//!   text and cost come from the hint record. The two topics are read
+//!   text, cost, run and step come from the hint record. The two topics are read
 //!   concurrently, so an outcome may come first: it waits (at most
 //!   [`MAX_PENDING_OUTCOMES`], oldest dropped first) until its hint arrives.
 //! - **The control.** A static fallback written on an LLM arm's turn
@@ -462,7 +462,10 @@ impl LearnState {
         };
         let (memory, evicted) = self.tasks.touch_or_insert_with(&task, TaskMemory::default);
         match memory.hints.iter_mut().find(|h| h.hint_id == record.hint_id) {
-            Some(known) => *known = record,
+            Some(known) => {
+                let outcome = record.outcome.or(known.outcome);
+                *known = RememberedHint { outcome, ..record };
+            }
             None => {
                 memory.hints.push(record);
                 memory
