@@ -300,6 +300,7 @@ mod tests {
                 reward: 1.0,
                 is_hinted: false,
                 hint_category: None,
+                hint_id: None,
             });
         }
         r

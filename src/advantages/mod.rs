@@ -18,6 +18,7 @@ pub mod compute;
 pub mod decode;
 pub mod metrics;
 pub mod offline;
+pub mod outcomes;
 pub mod publish;
 pub mod service;
 pub mod step_metrics;

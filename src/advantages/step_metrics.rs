@@ -198,6 +198,7 @@ mod tests {
                 reward: *reward,
                 is_hinted: category.is_some(),
                 hint_category: category.map(str::to_string),
+                hint_id: None,
             });
         }
         r

@@ -74,6 +74,7 @@ pub fn scored_schema() -> SchemaRef {
         Field::new("reward", DataType::Float64, false),
         Field::new("is_hinted", DataType::Boolean, false),
         Field::new("hint_category", DataType::Utf8, true),
+        Field::new("hint_id", DataType::Utf8, true),
     ]))
 }
 
@@ -103,6 +104,12 @@ pub struct ScoredRows {
     pub reward: Vec<f64>,
     pub is_hinted: Vec<bool>,
     pub hint_category: Vec<Option<String>>,
+    /// The hint each row ran with. May be shorter than the other columns:
+    /// rows past its end have none (so steps without hint ids, and code that
+    /// fills the columns one by one without this one, cost nothing), and it
+    /// never ends with `None`, so that equal rows compare equal. Read it with
+    /// [`ScoredRows::hint_id`].
+    pub hint_id: Vec<Option<String>>,
 }
 
 impl ScoredRows {
@@ -114,7 +121,16 @@ impl ScoredRows {
         self.reward.is_empty()
     }
 
+    /// The hint row `row` ran with, if any.
+    pub fn hint_id(&self, row: usize) -> Option<&str> {
+        self.hint_id.get(row).and_then(Option::as_deref)
+    }
+
     pub fn push(&mut self, row: &ScoredRollout) {
+        if let Some(id) = &row.hint_id {
+            self.hint_id.resize(self.len(), None);
+            self.hint_id.push(Some(id.clone()));
+        }
         self.run_id.push(row.run_id.clone());
         self.step.push(row.step);
         self.instance_id.push(row.instance_id.clone());
@@ -126,6 +142,10 @@ impl ScoredRows {
 
     /// Appends every row of `other`.
     pub fn extend(&mut self, other: ScoredRows) {
+        if !other.hint_id.is_empty() {
+            self.hint_id.resize(self.len(), None);
+            self.hint_id.extend(other.hint_id);
+        }
         self.run_id.extend(other.run_id);
         self.step.extend(other.step);
         self.instance_id.extend(other.instance_id);
@@ -145,6 +165,16 @@ impl ScoredRows {
             reward: indices.iter().map(|&i| self.reward[i]).collect(),
             is_hinted: indices.iter().map(|&i| self.is_hinted[i]).collect(),
             hint_category: indices.iter().map(|&i| self.hint_category[i].clone()).collect(),
+            hint_id: if self.hint_id.is_empty() {
+                Vec::new()
+            } else {
+                without_trailing_none(
+                    indices
+                        .iter()
+                        .map(|&i| self.hint_id(i).map(str::to_string))
+                        .collect(),
+                )
+            },
         }
     }
 
@@ -173,13 +203,17 @@ impl ScoredRows {
             Arc::new(Float64Array::from(self.reward.clone())),
             Arc::new(BooleanArray::from(self.is_hinted.clone())),
             Arc::new(StringArray::from(self.hint_category.clone())),
+            Arc::new(StringArray::from_iter(
+                (0..self.len()).map(|row| self.hint_id(row)),
+            )),
         ];
         Ok(RecordBatch::try_new(scored_schema(), columns)?)
     }
 
     /// Reads scored rows from a batch with the scored columns in any usual
     /// encoding: strings plain, large, view or dictionary-encoded; reward f32
-    /// or f64; step any integer type. `hint_category` may be absent.
+    /// or f64; step any integer type. `hint_category` and `hint_id` may be
+    /// absent.
     pub fn from_batch(batch: &RecordBatch) -> Result<ScoredRows, BatchError> {
         let rows = ScoredRows {
             run_id: strings(batch, "run_id")?,
@@ -189,6 +223,12 @@ impl ScoredRows {
             reward: floats(batch, "reward")?,
             is_hinted: booleans(batch, "is_hinted")?,
             hint_category: optional_strings(batch, "hint_category")?,
+            hint_id: match batch.column_by_name("hint_id") {
+                Some(array) if array.null_count() < array.len() => {
+                    without_trailing_none(optional_strings_of(array, "hint_id")?)
+                }
+                _ => Vec::new(),
+            },
         };
         rows.check()?;
         Ok(rows)
@@ -214,9 +254,20 @@ impl ScoredRows {
             if self.run_id[row].trim().is_empty() {
                 return Err(bad("run_id", row, "must be non-empty"));
             }
+            if self.hint_id(row).is_some_and(|id| id.trim().is_empty()) {
+                return Err(bad("hint_id", row, "must be non-empty when present"));
+            }
         }
         Ok(())
     }
+}
+
+/// `ids` without its trailing `None`s ([`ScoredRows::hint_id`]'s form).
+fn without_trailing_none(mut ids: Vec<Option<String>>) -> Vec<Option<String>> {
+    while ids.last().is_some_and(Option::is_none) {
+        ids.pop();
+    }
+    ids
 }
 
 /// The columns the advantage kernels read, taken from a scored batch with as
@@ -605,6 +656,87 @@ mod tests {
         );
         // Int8 keys go through the general path: ids of the values.
         assert_eq!(instance_groups(&b).unwrap().ids, vec![1, 0, 1]);
+    }
+
+    fn row(id: &str, hint_id: Option<&str>) -> ScoredRollout {
+        ScoredRollout {
+            schema_version: 1,
+            run_id: "r".into(),
+            step: 0,
+            instance_id: id.into(),
+            trajectory_id: format!("t-{id}"),
+            reward: 0.0,
+            is_hinted: hint_id.is_some(),
+            hint_category: None,
+            hint_id: hint_id.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn hint_ids_round_trip_through_the_batch_and_old_batches_have_none() {
+        let mut rows = ScoredRows::default();
+        for (id, hint) in [
+            ("a", None),
+            ("b", Some("h1")),
+            ("c", None),
+            ("b", Some("h2")),
+            ("d", None),
+        ] {
+            rows.push(&row(id, hint));
+        }
+        // Stored up to the last row that has one.
+        assert_eq!(rows.hint_id.len(), 4);
+        assert_eq!(
+            (rows.hint_id(1), rows.hint_id(3), rows.hint_id(4)),
+            (Some("h1"), Some("h2"), None)
+        );
+        let batch = rows.to_batch().unwrap();
+        assert_eq!(
+            batch.schema().field_with_name("hint_id").unwrap().data_type(),
+            &DataType::Utf8
+        );
+        assert_eq!(ScoredRows::from_batch(&batch).unwrap(), rows);
+        assert_eq!(rows.take(&[3, 0, 4]).hint_id, vec![Some("h2".to_string())]);
+        let mut twice = rows.clone();
+        twice.extend(rows.clone());
+        assert_eq!(twice.hint_id(6), Some("h1"));
+        assert_eq!(twice.hint_id(4), None);
+        // A batch written before the column existed reads with no hint ids.
+        let mut old = batch.clone();
+        old.remove_column(batch.schema().index_of("hint_id").unwrap());
+        let read = ScoredRows::from_batch(&old).unwrap();
+        assert!(read.hint_id.is_empty());
+        assert_eq!(read.reward.len(), 5);
+        // Rows without any hint id write a column of nulls.
+        let mut plain = ScoredRows::default();
+        plain.push(&row("a", None));
+        assert_eq!(
+            plain
+                .to_batch()
+                .unwrap()
+                .column_by_name("hint_id")
+                .unwrap()
+                .null_count(),
+            1
+        );
+    }
+
+    #[test]
+    fn blank_hint_ids_in_a_batch_are_rejected() {
+        let mut rows = ScoredRows::default();
+        rows.push(&row("a", Some(" ")));
+        let err = ScoredRows::from_batch(&rows.to_batch().unwrap()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: "hint_id",
+                    row: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -196,6 +196,7 @@ mod tests {
                 reward: f64::from(i % 3),
                 is_hinted: false,
                 hint_category: None,
+                hint_id: None,
             });
         }
         let chunks = encode_chunks(&rows.to_batch().unwrap(), 16 * 1024).unwrap();

@@ -70,6 +70,7 @@ mod tests {
             reward,
             is_hinted: hinted.is_some(),
             hint_category: hinted.map(str::to_string),
+            hint_id: None,
         }
     }
 

@@ -93,6 +93,8 @@ mod tests {
                 offset: 0,
             },
             created_at: "2026-01-01T00:00:00Z".into(),
+            arm: crate::messages::DEFAULT_ARM.into(),
+            refines: Vec::new(),
         })
     }
 

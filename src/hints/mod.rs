@@ -13,6 +13,7 @@ pub mod cache;
 pub mod decode;
 pub mod group;
 pub mod hint;
+pub mod learn;
 pub mod metrics;
 pub mod service;
 

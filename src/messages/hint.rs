@@ -44,7 +44,9 @@ pub struct HintSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hint {
     pub schema_version: i64,
-    /// Deterministic: a hash of group key, prompt version and model chain.
+    /// Deterministic: a hash of group key, prompt version and model chain,
+    /// and of the arm for arms other than [`DEFAULT_ARM`]
+    /// (`hints::learn::hint_id`).
     pub hint_id: String,
     pub run_id: String,
     pub step: i64,
@@ -60,6 +62,21 @@ pub struct Hint {
     pub failure_reason: Option<String>,
     pub source: HintSource,
     pub created_at: String,
+    /// The arm that wrote the hint; [`DEFAULT_ARM`] when no arms are
+    /// configured (and for hints written before arms existed).
+    #[serde(default = "default_arm")]
+    pub arm: String,
+    /// `hint_id`s of earlier hints for the same task that did not rescue it
+    /// and were shown to the LLM; empty for a fresh hint.
+    #[serde(default)]
+    pub refines: Vec<String>,
+}
+
+/// The name of the one implicit arm when no `[[hints.arms]]` are configured.
+pub const DEFAULT_ARM: &str = "default";
+
+fn default_arm() -> String {
+    DEFAULT_ARM.to_string()
 }
 
 impl Validate for Hint {
@@ -71,6 +88,10 @@ impl Validate for Hint {
         rules::non_empty("instance_id", &self.instance_id)?;
         rules::non_empty("trajectory_id", &self.trajectory_id)?;
         rules::finite("cost_usd", self.cost_usd)?;
+        rules::non_empty("arm", &self.arm)?;
+        for (i, id) in self.refines.iter().enumerate() {
+            rules::non_empty(&format!("refines[{i}]"), id)?;
+        }
         rules::rfc3339("created_at", Some(&self.created_at))
     }
 }

@@ -17,6 +17,10 @@ pub struct ScoredRollout {
     pub is_hinted: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint_category: Option<String>,
+    /// The hint the rollout ran with (hinted rows): stage 2 turns these
+    /// into one `HintOutcome` per hint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +47,9 @@ impl Validate for ScoredRollout {
         rules::step(self.step)?;
         rules::non_empty("instance_id", &self.instance_id)?;
         rules::non_empty("trajectory_id", &self.trajectory_id)?;
+        if let Some(id) = &self.hint_id {
+            rules::non_empty("hint_id", id)?;
+        }
         rules::finite("reward", self.reward)
     }
 }

@@ -48,6 +48,8 @@ class Topics:
     scored: str = "rl.rollouts.scored"
     advantages: str = "rl.advantages"
     metrics: str = "rl.metrics"
+    #: ``HintOutcome`` messages: what each hint did for its group's retries.
+    outcomes: str = "rl.hints.outcomes"
 
     @classmethod
     def of(cls, topics: Union["Topics", Mapping[str, str], None]) -> "Topics":
@@ -160,7 +162,8 @@ def check_failed(message: Mapping[str, Any]) -> None:
 def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     """``scored_rollout`` messages of one step: each row needs
     ``instance_id``, ``trajectory_id``, ``reward`` and ``is_hinted``
-    (``hint_category`` optional)."""
+    (``hint_category`` and ``hint_id``, the hint a hinted row ran with,
+    optional)."""
     out = []
     for i, row in enumerate(rows):
         try:
@@ -178,6 +181,11 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
             raise ValueError(f"scored row {i} has no {e.args[0]!r}") from None
         if row.get("hint_category") is not None:
             message["hint_category"] = str(row["hint_category"])
+        if row.get("hint_id") is not None:
+            hint_id = str(row["hint_id"])
+            if not hint_id.strip():
+                raise ValueError(f"scored row {i} has a blank hint_id")
+            message["hint_id"] = hint_id
         out.append(message)
     return out
 
@@ -189,18 +197,54 @@ def step_end(run_id: str, step: int, count: int) -> Dict[str, Any]:
 
 def scored_table(messages: Sequence[Mapping[str, Any]]) -> pa.Table:
     """``scored_rollout`` messages as the Arrow table stage 2 reads
-    (``instance_id`` dictionary-encoded, ``reward`` float64)."""
-    return pa.table(
-        {
-            "run_id": pa.array([m["run_id"] for m in messages], pa.string()),
-            "step": pa.array([m["step"] for m in messages], pa.int64()),
-            "instance_id": pa.array([m["instance_id"] for m in messages], pa.string()).dictionary_encode(),
-            "trajectory_id": pa.array([m["trajectory_id"] for m in messages], pa.string()),
-            "reward": pa.array([m["reward"] for m in messages], pa.float64()),
-            "is_hinted": pa.array([m["is_hinted"] for m in messages], pa.bool_()),
-            "hint_category": pa.array([m.get("hint_category") for m in messages], pa.string()),
-        }
-    )
+    (``instance_id`` dictionary-encoded, ``reward`` float64; a ``hint_id``
+    column only when a row has one)."""
+    columns: Dict[str, pa.Array] = {
+        "run_id": pa.array([m["run_id"] for m in messages], pa.string()),
+        "step": pa.array([m["step"] for m in messages], pa.int64()),
+        "instance_id": pa.array([m["instance_id"] for m in messages], pa.string()).dictionary_encode(),
+        "trajectory_id": pa.array([m["trajectory_id"] for m in messages], pa.string()),
+        "reward": pa.array([m["reward"] for m in messages], pa.float64()),
+        "is_hinted": pa.array([m["is_hinted"] for m in messages], pa.bool_()),
+        "hint_category": pa.array([m.get("hint_category") for m in messages], pa.string()),
+    }
+    if any(m.get("hint_id") is not None for m in messages):
+        columns["hint_id"] = pa.array([m.get("hint_id") for m in messages], pa.string())
+    return pa.table(columns)
+
+
+def hint_outcome(
+    *,
+    hint_id: str,
+    run_id: str,
+    step: int,
+    instance_id: str,
+    rewards: Sequence[float],
+    success_threshold: float = 0.0,
+) -> Dict[str, Any]:
+    """The ``HintOutcome`` message (schema_version 1) of one hint from the
+    rewards of the rollouts that ran with it: a success is a reward over
+    ``success_threshold``; ``rescued`` when any succeeded. Published under
+    the hint's group key (:func:`hintstream.keys.group_key`). ``ValueError``
+    without rewards or with a non-finite one."""
+    values = [float(r) for r in rewards]
+    if not values:
+        raise ValueError(f"hint {hint_id!r} has no hinted rollouts")
+    if any(v != v or v in (float("inf"), float("-inf")) for v in values):
+        raise ValueError(f"hint {hint_id!r} has a non-finite reward")
+    successes = sum(1 for v in values if v > success_threshold)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "hint_id": str(hint_id),
+        "run_id": run_id,
+        "step": int(step),
+        "instance_id": instance_id,
+        "hinted_rollouts": len(values),
+        "successes": successes,
+        "rescued": successes > 0,
+        "mean_reward": sum(values) / len(values),
+        "created_at": now_rfc3339(),
+    }
 
 
 def ipc_stream(table: pa.Table) -> bytes:

@@ -226,6 +226,7 @@ fn the_readme_metrics_table_matches_what_stage_2_publishes() {
                 reward: f64::from(u8::from(i % 3 == 0)),
                 is_hinted: category.is_some(),
                 hint_category: category.map(str::to_string),
+                hint_id: None,
             });
         }
     }

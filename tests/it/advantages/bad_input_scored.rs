@@ -44,6 +44,7 @@ fn rollout(step: i64, instance: &str, id: &str, reward: f64) -> ScoredRollout {
         reward,
         is_hinted: false,
         hint_category: None,
+        hint_id: None,
     }
 }
 

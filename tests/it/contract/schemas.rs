@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hintstream::messages::{decode, DecodeLimits, FailedTrajectory, Hint, ScoredMessage};
+use hintstream::messages::{decode, DecodeLimits, FailedTrajectory, Hint, HintOutcome, ScoredMessage};
 
 fn schemas_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas")
@@ -26,6 +26,7 @@ fn rust_accepts(name: &str, bytes: &[u8]) -> Result<(), String> {
     match name {
         "failed_trajectory" => decode::<FailedTrajectory>(bytes, limits).map(drop).map_err(e),
         "hint" => decode::<Hint>(bytes, limits).map(drop).map_err(e),
+        "hint_outcome" => decode::<HintOutcome>(bytes, limits).map(drop).map_err(e),
         "scored_rollout" => match decode::<ScoredMessage>(bytes, limits).map_err(e)? {
             ScoredMessage::ScoredRollout(_) => Ok(()),
             other => Err(format!("decoded as another kind: {other:?}")),
@@ -60,7 +61,13 @@ fn examples(name: &str, kind: &str) -> Vec<PathBuf> {
     files
 }
 
-const MESSAGES: [&str; 4] = ["failed_trajectory", "hint", "scored_rollout", "step_end"];
+const MESSAGES: [&str; 5] = [
+    "failed_trajectory",
+    "hint",
+    "hint_outcome",
+    "scored_rollout",
+    "step_end",
+];
 
 #[test]
 fn valid_examples_pass_schema_and_decode() {
@@ -102,6 +109,24 @@ fn produced_hints_match_their_schema() {
     let hint: Hint = serde_json::from_slice(&bytes).unwrap();
     let round_trip = serde_json::to_vec(&hint).unwrap();
     schema_accepts(&validator("hint"), &round_trip).unwrap();
+}
+
+#[test]
+fn produced_outcomes_and_refined_hints_match_their_schemas() {
+    let bytes = std::fs::read(schemas_dir().join("examples/hint_outcome/valid/rescued.json")).unwrap();
+    let outcome: HintOutcome = serde_json::from_slice(&bytes).unwrap();
+    schema_accepts(&validator("hint_outcome"), &serde_json::to_vec(&outcome).unwrap()).unwrap();
+    let bytes = std::fs::read(schemas_dir().join("examples/hint/valid/refined.json")).unwrap();
+    let hint: Hint = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(hint.refines.len(), 1);
+    schema_accepts(&validator("hint"), &serde_json::to_vec(&hint).unwrap()).unwrap();
+    // A hint written before arms existed reads as the default arm.
+    let bytes = std::fs::read(schemas_dir().join("examples/hint/valid/llm.json")).unwrap();
+    let old: Hint = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        (old.arm.as_str(), old.refines.len()),
+        (hintstream::messages::DEFAULT_ARM, 0)
+    );
 }
 
 /// The static-hint fixtures shared with the Python package

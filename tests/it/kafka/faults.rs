@@ -49,6 +49,7 @@ fn step_rows(step: i64) -> Vec<ScoredRollout> {
                 reward: f64::from((step as i32 * 7 + g * 3 + r) % 4) / 3.0,
                 is_hinted: r == 4,
                 hint_category: (r == 4).then(|| "llm_synthesized".to_string()),
+                hint_id: None,
             });
         }
     }

@@ -1,0 +1,140 @@
+//! A step's `HintOutcome`s: from the step's scored rows, one outcome per
+//! `hint_id` that its hinted rows name, for stage 2 to publish on
+//! `rl.hints.outcomes` after the step (counts only; see DESIGN.md).
+//!
+//! A row counts when it is hinted and names a hint; a raw row that names a
+//! hint did not run with it and is left out. A hint's run, step and group
+//! are its first row's. Outcomes come in the order their hints first appear
+//! in the rows, so a step gives the same messages every time it is computed.
+
+use std::collections::HashMap;
+
+use crate::batch::ScoredRows;
+use crate::messages::{HintOutcome, SCHEMA_VERSION};
+
+/// One outcome per `hint_id` of `rows` (see the module docs), stamped
+/// `created_at` (RFC 3339). A success is a reward over
+/// `success_threshold` (stage 2 passes `advantages.success_threshold`, as its
+/// step metrics use).
+pub fn hint_outcomes(rows: &ScoredRows, success_threshold: f64, created_at: &str) -> Vec<HintOutcome> {
+    struct Acc {
+        first_row: usize,
+        hinted: i64,
+        successes: i64,
+        reward_sum: f64,
+    }
+    let mut order: Vec<&str> = Vec::new();
+    let mut by_hint: HashMap<&str, Acc> = HashMap::new();
+    for row in 0..rows.len() {
+        let Some(hint_id) = rows.hint_id(row) else {
+            continue;
+        };
+        if !rows.is_hinted[row] {
+            continue;
+        }
+        let acc = by_hint.entry(hint_id).or_insert_with(|| {
+            order.push(hint_id);
+            Acc {
+                first_row: row,
+                hinted: 0,
+                successes: 0,
+                reward_sum: 0.0,
+            }
+        });
+        let reward = rows.reward[row];
+        acc.hinted += 1;
+        acc.successes += i64::from(reward > success_threshold);
+        acc.reward_sum += reward;
+    }
+    order
+        .into_iter()
+        .filter_map(|hint_id| {
+            let acc = by_hint.get(hint_id)?;
+            let row = acc.first_row;
+            Some(HintOutcome {
+                schema_version: i64::from(SCHEMA_VERSION),
+                hint_id: hint_id.to_string(),
+                run_id: rows.run_id[row].clone(),
+                step: rows.step[row],
+                instance_id: rows.instance_id[row].clone(),
+                hinted_rollouts: acc.hinted,
+                successes: acc.successes,
+                rescued: acc.successes > 0,
+                mean_reward: acc.reward_sum / acc.hinted as f64,
+                created_at: created_at.to_string(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::{ScoredRollout, Validate};
+
+    fn rows(spec: &[(&str, f64, bool, Option<&str>)]) -> ScoredRows {
+        let mut r = ScoredRows::default();
+        for (i, &(instance, reward, hinted, hint_id)) in spec.iter().enumerate() {
+            r.push(&ScoredRollout {
+                schema_version: 1,
+                run_id: "run".into(),
+                step: 4,
+                instance_id: instance.into(),
+                trajectory_id: format!("t{i}"),
+                reward,
+                is_hinted: hinted,
+                hint_category: hinted.then(|| "llm_synthesized".into()),
+                hint_id: hint_id.map(str::to_string),
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn one_outcome_per_hint_with_its_counts_in_first_seen_order() {
+        let step = rows(&[
+            ("b", 0.0, false, None),
+            ("b", 1.0, true, Some("hb")),
+            ("a", 0.0, true, Some("ha")),
+            ("b", 0.0, true, Some("hb")),
+            ("a", -1.0, true, Some("ha")),
+            // A raw row naming a hint did not run with it.
+            ("a", 1.0, false, Some("ha")),
+            ("c", 0.0, false, None),
+        ]);
+        let out = hint_outcomes(&step, 0.0, "2026-01-01T00:00:00Z");
+        let summary: Vec<_> = out
+            .iter()
+            .map(|o| {
+                (
+                    o.hint_id.as_str(),
+                    o.instance_id.as_str(),
+                    o.hinted_rollouts,
+                    o.successes,
+                    o.rescued,
+                )
+            })
+            .collect();
+        assert_eq!(summary, vec![("hb", "b", 2, 1, true), ("ha", "a", 2, 0, false)]);
+        assert_eq!((out[0].mean_reward, out[1].mean_reward), (0.5, -0.5));
+        assert_eq!(out[0].key(), "run/4/b");
+        for o in &out {
+            o.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn the_success_threshold_decides_what_succeeded() {
+        let step = rows(&[("a", 0.5, true, Some("h")), ("a", 0.9, true, Some("h"))]);
+        let out = hint_outcomes(&step, 0.6, "2026-01-01T00:00:00Z");
+        assert_eq!((out[0].successes, out[0].rescued), (1, true));
+        let out = hint_outcomes(&step, 0.9, "2026-01-01T00:00:00Z");
+        assert_eq!((out[0].successes, out[0].rescued), (0, false));
+    }
+
+    #[test]
+    fn a_step_without_hint_ids_has_no_outcomes() {
+        let step = rows(&[("a", 1.0, true, None), ("a", 0.0, false, None)]);
+        assert!(hint_outcomes(&step, 0.0, "2026-01-01T00:00:00Z").is_empty());
+    }
+}

@@ -1,0 +1,502 @@
+//! Arms: the `[[hints.arms]]` entries (a prompt version x a model chain, or
+//! static hints as the control), the `[hints]` options that steer them, their
+//! validation, and the `hint_id` an arm gives a group.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::llm::prompt::PROMPT_VERSION;
+use crate::messages::DEFAULT_ARM;
+
+/// Most arms one stage may configure. More are rejected by [`Arms::new`]:
+/// every arm costs a Beta draw per group and a set of metric series.
+pub const MAX_ARMS: usize = 16;
+/// Longest arm name, in bytes. Names appear in metric names
+/// (`hint/arm/<name>/rescue_rate`) and Prometheus labels.
+pub const MAX_ARM_NAME_BYTES: usize = 64;
+/// Largest `refine_max`: a task remembers at most this many of its hints
+/// (see [`super::state::MAX_HINTS_PER_TASK`]).
+pub const MAX_REFINE_MAX: usize = super::state::MAX_HINTS_PER_TASK;
+
+/// One `[[hints.arms]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArmSpec {
+    /// Unique; letters, digits, `_`, `-` and `.` only (it names metrics).
+    pub name: String,
+    /// The prompt version the arm's LLM calls use (default: this build's
+    /// current one). A refined hint is stamped `<prompt_version>+refine`.
+    #[serde(default = "default_prompt_version")]
+    pub prompt_version: String,
+    /// The model chain, tried in order (then the static fallback). Empty for
+    /// the static arm.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The control: static hints built from the verifier feedback, no LLM.
+    /// At most one arm is static.
+    #[serde(default, rename = "static")]
+    pub is_static: bool,
+    /// The arm's share under `arm_selection = "fixed"` (relative to the
+    /// other arms' weights); unused by Thompson sampling.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// A floor on the probability that a group goes to this arm (see
+    /// [`super::select`]). The floors of all arms add up to at most 1.
+    #[serde(default = "default_min_share")]
+    pub min_share: f64,
+    /// The Beta prior of the arm's rescue rate: pseudo-rescues ...
+    #[serde(default = "default_prior")]
+    pub prior_alpha: f64,
+    /// ... and pseudo-failures.
+    #[serde(default = "default_prior")]
+    pub prior_beta: f64,
+}
+
+pub fn default_prompt_version() -> String {
+    PROMPT_VERSION.to_string()
+}
+
+pub fn default_weight() -> f64 {
+    1.0
+}
+
+pub fn default_min_share() -> f64 {
+    0.05
+}
+
+pub fn default_prior() -> f64 {
+    1.0
+}
+
+pub fn default_refine_max() -> usize {
+    2
+}
+
+impl ArmSpec {
+    /// An LLM arm with the defaults.
+    pub fn llm(name: &str, models: &[&str]) -> ArmSpec {
+        ArmSpec {
+            name: name.to_string(),
+            prompt_version: default_prompt_version(),
+            models: models.iter().map(|m| m.to_string()).collect(),
+            is_static: false,
+            weight: default_weight(),
+            min_share: default_min_share(),
+            prior_alpha: default_prior(),
+            prior_beta: default_prior(),
+        }
+    }
+
+    /// The static control arm with the defaults.
+    pub fn control(name: &str) -> ArmSpec {
+        ArmSpec {
+            is_static: true,
+            models: Vec::new(),
+            ..ArmSpec::llm(name, &[])
+        }
+    }
+
+    /// The chain as the `hint_id` hashes it: `static` for static hints,
+    /// otherwise the model ids joined with `,`.
+    pub fn chain_label(&self) -> String {
+        if self.is_static || self.models.is_empty() {
+            "static".to_string()
+        } else {
+            self.models.join(",")
+        }
+    }
+}
+
+/// How each failed group's arm is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArmSelection {
+    /// Thompson sampling on each arm's Beta posterior of `rescued`.
+    #[default]
+    Thompson,
+    /// The arms' `weight`s as fixed shares: a plain A/B test.
+    Fixed,
+}
+
+/// The `[hints]` options that steer the arms (the lead moves these fields
+/// into the `[hints]` section; they stand alone here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearnOptions {
+    #[serde(default)]
+    pub arm_selection: ArmSelection,
+    /// An outcome `n` steps older than the group being hinted weighs
+    /// `0.5^(n / half_life_steps)`; unset: every outcome weighs 1.
+    #[serde(default)]
+    pub half_life_steps: Option<f64>,
+    /// Most earlier unhelpful hints of a task shown to the LLM (0: no
+    /// refinement), at most [`MAX_REFINE_MAX`].
+    #[serde(default = "default_refine_max")]
+    pub refine_max: usize,
+}
+
+impl Default for LearnOptions {
+    fn default() -> Self {
+        LearnOptions {
+            arm_selection: ArmSelection::default(),
+            half_life_steps: None,
+            refine_max: default_refine_max(),
+        }
+    }
+}
+
+/// Why an arm configuration was refused; each names what to fix.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ArmConfigError {
+    #[error("{count} arms configured; at most {MAX_ARMS}")]
+    TooMany { count: usize },
+    #[error("arm name {name:?} must be 1-{MAX_ARM_NAME_BYTES} bytes of letters, digits, '_', '-' or '.'")]
+    BadName { name: String },
+    #[error("two arms are named {name:?}; names must be unique")]
+    DuplicateName { name: String },
+    #[error("arm {name:?} sets both static = true and models; a static arm has no models")]
+    StaticWithModels { name: String },
+    #[error("arm {name:?} has no models; give it a model chain or set static = true")]
+    NoModels { name: String },
+    #[error("arms {first:?} and {second:?} are both static; at most one arm is the control")]
+    TwoControls { first: String, second: String },
+    #[error("arm {name:?}: {field} = {value} is invalid: {rule}")]
+    BadNumber {
+        name: String,
+        field: &'static str,
+        value: f64,
+        rule: &'static str,
+    },
+    #[error("the arms' min_share add up to {sum}; they must add up to at most 1")]
+    MinSharesOverOne { sum: f64 },
+    #[error("arm_selection = \"fixed\" needs an arm with weight > 0")]
+    NoWeight,
+    #[error("half_life_steps = {value} must be a finite number > 0")]
+    BadHalfLife { value: f64 },
+    #[error("refine_max = {value} is over the limit of {MAX_REFINE_MAX}")]
+    RefineMaxTooLarge { value: usize },
+}
+
+/// A validated set of arms with the options that steer them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arms {
+    specs: Vec<ArmSpec>,
+    options: LearnOptions,
+    /// Index of the static arm, if there is one.
+    control: Option<usize>,
+    /// True for the one implicit arm of a stage without `[[hints.arms]]`.
+    implicit: bool,
+}
+
+impl Arms {
+    /// The configured arms, or with none the implicit arm: named
+    /// [`DEFAULT_ARM`], this build's prompt version, `default_models` (the
+    /// stage's model chain as configured; empty when hints are static).
+    pub fn from_config(
+        arms: Vec<ArmSpec>,
+        options: LearnOptions,
+        default_models: &[String],
+    ) -> Result<Arms, ArmConfigError> {
+        if arms.is_empty() {
+            return Arms::implicit(default_models, options);
+        }
+        Arms::new(arms, options)
+    }
+
+    /// The one implicit arm (see [`Arms::from_config`]). It keeps today's
+    /// `hint_id`s, so a stage without arms behaves exactly as before.
+    pub fn implicit(default_models: &[String], options: LearnOptions) -> Result<Arms, ArmConfigError> {
+        let spec = ArmSpec {
+            name: DEFAULT_ARM.to_string(),
+            models: default_models.to_vec(),
+            is_static: default_models.is_empty(),
+            ..ArmSpec::llm(DEFAULT_ARM, &[])
+        };
+        let mut arms = Arms::new(vec![spec], options)?;
+        arms.implicit = true;
+        Ok(arms)
+    }
+
+    /// Checks every rule that spans the arms and options.
+    pub fn new(specs: Vec<ArmSpec>, options: LearnOptions) -> Result<Arms, ArmConfigError> {
+        if specs.len() > MAX_ARMS {
+            return Err(ArmConfigError::TooMany { count: specs.len() });
+        }
+        let mut control: Option<usize> = None;
+        for (i, spec) in specs.iter().enumerate() {
+            check_spec(spec)?;
+            if specs[..i].iter().any(|other| other.name == spec.name) {
+                return Err(ArmConfigError::DuplicateName {
+                    name: spec.name.clone(),
+                });
+            }
+            if spec.is_static {
+                if let Some(first) = control {
+                    return Err(ArmConfigError::TwoControls {
+                        first: specs[first].name.clone(),
+                        second: spec.name.clone(),
+                    });
+                }
+                control = Some(i);
+            }
+        }
+        let sum: f64 = specs.iter().map(|s| s.min_share).sum();
+        if sum > 1.0 + 1e-12 {
+            return Err(ArmConfigError::MinSharesOverOne { sum });
+        }
+        if options.arm_selection == ArmSelection::Fixed && !specs.iter().any(|s| s.weight > 0.0) {
+            return Err(ArmConfigError::NoWeight);
+        }
+        if let Some(h) = options.half_life_steps {
+            if !(h.is_finite() && h > 0.0) {
+                return Err(ArmConfigError::BadHalfLife { value: h });
+            }
+        }
+        if options.refine_max > MAX_REFINE_MAX {
+            return Err(ArmConfigError::RefineMaxTooLarge {
+                value: options.refine_max,
+            });
+        }
+        Ok(Arms {
+            specs,
+            options,
+            control,
+            implicit: false,
+        })
+    }
+
+    /// The arms, in configuration order (an arm's index is its place here).
+    pub fn specs(&self) -> &[ArmSpec] {
+        &self.specs
+    }
+
+    pub fn options(&self) -> &LearnOptions {
+        &self.options
+    }
+
+    /// The static arm, if one is configured.
+    pub fn control(&self) -> Option<&ArmSpec> {
+        self.control.map(|i| &self.specs[i])
+    }
+
+    /// Whether this is the implicit arm of a stage without `[[hints.arms]]`.
+    pub fn is_implicit(&self) -> bool {
+        self.implicit
+    }
+
+    /// The arm named `name`, with its index.
+    pub fn find(&self, name: &str) -> Option<(usize, &ArmSpec)> {
+        self.specs.iter().enumerate().find(|(_, s)| s.name == name)
+    }
+
+    /// The `hint_id` arm `index` gives the group `group_key` (see
+    /// [`hint_id`]).
+    ///
+    /// # Panics
+    /// When `index` is not below `specs().len()` (indices come from
+    /// [`super::select::select_arm`], which never returns one out of range).
+    pub fn hint_id(&self, index: usize, group_key: &str) -> String {
+        let spec = &self.specs[index];
+        hint_id(group_key, &spec.prompt_version, &spec.chain_label(), &spec.name)
+    }
+}
+
+/// The deterministic id of a group's hint: SHA-256 of the group key, the
+/// prompt version and the chain label ([`ArmSpec::chain_label`]), and of
+/// the arm name for arms other than [`DEFAULT_ARM`]; its first 16 bytes in
+/// hex. Without arms the id is exactly what stage 1 always wrote. The prompt
+/// version is the arm's own, never the `+refine` one: a redelivered group
+/// gets the same id whatever its refinement, and so its cached text.
+pub fn hint_id(group_key: &str, prompt_version: &str, chain_label: &str, arm: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let input = if arm == DEFAULT_ARM {
+        format!("{group_key}\u{0}{prompt_version}\u{0}{chain_label}")
+    } else {
+        format!("{group_key}\u{0}{prompt_version}\u{0}{chain_label}\u{0}{arm}")
+    };
+    let digest = Sha256::digest(input.as_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+fn check_spec(spec: &ArmSpec) -> Result<(), ArmConfigError> {
+    let name = &spec.name;
+    let name_ok = !name.is_empty()
+        && name.len() <= MAX_ARM_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !name_ok {
+        return Err(ArmConfigError::BadName { name: name.clone() });
+    }
+    if spec.is_static && !spec.models.is_empty() {
+        return Err(ArmConfigError::StaticWithModels { name: name.clone() });
+    }
+    if !spec.is_static && spec.models.iter().all(|m| m.trim().is_empty()) {
+        return Err(ArmConfigError::NoModels { name: name.clone() });
+    }
+    let bad = |field, value, rule| ArmConfigError::BadNumber {
+        name: name.clone(),
+        field,
+        value,
+        rule,
+    };
+    if !(spec.weight.is_finite() && spec.weight >= 0.0) {
+        return Err(bad("weight", spec.weight, "must be a finite number >= 0"));
+    }
+    if !(0.0..=1.0).contains(&spec.min_share) {
+        return Err(bad("min_share", spec.min_share, "must be between 0 and 1"));
+    }
+    for (field, value) in [("prior_alpha", spec.prior_alpha), ("prior_beta", spec.prior_beta)] {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(bad(field, value, "must be a finite number > 0"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_arm_keeps_todays_hint_id() {
+        // Pinned from stage 1's hash before arms existed: SHA-256 of
+        // "group\0prompt version\0chain", 16 bytes in hex.
+        assert_eq!(
+            hint_id("r/3/i", "v2", "static", DEFAULT_ARM),
+            "cb6db1ece69222ae5f2b0a035da1cb16"
+        );
+        assert_eq!(
+            hint_id(
+                "run-7/12/task-41",
+                "v2",
+                "claude-sonnet-4-5,gpt-4o-mini",
+                DEFAULT_ARM
+            ),
+            "4c2d9dbaf0c04c85a576c17f573ee3c1"
+        );
+        let implicit = Arms::from_config(Vec::new(), LearnOptions::default(), &[]).unwrap();
+        assert!(implicit.is_implicit());
+        assert_eq!(implicit.specs()[0].name, DEFAULT_ARM);
+        assert!(
+            implicit.control().is_some(),
+            "no models: the implicit arm is static"
+        );
+        assert_eq!(
+            implicit.hint_id(0, "r/3/i"),
+            hint_id("r/3/i", PROMPT_VERSION, "static", DEFAULT_ARM)
+        );
+    }
+
+    #[test]
+    fn named_arms_get_their_own_hint_ids() {
+        let a = hint_id("r/3/i", "v2", "m", "a");
+        assert_ne!(a, hint_id("r/3/i", "v2", "m", "b"));
+        assert_ne!(a, hint_id("r/3/i", "v2", "m", DEFAULT_ARM));
+        assert_eq!(a, hint_id("r/3/i", "v2", "m", "a"));
+        assert_eq!(a.len(), 32);
+    }
+
+    #[test]
+    fn arm_entries_parse_with_their_defaults_and_refuse_unknown_fields() {
+        #[derive(Deserialize)]
+        struct Section {
+            arms: Vec<ArmSpec>,
+        }
+        let text = r#"
+            [[arms]]
+            name = "sonnet"
+            models = ["anthropic/claude-sonnet-4-5"]
+            [[arms]]
+            name = "control"
+            static = true
+            min_share = 0.1
+        "#;
+        let section: Section = toml::from_str(text).unwrap();
+        assert_eq!(section.arms[0].prompt_version, PROMPT_VERSION);
+        assert_eq!(
+            (section.arms[0].min_share, section.arms[0].prior_alpha),
+            (0.05, 1.0)
+        );
+        assert!(section.arms[1].is_static);
+        let arms = Arms::new(section.arms, LearnOptions::default()).unwrap();
+        assert_eq!(arms.control().map(|c| c.name.as_str()), Some("control"));
+        let err = toml::from_str::<Section>("[[arms]]\nname = \"x\"\nmodel = \"m\"")
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+        let options: LearnOptions =
+            toml::from_str("arm_selection = \"fixed\"\nhalf_life_steps = 5.0").unwrap();
+        assert_eq!(
+            (options.arm_selection, options.refine_max),
+            (ArmSelection::Fixed, 2)
+        );
+    }
+
+    #[test]
+    fn bad_arm_sets_are_refused_naming_what_to_fix() {
+        let ok = || vec![ArmSpec::llm("a", &["m"]), ArmSpec::control("c")];
+        let opts = LearnOptions::default;
+        let refuse = |specs: Vec<ArmSpec>, options: LearnOptions| Arms::new(specs, options).unwrap_err();
+        assert!(Arms::new(ok(), opts()).is_ok());
+        let mut s = ok();
+        s[1].name = "a".into();
+        assert!(matches!(refuse(s, opts()), ArmConfigError::DuplicateName { .. }));
+        let mut s = ok();
+        s[0].name = "a/b".into();
+        assert!(matches!(refuse(s, opts()), ArmConfigError::BadName { .. }));
+        let mut s = ok();
+        s[1].models = vec!["m".into()];
+        assert!(matches!(
+            refuse(s, opts()),
+            ArmConfigError::StaticWithModels { .. }
+        ));
+        let mut s = ok();
+        s[0].models.clear();
+        assert!(matches!(refuse(s, opts()), ArmConfigError::NoModels { .. }));
+        let mut s = ok();
+        s.push(ArmSpec::control("c2"));
+        assert!(matches!(refuse(s, opts()), ArmConfigError::TwoControls { .. }));
+        let mut s = ok();
+        s[0].min_share = 0.6;
+        s[1].min_share = 0.6;
+        assert!(matches!(
+            refuse(s, opts()),
+            ArmConfigError::MinSharesOverOne { .. }
+        ));
+        let mut s = ok();
+        s[0].prior_beta = 0.0;
+        assert!(matches!(
+            refuse(s, opts()),
+            ArmConfigError::BadNumber {
+                field: "prior_beta",
+                ..
+            }
+        ));
+        let mut s = ok();
+        s[0].weight = 0.0;
+        s[1].weight = 0.0;
+        let fixed = LearnOptions {
+            arm_selection: ArmSelection::Fixed,
+            ..opts()
+        };
+        assert_eq!(refuse(s, fixed), ArmConfigError::NoWeight);
+        let half = LearnOptions {
+            half_life_steps: Some(0.0),
+            ..opts()
+        };
+        assert!(matches!(refuse(ok(), half), ArmConfigError::BadHalfLife { .. }));
+        let refine = LearnOptions {
+            refine_max: MAX_REFINE_MAX + 1,
+            ..opts()
+        };
+        assert!(matches!(
+            refuse(ok(), refine),
+            ArmConfigError::RefineMaxTooLarge { .. }
+        ));
+        let many: Vec<ArmSpec> = (0..=MAX_ARMS)
+            .map(|i| ArmSpec::llm(&format!("a{i}"), &["m"]))
+            .collect();
+        assert!(matches!(refuse(many, opts()), ArmConfigError::TooMany { .. }));
+    }
+}

@@ -1,0 +1,153 @@
+//! What the learning state tells about a run: per-arm pulls, rescues,
+//! posterior means and spend (Prometheus), refined against fresh rescue
+//! rates, cost per rescue, and one step's metrics by their `rl.metrics`
+//! names. Every value that is undefined (a rate over no outcome, a cost per
+//! no rescue) is `None` or absent, never 0.
+//!
+//! Attribution: a hint's pull and spend belong to the arm that wrote it; its
+//! outcome counts for the arm it counts for (the control, for a static
+//! fallback on an LLM arm's turn, see [`super::state`]). So an LLM arm's
+//! cost per rescue includes what its failed calls cost.
+
+use std::collections::BTreeMap;
+
+use super::state::{Cell, LearnState};
+
+/// One arm's totals over a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArmReport {
+    pub name: String,
+    /// Hints the arm wrote.
+    pub pulls: i64,
+    /// Outcomes counted for the arm.
+    pub trials: i64,
+    /// Of those, the ones that rescued their group.
+    pub rescues: i64,
+    /// `rescues / trials`.
+    pub rescue_rate: Option<f64>,
+    /// Posterior mean of the rescue rate from every outcome known now.
+    pub posterior_mean: f64,
+    /// What the arm's hints cost, in USD.
+    pub spend_usd: f64,
+    /// `spend_usd / rescues`.
+    pub cost_per_rescue_usd: Option<f64>,
+}
+
+/// A run's (or one step's) totals over every arm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    /// The configured arms, in configuration order.
+    pub arms: Vec<ArmReport>,
+    /// Rescue rate of hints that showed the LLM earlier hints.
+    pub refined_rescue_rate: Option<f64>,
+    /// Rescue rate of the other hints.
+    pub fresh_rescue_rate: Option<f64>,
+    /// All spend over all rescues.
+    pub cost_per_rescue_usd: Option<f64>,
+}
+
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0).then(|| num / den)
+}
+
+impl LearnState {
+    /// Totals of `run_id` over all its steps.
+    pub fn run_report(&self, run_id: &str) -> RunReport {
+        self.report(run_id, None)
+    }
+
+    /// Totals of `run_id`'s hints of `step`.
+    pub fn step_report(&self, run_id: &str, step: i64) -> RunReport {
+        self.report(run_id, Some(step))
+    }
+
+    /// One step's metrics by their `rl.metrics` names:
+    /// `hint/arm/<name>/rescue_rate` and `hint/arm/<name>/count` (outcomes
+    /// counted for the arm, the rate's denominator; the rate absent at 0),
+    /// `hint/refined_rescue_rate`, `hint/fresh_rescue_rate` and
+    /// `hint/cost_per_rescue_usd`, each absent when undefined.
+    pub fn step_metrics(&self, run_id: &str, step: i64) -> BTreeMap<String, f64> {
+        let report = self.step_report(run_id, step);
+        let mut out = BTreeMap::new();
+        for arm in &report.arms {
+            out.insert(format!("hint/arm/{}/count", arm.name), arm.trials as f64);
+            if let Some(rate) = arm.rescue_rate {
+                out.insert(format!("hint/arm/{}/rescue_rate", arm.name), rate);
+            }
+        }
+        for (name, value) in [
+            ("hint/refined_rescue_rate", report.refined_rescue_rate),
+            ("hint/fresh_rescue_rate", report.fresh_rescue_rate),
+            ("hint/cost_per_rescue_usd", report.cost_per_rescue_usd),
+        ] {
+            if let Some(v) = value {
+                out.insert(name.to_string(), v);
+            }
+        }
+        out
+    }
+
+    fn report(&self, run_id: &str, step: Option<i64>) -> RunReport {
+        let tally = self.runs.get(&run_id.to_string());
+        let in_scope = |s: i64| step.is_none_or(|want| want == s);
+        let sum_arm = |name: &str| -> Cell {
+            let mut total = Cell::default();
+            if let Some(tally) = tally {
+                let range = (name.to_string(), i64::MIN)..=(name.to_string(), i64::MAX);
+                for (&(_, s), cell) in tally.cells.range(range) {
+                    if in_scope(s) {
+                        add(&mut total, cell);
+                    }
+                }
+            }
+            total
+        };
+        let mut all = Cell::default();
+        if let Some(tally) = tally {
+            for (&(_, s), cell) in &tally.cells {
+                if in_scope(s) {
+                    add(&mut all, cell);
+                }
+            }
+        }
+        let posteriors = self.current_posteriors(run_id);
+        let arms = self
+            .arms
+            .specs()
+            .iter()
+            .zip(&posteriors)
+            .map(|(spec, posterior)| {
+                let c = sum_arm(&spec.name);
+                let spend_usd = c.spend_nano_usd as f64 / 1e9;
+                ArmReport {
+                    name: spec.name.clone(),
+                    pulls: c.hints,
+                    trials: c.trials,
+                    rescues: c.rescues,
+                    rescue_rate: ratio(c.rescues as f64, c.trials as f64),
+                    posterior_mean: posterior.mean(),
+                    spend_usd,
+                    cost_per_rescue_usd: ratio(spend_usd, c.rescues as f64),
+                }
+            })
+            .collect();
+        RunReport {
+            arms,
+            refined_rescue_rate: ratio(all.refined_rescues as f64, all.refined_trials as f64),
+            fresh_rescue_rate: ratio(
+                (all.rescues - all.refined_rescues) as f64,
+                (all.trials - all.refined_trials) as f64,
+            ),
+            cost_per_rescue_usd: ratio(all.spend_nano_usd as f64 / 1e9, all.rescues as f64),
+        }
+    }
+}
+
+fn add(total: &mut Cell, cell: &Cell) {
+    total.hints += cell.hints;
+    total.spend_nano_usd += cell.spend_nano_usd;
+    total.trials += cell.trials;
+    total.rescues += cell.rescues;
+    total.refined_trials += cell.refined_trials;
+    total.refined_rescues += cell.refined_rescues;
+}

@@ -1,0 +1,529 @@
+//! What stage 1 knows of past hints, rebuilt by every worker from `rl.hints`
+//! (its own and the other workers' hint records) and `rl.hints.outcomes`:
+//! per-arm tallies for the posteriors, a ledger that joins each outcome with
+//! its hint, and each task's recent hints for refinement.
+//!
+//! Rules:
+//! - **Each `hint_id` counts once; its latest outcome wins.** A second outcome
+//!   of one hint (stage 2 redoing a step) replaces the first in the tallies.
+//!   Outcomes of one hint share its group key, so they sit on one partition
+//!   in order: every worker sees the same latest one.
+//! - **Joining.** An outcome names only its `hint_id`; the arm, category,
+//!   text, cost, run and step come from the hint record. The two topics are read
+//!   concurrently, so an outcome may come first: it waits (at most
+//!   [`MAX_PENDING_OUTCOMES`], oldest dropped first) until its hint arrives.
+//! - **The control.** A static fallback written on an LLM arm's turn
+//!   (category `static_fallback` or `llm_failed_static_fallback` from an arm
+//!   that is not static) counts for the static arm, not for the arm that
+//!   tried; with no static arm configured it counts for nobody. Its pull and
+//!   spend stay with the arm that tried.
+//! - **Posteriors for a group of step `s`** count only outcomes of hints of
+//!   steps `<= s - 2` ([`OUTCOME_LAG_STEPS`]) of the same `run_id`, so that a
+//!   redelivery, a late member or another worker, which may have read one
+//!   step more of outcomes, picks the same arm. With `half_life_steps = h`,
+//!   an outcome of step `t` weighs `0.5^((s - t) / h)`. Tallies are integer
+//!   counters per (run, arm, step), summed in step order: the posteriors do
+//!   not depend on the order the records were read in, and a restart that
+//!   reads the same records gets the same posteriors exactly.
+//!
+//! Memory is bounded (see [`StateLimits`]; defaults below), as
+//! [`LearnState::approx_bytes`] counts it and [`StateLimits::worst_case_bytes`]
+//! bounds it. With ids of 40 bytes: the task memory at most 50,000 tasks x
+//! (3 hints x ~1.3 KB: 1,024 bytes of text, ids, record) = 206 MB, the ledger
+//! 100,000 hints x 360 bytes = 36 MB, so 242 MB in the worst case (every
+//! remembered hint of the full length); a typical run (one ~600-byte hint a
+//! task, ids of 30 bytes) holds about 55 + 31 MB. Pending outcomes add at
+//! most 10,000 x ~300 bytes, and each run's tally a few counters per arm and
+//! step. What is forgotten:
+//! - a task pushed out of the task memory (least recently written first)
+//!   takes its hints' texts with it: they can no longer be refined;
+//! - a hint pushed out of the ledger (least recently written first) keeps
+//!   its counts in the tallies, but a later outcome of it can no longer be
+//!   joined (it waits, then is dropped), and a later duplicate of its record
+//!   counts as a new pull. Determinism holds while outcomes arrive within
+//!   [`MAX_HINTS_TRACKED`] hints of their hint, which any run that keeps up
+//!   does by far;
+//! - tallies are kept for the [`MAX_RUNS_TALLIED`] runs written most
+//!   recently (a run's tally is a few counters per arm and step).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::arms::Arms;
+use super::lru::Lru;
+use super::select::{select_arm, ChoiceKind, Posterior};
+use crate::messages::{group_key, Hint, HintCategory, HintOutcome};
+
+/// Tasks `(run_id, instance_id)` whose recent hints are remembered for
+/// refinement. The least recently written task is forgotten first.
+pub const MAX_TASKS_REMEMBERED: usize = 50_000;
+/// Hints remembered per task. Past it, the oldest hint known to have
+/// rescued the task is forgotten first, else the oldest.
+pub const MAX_HINTS_PER_TASK: usize = 3;
+/// Bytes of a hint's text remembered for refinement; longer texts are cut at
+/// a character boundary and end with `…`.
+pub const MAX_REMEMBERED_HINT_BYTES: usize = 1024;
+/// Hints whose outcome can still be joined and replaced. The least recently
+/// written is forgotten first; its counts stay in the tallies.
+pub const MAX_HINTS_TRACKED: usize = 100_000;
+/// Outcomes waiting for their hint record. Past it the oldest is dropped
+/// (and counted in [`StateStats::pending_dropped`]).
+pub const MAX_PENDING_OUTCOMES: usize = 10_000;
+/// Runs whose per-arm tallies are kept; the least recently written is
+/// dropped first.
+pub const MAX_RUNS_TALLIED: usize = 16;
+/// A group of step `s` is hinted with posteriors of outcomes of steps
+/// `<= s - OUTCOME_LAG_STEPS`.
+pub const OUTCOME_LAG_STEPS: i64 = 2;
+
+/// The bounds of a [`LearnState`]; the defaults are the constants above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateLimits {
+    pub max_tasks: usize,
+    pub max_hints_per_task: usize,
+    pub max_hint_bytes: usize,
+    pub max_hints_tracked: usize,
+    pub max_pending_outcomes: usize,
+    pub max_runs: usize,
+}
+
+impl Default for StateLimits {
+    fn default() -> Self {
+        StateLimits {
+            max_tasks: MAX_TASKS_REMEMBERED,
+            max_hints_per_task: MAX_HINTS_PER_TASK,
+            max_hint_bytes: MAX_REMEMBERED_HINT_BYTES,
+            max_hints_tracked: MAX_HINTS_TRACKED,
+            max_pending_outcomes: MAX_PENDING_OUTCOMES,
+            max_runs: MAX_RUNS_TALLIED,
+        }
+    }
+}
+
+/// Bytes [`LearnState::approx_bytes`] counts for the fixed part of a
+/// remembered hint, a ledger entry and a task, besides their strings.
+const RECORD_OVERHEAD_BYTES: usize = 160;
+
+impl StateLimits {
+    /// The most [`LearnState::approx_bytes`] can report with ids of up to
+    /// `id_bytes` bytes each (run, instance, hint and arm ids), pending
+    /// outcomes and tallies aside.
+    pub fn worst_case_bytes(&self, id_bytes: usize) -> usize {
+        // A remembered hint: its text (and a 3-byte `…`), hint id and arm.
+        let hint = RECORD_OVERHEAD_BYTES + self.max_hint_bytes + 3 + 2 * id_bytes;
+        // A task: its two ids, twice (map and LRU order), and its hints.
+        let task = RECORD_OVERHEAD_BYTES + 4 * id_bytes + self.max_hints_per_task * hint;
+        // A ledger entry: its hint id twice, run, instance and arm.
+        let entry = RECORD_OVERHEAD_BYTES + 5 * id_bytes;
+        self.max_tasks * task + self.max_hints_tracked * entry
+    }
+}
+
+/// What an outcome said, kept with its hint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutcomeCounts {
+    pub hinted_rollouts: i64,
+    pub successes: i64,
+    pub rescued: bool,
+    pub mean_reward: f64,
+}
+
+impl From<&HintOutcome> for OutcomeCounts {
+    fn from(o: &HintOutcome) -> Self {
+        OutcomeCounts {
+            hinted_rollouts: o.hinted_rollouts,
+            successes: o.successes,
+            rescued: o.rescued,
+            mean_reward: o.mean_reward,
+        }
+    }
+}
+
+/// What the tallies need of one hint.
+#[derive(Debug, Clone)]
+struct LedgerEntry {
+    run_id: String,
+    instance_id: String,
+    step: i64,
+    arm: String,
+    category: HintCategory,
+    refined: bool,
+    cost_usd: f64,
+    outcome: Option<OutcomeCounts>,
+}
+
+/// A hint kept for refinement.
+#[derive(Debug, Clone)]
+pub(super) struct RememberedHint {
+    pub(super) hint_id: String,
+    pub(super) step: i64,
+    pub(super) arm: String,
+    pub(super) category: HintCategory,
+    pub(super) text: String,
+    pub(super) outcome: Option<OutcomeCounts>,
+}
+
+/// A task's remembered hints, oldest step first.
+#[derive(Debug, Clone, Default)]
+pub(super) struct TaskMemory {
+    pub(super) hints: Vec<RememberedHint>,
+}
+
+/// Counters of one (run, arm, step). `hints` and `spend_usd` belong to the
+/// arm that wrote the hints; the outcome counts to the arm they count for
+/// (the control, for a static fallback on an LLM arm's turn).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Cell {
+    pub(super) hints: i64,
+    /// Spend in nano-USD: integers, so that taking a record back and adding
+    /// it again leaves no rounding behind, whatever the order.
+    pub(super) spend_nano_usd: i64,
+    pub(super) trials: i64,
+    pub(super) rescues: i64,
+    pub(super) refined_trials: i64,
+    pub(super) refined_rescues: i64,
+}
+
+/// One run's cells by (arm name, step).
+#[derive(Debug, Clone, Default)]
+pub(super) struct RunTally {
+    pub(super) cells: BTreeMap<(String, i64), Cell>,
+    /// The newest step any hint of the run had.
+    pub(super) newest_step: i64,
+}
+
+/// Counters of what the state read and forgot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateStats {
+    pub hints_read: u64,
+    pub outcomes_read: u64,
+    /// Outcomes that replaced an earlier outcome of the same hint.
+    pub outcomes_replaced: u64,
+    /// Outcomes waiting for their hint now.
+    pub pending: usize,
+    pub pending_dropped: u64,
+    pub tasks_forgotten: u64,
+    pub hints_untracked: u64,
+}
+
+/// The arm chosen for a group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArmChoice {
+    /// Index into [`Arms::specs`].
+    pub index: usize,
+    pub kind: ChoiceKind,
+    /// The group's `hint_id` under that arm.
+    pub hint_id: String,
+    /// The posteriors the choice was made with, one per arm.
+    pub posteriors: Vec<Posterior>,
+}
+
+/// The learning state of one stage-1 worker. Feed it every record of
+/// `rl.hints` ([`LearnState::observe_hint`]) and `rl.hints.outcomes`
+/// ([`LearnState::observe_outcome`]), from the beginning, in any
+/// interleaving of the two; ask it for a group's arm
+/// ([`LearnState::choose`]) and a task's earlier unhelpful hints
+/// (`earlier_unhelpful`, in [`super::refine`]).
+#[derive(Debug, Clone)]
+pub struct LearnState {
+    pub(super) arms: Arms,
+    pub(super) limits: StateLimits,
+    ledger: Lru<String, LedgerEntry>,
+    pub(super) tasks: Lru<(String, String), TaskMemory>,
+    pending: HashMap<String, HintOutcome>,
+    /// Pending hint ids in arrival order (some may have been joined since).
+    pending_order: VecDeque<String>,
+    pub(super) runs: Lru<String, RunTally>,
+    stats: StateStats,
+}
+
+impl LearnState {
+    pub fn new(arms: Arms) -> Self {
+        LearnState::with_limits(arms, StateLimits::default())
+    }
+
+    pub fn with_limits(arms: Arms, limits: StateLimits) -> Self {
+        LearnState {
+            arms,
+            limits,
+            ledger: Lru::new(limits.max_hints_tracked),
+            tasks: Lru::new(limits.max_tasks),
+            pending: HashMap::new(),
+            pending_order: VecDeque::new(),
+            runs: Lru::new(limits.max_runs),
+            stats: StateStats::default(),
+        }
+    }
+
+    pub fn arms(&self) -> &Arms {
+        &self.arms
+    }
+
+    pub fn stats(&self) -> StateStats {
+        StateStats {
+            pending: self.pending.len(),
+            ..self.stats
+        }
+    }
+
+    /// Takes in one hint record of `rl.hints` (a duplicate of a known
+    /// `hint_id` replaces the earlier record, counted once).
+    pub fn observe_hint(&mut self, hint: &Hint) {
+        self.stats.hints_read += 1;
+        let mut entry = LedgerEntry {
+            run_id: hint.run_id.clone(),
+            instance_id: hint.instance_id.clone(),
+            step: hint.step,
+            arm: hint.arm.clone(),
+            category: hint.category,
+            refined: !hint.refines.is_empty(),
+            cost_usd: hint.cost_usd,
+            outcome: None,
+        };
+        if let Some(old) = self.ledger.get(&hint.hint_id).cloned() {
+            self.apply(&old, -1);
+            entry.outcome = old.outcome;
+        } else if let Some(outcome) = self.pending.remove(&hint.hint_id) {
+            entry.outcome = Some(OutcomeCounts::from(&outcome));
+        }
+        self.apply(&entry, 1);
+        let outcome = entry.outcome;
+        let (slot, evicted) = self.ledger.touch_or_insert_with(&hint.hint_id, || entry.clone());
+        *slot = entry;
+        self.stats.hints_untracked += evicted.len() as u64;
+        self.remember(hint, outcome);
+    }
+
+    /// Takes in one outcome of `rl.hints.outcomes`.
+    pub fn observe_outcome(&mut self, outcome: &HintOutcome) {
+        self.stats.outcomes_read += 1;
+        let Some(old) = self.ledger.get(&outcome.hint_id).cloned() else {
+            self.hold(outcome);
+            return;
+        };
+        if old.outcome.is_some() {
+            self.stats.outcomes_replaced += 1;
+        }
+        self.apply(&old, -1);
+        let counts = OutcomeCounts::from(outcome);
+        let entry = LedgerEntry {
+            outcome: Some(counts),
+            ..old
+        };
+        self.apply(&entry, 1);
+        let task = (entry.run_id.clone(), entry.instance_id.clone());
+        let (slot, _) = self
+            .ledger
+            .touch_or_insert_with(&outcome.hint_id, || entry.clone());
+        *slot = entry;
+        if let Some(memory) = self.tasks.get(&task) {
+            if memory.hints.iter().any(|h| h.hint_id == outcome.hint_id) {
+                let (memory, _) = self.tasks.touch_or_insert_with(&task, TaskMemory::default);
+                for h in memory.hints.iter_mut().filter(|h| h.hint_id == outcome.hint_id) {
+                    h.outcome = Some(counts);
+                }
+            }
+        }
+    }
+
+    /// The posteriors for a group of `step` of `run_id`, one per arm:
+    /// outcomes of steps `<= step - 2` only, weighed by the half-life.
+    pub fn posteriors(&self, run_id: &str, step: i64) -> Vec<Posterior> {
+        self.posteriors_through(run_id, step.saturating_sub(OUTCOME_LAG_STEPS), step)
+    }
+
+    /// The posteriors from every outcome known now, weighed by the
+    /// half-life from the run's newest step (for metrics).
+    pub fn current_posteriors(&self, run_id: &str) -> Vec<Posterior> {
+        let newest = self.runs.get(&run_id.to_string()).map_or(0, |t| t.newest_step);
+        self.posteriors_through(run_id, i64::MAX, newest)
+    }
+
+    /// The arm and `hint_id` of the group `(run_id, step, instance_id)`.
+    pub fn choose(&self, run_id: &str, step: i64, instance_id: &str) -> ArmChoice {
+        let key = group_key(run_id, step, instance_id);
+        let posteriors = self.posteriors(run_id, step);
+        let (index, kind) = select_arm(&self.arms, &posteriors, &key);
+        ArmChoice {
+            index,
+            kind,
+            hint_id: self.arms.hint_id(index, &key),
+            posteriors,
+        }
+    }
+
+    /// An estimate of the heap the state holds (strings, records and map
+    /// entries). Walks every record: call it for a gauge, not per message.
+    pub fn approx_bytes(&self) -> usize {
+        // Map keys are held twice (the map and the LRU order).
+        let tasks: usize = self
+            .tasks
+            .iter()
+            .map(|((run, instance), memory)| {
+                RECORD_OVERHEAD_BYTES
+                    + 2 * (run.len() + instance.len())
+                    + memory
+                        .hints
+                        .iter()
+                        .map(|h| RECORD_OVERHEAD_BYTES + h.text.len() + h.hint_id.len() + h.arm.len())
+                        .sum::<usize>()
+            })
+            .sum();
+        let ledger: usize = self
+            .ledger
+            .iter()
+            .map(|(id, e)| {
+                RECORD_OVERHEAD_BYTES + 2 * id.len() + e.run_id.len() + e.instance_id.len() + e.arm.len()
+            })
+            .sum();
+        let pending: usize = self
+            .pending
+            .values()
+            .map(|o| RECORD_OVERHEAD_BYTES + 2 * o.hint_id.len() + o.run_id.len() + o.instance_id.len())
+            .sum();
+        tasks + ledger + pending
+    }
+
+    /// The arm an outcome of `entry` counts for.
+    fn counting_arm<'a>(&'a self, entry: &'a LedgerEntry) -> Option<&'a str> {
+        let fallback = entry.category != HintCategory::LlmSynthesized;
+        match self.arms.find(&entry.arm) {
+            Some((_, spec)) if fallback && !spec.is_static => self.arms.control().map(|c| c.name.as_str()),
+            _ => Some(entry.arm.as_str()),
+        }
+    }
+
+    /// Adds (`sign` 1) or takes back (-1) what `entry` contributes.
+    fn apply(&mut self, entry: &LedgerEntry, sign: i64) {
+        let counting = entry
+            .outcome
+            .and_then(|o| self.counting_arm(entry).map(|arm| (arm.to_string(), o)));
+        let tally = if sign > 0 {
+            self.runs.touch_or_insert_with(&entry.run_id, RunTally::default).0
+        } else {
+            match self.runs.get(&entry.run_id) {
+                Some(_) => self.runs.touch_or_insert_with(&entry.run_id, RunTally::default).0,
+                // The run's tally was dropped: nothing to take back.
+                None => return,
+            }
+        };
+        tally.newest_step = tally.newest_step.max(entry.step);
+        let cell = tally.cells.entry((entry.arm.clone(), entry.step)).or_default();
+        cell.hints += sign;
+        cell.spend_nano_usd += sign * nano_usd(entry.cost_usd);
+        if let Some((arm, o)) = counting {
+            let cell = tally.cells.entry((arm, entry.step)).or_default();
+            let rescued = i64::from(o.rescued);
+            cell.trials += sign;
+            cell.rescues += sign * rescued;
+            if entry.refined {
+                cell.refined_trials += sign;
+                cell.refined_rescues += sign * rescued;
+            }
+        }
+    }
+
+    /// Keeps an outcome until its hint arrives (the latest of one hint).
+    fn hold(&mut self, outcome: &HintOutcome) {
+        if self
+            .pending
+            .insert(outcome.hint_id.clone(), outcome.clone())
+            .is_some()
+        {
+            self.stats.outcomes_replaced += 1;
+            return;
+        }
+        self.pending_order.push_back(outcome.hint_id.clone());
+        while self.pending.len() > self.limits.max_pending_outcomes {
+            let Some(oldest) = self.pending_order.pop_front() else {
+                break;
+            };
+            if self.pending.remove(&oldest).is_some() {
+                self.stats.pending_dropped += 1;
+            }
+        }
+        // Ids joined since they were queued: trim them once they pile up.
+        if self.pending_order.len() > 2 * self.limits.max_pending_outcomes.max(1) {
+            let pending = &self.pending;
+            self.pending_order.retain(|id| pending.contains_key(id));
+        }
+    }
+
+    /// Keeps `hint`'s text in its task's memory.
+    fn remember(&mut self, hint: &Hint, outcome: Option<OutcomeCounts>) {
+        let task = (hint.run_id.clone(), hint.instance_id.clone());
+        let max_hints = self.limits.max_hints_per_task.max(1);
+        let record = RememberedHint {
+            hint_id: hint.hint_id.clone(),
+            step: hint.step,
+            arm: hint.arm.clone(),
+            category: hint.category,
+            text: cut(&hint.hint, self.limits.max_hint_bytes),
+            outcome,
+        };
+        let (memory, evicted) = self.tasks.touch_or_insert_with(&task, TaskMemory::default);
+        match memory.hints.iter_mut().find(|h| h.hint_id == record.hint_id) {
+            Some(known) => {
+                let outcome = record.outcome.or(known.outcome);
+                *known = RememberedHint { outcome, ..record };
+            }
+            None => {
+                memory.hints.push(record);
+                memory
+                    .hints
+                    .sort_by(|a, b| a.step.cmp(&b.step).then_with(|| a.hint_id.cmp(&b.hint_id)));
+                // Over the bound: a hint that rescued its task goes first
+                // (refinement never shows it), then the oldest.
+                while memory.hints.len() > max_hints {
+                    let rescued = memory
+                        .hints
+                        .iter()
+                        .position(|h| h.outcome.is_some_and(|o| o.rescued));
+                    memory.hints.remove(rescued.unwrap_or(0));
+                }
+            }
+        }
+        self.stats.tasks_forgotten += evicted.len() as u64;
+    }
+
+    fn posteriors_through(&self, run_id: &str, last_step: i64, now: i64) -> Vec<Posterior> {
+        let tally = self.runs.get(&run_id.to_string());
+        let half_life = self.arms.options().half_life_steps;
+        self.arms
+            .specs()
+            .iter()
+            .map(|spec| {
+                let mut p = Posterior {
+                    alpha: spec.prior_alpha,
+                    beta: spec.prior_beta,
+                };
+                let Some(tally) = tally else {
+                    return p;
+                };
+                let range = (spec.name.clone(), i64::MIN)..=(spec.name.clone(), last_step);
+                for (&(_, step), cell) in tally.cells.range(range) {
+                    let w = half_life.map_or(1.0, |h| 0.5f64.powf((now - step) as f64 / h));
+                    p.alpha += w * cell.rescues as f64;
+                    p.beta += w * (cell.trials - cell.rescues) as f64;
+                }
+                p
+            })
+            .collect()
+    }
+}
+
+/// `usd` in nano-USD, rounded (costs are finite: the Hint decoder checks).
+pub(super) fn nano_usd(usd: f64) -> i64 {
+    (usd * 1e9).round() as i64
+}
+
+/// `text` cut to at most `max_bytes` bytes (plus `…`) at a char boundary.
+fn cut(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
