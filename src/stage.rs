@@ -17,11 +17,11 @@ use rdkafka::producer::Producer;
 use thiserror::Error;
 
 use crate::config::{Config, ConfigError, StageConfig};
-use crate::health::{Readiness, Signal};
+use crate::health::{Lifecycle, Readiness, Signal};
 use crate::kafka::client::RevokeHook;
 use crate::kafka::{
-    check_cluster, create_stage_producer, ConnectError, Delivery, Lifecycle, RecordMeta, Rejected,
-    RunOptions, RunSummary, StageLoop, StageProducer, Work,
+    check_cluster, create_stage_producer, ConnectError, Delivery, RecordMeta, Rejected, RunOptions,
+    RunSummary, StageLoop, StageProducer, Work,
 };
 use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
@@ -158,7 +158,7 @@ impl StageShell {
     /// free one).
     pub async fn serve_metrics(&mut self) -> Result<SocketAddr, StageError> {
         let registry = std::mem::take(&mut self.registry);
-        crate::metrics::serve_health(
+        crate::health::serve_health(
             self.metrics_socket,
             Arc::new(registry),
             Some(self.readiness.clone()),

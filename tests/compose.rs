@@ -439,7 +439,7 @@ fn probe(port: u16, path: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_probe_passes_on_200_and_fails_on_any_other_answer_or_none() {
     let registry = std::sync::Arc::new(Registry::with_prefix("hintstream_test"));
-    let addr = hintstream::metrics::serve("127.0.0.1:0".parse().unwrap(), registry)
+    let addr = hintstream::health::serve("127.0.0.1:0".parse().unwrap(), registry)
         .await
         .unwrap();
     let port = addr.port();

@@ -1,15 +1,13 @@
 //! Kafka plumbing shared by both stages: client construction, the offset
 //! tracker and its commit point, one handle per taken message, the
-//! dead-letter producer, producing with bounds, the consume loop, the
-//! stage's lifecycle and topic administration. No other module sees raw
-//! Kafka records.
+//! dead-letter producer, producing with bounds, the consume loop and topic
+//! administration. No other module sees raw Kafka records.
 
 pub mod admin;
 pub mod client;
 pub mod commit;
 pub mod connect;
 pub mod dlq;
-pub mod lifecycle;
 pub mod message;
 pub mod produce;
 pub mod tracker;
@@ -22,7 +20,6 @@ pub use client::{
 pub use commit::{Committer, Ticket};
 pub use connect::{check_cluster, ConnectError};
 pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};
-pub use lifecycle::Lifecycle;
 pub use message::{Delivery, RecordMeta, Rejected, Taken, HANDLER_PANIC};
 pub use produce::{send, Outgoing, SendError};
 pub use tracker::OffsetTracker;
