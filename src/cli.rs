@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, ConfigError, Overrides};
+use crate::telemetry::LogFormat;
 
 const AFTER_HELP: &str = "\
 Configuration is layered: built-in defaults, then the config file
@@ -42,12 +43,6 @@ pub struct GlobalArgs {
     /// Log format on stderr; the level comes from RUST_LOG (default info).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// Flags every stage takes; each maps onto the stage's config section.
