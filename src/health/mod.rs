@@ -6,9 +6,10 @@
 //! Kafka clients keep the readiness signals and share the lifecycle.
 
 pub mod endpoint;
+mod idle;
 pub mod lifecycle;
 pub mod readiness;
 
-pub use endpoint::{serve, serve_health};
+pub use endpoint::{serve, serve_health, serve_with_limits, EndpointLimits};
 pub use lifecycle::Lifecycle;
 pub use readiness::{Condition, Readiness, Signal};
