@@ -333,7 +333,11 @@ fn stage_metrics_ports_stay_inside_the_compose_network() {
                 .flatten()
                 .map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_string))
                 .collect();
-            assert_eq!(exposed, [port.clone()], "{name} exposes its metrics port to the network alone");
+            assert_eq!(
+                exposed,
+                [port.clone()],
+                "{name} exposes its metrics port to the network alone"
+            );
             assert!(
                 scraped.contains(&format!("port: {port}")),
                 "Prometheus scrapes {name}'s port {port}"
