@@ -335,7 +335,7 @@ fn stage_metrics_ports_stay_inside_the_compose_network() {
                 .collect();
             assert_eq!(
                 exposed,
-                [port.clone()],
+                std::slice::from_ref(&port),
                 "{name} exposes its metrics port to the network alone"
             );
             assert!(
