@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{Config, ConfigError, NormalizeFlags, Overrides};
 use crate::eval::EvalOptions;
 use crate::llm::cassette::CassetteMode;
+use crate::telemetry::LogFormat;
 use crate::tools::{record::RecordOptions, replay::ReplayOptions};
 
 const AFTER_HELP: &str = "\
@@ -45,12 +46,6 @@ pub struct GlobalArgs {
     /// Log format on stderr; the level comes from RUST_LOG (default info).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// Flags every stage takes; each maps onto the stage's config section.

@@ -30,11 +30,15 @@
 //! - [`advantages`]: stage 2, `hintstream advantages`: decode, assemble
 //!   steps, compute, publish advantages and step metrics; `advantages compute`
 //!   on files.
-//! - [`metrics`]: the consume loop's Prometheus counters and the endpoint
-//!   that serves `/metrics`, `/healthz` and `/readyz`.
-//! - [`health`]: what `/readyz` answers: in the group, producer connected,
-//!   the stage's own conditions.
-//! - [`telemetry`]: log output, OTLP span export, W3C `traceparent`.
+//! - [`metrics`]: the consume loop's Prometheus counters and a registry
+//!   rendered as text.
+//! - [`health`]: a stage's lifecycle (running, stopping, failed); what
+//!   `/readyz` answers (in the group, producer connected, the stage's own
+//!   conditions); the endpoint that serves `/metrics`, `/healthz` and
+//!   `/readyz` under a header-read timeout, an idle timeout and a
+//!   connection cap.
+//! - [`telemetry`]: log output, OTLP span export, W3C `traceparent` on
+//!   Kafka headers, one file each.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
 //!   topics, and reassembling chunked steps read back from a topic.
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several

@@ -17,10 +17,10 @@ use rdkafka::producer::Producer;
 use thiserror::Error;
 
 use crate::config::{Config, ConfigError, StageConfig};
-use crate::health::{Readiness, Signal};
+use crate::health::{Lifecycle, Readiness, Signal};
 use crate::kafka::{
-    check_cluster, create_stage_producer, ConnectError, Delivery, Lifecycle, RunOptions, RunSummary, Stage,
-    StageLoop, StageProducer,
+    check_cluster, create_stage_producer, ConnectError, Delivery, RunOptions, RunSummary, Stage, StageLoop,
+    StageProducer,
 };
 use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
@@ -151,7 +151,7 @@ impl StageShell {
     /// free one).
     pub async fn serve_metrics(&mut self) -> Result<SocketAddr, StageError> {
         let registry = std::mem::take(&mut self.registry);
-        crate::metrics::serve_health(
+        crate::health::serve_health(
             self.metrics_socket,
             Arc::new(registry),
             Some(self.readiness.clone()),

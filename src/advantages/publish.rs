@@ -25,8 +25,9 @@ use crate::batch::chunk::{
 };
 use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
+use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
-use crate::kafka::{send, Lifecycle, Outgoing, SendError, StageProducer, Taken};
+use crate::kafka::{send, Outgoing, SendError, StageProducer, Taken};
 use crate::messages::step_key;
 use crate::normalize::{AdvantageOptions, Device, Ran};
 

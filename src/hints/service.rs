@@ -22,10 +22,11 @@ use super::group::{best_index, Groups, Joined};
 use super::hint::build_hint;
 use super::metrics::HintMetrics;
 use crate::config::Config;
+use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    send, Lifecycle, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage,
-    StageProducer, Taken, Work,
+    send, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage, StageProducer,
+    Taken, Work,
 };
 use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
 use crate::llm::synth::LlmEnv;

@@ -18,9 +18,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
 
 use super::commit::lock;
-use super::lifecycle::Lifecycle;
 use super::tracker::OffsetTracker;
 use crate::config::{ClientKind, Config};
+use crate::health::Lifecycle;
 use crate::health::Signal;
 use crate::metrics::StageMetrics;
 

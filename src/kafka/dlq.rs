@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use rdkafka::producer::FutureProducer;
 
-use super::lifecycle::Lifecycle;
 use super::produce::{headers, send, Outgoing, SendError};
+use crate::health::Lifecycle;
 use crate::metrics::StageMetrics;
 
 /// Header names on dead letters.

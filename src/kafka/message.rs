@@ -18,8 +18,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::commit::{Committer, Ticket};
 use super::dlq::{DeadLetter, DeadLetters};
-use super::lifecycle::Lifecycle;
 use super::produce::SendError;
+use crate::health::Lifecycle;
 use crate::messages::DecodeError;
 use crate::metrics::StageMetrics;
 

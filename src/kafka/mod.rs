@@ -1,8 +1,10 @@
 //! Kafka plumbing shared by both stages: client construction, the offset
 //! tracker and its commit point, one handle per taken message, the
 //! dead-letter producer, producing with bounds, the consume loop and the
-//! stage contract it drives, the stage's lifecycle and topic
-//! administration. No other module sees raw Kafka records.
+//! stage contract it drives, and topic administration. The stages see
+//! records only through what this module hands them (`Taken`,
+//! `RecordMeta`); the tools (`record`, `replay`), `eval` and the quick
+//! start's readers read and write topics directly, as a client would.
 
 pub mod admin;
 pub mod client;
@@ -10,7 +12,6 @@ pub mod commit;
 pub mod connect;
 pub mod contract;
 pub mod dlq;
-pub mod lifecycle;
 pub mod message;
 pub mod produce;
 pub mod tracker;
@@ -24,7 +25,6 @@ pub use commit::{Committer, Ticket};
 pub use connect::{check_cluster, ConnectError};
 pub use contract::{Parked, Stage, Work};
 pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};
-pub use lifecycle::Lifecycle;
 pub use message::{Delivery, RecordMeta, Rejected, Taken, HANDLER_PANIC};
 pub use produce::{send, Outgoing, SendError};
 pub use tracker::OffsetTracker;

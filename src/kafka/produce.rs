@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use super::lifecycle::Lifecycle;
+use crate::health::Lifecycle;
 use crate::telemetry;
 
 /// How long one attempt may wait for room in the producer queue. (Its

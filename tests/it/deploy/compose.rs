@@ -1,8 +1,9 @@
 //! The docker-compose stack, checked without a Docker engine: the file
 //! validates with `docker-compose config` under every profile combination and
 //! each profile runs one stage-1 and one stage-2 service; ports stay on
-//! loopback; LLM keys reach stage 1 alone; Kafka keeps its data in a volume;
-//! healthchecks probe the endpoints the stages serve on their metrics ports;
+//! loopback, and the stages' metrics ports inside the compose network; LLM
+//! keys reach stage 1 alone; Kafka keeps its data in a volume; healthchecks
+//! probe the endpoints the stages serve on their metrics ports;
 //! every stage's environment is a valid hintstream config; every dashboard and
 //! alert query uses only metrics the stages export; the alert rules pass
 //! promtool and their scenarios; the README's panel table is the dashboard's.
@@ -310,6 +311,43 @@ fn published_ports_bind_to_loopback_unless_told_otherwise() {
 }
 
 #[test]
+fn stage_metrics_ports_stay_inside_the_compose_network() {
+    let scraped = read("deploy/prometheus/prometheus.yml");
+    for publish in ["127.0.0.1", "0.0.0.0"] {
+        let config = compose_config(&PROFILES, &[("STACK_PUBLISH_ADDR", publish)]);
+        let mut stages = 0;
+        for (name, service) in config["services"].as_object().unwrap() {
+            if stage_of(service).is_none() {
+                continue;
+            }
+            stages += 1;
+            assert!(
+                service["ports"].as_array().is_none_or(|p| p.is_empty()),
+                "{name} publishes {} on the host",
+                service["ports"]
+            );
+            let port = metrics_port(service).unwrap_or_else(|| panic!("{name} sets no --metrics-addr"));
+            let exposed: Vec<String> = service["expose"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_string))
+                .collect();
+            assert_eq!(
+                exposed,
+                std::slice::from_ref(&port),
+                "{name} exposes its metrics port to the network alone"
+            );
+            assert!(
+                scraped.contains(&format!("port: {port}")),
+                "Prometheus scrapes {name}'s port {port}"
+            );
+        }
+        assert_eq!(stages, 4, "hints, hints-ollama, advantages, advantages-gpu");
+    }
+}
+
+#[test]
 fn llm_keys_reach_stage_one_only() {
     let keys = [
         ("ANTHROPIC_API_KEY", "sk-ant-test"),
@@ -439,7 +477,7 @@ fn probe(port: u16, path: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_probe_passes_on_200_and_fails_on_any_other_answer_or_none() {
     let registry = std::sync::Arc::new(Registry::with_prefix("hintstream_test"));
-    let addr = hintstream::metrics::serve("127.0.0.1:0".parse().unwrap(), registry)
+    let addr = hintstream::health::serve("127.0.0.1:0".parse().unwrap(), registry)
         .await
         .unwrap();
     let port = addr.port();

@@ -5,6 +5,11 @@
 //! answered), 503 within 30 s of the broker being killed (SIGKILL), and 200
 //! again when the broker is back; `/healthz` answers 200 throughout; the
 //! `ready` gauges follow. The stages log to files without colour codes.
+//!
+//! The endpoint's limits, in process without a broker: a connection that
+//! never sends a request is closed after the header-read timeout, one over
+//! the connection cap at once, while a scraper's kept connection still
+//! answers; and the stages bind it to loopback unless told otherwise.
 
 use crate::common;
 
@@ -251,5 +256,144 @@ async fn readyz_follows_assignment_the_llm_and_the_broker() {
             !log.contains("\x1b["),
             "{name}'s log file has colour codes:\n{log}"
         );
+    }
+}
+
+/// How soon a connection over the cap must be closed: well before the header
+/// timeout would close it anyway.
+const OVER_CAP_CLOSED_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long after the header timeout a silent connection may still be open
+/// (the server's timer starts once it accepts, a little after the connect).
+const CLOSE_SLACK: Duration = Duration::from_secs(5);
+
+/// Reads until the server closes `stream` (end of file or reset); what it
+/// sent before.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut sent = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = stream.read(&mut chunk).await {
+        sent.extend_from_slice(&chunk[..n]);
+    }
+    sent
+}
+
+/// `GET path` over HTTP/1.1 on a connection kept for the next request, as a
+/// Prometheus scraper keeps it: the status once the whole body is in.
+async fn get_kept_alive(stream: &mut tokio::net::TcpStream, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert_ne!(
+            n,
+            0,
+            "closed mid-response: {}",
+            String::from_utf8_lossy(&response)
+        );
+        response.extend_from_slice(&chunk[..n]);
+        let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&response[..end]).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        if response.len() >= end + 4 + length {
+            return head[9..12].parse().unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_cut_at_the_header_timeout_and_those_over_the_cap_at_once() {
+    use hintstream::health::endpoint::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+
+    let registry = std::sync::Arc::new(prometheus_client::registry::Registry::with_prefix(
+        "hintstream_test",
+    ));
+    let addr = hintstream::health::serve("127.0.0.1:0".parse().unwrap(), registry)
+        .await
+        .unwrap();
+    // A scraper that keeps its connection, as Prometheus does, holds one
+    // slot; clients that never send a request take all the others.
+    let mut scraper = TcpStream::connect(addr).await.unwrap();
+    let scraped = Instant::now();
+    assert_eq!(get_kept_alive(&mut scraper, "/metrics").await, 200);
+    let mut silent = Vec::new();
+    for _ in 1..MAX_CONNECTIONS {
+        // Before the connect: the server's clock for it starts after.
+        let opened = Instant::now();
+        silent.push((TcpStream::connect(addr).await.unwrap(), opened));
+    }
+    assert_eq!(
+        get_kept_alive(&mut scraper, "/metrics").await,
+        200,
+        "a scrape on a held connection works with the cap full"
+    );
+    assert!(
+        scraped.elapsed() < HEADER_READ_TIMEOUT,
+        "the test ran too slowly to say"
+    );
+
+    let mut over = TcpStream::connect(addr).await.unwrap();
+    // Refused before the request is read, so writing it may fail already.
+    let _ = over.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await;
+    let answer = tokio::time::timeout(OVER_CAP_CLOSED_WITHIN, read_until_closed(&mut over))
+        .await
+        .unwrap_or_else(|_| panic!("a connection over the cap of {MAX_CONNECTIONS} is still open"));
+    assert!(
+        answer.is_empty(),
+        "a connection over the cap of {MAX_CONNECTIONS} was answered: {}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    for (i, (mut stream, opened)) in silent.into_iter().enumerate() {
+        let sent = tokio::time::timeout_at(
+            (opened + HEADER_READ_TIMEOUT + CLOSE_SLACK).into(),
+            read_until_closed(&mut stream),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "silent connection {i} is open {:?} after it opened",
+                opened.elapsed()
+            )
+        });
+        assert!(sent.is_empty(), "silent connection {i} got {sent:?}");
+        assert!(
+            opened.elapsed() >= HEADER_READ_TIMEOUT,
+            "silent connection {i} closed after {:?}, before the header timeout",
+            opened.elapsed()
+        );
+    }
+    // The idle scraper's connection goes the same way; then a new scrape
+    // finds every slot free.
+    let held = read_until_closed(&mut scraper).await;
+    assert!(held.is_empty(), "{held:?}");
+    assert_eq!(
+        MetricsEndpoint(addr)
+            .get("/metrics")
+            .await
+            .map(|(status, _)| status),
+        Some(200)
+    );
+}
+
+#[test]
+fn stage_endpoints_bind_to_loopback_by_default() {
+    let config = hintstream::config::Config::default();
+    for addr in [&config.hints.metrics_addr, &config.advantages.metrics_addr] {
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        assert!(addr.ip().is_loopback(), "{addr}");
     }
 }

@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::kafka::Lifecycle;
+use super::lifecycle::Lifecycle;
 use crate::metrics::StageMetrics;
 
 /// One part of readiness that a callback keeps current (a client's

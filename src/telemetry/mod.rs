@@ -1,0 +1,60 @@
+//! Logs and traces: the log layer (text or JSON, ANSI colours only when
+//! stderr is a terminal), span export over OTLP/HTTP when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and the W3C `traceparent` that
+//! carries a trace from a message's input to its outputs.
+//!
+//! Export is off by default, and then costs nothing beyond the log layer:
+//! no exporter, no OpenTelemetry layer, and [`start_trace`] and [`link`] return
+//! at once. Outputs carry a `traceparent` either way: the input's trace with a
+//! new span id (or a new trace), so a trace survives a stage that does not
+//! export.
+//!
+//! Numeric span fields are `i64`: tracing-opentelemetry exports other
+//! integer types as text.
+//!
+//! One file per job: [`logs`] (the log layer), [`export`] (OTLP) and
+//! [`propagation`] (`traceparent` on Kafka headers). Imports nothing of the
+//! crate.
+
+pub mod export;
+pub mod logs;
+pub mod propagation;
+
+use thiserror::Error;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+pub use export::{exporting, Telemetry};
+pub use logs::{ansi_colours, stage_span, LogFormat, STAGE_SPAN};
+pub use propagation::{
+    link, outgoing, scope, start_trace, with_traceparent, TraceParent, TRACEPARENT_HEADER,
+};
+
+/// Why logging or tracing could not start.
+#[derive(Debug, Error)]
+pub enum TelemetryError {
+    #[error("OTEL_EXPORTER_OTLP_ENDPOINT: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("a global log subscriber is installed already: {0}")]
+    Installed(#[from] tracing_subscriber::util::TryInitError),
+}
+
+/// Installs the global subscriber: log lines on stderr in `format`, filtered
+/// by `RUST_LOG` (else `default_level`); and, when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`)
+/// is set, hintstream's spans exported over OTLP/HTTP protobuf as `service`
+/// (unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` names it), in
+/// batches from a thread of their own, whatever `RUST_LOG` says. The
+/// exporter reads the other `OTEL_*` variables (headers, timeout, batch
+/// delay). Call it before the async runtime starts.
+pub fn init(format: LogFormat, default_level: &str, service: &str) -> Result<Telemetry, TelemetryError> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let provider = export::provider(service)?;
+    let traces = provider.as_ref().map(export::layer);
+    tracing_subscriber::registry()
+        .with(logs::layer(format).with_filter(filter))
+        .with(traces)
+        .try_init()?;
+    Ok(Telemetry::started(provider))
+}
