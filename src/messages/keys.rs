@@ -34,12 +34,12 @@ pub fn decode_id(part: &str) -> String {
     while let Some(at) = rest.find('%') {
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
-        if after.starts_with("25") {
+        if let Some(tail) = after.strip_prefix("25") {
             out.push('%');
-            rest = &after[2..];
-        } else if after.starts_with("2F") || after.starts_with("2f") {
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix("2F").or_else(|| after.strip_prefix("2f")) {
             out.push('/');
-            rest = &after[2..];
+            rest = tail;
         } else {
             out.push('%');
             rest = after;
