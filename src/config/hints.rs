@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::arms::{default_refine_max, ArmEntry, ArmSelection, LearnOptions};
 use super::error::{invalid, ConfigError};
 use super::stage::{deny_unknown, StageConfig, UnknownKeys};
 use super::topics;
@@ -31,6 +32,16 @@ pub struct HintsConfig {
     pub cache_ttl_secs: u64,
     /// Bytes of hints kept for that; the oldest go first.
     pub cache_max_bytes: u64,
+    /// The arms that compete for failed groups (`[[hints.arms]]`); none:
+    /// one implicit arm, `default`, and everything behaves as without arms.
+    pub arms: Vec<ArmEntry>,
+    /// `thompson` (on each arm's rescue rate) or `fixed` (the weights).
+    pub arm_selection: ArmSelection,
+    /// Outcomes fade with this half-life in steps; unset: they never fade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_life_steps: Option<f64>,
+    /// Most earlier unhelpful hints of a task shown to the LLM (0: none).
+    pub refine_max: usize,
     #[serde(flatten)]
     unknown: UnknownKeys,
 }
@@ -70,12 +81,31 @@ impl Default for HintsConfig {
             reward_threshold: default_reward_threshold(),
             cache_ttl_secs: default_cache_ttl_secs(),
             cache_max_bytes: default_cache_max_bytes(),
+            arms: Vec::new(),
+            arm_selection: ArmSelection::default(),
+            half_life_steps: None,
+            refine_max: default_refine_max(),
             unknown: UnknownKeys::new(),
         }
     }
 }
 
 impl HintsConfig {
+    /// The options that steer the arms.
+    pub fn learn_options(&self) -> LearnOptions {
+        LearnOptions {
+            arm_selection: self.arm_selection,
+            half_life_steps: self.half_life_steps,
+            refine_max: self.refine_max,
+        }
+    }
+
+    /// Whether `[[hints.arms]]` names any arm (outcomes then matter: the
+    /// outcomes topic must exist).
+    pub fn has_arms(&self) -> bool {
+        !self.arms.is_empty()
+    }
+
     /// The section's rules; `session_ms` as for [`StageConfig::validate`].
     pub fn validate(&self, session_ms: u64) -> Result<(), ConfigError> {
         if !self.reward_threshold.is_finite() {
@@ -108,6 +138,50 @@ impl std::ops::DerefMut for HintsConfig {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+
+    #[test]
+    fn arms_and_their_options_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hintstream.toml");
+        std::fs::write(
+            &path,
+            r#"
+[hints]
+arm_selection = "fixed"
+half_life_steps = 20.0
+refine_max = 1
+
+[[hints.arms]]
+name = "sonnet"
+models = ["claude-sonnet-4-5"]
+weight = 3.0
+
+[[hints.arms]]
+name = "control"
+static = true
+min_share = 0.1
+"#,
+        )
+        .unwrap();
+        let config = Config::load(Some(&path), &Default::default()).unwrap();
+        let h = &config.hints;
+        assert!(h.has_arms());
+        assert_eq!(h.arms.len(), 2);
+        assert_eq!(h.arms[0].models, vec!["claude-sonnet-4-5".to_string()]);
+        assert_eq!(
+            (
+                h.arms[0].weight,
+                h.arms[0].min_share,
+                h.arms[0].prompt_version.as_deref()
+            ),
+            (3.0, 0.05, None)
+        );
+        assert!(h.arms[1].is_static);
+        let options = h.learn_options();
+        assert_eq!(options.arm_selection, crate::config::ArmSelection::Fixed);
+        assert_eq!((options.half_life_steps, options.refine_max), (Some(20.0), 1));
+        assert!(!Config::default().hints.has_arms());
+    }
 
     #[test]
     fn rejects_drain_longer_than_session() {

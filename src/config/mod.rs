@@ -12,7 +12,7 @@
 //! - `kafka.rs`: `[kafka]`, librdkafka properties by client kind.
 //! - `topics.rs`, `limits.rs`, `llm.rs`, `normalize.rs`: their sections.
 //! - `stage.rs`: what `[hints]` and `[advantages]` share; `hints.rs` and
-//!   `advantages.rs`: the two stages' sections.
+//!   `advantages.rs`: the two stages' sections; `arms.rs`: `[[hints.arms]]`.
 //! - `env_refs.rs`: `${NAME}` references in the file; `redact.rs`: the
 //!   config as `hintstream config` shows it.
 //! - `error.rs`: [`ConfigError`].
@@ -22,6 +22,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 mod advantages;
+pub mod arms;
 pub mod env_refs;
 mod error;
 mod hints;
@@ -38,6 +39,7 @@ pub use advantages::{
     AdvantagesConfig, DEFAULT_ADVANTAGES_MAX_IN_FLIGHT_BYTES, DEFAULT_ADVANTAGES_MAX_MESSAGE_BYTES,
     MIN_ADVANTAGES_MAX_MESSAGE_BYTES,
 };
+pub use arms::{ArmEntry, ArmSelection, LearnOptions};
 pub use env_refs::{EnvRefError, KeyPath};
 pub use error::ConfigError;
 pub use hints::{HintsConfig, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SECS};

@@ -14,6 +14,10 @@ pub struct TopicsConfig {
     pub scored: String,
     pub advantages: String,
     pub metrics: String,
+    /// What each hint did for its group's hinted retries (`HintOutcome`),
+    /// written by stage 2 (or the trainer client) and read back by stage 1
+    /// to learn which arm rescues more.
+    pub outcomes: String,
     /// Partitions of every topic created by `topics create`.
     pub partitions: i32,
     /// Replication factor of every topic created by `topics create`.
@@ -40,6 +44,10 @@ fn default_metrics() -> String {
     "rl.metrics".into()
 }
 
+pub(super) fn default_outcomes() -> String {
+    "rl.hints.outcomes".into()
+}
+
 fn default_partitions() -> i32 {
     6
 }
@@ -56,6 +64,7 @@ impl Default for TopicsConfig {
             scored: default_scored(),
             advantages: default_advantages(),
             metrics: default_metrics(),
+            outcomes: default_outcomes(),
             partitions: default_partitions(),
             replication_factor: default_replication_factor(),
         }

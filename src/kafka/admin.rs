@@ -27,6 +27,7 @@ pub fn design_topics(config: &Config) -> Vec<String> {
         t.scored.clone(),
         t.advantages.clone(),
         t.metrics.clone(),
+        t.outcomes.clone(),
         config.hints.dlq_topic.clone(),
         config.advantages.dlq_topic.clone(),
     ];

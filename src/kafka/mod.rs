@@ -14,6 +14,7 @@ pub mod contract;
 pub mod dlq;
 pub mod message;
 pub mod produce;
+pub mod tail;
 pub mod tracker;
 pub mod worker;
 
@@ -27,5 +28,6 @@ pub use contract::{Parked, Stage, Work};
 pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};
 pub use message::{Delivery, RecordMeta, Rejected, Taken, HANDLER_PANIC};
 pub use produce::{send, Outgoing, SendError};
+pub use tail::{TailError, TopicTail};
 pub use tracker::OffsetTracker;
 pub use worker::{shutdown_signal, RunOptions, RunSummary, StageLoop};

@@ -5,6 +5,9 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::config::arms::{default_min_share, default_prior, default_weight};
+use crate::config::ArmEntry;
+pub use crate::config::{ArmSelection, LearnOptions};
 use crate::llm::prompt::PROMPT_VERSION;
 use crate::messages::DEFAULT_ARM;
 
@@ -18,7 +21,8 @@ pub const MAX_ARM_NAME_BYTES: usize = 64;
 /// (see [`super::state::MAX_HINTS_PER_TASK`]).
 pub const MAX_REFINE_MAX: usize = super::state::MAX_HINTS_PER_TASK;
 
-/// One `[[hints.arms]]` entry.
+/// An arm as the stage runs it: a `[[hints.arms]]` entry with its prompt
+/// version resolved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArmSpec {
@@ -56,23 +60,25 @@ pub fn default_prompt_version() -> String {
     PROMPT_VERSION.to_string()
 }
 
-pub fn default_weight() -> f64 {
-    1.0
-}
-
-pub fn default_min_share() -> f64 {
-    0.05
-}
-
-pub fn default_prior() -> f64 {
-    1.0
-}
-
-pub fn default_refine_max() -> usize {
-    2
-}
-
 impl ArmSpec {
+    /// The arm of a `[[hints.arms]]` entry; an entry without a
+    /// prompt_version takes `default_prompt_version` (`llm.prompt_version`).
+    pub fn from_entry(entry: &ArmEntry, default_prompt_version: &str) -> ArmSpec {
+        ArmSpec {
+            name: entry.name.clone(),
+            prompt_version: entry
+                .prompt_version
+                .clone()
+                .unwrap_or_else(|| default_prompt_version.to_string()),
+            models: entry.models.clone(),
+            is_static: entry.is_static,
+            weight: entry.weight,
+            min_share: entry.min_share,
+            prior_alpha: entry.prior_alpha,
+            prior_beta: entry.prior_beta,
+        }
+    }
+
     /// An LLM arm with the defaults.
     pub fn llm(name: &str, models: &[&str]) -> ArmSpec {
         ArmSpec {
@@ -103,44 +109,6 @@ impl ArmSpec {
             "static".to_string()
         } else {
             self.models.join(",")
-        }
-    }
-}
-
-/// How each failed group's arm is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArmSelection {
-    /// Thompson sampling on each arm's Beta posterior of `rescued`.
-    #[default]
-    Thompson,
-    /// The arms' `weight`s as fixed shares: a plain A/B test.
-    Fixed,
-}
-
-/// The `[hints]` options that steer the arms (the lead moves these fields
-/// into the `[hints]` section; they stand alone here).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LearnOptions {
-    #[serde(default)]
-    pub arm_selection: ArmSelection,
-    /// An outcome `n` steps older than the group being hinted weighs
-    /// `0.5^(n / half_life_steps)`; unset: every outcome weighs 1.
-    #[serde(default)]
-    pub half_life_steps: Option<f64>,
-    /// Most earlier unhelpful hints of a task shown to the LLM (0: no
-    /// refinement), at most [`MAX_REFINE_MAX`].
-    #[serde(default = "default_refine_max")]
-    pub refine_max: usize,
-}
-
-impl Default for LearnOptions {
-    fn default() -> Self {
-        LearnOptions {
-            arm_selection: ArmSelection::default(),
-            half_life_steps: None,
-            refine_max: default_refine_max(),
         }
     }
 }

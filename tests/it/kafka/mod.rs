@@ -9,3 +9,4 @@ mod faults;
 mod record_replay;
 mod revoke;
 mod secure_cluster;
+mod tail;

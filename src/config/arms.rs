@@ -1,0 +1,93 @@
+//! `[[hints.arms]]` and the `[hints]` options that steer them: what an arm
+//! is (a prompt version x a model chain, or static hints as the control) as
+//! the file writes it. The rules that span the arms (unique names, one
+//! control, floors adding up to at most 1) are checked where the arms are
+//! built (`hints::learn::Arms::new`), at stage start-up (exit 2).
+
+use serde::{Deserialize, Serialize};
+
+/// One `[[hints.arms]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArmEntry {
+    /// Unique; letters, digits, `_`, `-` and `.` only (it names metrics).
+    pub name: String,
+    /// The prompt version the arm's LLM calls use; unset: `llm.prompt_version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_version: Option<String>,
+    /// The model chain, tried in order (then the static fallback). Empty for
+    /// the static arm.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The control: static hints built from the verifier feedback, no LLM.
+    /// At most one arm is static.
+    #[serde(default, rename = "static")]
+    pub is_static: bool,
+    /// The arm's share under `arm_selection = "fixed"` (relative to the
+    /// other arms' weights); unused by Thompson sampling.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// A floor on the probability that a group goes to this arm, per step.
+    /// The floors of all arms add up to at most 1.
+    #[serde(default = "default_min_share")]
+    pub min_share: f64,
+    /// The Beta prior of the arm's rescue rate: pseudo-rescues ...
+    #[serde(default = "default_prior")]
+    pub prior_alpha: f64,
+    /// ... and pseudo-failures.
+    #[serde(default = "default_prior")]
+    pub prior_beta: f64,
+}
+
+pub fn default_weight() -> f64 {
+    1.0
+}
+
+pub fn default_min_share() -> f64 {
+    0.05
+}
+
+pub fn default_prior() -> f64 {
+    1.0
+}
+
+pub fn default_refine_max() -> usize {
+    2
+}
+
+/// How each failed group's arm is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArmSelection {
+    /// Thompson sampling on each arm's Beta posterior of `rescued`.
+    #[default]
+    Thompson,
+    /// The arms' `weight`s as fixed shares: a plain A/B test.
+    Fixed,
+}
+
+/// The `[hints]` options that steer the arms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearnOptions {
+    #[serde(default)]
+    pub arm_selection: ArmSelection,
+    /// An outcome `n` steps older than the group being hinted weighs
+    /// `0.5^(n / half_life_steps)`; unset: every outcome weighs 1.
+    #[serde(default)]
+    pub half_life_steps: Option<f64>,
+    /// Most earlier unhelpful hints of a task shown to the LLM (0: no
+    /// refinement).
+    #[serde(default = "default_refine_max")]
+    pub refine_max: usize,
+}
+
+impl Default for LearnOptions {
+    fn default() -> Self {
+        LearnOptions {
+            arm_selection: ArmSelection::default(),
+            half_life_steps: None,
+            refine_max: default_refine_max(),
+        }
+    }
+}

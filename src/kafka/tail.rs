@@ -1,0 +1,219 @@
+//! Reading a whole topic outside any consumer group: every partition by
+//! assignment from the beginning, then following the end, each record
+//! handed to a callback (one consumer per topic: librdkafka's partition-EOF
+//! event names the partition but not its topic). Stage 1 rebuilds what it learned from `rl.hints`
+//! and `rl.hints.outcomes` this way, and stage 2 knows the hints its rows
+//! name. Nothing is committed: a restart reads the topics again, so every
+//! reader that saw the same records holds the same state.
+//!
+//! [`TopicTail::sync`] is the read barrier: it measures the end offsets now
+//! and waits until every partition has been read up to them (a partition
+//! whose reader reported partition-EOF after the measurement counts as
+//! read: transaction markers take offsets that carry no record). A reader is
+//! caught up when the barrier taken at its start has passed.
+//!
+//! Partitions added to a topic after the tail started are not read (a
+//! restart picks them up).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use thiserror::Error;
+use tokio::sync::Notify;
+
+use super::client_config;
+use crate::config::{ClientKind, Config};
+
+/// How long one metadata or watermark request may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a tail could not start, or a barrier did not pass.
+#[derive(Debug, Error)]
+pub enum TailError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("topic {0} does not exist; create it with `hintstream topics create`")]
+    MissingTopic(String),
+    #[error("reading {topic} did not reach its end offsets within {waited:?} ({behind} partitions behind)")]
+    Behind {
+        topic: String,
+        waited: Duration,
+        behind: usize,
+    },
+    #[error("the reader of {0} stopped")]
+    Stopped(String),
+}
+
+/// What the reader task has read of each partition.
+#[derive(Default)]
+struct Progress {
+    /// partition -> the next offset to read.
+    position: HashMap<i32, i64>,
+    /// partition -> the event number of its last partition-EOF.
+    eof_at: HashMap<i32, u64>,
+    /// Counts every event, so that an EOF can be placed after a measurement.
+    events: u64,
+    stopped: bool,
+}
+
+/// A running reader of a whole topic; the reader task stops when the tail
+/// is dropped.
+pub struct TopicTail {
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+    partitions: Vec<i32>,
+    progress: Arc<Mutex<Progress>>,
+    moved: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TopicTail {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TopicTail {
+    /// Assigns every partition of `topic` from the beginning and starts
+    /// handing each record (key, payload) to `on_record`, on a task of its
+    /// own. A topic that does not exist is an error.
+    pub async fn start<F>(config: &Config, topic: &str, mut on_record: F) -> Result<TopicTail, TailError>
+    where
+        F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
+    {
+        let consumer: Arc<StreamConsumer> = Arc::new(reader_config(config).create()?);
+        let partitions = partitions_of(consumer.clone(), topic.to_string()).await?;
+        let mut assignment = TopicPartitionList::new();
+        for partition in &partitions {
+            assignment.add_partition_offset(topic, *partition, Offset::Beginning)?;
+        }
+        consumer.assign(&assignment)?;
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let moved = Arc::new(Notify::new());
+        let task = {
+            let (consumer, progress, moved) = (consumer.clone(), progress.clone(), moved.clone());
+            tokio::spawn(async move {
+                loop {
+                    let event = consumer.recv().await;
+                    let mut p = lock(&progress);
+                    p.events += 1;
+                    let n = p.events;
+                    match event {
+                        Ok(m) => {
+                            p.position.insert(m.partition(), m.offset() + 1);
+                            drop(p);
+                            on_record(m.key(), m.payload());
+                        }
+                        Err(KafkaError::PartitionEOF(partition)) => {
+                            p.eof_at.insert(partition, n);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "reading a whole topic; retrying"),
+                    }
+                    moved.notify_waiters();
+                }
+            })
+        };
+        Ok(TopicTail {
+            consumer,
+            topic: topic.to_string(),
+            partitions,
+            progress,
+            moved,
+            task,
+        })
+    }
+
+    /// Waits until every partition has been read up to the end offsets it
+    /// has now, at most `within`.
+    pub async fn sync(&self, within: Duration) -> Result<(), TailError> {
+        let started = Instant::now();
+        let measured_at = lock(&self.progress).events;
+        let targets = end_offsets(self.consumer.clone(), self.topic.clone(), self.partitions.clone()).await?;
+        loop {
+            let waiting = self.moved.notified();
+            let behind = {
+                let p = lock(&self.progress);
+                if p.stopped {
+                    return Err(TailError::Stopped(self.topic.clone()));
+                }
+                targets
+                    .iter()
+                    .filter(|&(key, &end)| {
+                        let read = p.position.get(key).copied().unwrap_or(0) >= end;
+                        let eof_after = p.eof_at.get(key).is_some_and(|&at| at > measured_at);
+                        !(read || eof_after || end == 0)
+                    })
+                    .count()
+            };
+            if behind == 0 {
+                return Ok(());
+            }
+            let left = within.saturating_sub(started.elapsed());
+            if left.is_zero() || tokio::time::timeout(left, waiting).await.is_err() {
+                return Err(TailError::Behind {
+                    topic: self.topic.clone(),
+                    waited: within,
+                    behind,
+                });
+            }
+        }
+    }
+}
+
+fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
+    // Every change to Progress completes before the lock is released.
+    progress.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A consumer that reads by assignment: a group id of its own that never
+/// joins (assign, no subscribe) and never commits; partition-EOF events on;
+/// only committed transactional records.
+fn reader_config(config: &Config) -> rdkafka::ClientConfig {
+    let mut client = client_config(config, ClientKind::Consumer);
+    client
+        .set("group.id", format!("hintstream-tail-{}", rand::random::<u64>()))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest");
+    client
+}
+
+/// Every partition of `topic` (a blocking metadata call, off the runtime).
+async fn partitions_of(consumer: Arc<StreamConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer.fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
+        let t = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+            .ok_or_else(|| TailError::MissingTopic(topic.clone()))?;
+        Ok(t.partitions().iter().map(|p| p.id()).collect())
+    })
+    .await
+    .map_err(|_| TailError::Stopped(String::from("metadata")))?
+}
+
+/// The end (high watermark) offset of each partition now.
+async fn end_offsets(
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+    partitions: Vec<i32>,
+) -> Result<HashMap<i32, i64>, TailError> {
+    tokio::task::spawn_blocking(move || {
+        let mut out = HashMap::new();
+        for partition in partitions {
+            let (_, high) = consumer.fetch_watermarks(&topic, partition, METADATA_TIMEOUT)?;
+            out.insert(partition, high);
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|_| TailError::Stopped(String::from("watermarks")))?
+}

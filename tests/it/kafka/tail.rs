@@ -1,0 +1,65 @@
+//! A whole topic read by assignment: every record of every partition reaches
+//! the callback, and the read barrier (`sync`) returns only once the reader
+//! has read up to the end offsets measured when it was called, on an empty
+//! topic too.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hintstream::kafka::{create_producer, TailError, TopicTail};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_barrier_passes_only_once_every_record_so_far_was_read() {
+    let broker = common::start_tansu();
+    let config = common::config_for(&broker.bootstrap);
+    let (topic, empty) = (common::unique("tail"), common::unique("tail-empty"));
+    common::create_topics(&config, &[&topic, &empty], 3).await;
+    let producer = create_producer(&config).unwrap();
+    for i in 0..300 {
+        common::send(&producer, &topic, &format!("k{i}"), format!("v{i}").as_bytes()).await;
+    }
+
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let tail = {
+        let seen = seen.clone();
+        TopicTail::start(&config, &topic, move |_, payload| {
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(payload.unwrap_or_default()).into_owned());
+        })
+        .await
+        .unwrap()
+    };
+    tail.sync(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 300, "every record before the barrier");
+
+    for i in 300..350 {
+        common::send(&producer, &topic, &format!("k{i}"), format!("v{i}").as_bytes()).await;
+    }
+    tail.sync(Duration::from_secs(30)).await.unwrap();
+    let mut got = seen.lock().unwrap().clone();
+    got.sort();
+    let mut want: Vec<String> = (0..350).map(|i| format!("v{i}")).collect();
+    want.sort();
+    assert_eq!(got, want, "each record once, the later ones too");
+
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let empty_tail = TopicTail::start(&config, &empty, move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .await
+    .unwrap();
+    empty_tail.sync(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+
+    let missing = TopicTail::start(&config, &common::unique("no-such-topic"), |_, _| {}).await;
+    assert!(
+        matches!(missing, Err(TailError::MissingTopic(_))),
+        "{:?}",
+        missing.err()
+    );
+}
