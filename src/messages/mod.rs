@@ -5,12 +5,14 @@ pub mod decode;
 mod failed;
 mod hint;
 pub mod keys;
+mod ordered;
 mod scored;
 
 pub use decode::{decode, DecodeError, DecodeLimits, Validate};
 pub use failed::{ChatContent, ChatMessage, ContentBlock, FailedTrajectory};
 pub use hint::{Hint, HintCategory, HintSource, Usage};
 pub use keys::{group_key, step_key};
+pub use ordered::OrderedJson;
 pub use scored::{ScoredMessage, ScoredRollout, StepEnd};
 
 /// The only `schema_version` this build reads and writes.
