@@ -2,10 +2,11 @@
 """Writes the reference-prompt fixtures, once, by running the reference
 trainer's own functions:
 
-- schemas/fixtures/reference_prompts.json: for each of 40+ failed
+- schemas/fixtures/reference_prompts.json: for each of 50 failed
   trajectories, the system prompt and user message that SkyRL-Fleet's
   ``synthesize_hint`` sends (captured from its ``litellm.acompletion`` call,
-  stubbed here) and the static hint of ``FleetTaskEnv.build_hint_text``.
+  stubbed here) and the static hint of ``FleetTaskEnv.build_hint_text``;
+  also ``synthesize_hints_batch``'s signature and its batch log line.
 - schemas/fixtures/python_literals.json: sources and the ``repr()`` of
   what ``ast.literal_eval`` makes of them (``null`` where it raises): the
   reference reads the verifier's accumulator blocks with it.
@@ -120,6 +121,46 @@ def run_reference(ref: types.SimpleNamespace, t: Dict[str, Any]) -> Dict[str, st
     assert system["role"] == "system" and user["role"] == "user"
     static = ref.env.FleetTaskEnv.build_hint_text(t.get("verifier_stdout"), t.get("verifier_error"), t.get("tool_error_messages"))
     return {"system": system["content"], "user": user["content"], "static_hint": static, "max_tokens": call["max_tokens"], "temperature": call["temperature"]}
+
+
+def batch_facts(ref: types.SimpleNamespace) -> Dict[str, Any]:
+    """synthesize_hints_batch's signature, and its log line for a batch of
+    three where the LLM fails once (stubbed)."""
+    import inspect
+    import logging
+
+    params = [
+        {"name": p.name, "kind": p.kind.name, **({} if p.default is inspect.Parameter.empty else {"default": p.default})}
+        for p in inspect.signature(ref.synth.synthesize_hints_batch).parameters.values()
+    ]
+    litellm = sys.modules["litellm"]
+    answer = litellm.acompletion
+
+    async def flaky(**kwargs: Any) -> Any:
+        if "FAIL" in kwargs["messages"][1]["content"]:
+            raise RuntimeError("stubbed failure")
+        return await answer(**kwargs)
+
+    records: List[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger(ref.synth.__name__)
+    logger.addHandler(Keep())
+    logger.setLevel(logging.INFO)
+    litellm.acompletion = flaky
+    try:
+        requests = [{"task_prompt": p, "chat_history": [], "verifier_stdout": None, "verifier_error": None, "tool_error_messages": None, "instance_id": f"i{n}"} for n, p in enumerate(["ok", "FAIL", "ok"])]
+        results = asyncio.run(ref.synth.synthesize_hints_batch(hint_requests=requests, static_fallback_fn=ref.env.FleetTaskEnv.build_hint_text))
+    finally:
+        litellm.acompletion = answer
+    (line,) = [r for r in records if r.getMessage().startswith("Hint synthesis batch")]
+    return {
+        "signature": params,
+        "log_example": {"categories": [c for _, c in results], "level": line.levelname, "message": line.getMessage()},
+    }
 
 
 # ---------------------------------------------------------------- the inputs
@@ -432,6 +473,7 @@ def main() -> None:
             system = got["system"]
             assert (got["max_tokens"], got["temperature"]) == (300, 0.3)
             fixtures.append({"name": fields["name"], "trajectory": t, "user": got["user"], "static_hint": got["static_hint"]})
+        batch = batch_facts(ref)
 
     source = {
         "repository": "fleet-ai/SkyRL-Fleet",
@@ -443,7 +485,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "generated_by": "scripts/reference-prompt-fixtures.py",
     }
-    prompts = {"source": source, "max_tokens": 300, "temperature": 0.3, "system": system, "cases": fixtures}
+    prompts = {"source": source, "max_tokens": 300, "temperature": 0.3, "synthesize_hints_batch": batch, "system": system, "cases": fixtures}
     out = ROOT / "schemas" / "fixtures" / "reference_prompts.json"
     out.write_text(json.dumps(prompts, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{out}: {len(fixtures)} cases", file=sys.stderr)
