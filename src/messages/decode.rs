@@ -4,6 +4,8 @@
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
+use super::ordered::OrderedJson;
+
 /// Largest payload accepted by default, in bytes (4 MiB). Larger payloads are
 /// rejected with [`DecodeError::TooLarge`] before any parsing happens.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -98,11 +100,13 @@ impl DecodeError {
 /// Rules a message checks after its fields were read (ids non-empty, numbers
 /// finite, ...). Structure is checked by serde; meaning is checked here.
 pub trait Validate {
-    /// Whether [`decode`] reads the message from its text rather than from
-    /// the parsed `serde_json::Value`, so that objects inside it keep their
-    /// keys' order (a `Value` sorts them). Such a message is parsed twice,
-    /// and a repeated field of the message itself is an error.
+    /// Whether [`decode`] reads the payload a second time keeping its
+    /// objects' keys in order (a `serde_json::Value` sorts them) and hands
+    /// it to [`Validate::restore_key_order`].
     const KEEPS_KEY_ORDER: bool = false;
+
+    /// Takes what needs the keys' order from the payload read with it.
+    fn restore_key_order(&mut self, _ordered: &OrderedJson) {}
 
     fn validate(&self) -> Result<(), DecodeError>;
 }
@@ -111,17 +115,14 @@ pub trait Validate {
 /// fields (with the path of the first bad one), then [`Validate`].
 pub fn decode<T: DeserializeOwned + Validate>(bytes: &[u8], limits: DecodeLimits) -> Result<T, DecodeError> {
     let value = decode_object(bytes, limits)?;
-    let typed: T = if T::KEEPS_KEY_ORDER {
-        drop(value);
-        // decode_object has checked that the bytes are UTF-8 and one JSON object.
-        let text = std::str::from_utf8(bytes).map_err(|e| DecodeError::NotUtf8 {
-            valid_up_to: e.valid_up_to(),
-        })?;
-        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
-            .map_err(field_error)?
-    } else {
-        from_value(value)?
-    };
+    let mut typed: T = from_value(value)?;
+    if T::KEEPS_KEY_ORDER {
+        // decode_object has read the bytes as UTF-8 JSON already.
+        let text = std::str::from_utf8(bytes).unwrap_or_default();
+        if let Ok(ordered) = serde_json::from_str::<OrderedJson>(text) {
+            typed.restore_key_order(&ordered);
+        }
+    }
     typed.validate()?;
     Ok(typed)
 }
@@ -155,39 +156,31 @@ pub fn decode_object(bytes: &[u8], limits: DecodeLimits) -> Result<serde_json::V
 
 /// Reads a typed message out of a JSON value, naming the first bad field.
 pub fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, DecodeError> {
-    serde_path_to_error::deserialize(value).map_err(field_error)
-}
-
-/// The [`DecodeError`] of a typed read that failed, naming the first bad field.
-fn field_error(e: serde_path_to_error::Error<serde_json::Error>) -> DecodeError {
-    let path = e.path().to_string();
-    let inner = e.into_inner();
-    let detail = inner.to_string();
-    // A read from text adds where it failed; a read from a Value does not.
-    let position = format!(" at line {} column {}", inner.line(), inner.column());
-    let detail = detail
-        .strip_suffix(&position)
-        .map_or(detail.clone(), str::to_string);
-    if let Some(field) = missing_field_name(&detail) {
-        let field = if path == "." || path.is_empty() {
-            field.to_string()
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let detail = inner.to_string();
+        if let Some(field) = missing_field_name(&detail) {
+            let field = if path == "." || path.is_empty() {
+                field.to_string()
+            } else {
+                format!("{path}.{field}")
+            };
+            DecodeError::MissingField { field }
+        } else if detail.starts_with("unknown variant") {
+            // An enum's value outside its set: at the root, the `type` tag.
+            let root = path == "." || path.is_empty();
+            DecodeError::InvalidValue {
+                field: if root { "type".into() } else { path },
+                reason: detail,
+            }
         } else {
-            format!("{path}.{field}")
-        };
-        DecodeError::MissingField { field }
-    } else if detail.starts_with("unknown variant") {
-        // An enum's value outside its set: at the root, the `type` tag.
-        let root = path == "." || path.is_empty();
-        DecodeError::InvalidValue {
-            field: if root { "type".into() } else { path },
-            reason: detail,
+            DecodeError::WrongType {
+                field: if path.is_empty() { ".".into() } else { path },
+                detail,
+            }
         }
-    } else {
-        DecodeError::WrongType {
-            field: if path.is_empty() { ".".into() } else { path },
-            detail,
-        }
-    }
+    })
 }
 
 fn missing_field_name(detail: &str) -> Option<&str> {

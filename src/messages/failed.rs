@@ -119,6 +119,24 @@ impl Validate for FailedTrajectory {
     /// them as Python dicts).
     const KEEPS_KEY_ORDER: bool = true;
 
+    fn restore_key_order(&mut self, ordered: &OrderedJson) {
+        let Some(OrderedJson::Array(messages)) = ordered.get("chat_history") else {
+            return;
+        };
+        for (message, ordered) in self.chat_history.iter_mut().zip(messages) {
+            let (ChatContent::Blocks(blocks), Some(OrderedJson::Array(items))) =
+                (&mut message.content, ordered.get("content"))
+            else {
+                continue;
+            };
+            for (block, item) in blocks.iter_mut().zip(items) {
+                if let OrderedJson::Object(_) = item {
+                    block.ordered = item.clone();
+                }
+            }
+        }
+    }
+
     fn validate(&self) -> Result<(), DecodeError> {
         rules::schema_version(self.schema_version, SCHEMA_VERSION)?;
         rules::non_empty("run_id", &self.run_id)?;

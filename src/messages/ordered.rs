@@ -154,6 +154,27 @@ impl<'de> Visitor<'de> for OrderedVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::{decode, ChatContent, DecodeLimits, FailedTrajectory};
+
+    #[test]
+    fn a_decoded_trajectory_s_blocks_keep_their_keys_order_and_repeated_keys_still_decode() {
+        let payload =
+            br#"{"schema_version":1,"run_id":"r","step":7,"step":1,"instance_id":"i","trajectory_id":"t",
+            "task_prompt":"p","reward":0.0,"chat_history":[{"role":"assistant","content":[
+            {"type":"tool_use","name":"click","input":{"y":2,"x":1}},{"z":0,"type":"custom","a":1}]}]}"#;
+        let t: FailedTrajectory = decode(payload, DecodeLimits::default()).unwrap();
+        assert_eq!(t.step, 1, "the last of a repeated key wins, as before");
+        let ChatContent::Blocks(blocks) = &t.chat_history[0].content else {
+            panic!("{:?}", t.chat_history)
+        };
+        let keys = |v: &OrderedJson| match v {
+            OrderedJson::Object(entries) => entries.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            _ => vec![],
+        };
+        assert_eq!(keys(blocks[0].ordered.get("input").unwrap()), ["y", "x"]);
+        assert_eq!(keys(&blocks[1].ordered), ["z", "type", "a"]);
+        assert_eq!(blocks[1].kind, "custom");
+    }
 
     #[test]
     fn keeps_the_order_of_keys_and_the_last_value_of_a_repeated_key() {
