@@ -187,14 +187,14 @@ fn str_repr(s: &str, out: &mut String) {
 fn bytes_repr(b: &[u8], out: &mut String) {
     let quote = quote_for(b.contains(&b'\''), b.contains(&b'"'));
     out.push('b');
-    out.push(quote as char);
+    out.push(quote);
     for &byte in b {
         match byte {
             b'\\' => out.push_str("\\\\"),
             b'\t' => out.push_str("\\t"),
             b'\n' => out.push_str("\\n"),
             b'\r' => out.push_str("\\r"),
-            c if c as char == quote => {
+            c if char::from(c) == quote => {
                 out.push('\\');
                 out.push(c as char);
             }
@@ -202,7 +202,7 @@ fn bytes_repr(b: &[u8], out: &mut String) {
             c => out.push(c as char),
         }
     }
-    out.push(quote as char);
+    out.push(quote);
 }
 
 /// The shortest round-trip decimal digits of a finite, non-zero `|f|` and
@@ -331,7 +331,7 @@ mod tests {
             (0.0001, "0.0001"),
             (0.00001, "1e-05"),
             (1.5e-7, "1.5e-07"),
-            (123456789.123456789, "123456789.12345679"),
+            (123_456_789.123_456_79, "123456789.12345679"),
             (5e-324, "5e-324"),
             (1.7976931348623157e308, "1.7976931348623157e+308"),
             (-0.0, "-0.0"),

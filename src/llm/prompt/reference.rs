@@ -167,9 +167,13 @@ pub fn accumulator_body<'a>(stdout: &'a str, name: &str) -> Option<&'a str> {
         .map(|(i, _)| &rest[..i])
 }
 
-/// The checks of one accumulator as the reference lists them: `(count,
-/// items)`; `None` when it shows none (falsy, or where the reference raises).
-fn checks(value: &PyValue) -> Option<(usize, Vec<PyValue>)> {
+/// An accumulator's checks as the reference lists them: how many, and the
+/// items.
+type Checks = Option<(usize, Vec<PyValue>)>;
+
+/// The checks of one accumulator; `None` when it shows none (falsy, or
+/// where the reference raises).
+fn checks(value: &PyValue) -> Checks {
     if !value.truthy() {
         return None;
     }
@@ -187,7 +191,7 @@ fn checks(value: &PyValue) -> Option<(usize, Vec<PyValue>)> {
 
 /// The (passed, failed) checks of the verifier's stdout: both empty when
 /// either block is there but not a Python literal, as in the reference.
-fn accumulators(stdout: Option<&str>) -> (Option<(usize, Vec<PyValue>)>, Option<(usize, Vec<PyValue>)>) {
+fn accumulators(stdout: Option<&str>) -> (Checks, Checks) {
     let Some(stdout) = stdout.filter(|s| !s.is_empty()) else {
         return (None, None);
     };
