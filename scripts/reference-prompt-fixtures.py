@@ -2,7 +2,7 @@
 """Writes the reference-prompt fixtures, once, by running the reference
 trainer's own functions:
 
-- schemas/fixtures/reference_prompts.json: for each of 50 failed
+- schemas/fixtures/reference_prompts.json: for each of 51 failed
   trajectories, the system prompt and user message that SkyRL-Fleet's
   ``synthesize_hint`` sends (captured from its ``litellm.acompletion`` call,
   stubbed here) and the static hint of ``FleetTaskEnv.build_hint_text``;

@@ -6,7 +6,7 @@
 //! code points. Blocks are shown as Python `str()` (see `pyrepr`); the
 //! accumulators are read with Python's `ast.literal_eval` (see `pyeval`).
 //! `schemas/fixtures/reference_prompts.json` holds what the reference's own
-//! functions produce for 40 inputs, and the tests check every one.
+//! functions produce for 51 inputs, and the tests check every one.
 //!
 //! Where the reference raises instead of answering (a `text` block whose
 //! `text` is not a string; an accumulator that evaluates to a number, a dict
