@@ -4,6 +4,8 @@
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
+use super::ordered::OrderedJson;
+
 /// Largest payload accepted by default, in bytes (4 MiB). Larger payloads are
 /// rejected with [`DecodeError::TooLarge`] before any parsing happens.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -98,6 +100,14 @@ impl DecodeError {
 /// Rules a message checks after its fields were read (ids non-empty, numbers
 /// finite, ...). Structure is checked by serde; meaning is checked here.
 pub trait Validate {
+    /// Whether [`decode`] reads the payload a second time keeping its
+    /// objects' keys in order (a `serde_json::Value` sorts them) and hands
+    /// it to [`Validate::restore_key_order`].
+    const KEEPS_KEY_ORDER: bool = false;
+
+    /// Takes what needs the keys' order from the payload read with it.
+    fn restore_key_order(&mut self, _ordered: &OrderedJson) {}
+
     fn validate(&self) -> Result<(), DecodeError>;
 }
 
@@ -105,7 +115,14 @@ pub trait Validate {
 /// fields (with the path of the first bad one), then [`Validate`].
 pub fn decode<T: DeserializeOwned + Validate>(bytes: &[u8], limits: DecodeLimits) -> Result<T, DecodeError> {
     let value = decode_object(bytes, limits)?;
-    let typed: T = from_value(value)?;
+    let mut typed: T = from_value(value)?;
+    if T::KEEPS_KEY_ORDER {
+        // decode_object has read the bytes as UTF-8 JSON already.
+        let text = std::str::from_utf8(bytes).unwrap_or_default();
+        if let Ok(ordered) = serde_json::from_str::<OrderedJson>(text) {
+            typed.restore_key_order(&ordered);
+        }
+    }
     typed.validate()?;
     Ok(typed)
 }

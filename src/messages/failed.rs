@@ -1,10 +1,11 @@
 //! `FailedTrajectory`: a rollout whose verifier said no, as the trainer
 //! publishes it on `rl.trajectories.failed`.
 
-use serde::{Deserialize, Serialize};
+use serde::{de, Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use super::decode::{rules, DecodeError, Validate};
+use super::ordered::OrderedJson;
 use super::SCHEMA_VERSION;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +32,11 @@ pub struct FailedTrajectory {
     pub env_class: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub produced_at: Option<String>,
+    /// The model the trainer asked for (the reference's `model` argument, a
+    /// litellm id such as `openrouter/anthropic/claude-sonnet-4`). Optional;
+    /// stage 1 does not act on it yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint_model: Option<String>,
 }
 
 fn default_group_size() -> i64 {
@@ -54,12 +60,44 @@ pub enum ChatContent {
 /// One content block. `type` is `text`, `image_url`, `tool_use` or
 /// `tool_result`; other types are kept as they are (the prompt shows them
 /// shortened).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContentBlock {
     #[serde(rename = "type")]
     pub kind: String,
+    /// Every field but `type`.
     #[serde(flatten)]
     pub fields: Map<String, Value>,
+    /// The whole block as it arrived, `type` included, keys in their order
+    /// (the reference prompt shows blocks as Python `str()`). Not
+    /// serialized: a block serializes as `type` and `fields`.
+    #[serde(skip_serializing)]
+    pub ordered: OrderedJson,
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let ordered = OrderedJson::deserialize(deserializer)?;
+        let OrderedJson::Object(entries) = &ordered else {
+            return Err(de::Error::custom("a content block must be an object"));
+        };
+        let mut kind = None;
+        let mut fields = Map::new();
+        for (key, value) in entries {
+            match (key.as_str(), value) {
+                ("type", OrderedJson::String(s)) => kind = Some(s.clone()),
+                ("type", _) => return Err(de::Error::custom("a content block's `type` must be a string")),
+                _ => {
+                    fields.insert(key.clone(), value.to_value());
+                }
+            }
+        }
+        let kind = kind.ok_or_else(|| de::Error::missing_field("type"))?;
+        Ok(ContentBlock {
+            kind,
+            fields,
+            ordered,
+        })
+    }
 }
 
 impl ContentBlock {
@@ -77,6 +115,28 @@ impl FailedTrajectory {
 }
 
 impl Validate for FailedTrajectory {
+    /// Content blocks keep their keys' order (the reference prompt shows
+    /// them as Python dicts).
+    const KEEPS_KEY_ORDER: bool = true;
+
+    fn restore_key_order(&mut self, ordered: &OrderedJson) {
+        let Some(OrderedJson::Array(messages)) = ordered.get("chat_history") else {
+            return;
+        };
+        for (message, ordered) in self.chat_history.iter_mut().zip(messages) {
+            let (ChatContent::Blocks(blocks), Some(OrderedJson::Array(items))) =
+                (&mut message.content, ordered.get("content"))
+            else {
+                continue;
+            };
+            for (block, item) in blocks.iter_mut().zip(items) {
+                if let OrderedJson::Object(_) = item {
+                    block.ordered = item.clone();
+                }
+            }
+        }
+    }
+
     fn validate(&self) -> Result<(), DecodeError> {
         rules::schema_version(self.schema_version, SCHEMA_VERSION)?;
         rules::non_empty("run_id", &self.run_id)?;

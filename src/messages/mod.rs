@@ -5,6 +5,7 @@ pub mod decode;
 mod failed;
 mod hint;
 pub mod keys;
+mod ordered;
 mod outcome;
 mod scored;
 
@@ -12,6 +13,7 @@ pub use decode::{decode, DecodeError, DecodeLimits, Validate};
 pub use failed::{ChatContent, ChatMessage, ContentBlock, FailedTrajectory};
 pub use hint::{Hint, HintCategory, HintSource, Usage, DEFAULT_ARM};
 pub use keys::{group_key, step_key};
+pub use ordered::OrderedJson;
 pub use outcome::HintOutcome;
 pub use scored::{ScoredMessage, ScoredRollout, StepEnd};
 

@@ -2,15 +2,17 @@
 
 - :class:`TrainerClient`: publish failed trajectories and scored rollouts,
   wait for a step's hints, advantages (``pyarrow.Table``) and metrics.
-- :func:`synthesize_hints_batch`: a drop-in for the reference trainer's hint
-  synthesis (same arguments, same ``[(hint_text, category), ...]``), with a
-  local fallback at the deadline; :func:`apply_hint` builds the hinted prompt.
+- :func:`synthesize_hints_batch` (also ``hintstream.skyrl``): a drop-in for
+  the reference trainer's hint synthesis (same signature and defaults, same
+  ``[(hint_text, category), ...]``), with a local fallback at the deadline;
+  :func:`configure` says where it sends; :func:`apply_hint` builds the
+  hinted prompt.
 - :func:`static_hint`: the static hint stage 1 builds from verifier feedback.
 - ``python -m hintstream.wandb_bridge``: step metrics to Weights & Biases.
 """
 
 from .client import ConsumeError, DeliveryError, HintstreamError, TrainerClient, WaitTimeout
-from .dropin import apply_hint, build_trajectories, synthesize_hints_batch
+from .dropin import apply_hint, build_trajectories, configure, synthesize_hints_batch
 from .keys import decode_id, encode_id, group_key, parse_group_key, parse_step_key, step_key
 from .static_hint import static_hint
 from .wire import (
@@ -38,6 +40,7 @@ __all__ = [
     "__version__",
     "apply_hint",
     "build_trajectories",
+    "configure",
     "decode_id",
     "encode_id",
     "failed_trajectory",

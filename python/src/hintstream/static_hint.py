@@ -2,13 +2,16 @@
 (``src/llm/prompt.rs``: ``feedback`` and ``static_hint``). The shared
 fixtures in ``schemas/fixtures/static_hint/`` hold texts produced by the Rust
 code; the tests check this module gives the same text for every one.
+:func:`reference_static_hint` is the reference trainer's own static hint.
 
 Lengths are in Unicode code points, as in the Rust code (``chars()``)."""
 
 from __future__ import annotations
 
+import ast
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Tuple
 
 from .pyliteral import parse_list, rust_trim
 
@@ -127,3 +130,83 @@ def static_hint_for(trajectory: Mapping[str, Any]) -> str:
         trajectory.get("verifier_error"),
         trajectory.get("tool_error_messages"),
     )
+
+
+# --------------------------------------------------------------------------
+# The reference trainer's static hint (SkyRL-Fleet's
+# ``FleetTaskEnv.build_hint_text``), as stage 1 builds it under
+# ``[llm] prompt_version = "reference"`` (src/llm/prompt/reference.rs). The
+# shared fixtures in ``schemas/fixtures/reference_prompts.json`` hold the
+# texts the reference's own function wrote; the tests check this one gives
+# the same text for every one.
+
+#: Checks shown of each accumulator, and characters of each.
+REFERENCE_MAX_CHECKS = 5
+REFERENCE_MAX_CHECK_CHARS = 100
+#: Unique tool errors shown, and characters of each (the verifier error is
+#: kept whole).
+REFERENCE_MAX_TOOL_ERRORS = 5
+REFERENCE_MAX_TOOL_ERROR_CHARS = 200
+#: The reference's hint when the verifier said nothing usable.
+REFERENCE_GENERIC_HINT = "The previous attempt failed. Try a different approach."
+
+
+def reference_accumulator_body(stdout: str, name: str) -> Optional[str]:
+    """The text between ``>>> NAME >>>`` + newline and the first closing
+    line ``<<< NAME <<<`` at least one character later (the reference's
+    regular expression), or ``None``."""
+    opening = f">>> {name} >>>\n"
+    start = stdout.find(opening)
+    if start < 0:
+        return None
+    start += len(opening)
+    end = stdout.find(f"\n<<< {name} <<<", start + 1)
+    return None if end < 0 else stdout[start:end]
+
+
+def _reference_checks(value: Any) -> Optional[List[Any]]:
+    """An accumulator's items as the reference lists them; ``None`` when it
+    lists none (a falsy value; a number, dict or set, where the reference's
+    ``len()`` or slicing raises)."""
+    if not value or not isinstance(value, (list, tuple, str, bytes)):
+        return None
+    return list(value)
+
+
+def reference_accumulators(verifier_stdout: Optional[str]) -> Tuple[Optional[List[Any]], Optional[List[Any]]]:
+    """(passed, failed) checks of the verifier's stdout, read with
+    ``ast.literal_eval``; both ``None`` when either block is not a literal."""
+    if not verifier_stdout:
+        return None, None
+    errors = reference_accumulator_body(verifier_stdout, "ERROR_ACCUMULATOR")
+    successes = reference_accumulator_body(verifier_stdout, "SUCCESS_ACCUMULATOR")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes warn in 3.12
+            failed = None if errors is None else ast.literal_eval(errors)
+            passed = None if successes is None else ast.literal_eval(successes)
+    except Exception:  # the reference catches every error alike
+        return None, None
+    return _reference_checks(passed), _reference_checks(failed)
+
+
+def reference_static_hint(
+    verifier_stdout: Optional[str] = None,
+    verifier_error: Optional[str] = None,
+    tool_error_messages: Optional[List[str]] = None,
+) -> str:
+    """The reference's static hint (``FleetTaskEnv.build_hint_text``), with
+    its signature: the checks passed and failed, the verifier error, the
+    unique tool errors, one line each."""
+    parts = []
+    passed, failed = reference_accumulators(verifier_stdout)
+    for label, checks in (("passed", passed), ("failed", failed)):
+        if checks:
+            shown = ", ".join(str(c)[:REFERENCE_MAX_CHECK_CHARS] for c in checks[:REFERENCE_MAX_CHECKS])
+            parts.append(f"Checks {label} ({len(checks)}): {shown}")
+    if verifier_error:
+        parts.append(f"Verifier: {verifier_error}")
+    if tool_error_messages:
+        unique = list(dict.fromkeys(tool_error_messages))[:REFERENCE_MAX_TOOL_ERRORS]
+        parts.append("Tool errors: " + "; ".join(e[:REFERENCE_MAX_TOOL_ERROR_CHARS] for e in unique))
+    return "\n".join(parts) if parts else REFERENCE_GENERIC_HINT

@@ -120,9 +120,11 @@ def failed_trajectory(
     trajectory_id: Optional[str] = None,
     group_size: int = 1,
     env_class: Optional[str] = None,
+    hint_model: Optional[str] = None,
 ) -> Dict[str, Any]:
     """A ``FailedTrajectory`` message (schema_version 1), with a fresh
-    ``trajectory_id`` unless one is given."""
+    ``trajectory_id`` unless one is given. ``hint_model`` (optional) is the
+    model the trainer asked for, e.g. the reference's ``model`` argument."""
     message: Dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -140,6 +142,8 @@ def failed_trajectory(
     }
     if env_class is not None:
         message["env_class"] = env_class
+    if hint_model is not None:
+        message["hint_model"] = str(hint_model)
     return message
 
 

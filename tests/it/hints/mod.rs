@@ -6,4 +6,6 @@ mod eval;
 mod hints_kafka;
 mod llm_hardening;
 mod llm_storm;
+mod reference_prompt;
+mod reference_prompt_loopback;
 mod synthesis;
