@@ -4,6 +4,7 @@ mod bad_input;
 mod byte_bounds;
 mod eval;
 mod hints_kafka;
+mod learning_stage;
 mod llm_hardening;
 mod llm_storm;
 mod reference_prompt;
