@@ -21,7 +21,16 @@ pub struct ScoredRollout {
     /// into one `HintOutcome` per hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint_id: Option<String>,
+    /// The response's length in tokens (the reference's `response_mask`
+    /// sum), an integer from 1 to [`MAX_RESPONSE_LENGTH`]; 1 when absent.
+    /// Only `reinforce_pp` reads it: its mean and variance are over tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_length: Option<i64>,
 }
+
+/// The largest `response_length` accepted (u32's range, which the kernels
+/// take).
+pub const MAX_RESPONSE_LENGTH: i64 = u32::MAX as i64;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEnd {
@@ -49,6 +58,14 @@ impl Validate for ScoredRollout {
         rules::non_empty("trajectory_id", &self.trajectory_id)?;
         if let Some(id) = &self.hint_id {
             rules::non_empty("hint_id", id)?;
+        }
+        if let Some(length) = self.response_length {
+            if !(1..=MAX_RESPONSE_LENGTH).contains(&length) {
+                return Err(DecodeError::invalid(
+                    "response_length",
+                    "must be an integer from 1 to 4294967295",
+                ));
+            }
         }
         rules::finite("reward", self.reward)
     }
