@@ -856,4 +856,69 @@ mod tests {
         assert_eq!(values, vec!["b", "a", "c"]);
         assert_eq!(ScoredRows::from_batch(&b).unwrap(), rows);
     }
+
+    #[test]
+    fn response_lengths_round_trip_and_batches_without_the_column_read_as_1() {
+        let mut rows = ScoredRows::default();
+        for (id, length) in [("a", Some(3)), ("b", None), ("a", Some(1)), ("c", Some(7)), ("b", Some(1))] {
+            rows.push(&ScoredRollout {
+                response_length: length,
+                ..row(id, None)
+            });
+        }
+        // Stored up to the last row whose length is not 1.
+        assert_eq!(rows.response_length, vec![3, 1, 1, 7]);
+        assert_eq!((rows.response_length(0), rows.response_length(4)), (3, 1));
+        let batch = rows.to_batch().unwrap();
+        let field = batch.schema().field_with_name(RESPONSE_LENGTH).unwrap().clone();
+        assert_eq!(field.data_type(), &DataType::UInt32);
+        assert_eq!(ScoredRows::from_batch(&batch).unwrap(), rows);
+        assert_eq!(rows.take(&[3, 1, 0]).response_length, vec![7, 1, 3]);
+        assert!(rows.take(&[1, 2]).response_length.is_empty());
+        let columns = kernel_columns(&batch, true).unwrap();
+        assert_eq!(columns.as_batch().response_length, &[3, 1, 1, 7, 1]);
+        // Steps where every row has length 1 write no column, as before.
+        let mut plain = ScoredRows::default();
+        plain.push(&row("a", None));
+        let batch = plain.to_batch().unwrap();
+        assert_eq!(batch.schema(), scored_schema());
+        assert!(kernel_columns(&batch, true).unwrap().response_length.is_empty());
+    }
+
+    #[test]
+    fn response_lengths_of_any_integer_type_read_and_bad_ones_are_errors() {
+        let base = || {
+            batch(
+                Arc::new(StringArray::from(vec!["a", "b", "a"])),
+                Arc::new(Float64Array::from(vec![1.0, 0.0, 0.5])),
+                Arc::new(BooleanArray::from(vec![false, true, false])),
+            )
+        };
+        let with = |array: ArrayRef| {
+            let b = base();
+            let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(RESPONSE_LENGTH, array.data_type().clone(), true));
+            let mut columns = b.columns().to_vec();
+            columns.push(array);
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+        };
+        let ints = with(Arc::new(arrow_array::Int16Array::from(vec![Some(4), None, Some(2)])));
+        assert_eq!(kernel_columns(&ints, true).unwrap().response_length, vec![4, 1, 2]);
+        for bad in [
+            Arc::new(Int64Array::from(vec![1, 0, 2])) as ArrayRef,
+            Arc::new(Int64Array::from(vec![1, -2, 2])),
+            Arc::new(Int64Array::from(vec![1, 1 << 33, 2])),
+        ] {
+            let err = kernel_columns(&with(bad), true).unwrap_err();
+            assert!(
+                matches!(err, BatchError::InvalidValue { column: RESPONSE_LENGTH, row: 1, .. }),
+                "{err}"
+            );
+        }
+        let floats = with(Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])));
+        assert!(matches!(
+            kernel_columns(&floats, true),
+            Err(BatchError::WrongType { column: RESPONSE_LENGTH, .. })
+        ));
+    }
 }

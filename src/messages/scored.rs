@@ -91,3 +91,37 @@ impl Validate for ScoredMessage {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollout(response_length: Option<i64>) -> ScoredRollout {
+        ScoredRollout {
+            schema_version: i64::from(SCHEMA_VERSION),
+            run_id: "r".into(),
+            step: 0,
+            instance_id: "i".into(),
+            trajectory_id: "t".into(),
+            reward: 1.0,
+            is_hinted: false,
+            hint_category: None,
+            hint_id: None,
+            response_length,
+        }
+    }
+
+    #[test]
+    fn response_length_is_optional_and_must_be_at_least_1() {
+        for ok in [None, Some(1), Some(4096), Some(MAX_RESPONSE_LENGTH)] {
+            rollout(ok).validate().unwrap();
+        }
+        for bad in [Some(0), Some(-1), Some(MAX_RESPONSE_LENGTH + 1)] {
+            let err = rollout(bad).validate().unwrap_err().to_string();
+            assert!(err.contains("response_length"), "{bad:?}: {err}");
+        }
+        // Absent on the wire when absent.
+        let json = serde_json::to_value(rollout(None)).unwrap();
+        assert!(json.get("response_length").is_none());
+    }
+}
