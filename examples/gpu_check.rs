@@ -104,7 +104,11 @@ mod check {
                 };
                 out.push((format!("{estimator} {hint_baseline}"), plain, options));
                 if estimator == Estimator::ReinforcePp {
-                    out.push((format!("{estimator} {hint_baseline} lengths"), with_lengths, options));
+                    out.push((
+                        format!("{estimator} {hint_baseline} lengths"),
+                        with_lengths,
+                        options,
+                    ));
                 }
             }
         }

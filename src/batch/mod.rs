@@ -244,7 +244,11 @@ impl ScoredRows {
         if self.response_length.is_empty() {
             return Ok(RecordBatch::try_new(scored_schema(), columns)?);
         }
-        let mut fields: Vec<Field> = scored_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut fields: Vec<Field> = scored_schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
         fields.push(Field::new(RESPONSE_LENGTH, DataType::UInt32, false));
         columns.push(Arc::new(UInt32Array::from_iter_values(
             (0..self.len()).map(|row| self.response_length(row)),
@@ -860,7 +864,13 @@ mod tests {
     #[test]
     fn response_lengths_round_trip_and_batches_without_the_column_read_as_1() {
         let mut rows = ScoredRows::default();
-        for (id, length) in [("a", Some(3)), ("b", None), ("a", Some(1)), ("c", Some(7)), ("b", Some(1))] {
+        for (id, length) in [
+            ("a", Some(3)),
+            ("b", None),
+            ("a", Some(1)),
+            ("c", Some(7)),
+            ("b", Some(1)),
+        ] {
             rows.push(&ScoredRollout {
                 response_length: length,
                 ..row(id, None)
@@ -902,8 +912,15 @@ mod tests {
             columns.push(array);
             RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
         };
-        let ints = with(Arc::new(arrow_array::Int16Array::from(vec![Some(4), None, Some(2)])));
-        assert_eq!(kernel_columns(&ints, true).unwrap().response_length, vec![4, 1, 2]);
+        let ints = with(Arc::new(arrow_array::Int16Array::from(vec![
+            Some(4),
+            None,
+            Some(2),
+        ])));
+        assert_eq!(
+            kernel_columns(&ints, true).unwrap().response_length,
+            vec![4, 1, 2]
+        );
         for bad in [
             Arc::new(Int64Array::from(vec![1, 0, 2])) as ArrayRef,
             Arc::new(Int64Array::from(vec![1, -2, 2])),
@@ -911,14 +928,24 @@ mod tests {
         ] {
             let err = kernel_columns(&with(bad), true).unwrap_err();
             assert!(
-                matches!(err, BatchError::InvalidValue { column: RESPONSE_LENGTH, row: 1, .. }),
+                matches!(
+                    err,
+                    BatchError::InvalidValue {
+                        column: RESPONSE_LENGTH,
+                        row: 1,
+                        ..
+                    }
+                ),
                 "{err}"
             );
         }
         let floats = with(Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])));
         assert!(matches!(
             kernel_columns(&floats, true),
-            Err(BatchError::WrongType { column: RESPONSE_LENGTH, .. })
+            Err(BatchError::WrongType {
+                column: RESPONSE_LENGTH,
+                ..
+            })
         ));
     }
 }

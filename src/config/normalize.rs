@@ -148,7 +148,8 @@ mod tests {
         let config = NormalizeConfig::default();
         assert_eq!(config.hint_baseline, HintBaseline::Reference);
         assert_eq!(config.whiten_epsilon, 1e-8);
-        let config = section("hint_baseline = \"raw\"\nwhiten_epsilon = 1e-5\nestimator = \"reinforce_pp\"").unwrap();
+        let config =
+            section("hint_baseline = \"raw\"\nwhiten_epsilon = 1e-5\nestimator = \"reinforce_pp\"").unwrap();
         config.validate().unwrap();
         let options = config.options();
         assert_eq!(options.hint_baseline, HintBaseline::Raw);

@@ -153,8 +153,16 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
     let (n64, g64) = (n as u64, groups as u64);
     // Response lengths (reinforce_pp): rows at or past `n_lengths` weigh 1;
     // one dummy element when there are none, so the buffer is never empty.
-    let n_lengths = if whole_step { batch.response_length.len() as u64 } else { 0 };
-    let lengths: &[u32] = if n_lengths > 0 { batch.response_length } else { &[1] };
+    let n_lengths = if whole_step {
+        batch.response_length.len() as u64
+    } else {
+        0
+    };
+    let lengths: &[u32] = if n_lengths > 0 {
+        batch.response_length
+    } else {
+        &[1]
+    };
     // The epsilon of the division: reinforce_pp's sqrt(std² + whiten_eps),
     // grpo's std + eps.
     let epsilon = if whole_step {

@@ -209,8 +209,10 @@ fn instance_columns(rows: &Rows) -> Vec<(&'static str, ArrayRef)> {
 }
 
 fn scored(rows: &Rows, lengths: &[u32]) -> ScoredRows {
-    let mut s = ScoredRows::default();
-    s.response_length = lengths.to_vec();
+    let mut s = ScoredRows {
+        response_length: lengths.to_vec(),
+        ..ScoredRows::default()
+    };
     for (i, r) in rows.iter().enumerate() {
         s.run_id.push("run".into());
         s.step.push(1);

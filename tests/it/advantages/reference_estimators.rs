@@ -65,7 +65,10 @@ fn assert_advantages(name: &str, rows: &Rows, lengths: &[u32], options: Advantag
     let check = |path: &str, got: &[f64]| {
         assert_eq!(got.len(), want.len(), "{name}, {path}: row count");
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!(close(*g, *w), "{name}, {path}, row {i}: got {g}, want {w} (all: {got:?})");
+            assert!(
+                close(*g, *w),
+                "{name}, {path}, row {i}: got {g}, want {w} (all: {got:?})"
+            );
         }
     };
     // Dense ids in first-seen order.
@@ -148,7 +151,12 @@ fn reference_grpo_outcome_advantage() {
 /// formula.
 #[test]
 fn reference_grpo_outcome_advantage_norm_std_false() {
-    let rows: &Rows = &[("0", 6.0, false), ("0", 3.0, false), ("1", 9.0, false), ("1", 12.0, false)];
+    let rows: &Rows = &[
+        ("0", 6.0, false),
+        ("0", 3.0, false),
+        ("1", 9.0, false),
+        ("1", 12.0, false),
+    ];
     let want = [1.5, -1.5, -1.5, 1.5];
     let grpo = AdvantageOptions {
         norm_by_std: false,
@@ -290,7 +298,13 @@ fn reinforce_pp_with_hinted_rows_ignores_is_hinted_as_the_reference_does() {
         0.8829186954622128,
         -1.1351811798799878,
     ];
-    assert_advantages("reinforce_pp hinted", HINTED, &[], options(Estimator::ReinforcePp), &want);
+    assert_advantages(
+        "reinforce_pp hinted",
+        HINTED,
+        &[],
+        options(Estimator::ReinforcePp),
+        &want,
+    );
 }
 
 /// REINFORCE++ with hinted rows and response lengths 2, 5, 1, 3, 8, 4, 6, 2.
@@ -377,7 +391,13 @@ fn reinforce_pp_with_a_custom_whiten_epsilon() {
         epsilon: 0.5,
         ..options(Estimator::ReinforcePp)
     };
-    assert_advantages("reinforce_pp whiten_epsilon 0.25", MIXED, &MIXED_LENGTHS, o, &want);
+    assert_advantages(
+        "reinforce_pp whiten_epsilon 0.25",
+        MIXED,
+        &MIXED_LENGTHS,
+        o,
+        &want,
+    );
 }
 
 /// Four-token responses: Bessel's correction over 24 tokens, not 6 rows
