@@ -5,8 +5,8 @@
 //! `whiten_epsilon`. Prints the GPU, its compute capability and
 //! the driver's CUDA version first, then one line per variant and size:
 //! the max relative error over advantage, group_mean and group_std (must be
-//! < 1e-9) and, for the per-group estimators, whether rows of std-0 groups
-//! match exactly. Exit 0 when all agree, 1 on a mismatch or a kernel that
+//! < 1e-9) and, for the per-group estimators with raw-only baselines,
+//! whether rows of std-0 groups match exactly. Exit 0 when all agree, 1 on a mismatch or a kernel that
 //! fails (including a module this driver cannot load), 2 when there is no
 //! CUDA device (or no CUDA support in the build).
 //!
@@ -196,7 +196,11 @@ mod check {
                 }
                 let rel = max_rel_err(&gpu_out, &cpu_out);
                 // reinforce_pp has no per-group std; its step std is not 0.
-                let std0 = if estimator == Estimator::ReinforcePp {
+                // The std-0 groups are std 0 over their raw rows: only
+                // where baselines are raw-only (grpo, drgrpo; rloo under
+                // `raw`) is their baseline exact.
+                let raw_only = estimator.raw_baselines(batch, &options);
+                let std0 = if estimator == Estimator::ReinforcePp || !raw_only {
                     "-".to_string()
                 } else {
                     let exact = (0..n).filter(|&i| c.std0[i]).all(|i| {
