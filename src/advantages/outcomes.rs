@@ -85,6 +85,7 @@ mod tests {
                 is_hinted: hinted,
                 hint_category: hinted.then(|| "llm_synthesized".into()),
                 hint_id: hint_id.map(str::to_string),
+                response_length: None,
             });
         }
         r
