@@ -1,6 +1,6 @@
 """The rest of the wire contract: topic names, message builders, header
 names, Arrow encoding of scored rollouts and the chunk headers of advantages.
-Field names are exactly DESIGN.md's."""
+Field names are exactly the JSON Schemas' (schemas/ at the repository root)."""
 
 from __future__ import annotations
 
