@@ -31,5 +31,6 @@ pub fn build_hint(hint_id: String, best: &FailedTrajectory, source: &RecordMeta,
         created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         arm: crate::messages::DEFAULT_ARM.to_string(),
         refines: Vec::new(),
+        hint_truncated: s.hint_truncated,
     }
 }

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::cap::cap_hint;
 use super::client::LlmError;
 use super::pricing::{cost_usd, price_of};
 use super::prompt::{feedback, static_hint, user_prompt, VerifierFeedback};
@@ -41,8 +42,18 @@ fn ends_the_walk(error: &LlmError) -> bool {
 }
 
 impl Synthesizer {
-    /// Synthesizes the hint for `t`, the best trajectory of its group.
+    /// Synthesizes the hint for `t`, the best trajectory of its group: its
+    /// text cut to `llm.max_hint_chars`, whoever wrote it.
     pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
+        let mut s = self.synthesize_whole(t).await;
+        let (hint, truncated) = cap_hint(std::mem::take(&mut s.hint), self.config.max_hint_chars);
+        s.hint = hint;
+        s.hint_truncated = truncated;
+        s
+    }
+
+    /// The hint for `t`, as long as its writer made it.
+    async fn synthesize_whole(&self, t: &FailedTrajectory) -> Synthesis {
         let started = Instant::now();
         let fb = feedback(t);
         if self.chain.is_empty() {
@@ -54,6 +65,7 @@ impl Synthesizer {
                 cost_usd: 0.0,
                 failure_reason: None,
                 latency_ms: started.elapsed().as_millis() as u64,
+                hint_truncated: false,
             };
         };
         let deadline = started + self.time_budget();
@@ -95,6 +107,7 @@ impl Synthesizer {
             latency_ms: tally.latency_ms(started),
             usage: tally.usage,
             failure_reason: None,
+            hint_truncated: false,
         }
     }
 
@@ -110,6 +123,7 @@ impl Synthesizer {
             latency_ms: tally.latency_ms(started),
             usage: tally.usage,
             failure_reason: Some(error.failure_reason()),
+            hint_truncated: false,
         }
     }
 }
