@@ -356,12 +356,14 @@ async fn json_body(response: &mut reqwest::Response) -> Result<Value, LlmError> 
     let (body, complete) = if declared_over {
         (Vec::new(), false)
     } else {
-        // After a success status the API has processed the request: a
-        // connection that breaks now is `BodyBroken` (billed), not `Connect`.
+        // After a success status the API has processed the request: a body
+        // that breaks off now (reset, closed, a broken chunk, which reqwest
+        // may report as a decode error) is `BodyBroken` (billed), not
+        // `Connect`.
         read_body(response, MAX_RESPONSE_BODY_BYTES)
             .await
             .map_err(|e| match e {
-                LlmError::Connect(cause) => LlmError::BodyBroken(cause),
+                LlmError::Connect(cause) | LlmError::Malformed(cause) => LlmError::BodyBroken(cause),
                 other => other,
             })?
     };
