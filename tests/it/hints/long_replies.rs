@@ -1,4 +1,4 @@
-//! A reply of about 1 MB from the loopback LLM through a running stage 1 on
+//! A reply of about 1 MiB from the loopback LLM through a running stage 1 on
 //! a real broker: the hint is published, cut to `llm.max_hint_chars` at a
 //! sentence boundary and marked `hint_truncated`, not dead-lettered as
 //! `output_rejected`.
@@ -20,8 +20,10 @@ async fn a_one_megabyte_reply_is_published_cut_at_a_sentence_and_marked_truncate
     let broker = common::start_tansu();
     let server = LlmServer::start(Some("sk-k")).await;
     let sentence = "Check the week numbering first. ";
-    let reply = sentence.repeat(31_000);
-    assert!(reply.len() > 990_000 && reply.len() < MAX_RESPONSE_BODY_BYTES - 1024);
+    // Over librdkafka's default message.max.bytes (1,000,000) as a hint,
+    // under the client's body cap as a reply.
+    let reply = sentence.repeat(32_200);
+    assert!(reply.len() > 1_000_000 && reply.len() < MAX_RESPONSE_BODY_BYTES - 4096);
     server.default(Behavior::Text(reply, Duration::ZERO));
 
     let mut config = common::config_for(&broker.bootstrap);
