@@ -64,9 +64,9 @@ fn word_end(text: &str, limit: usize) -> Option<usize> {
         return Some(limit);
     }
     head.char_indices()
-        .filter(|(_, c)| c.is_whitespace())
+        .rev()
+        .find(|(_, c)| c.is_whitespace())
         .map(|(i, _)| i)
-        .last()
         .filter(|&i| i > 0)
 }
 
