@@ -164,8 +164,8 @@ impl Reservation<'_> {
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        let estimate = (self.usd, self.tokens);
-        self.end(Some(estimate));
+        let reserved = (self.usd, self.tokens);
+        self.end(Some(reserved));
     }
 }
 

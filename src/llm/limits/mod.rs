@@ -6,10 +6,11 @@
 //!
 //! The budget reserves each attempt's worst case ([`worst_case`], priced by
 //! `pricing::worst_case_cost_usd`) and settles it to the real usage, so
-//! concurrent attempts can never spend more than the budget together as
-//! long as each reply's usage stays within its reservation; a reply that
-//! reports more (a provider's own framing beyond [`FRAMING_TOKENS`]) is
-//! recorded as it is, so the overspend stays under one request's worst case.
+//! concurrent attempts cannot spend more than the budget together while
+//! each reply's usage stays within its reservation (tested: 200 concurrent
+//! calls billed at that worst case stay within the budget plus one call).
+//! A reply that reports more (framing beyond [`FRAMING_TOKENS`]) is
+//! recorded as it is: the budget is then overshot by that excess alone.
 
 pub mod budget;
 mod rate;
