@@ -241,6 +241,7 @@ async fn seed_history(config: &Config, producer: &rdkafka::producer::FutureProdu
                 created_at: "2026-12-01T00:00:00.000Z".into(),
                 arm: arm.to_string(),
                 refines: vec![],
+                hint_truncated: false,
             };
             let key = hintstream::messages::group_key(run, step, &instance);
             common::send(
