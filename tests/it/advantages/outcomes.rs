@@ -286,9 +286,10 @@ async fn with_arms_a_missing_outcomes_topic_stops_the_start_with_exit_2() {
     config.hints.arms = vec![arm("arm-a", &["m1"], false), arm("control", &[], true)];
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
-    let out = common::stage_command("advantages", &file).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let mut stage = common::Process::spawn(common::stage_command("advantages", &file), "advantages-arms");
+    let status = stage.wait_exit(Duration::from_secs(60));
+    let stderr = stage.log();
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
     assert!(
         stderr.contains(&config.topics.outcomes) && stderr.contains("hintstream topics create"),
         "{stderr}"
