@@ -10,6 +10,12 @@ use rdkafka::types::RDKafkaErrorCode;
 use super::base_config;
 use crate::config::Config;
 
+/// `retention.ms` the outcomes topic is created with: 30 days, long enough
+/// for a training run, since stage 1 rebuilds what it learned by reading the
+/// topic from the beginning (a shorter retention forgets the run's early
+/// outcomes at a restart). Other topics keep the broker's default.
+pub const OUTCOMES_RETENTION_MS: i64 = 30 * 24 * 60 * 60 * 1000;
+
 /// What happened to one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopicOutcome {
@@ -44,14 +50,20 @@ pub async fn create_topics(
     partitions: i32,
 ) -> Result<Vec<(String, TopicOutcome)>, KafkaError> {
     let admin: AdminClient<DefaultClientContext> = base_config(config).create()?;
+    let outcomes_retention = OUTCOMES_RETENTION_MS.to_string();
     let topics: Vec<NewTopic<'_>> = names
         .iter()
         .map(|n| {
-            NewTopic::new(
+            let topic = NewTopic::new(
                 n,
                 partitions,
                 TopicReplication::Fixed(config.topics.replication_factor),
-            )
+            );
+            if *n == config.topics.outcomes {
+                topic.set("retention.ms", &outcomes_retention)
+            } else {
+                topic
+            }
         })
         .collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));

@@ -145,6 +145,22 @@ fn outcome_validator() -> jsonschema::Validator {
         .unwrap()
 }
 
+/// The `retention.ms` the broker reports for `topic`.
+async fn topic_retention_ms(config: &Config, topic: &str) -> String {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        hintstream::kafka::base_config(config).create().unwrap();
+    let described = admin
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let resource = described.into_iter().next().unwrap().unwrap();
+    resource
+        .get("retention.ms")
+        .and_then(|e| e.value.clone())
+        .unwrap_or_default()
+}
+
 async fn publish(config: &Config, topic: &str, messages: &[(String, Vec<u8>)]) {
     let producer = create_producer(config).unwrap();
     for (key, payload) in messages {
@@ -216,6 +232,12 @@ async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
             ("h2".into(), format!("{RUN}/3/g2"), 2, 0, false),
             ("h3".into(), format!("{RUN}/3/g3"), 1, 1, true),
         ]
+    );
+
+    assert_eq!(
+        topic_retention_ms(&config, &config.topics.outcomes).await,
+        hintstream::kafka::admin::OUTCOMES_RETENTION_MS.to_string(),
+        "topics create keeps outcomes for a run"
     );
 
     let m = metrics_of(&metrics, &key);
