@@ -179,11 +179,24 @@ async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
     let hints = [
         hint("h1", 3, "g1", "arm-a", HintCategory::LlmSynthesized, 0.01, &[]),
         hint("h2", 3, "g2", "control", HintCategory::StaticFallback, 0.0, &[]),
-        hint("h3", 3, "g3", "arm-a", HintCategory::LlmSynthesized, 0.02, &["h0"]),
+        hint(
+            "h3",
+            3,
+            "g3",
+            "arm-a",
+            HintCategory::LlmSynthesized,
+            0.02,
+            &["h0"],
+        ),
     ];
     let hint_records: Vec<_> = hints
         .iter()
-        .map(|h| (format!("{RUN}/3/{}", h.instance_id), serde_json::to_vec(h).unwrap()))
+        .map(|h| {
+            (
+                format!("{RUN}/3/{}", h.instance_id),
+                serde_json::to_vec(h).unwrap(),
+            )
+        })
         .collect();
     publish(&config, &config.topics.hints.clone(), &hint_records).await;
     // Step 3: g1 rescued by h1 (1 of 2), g2 not by h2 (0 of 2), g3 rescued by
