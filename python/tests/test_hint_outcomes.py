@@ -113,3 +113,41 @@ def test_delivered_hints_fill_hint_id_and_report_hint_outcomes_publishes_them(ma
     with pytest.raises(ValueError, match="never-delivered"):
         hintstream.report_hint_outcomes([{"hint_id": ids["task-1"], "reward": 1.0}, {"hint_id": "never-delivered", "reward": 1.0}], client=client)
     assert len(read_all(pipeline.bootstrap, topics.outcomes, 3, within=3.0)) == 2
+
+
+def delivered_hint(hint_id: str, instance_id: str, run_id: str = "r", step: int = 1):
+    return {"hint_id": hint_id, "run_id": run_id, "step": step, "instance_id": instance_id, "hint": "h"}
+
+
+def test_hint_ids_are_filled_only_on_hinted_rows_of_delivered_groups() -> None:
+    from hintstream.outcomes import DeliveredHints, fill_hint_ids
+
+    delivered = DeliveredHints(10)
+    delivered.add(delivered_hint("ha", "a"))
+    rows = [
+        {"instance_id": "a", "trajectory_id": "t1", "reward": 0.0, "is_hinted": False},
+        {"instance_id": "a", "trajectory_id": "t2", "reward": 1.0, "is_hinted": True},
+        {"instance_id": "a", "trajectory_id": "t3", "reward": 1.0, "is_hinted": True, "hint_id": "mine"},
+        {"instance_id": "b", "trajectory_id": "t4", "reward": 1.0, "is_hinted": True},
+    ]
+    filled = fill_hint_ids(delivered, "r", 1, rows)
+    assert [r.get("hint_id") for r in filled] == [None, "ha", "mine", None]
+    assert "hint_id" not in rows[1], "the caller's rows are not changed"
+    assert [r.get("hint_id") for r in fill_hint_ids(delivered, "r", 2, rows)] == [None, None, "mine", None], "another step's group"
+
+
+def test_delivered_hints_are_bounded_oldest_first() -> None:
+    from hintstream.outcomes import DeliveredHints, outcome_messages
+
+    delivered = DeliveredHints(2)
+    for i in range(3):
+        delivered.add(delivered_hint(f"h{i}", f"g{i}"))
+    assert len(delivered) == 2
+    assert delivered.group_of("h0") is None and delivered.group_of("h2") == ("r", 1, "g2")
+    with pytest.raises(ValueError, match="'h0'"):
+        outcome_messages(delivered, [{"hint_id": "h0", "reward": 1.0}])
+    [(key, message)] = outcome_messages(delivered, [{"hint_id": "h2", "reward": 1.0}, {"hint_id": "h2", "reward": -1.0}])
+    assert key == group_key("r", 1, "g2")
+    assert (message["hinted_rollouts"], message["successes"], message["rescued"], message["mean_reward"]) == (2, 1, True, 0.0)
+    with pytest.raises(ValueError, match="reward"):
+        outcome_messages(delivered, [{"hint_id": "h2"}])
