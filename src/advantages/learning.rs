@@ -101,8 +101,13 @@ impl Learning {
         let state = Arc::new(Mutex::new(LearnState::new(arms)));
         let hints = if present[1] {
             let tail = start_tail(config, state.clone()).await?;
-            if let Err(e) = tail.sync(HINTS_STARTUP_SYNC_TIMEOUT).await {
-                tracing::warn!(error = %e, "reading the hints topic at start; going on");
+            let synced =
+                tokio::time::timeout(HINTS_STARTUP_SYNC_TIMEOUT, tail.sync(HINTS_STARTUP_SYNC_TIMEOUT)).await;
+            if !matches!(synced, Ok(Ok(()))) {
+                tracing::warn!(
+                    topic = %config.topics.hints, waited = ?HINTS_STARTUP_SYNC_TIMEOUT,
+                    "the hints topic was not read to its end at start; going on (each step syncs again)"
+                );
             }
             Some(tail)
         } else {
@@ -133,8 +138,16 @@ impl Learning {
         if outcomes.is_empty() {
             return StepMetrics::new();
         }
-        if let Err(e) = tail.sync(HINTS_SYNC_TIMEOUT).await {
-            tracing::warn!(run_id, step, error = %e, "the hints tail is behind; per-arm metrics from what was read");
+        // The barrier's watermark requests count against the bound too.
+        match tokio::time::timeout(HINTS_SYNC_TIMEOUT, tail.sync(HINTS_SYNC_TIMEOUT)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(run_id, step, error = %e, "the hints tail is behind; per-arm metrics from what was read")
+            }
+            Err(_) => tracing::warn!(
+                run_id, step, waited = ?HINTS_SYNC_TIMEOUT,
+                "the hints tail did not answer in time; per-arm metrics from what was read"
+            ),
         }
         let mut state = lock(&self.state);
         for outcome in outcomes {

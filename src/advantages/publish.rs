@@ -404,8 +404,9 @@ impl StepOutput {
         let mut stopped = false;
         for (sent, outcome) in futures::future::join_all(sends).await.into_iter().zip(outcomes) {
             match sent {
-                Ok(_) => {}
+                Ok(_) => self.metrics.outcome_published(),
                 Err(SendError::Permanent(e)) => {
+                    self.metrics.outcome_rejected();
                     tracing::error!(
                         run_id = %id.run_id, step = id.step, hint_id = %outcome.hint_id, error = %e, topic,
                         "hint outcome rejected"

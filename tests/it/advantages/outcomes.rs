@@ -218,9 +218,16 @@ async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
     publish(&config, &config.advantages.input_topic.clone(), &scored).await;
 
     let stage = AdvantageStage::build(config.clone()).await.unwrap();
+    let endpoint = common::MetricsEndpoint(stage.metrics_addr);
     let running = common::spawn_stage(|stop| stage.run(stop));
     let metrics = wait_for(&config, &config.topics.metrics, 1).await;
     let outcomes = wait_for(&config, &config.topics.outcomes, 3).await;
+    assert_eq!(
+        endpoint
+            .value("hintstream_advantages_hint_outcomes_published_total", &[])
+            .await,
+        3.0
+    );
     running.stop().await;
 
     let validator = outcome_validator();
@@ -296,9 +303,17 @@ async fn without_arms_a_missing_outcomes_topic_costs_only_the_outcomes() {
     let stage = AdvantageStage::build(config.clone())
         .await
         .expect("a missing outcomes topic without arms is only a warning");
+    let endpoint = common::MetricsEndpoint(stage.metrics_addr);
     let running = common::spawn_stage(|stop| stage.run(stop));
     let advantages = wait_for(&config, &config.advantages.output_topic, 2).await;
     let metrics = wait_for(&config, &config.topics.metrics, 2).await;
+    let published = endpoint
+        .value("hintstream_advantages_steps_published_total", &[])
+        .await;
+    let outcomes = endpoint
+        .value("hintstream_advantages_hint_outcomes_published_total", &[])
+        .await;
+    assert_eq!((published, outcomes), (2.0, 0.0), "steps, but no outcomes");
     running.stop().await;
 
     assert_eq!(advantages.len(), 2, "both steps published their advantages");
