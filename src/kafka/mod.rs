@@ -4,6 +4,7 @@
 //! stage's lifecycle and topic administration. No other module sees raw
 //! Kafka records.
 
+pub mod acl;
 pub mod admin;
 pub mod client;
 pub mod commit;
