@@ -1,18 +1,21 @@
-//! Reaching a secured cluster, with real processes: tansu with SASL/SCRAM
-//! behind a TLS terminator (socat; tansu's own TLS cannot be switched on),
-//! certificates made by the `openssl` CLI for 127.0.0.1, the password taken
-//! from the environment as `${KAFKA_PASSWORD}` in the config file. Both
-//! stages run through it; a wrong password, a certificate from another CA
-//! and an unset variable each stop a stage at once, saying why; mutual TLS
-//! works; and no secret reaches a log, `hintstream config`, the eval report
-//! or the cassette.
+//! Reaching a secured cluster, with real processes: an Apache Kafka node
+//! with its own SASL_SSL listener (SCRAM-SHA-512, PEM key stores made by the
+//! `openssl` CLI for 127.0.0.1) and the StandardAuthorizer, the password
+//! taken from the environment as `${KAFKA_PASSWORD}` in the config file.
+//! Both stages run through it, each as its own principal with only the
+//! README's ACLs ("ACLs per stage", applied with Kafka's AclCommand); a stage
+//! whose principal lacks WRITE on a topic it writes exits 1 before consuming,
+//! naming the topic and the ACL; a wrong password, a certificate from another
+//! CA and an unset variable each stop a stage at once, saying why; mutual
+//! TLS works; and no secret reaches a log, `hintstream config`, the eval
+//! report or the cassette.
 
 mod common;
 #[path = "common/llm_server.rs"]
 mod llm_server;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hintstream::config::Config;
@@ -20,7 +23,20 @@ use llm_server::{Behavior, LlmServer};
 
 const USER: &str = "trainer";
 const PASSWORD: &str = "scram-pw-4bd01f9e";
+const ADMIN: &str = "admin";
+const ADMIN_PASSWORD: &str = "admin-pw-9d3c7a21";
+const HINTS_USER: &str = "hints";
+const HINTS_PASSWORD: &str = "hints-pw-5e8f0b46";
+const ADVANTAGES_USER: &str = "advantages";
+const ADVANTAGES_PASSWORD: &str = "advantages-pw-1a6d2c93";
 const API_KEY: &str = "sk-ant-secure-cluster-test-key";
+/// Every SCRAM user of the test broker.
+const USERS: [(&str, &str); 4] = [
+    (ADMIN, ADMIN_PASSWORD),
+    (USER, PASSWORD),
+    (HINTS_USER, HINTS_PASSWORD),
+    (ADVANTAGES_USER, ADVANTAGES_PASSWORD),
+];
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -103,12 +119,15 @@ impl Pki {
                 ],
             );
         }
-        let bundle = [
-            std::fs::read_to_string(d.join("server.pem")).unwrap(),
-            std::fs::read_to_string(d.join("server.key")).unwrap(),
-        ]
-        .concat();
-        std::fs::write(d.join("server-bundle.pem"), bundle).unwrap();
+        // PEM key stores: the certificate and its key in one file.
+        for name in ["server", "client"] {
+            let bundle = [
+                std::fs::read_to_string(d.join(format!("{name}.pem"))).unwrap(),
+                std::fs::read_to_string(d.join(format!("{name}.key"))).unwrap(),
+            ]
+            .concat();
+            std::fs::write(d.join(format!("{name}-bundle.pem")), bundle).unwrap();
+        }
         Pki { dir }
     }
 
@@ -117,74 +136,188 @@ impl Pki {
     }
 }
 
-/// tansu with SCRAM users on SQLite, behind socat terminating TLS on
-/// `tls_port`; with `client_ca`, socat requires a client certificate signed
-/// by it (mutual TLS).
+/// An Apache Kafka node of the test's own: its client listener SASL_SSL
+/// with SCRAM-SHA-512 users made at format time and PEM key stores, the
+/// StandardAuthorizer with `admin` as super user, and its controller
+/// listener on TLS where the node's own certificate is its principal. With
+/// `client_ca`, the client listener requires a client certificate signed by
+/// it (mutual TLS).
 struct SecureBroker {
-    tansu: common::Tansu,
-    _terminator: common::Process,
+    _node: common::KafkaNode,
     tls_port: u16,
-    _data: tempfile::TempDir,
+    /// The admin's client config for Kafka's Java tools (AclCommand).
+    admin_properties: PathBuf,
+}
+
+fn jaas(user: &str, password: &str) -> String {
+    format!("org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" password=\"{password}\";")
 }
 
 impl SecureBroker {
     fn start(pki: &Pki, client_ca: Option<&Path>) -> SecureBroker {
-        let data = tempfile::tempdir().unwrap();
-        let mut tansu = common::start_tansu_on(common::Storage::Sqlite(data.path().to_path_buf()));
-        // Users are created while the broker runs without authentication.
-        let out = Command::new(common::tansu_binary())
-            .args([
-                "user",
-                "create",
-                "--broker",
-                &format!("tcp://127.0.0.1:{}", tansu.port()),
-                USER,
-                PASSWORD,
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "tansu user create: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let tls_port = common::free_port();
-        tansu.restart_with(Some(tls_port), &["--authentication"]);
-        let verify = match client_ca {
-            Some(ca) => format!("verify=1,cafile={}", ca.display()),
-            None => "verify=0".into(),
-        };
-        let mut socat = Command::new("socat");
-        socat.args([
-            &format!(
-                "OPENSSL-LISTEN:{tls_port},cert={},{verify},fork,reuseaddr",
+        let mut properties = vec![
+            "sasl.enabled.mechanisms=SCRAM-SHA-512".to_string(),
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512".into(),
+            format!(
+                "listener.name.client.scram-sha-512.sasl.jaas.config={}",
+                jaas(ADMIN, ADMIN_PASSWORD)
+            ),
+            "ssl.keystore.type=PEM".into(),
+            format!(
+                "ssl.keystore.location={}",
                 pki.path("server-bundle.pem").display()
             ),
-            &format!("TCP:127.0.0.1:{}", tansu.port()),
-        ]);
-        let terminator = common::Process::spawn(socat, "socat");
-        common::wait_for_port(tls_port, Duration::from_secs(10));
+            "ssl.truststore.type=PEM".into(),
+            format!("ssl.truststore.location={}", pki.path("ca.pem").display()),
+            "listener.name.controller.ssl.client.auth=required".into(),
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+            // The node's certificate (CN=127.0.0.1) is the broker's principal
+            // on its controller listener.
+            format!("super.users=User:{ADMIN};User:CN=127.0.0.1"),
+        ];
+        let mut client = vec![
+            ("security.protocol", "SASL_SSL".to_string()),
+            ("sasl.mechanism", "SCRAM-SHA-512".into()),
+            ("sasl.username", ADMIN.into()),
+            ("sasl.password", ADMIN_PASSWORD.into()),
+            ("ssl.ca.location", pki.path("ca.pem").display().to_string()),
+        ];
+        let mut admin = vec![
+            "security.protocol=SASL_SSL".to_string(),
+            "sasl.mechanism=SCRAM-SHA-512".into(),
+            format!("sasl.jaas.config={}", jaas(ADMIN, ADMIN_PASSWORD)),
+            "ssl.truststore.type=PEM".into(),
+            format!("ssl.truststore.location={}", pki.path("ca.pem").display()),
+        ];
+        if let Some(ca) = client_ca {
+            properties.extend([
+                "listener.name.client.ssl.client.auth=required".to_string(),
+                "listener.name.client.ssl.truststore.type=PEM".into(),
+                format!("listener.name.client.ssl.truststore.location={}", ca.display()),
+            ]);
+            client.extend([
+                (
+                    "ssl.certificate.location",
+                    pki.path("client.pem").display().to_string(),
+                ),
+                ("ssl.key.location", pki.path("client.key").display().to_string()),
+            ]);
+            admin.extend([
+                "ssl.keystore.type=PEM".to_string(),
+                format!(
+                    "ssl.keystore.location={}",
+                    pki.path("client-bundle.pem").display()
+                ),
+            ]);
+        }
+        let format_args = USERS
+            .iter()
+            .flat_map(|(user, password)| {
+                [
+                    "--add-scram".to_string(),
+                    format!("SCRAM-SHA-512=[name={user},password={password}]"),
+                ]
+            })
+            .collect();
+        let node = common::KafkaNode::start(common::NodeSettings {
+            protocol: "SASL_SSL".into(),
+            controller_protocol: "SSL".into(),
+            properties,
+            format_args,
+            client: client.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        });
+        let admin_properties = pki.path("admin.properties");
+        std::fs::write(&admin_properties, admin.join("\n") + "\n").unwrap();
         SecureBroker {
-            tansu,
-            _terminator: terminator,
-            tls_port,
-            _data: data,
+            tls_port: node.port(),
+            _node: node,
+            admin_properties,
         }
     }
 
     fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.tls_port)
     }
+
+    /// Kafka's AclCommand (`kafka-acls.sh`) with `args`, as the admin.
+    fn acls(&self, args: &[String]) -> Child {
+        common::kafka::kafka_java("WARN")
+            .arg("org.apache.kafka.tools.AclCommand")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Runs `kafka-acls.sh` command lines (their arguments) at once, and
+    /// checks that each succeeded. `$B` and `admin.properties` stand for this
+    /// broker and its admin's config.
+    fn run_acl_commands(&self, lines: &[Vec<String>]) {
+        let children: Vec<(String, Child)> = lines
+            .iter()
+            .map(|line| {
+                let args: Vec<String> = line
+                    .iter()
+                    .map(|a| match a.as_str() {
+                        "$B" => self.bootstrap(),
+                        "admin.properties" => self.admin_properties.display().to_string(),
+                        _ => a.clone(),
+                    })
+                    .collect();
+                (line.join(" "), self.acls(&args))
+            })
+            .collect();
+        for (line, child) in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "kafka-acls.sh {line}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// Applies the README's "ACLs per stage", line by line.
+    fn apply_readme_acls(&self) {
+        self.run_acl_commands(&readme_acl_lines());
+    }
+}
+
+/// The `kafka-acls.sh` lines of the README's "ACLs per stage" block, as
+/// their arguments.
+fn readme_acl_lines() -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("### ACLs per stage")
+        .expect("the README has \"### ACLs per stage\"")..];
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a sh block under \"ACLs per stage\"");
+    let lines: Vec<Vec<String>> = block
+        .lines()
+        .filter_map(|l| l.strip_prefix("kafka-acls.sh "))
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert!(lines.len() >= 4, "kafka-acls.sh lines in the README: {lines:?}");
+    lines
 }
 
 /// The config a trainer writes for the secured cluster: SASL_SSL, SCRAM,
 /// the CA file, and the password from the environment.
 fn secure_config(broker: &SecureBroker, ca: &Path) -> Config {
+    secure_config_as(broker, ca, USER)
+}
+
+/// [`secure_config`] for the principal `user`.
+fn secure_config_as(broker: &SecureBroker, ca: &Path, user: &str) -> Config {
     let mut config = common::config_for(&broker.bootstrap());
     config.connect_timeout_secs = 15;
     config.kafka.insert("security.protocol", "SASL_SSL");
     config.kafka.insert("sasl.mechanism", "SCRAM-SHA-512");
-    config.kafka.insert("sasl.username", USER);
+    config.kafka.insert("sasl.username", user);
     config.kafka.insert("sasl.password", "${KAFKA_PASSWORD}");
     config
         .kafka
@@ -228,8 +361,13 @@ fn text(out: &std::process::Output) -> String {
 /// The same config with `${KAFKA_PASSWORD}` resolved, for the test's own
 /// clients.
 fn resolved(config: &Config) -> Config {
+    resolved_as(config, PASSWORD)
+}
+
+/// The same config with `password` in place of `${KAFKA_PASSWORD}`.
+fn resolved_as(config: &Config, password: &str) -> Config {
     let mut c = config.clone();
-    c.kafka.insert("sasl.password", PASSWORD);
+    c.kafka.insert("sasl.password", password);
     c
 }
 
@@ -239,21 +377,10 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     let broker = SecureBroker::start(&pki, None);
     let server = LlmServer::start(Some(API_KEY)).await;
     server.default(Behavior::Derived(Duration::from_millis(10)));
-    let mut config = secure_config(&broker, &pki.path("ca.pem"));
-    let prefix = common::unique("sec");
-    config.topics.failed = format!("{prefix}.failed");
-    config.topics.hints = format!("{prefix}.hints");
-    config.topics.scored = format!("{prefix}.scored");
-    config.topics.advantages = format!("{prefix}.advantages");
-    config.topics.metrics = format!("{prefix}.metrics");
-    config.hints.input_topic = config.topics.failed.clone();
-    config.hints.output_topic = config.topics.hints.clone();
-    config.hints.dlq_topic = format!("{}.dlq", config.topics.failed);
-    config.advantages.input_topic = config.topics.scored.clone();
-    config.advantages.output_topic = config.topics.advantages.clone();
-    config.advantages.dlq_topic = format!("{}.dlq", config.topics.scored);
-    config.hints.group_id = format!("{prefix}-hints");
-    config.advantages.group_id = format!("{prefix}-advantages");
+    // The default topic, group and transactional-id names (the broker is
+    // the test's own), which the README's ACL lines name.
+    let ca = pki.path("ca.pem");
+    let mut config = secure_config(&broker, &ca);
     config.hints.group_wait_ms = 300;
     let (hints_metrics, advantages_metrics) =
         (common::MetricsEndpoint::free(), common::MetricsEndpoint::free());
@@ -261,19 +388,36 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     config.advantages.metrics_addr = advantages_metrics.addr();
     let dir = tempfile::tempdir().unwrap();
     let file = write(&config, dir.path(), "secure.toml");
+    let as_user = |user: &str| {
+        let mut c = config.clone();
+        c.kafka.insert("sasl.username", user);
+        write(&c, dir.path(), &format!("{user}.toml"))
+    };
+    let (admin_file, hints_file, advantages_file) =
+        (as_user(ADMIN), as_user(HINTS_USER), as_user(ADVANTAGES_USER));
 
-    let (out, _) = hintstream(&["topics", "create", "--partitions", "2"], &file, Some(PASSWORD));
+    let (out, _) = hintstream(
+        &["topics", "create", "--partitions", "2"],
+        &admin_file,
+        Some(ADMIN_PASSWORD),
+    );
     assert!(
         out.status.success(),
         "topics create over SASL_SSL:\n{}",
         text(&out)
     );
+    // Each stage as its own principal, with only the README's ACLs.
+    broker.apply_readme_acls();
 
     let mut logs = vec![];
     let spawn = |stage: &str| {
-        let mut command = common::stage_command(stage, &file);
+        let (file, password) = match stage {
+            "hints" => (&hints_file, HINTS_PASSWORD),
+            _ => (&advantages_file, ADVANTAGES_PASSWORD),
+        };
+        let mut command = common::stage_command(stage, file);
         command
-            .env("KAFKA_PASSWORD", PASSWORD)
+            .env("KAFKA_PASSWORD", password)
             .env("RUST_LOG", "debug,rdkafka=debug,librdkafka=debug");
         if stage == "hints" {
             command
@@ -367,12 +511,110 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     }
     for (what, body) in &logs {
         assert!(!body.is_empty(), "{what} is empty");
-        for secret in [PASSWORD, API_KEY] {
+        for secret in [
+            PASSWORD,
+            ADMIN_PASSWORD,
+            HINTS_PASSWORD,
+            ADVANTAGES_PASSWORD,
+            API_KEY,
+        ] {
             assert!(!body.contains(secret), "{what} shows a secret:\n{body}");
         }
     }
     assert!(logs[2].1.contains("<redacted>"), "the config shows what it hides");
-    drop(broker.tansu);
+    drop(broker);
+}
+
+/// Least privilege refused at start-up: with the README's ACLs less stage
+/// 1's WRITE on its output topic and stage 2's WRITE on its dead-letter
+/// topic, each stage exits 1 within the connect bound, naming the topic and
+/// the missing ACL, before it joins its group or takes a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_consuming() {
+    let pki = Pki::new();
+    let broker = SecureBroker::start(&pki, None);
+    let ca = pki.path("ca.pem");
+    let dir = tempfile::tempdir().unwrap();
+    let write_as = |user: &str| {
+        write(
+            &secure_config_as(&broker, &ca, user),
+            dir.path(),
+            &format!("{user}.toml"),
+        )
+    };
+    let config = secure_config(&broker, &ca);
+    let (out, _) = hintstream(&["topics", "create"], &write_as(ADMIN), Some(ADMIN_PASSWORD));
+    assert!(out.status.success(), "{}", text(&out));
+    broker.apply_readme_acls();
+    let remove = |principal: &str, topic: &str| {
+        [
+            "--bootstrap-server",
+            "$B",
+            "--command-config",
+            "admin.properties",
+            "--remove",
+            "--force",
+        ]
+        .into_iter()
+        .chain([
+            "--allow-principal",
+            principal,
+            "--operation",
+            "Write",
+            "--topic",
+            topic,
+        ])
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    broker.run_acl_commands(&[
+        remove("User:hints", &config.hints.output_topic),
+        remove("User:advantages", &config.advantages.dlq_topic),
+    ]);
+    // Work waits on both inputs.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");
+    let trainer = write_as(USER);
+    for (topic, file) in [
+        (&config.hints.input_topic, "failed_trajectories.jsonl"),
+        (&config.advantages.input_topic, "scored_rollouts.jsonl"),
+    ] {
+        let path = data.join(file);
+        let (out, _) = hintstream(
+            &["produce", "--topic", topic, path.to_str().unwrap()],
+            &trainer,
+            Some(PASSWORD),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let bound = Duration::from_secs(config.connect_timeout_secs);
+    for (stage, user, password, topic) in [
+        ("hints", HINTS_USER, HINTS_PASSWORD, &config.hints.output_topic),
+        (
+            "advantages",
+            ADVANTAGES_USER,
+            ADVANTAGES_PASSWORD,
+            &config.advantages.dlq_topic,
+        ),
+    ] {
+        let (out, took) = hintstream(&[stage], &write_as(user), Some(password));
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{stage}: {said}");
+        assert!(
+            said.contains(&format!("missing ACLs for User:{user}"))
+                && said.contains(&format!("WRITE on topic \"{topic}\"")),
+            "{stage}: {said}"
+        );
+        assert!(took < bound, "{stage} took {took:?}, bound {bound:?}");
+    }
+    // Neither joined its group nor took a message: no offsets committed.
+    let admin = resolved_as(&secure_config_as(&broker, &ca, ADMIN), ADMIN_PASSWORD);
+    for (group, topic) in [
+        (&config.hints.group_id, &config.hints.input_topic),
+        (&config.advantages.group_id, &config.advantages.input_topic),
+    ] {
+        let committed = common::committed_offsets(&admin, group, topic, config.topics.partitions).await;
+        assert!(committed.is_empty(), "{group} committed {committed:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,10 +675,11 @@ async fn mutual_tls_needs_the_client_certificate() {
     let broker = SecureBroker::start(&pki, Some(&ca));
     let mut config = common::config_for(&broker.bootstrap());
     config.connect_timeout_secs = 10;
-    // tansu still wants SASL behind the terminator; mTLS is the transport.
+    // The listener authenticates with SASL too; mTLS is the transport. The
+    // admin creates the topics (the authorizer lets no one else).
     config.kafka.insert("security.protocol", "SASL_SSL");
     config.kafka.insert("sasl.mechanism", "SCRAM-SHA-512");
-    config.kafka.insert("sasl.username", USER);
+    config.kafka.insert("sasl.username", ADMIN);
     config.kafka.insert("sasl.password", "${KAFKA_PASSWORD}");
     config
         .kafka
@@ -453,13 +696,13 @@ async fn mutual_tls_needs_the_client_certificate() {
     );
     let with = write(&config, dir.path(), "client-cert.toml");
 
-    let (out, _) = hintstream(&["topics", "create"], &with, Some(PASSWORD));
+    let (out, _) = hintstream(&["topics", "create"], &with, Some(ADMIN_PASSWORD));
     assert!(
         out.status.success(),
         "with the client certificate:\n{}",
         text(&out)
     );
-    let (out, _) = hintstream(&["topics", "create"], &without, Some(PASSWORD));
+    let (out, _) = hintstream(&["topics", "create"], &without, Some(ADMIN_PASSWORD));
     assert_eq!(out.status.code(), Some(1), "without it:\n{}", text(&out));
 }
 
