@@ -18,7 +18,7 @@
 # broker, topics default to replication 3 and min.insync.replicas=2.
 # Jars: $HINTSTREAM_KAFKA_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hintstream/kafka-4.1.1).
 # Nodes' data and logs: $KAFKA_STATE_DIR (default ${TMPDIR:-/tmp}/hintstream-kafka).
-# Needs Java 17 or newer and Maven (Debian: apt-get install openjdk-17-jre-headless maven).
+# Needs Java 17 or newer and Maven (Debian: apt-get install default-jre-headless maven).
 set -euo pipefail
 
 KAFKA_VERSION=4.1.1
@@ -37,7 +37,7 @@ say() { echo "kafka: $*" >&2; }
 since() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN {printf "%.1f", t1 - t0}'; }
 
 need_java() {
-  command -v java >/dev/null 2>&1 || { say "java is missing: install Java 17 or newer (Debian: apt-get install openjdk-17-jre-headless)"; exit 1; }
+  command -v java >/dev/null 2>&1 || { say "java is missing: install Java 17 or newer (Debian: apt-get install default-jre-headless)"; exit 1; }
   local major
   major=$(java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}')
   if [ -z "$major" ] || [ "$major" -lt 17 ]; then
