@@ -75,9 +75,14 @@ kafka_java() {
   java -Dlog4j2.configurationFile="$LOG4J" -Dhintstream.kafka.log.level=WARN -cp "$LIBS/*" "$@"
 }
 
-# A KRaft cluster id: 16 random bytes, base64url without padding.
+# A KRaft cluster id: 16 random bytes, base64url without padding, drawn
+# again while it starts with '-' (StorageTool would read it as an option).
 cluster_id() {
-  head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
+  local id=-
+  while [ "${id#-}" != "$id" ]; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+  done
+  echo "$id"
 }
 
 # write_properties DIR NODE_ID PORT CONTROLLER_PORT VOTERS REPLICATION MIN_ISR

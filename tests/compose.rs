@@ -361,8 +361,12 @@ fn kafka_keeps_its_data_in_a_named_volume() {
 #[test]
 fn kafka_runs_the_version_the_tests_run() {
     let config = compose_config(&[], &[]);
-    let image = config["services"]["kafka"]["image"].as_str().expect("kafka has an image");
-    let tag = image.strip_prefix("apache/kafka:").unwrap_or_else(|| panic!("{image} is not apache/kafka"));
+    let image = config["services"]["kafka"]["image"]
+        .as_str()
+        .expect("kafka has an image");
+    let tag = image
+        .strip_prefix("apache/kafka:")
+        .unwrap_or_else(|| panic!("{image} is not apache/kafka"));
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = std::fs::read_to_string(root.join("scripts/kafka.sh")).unwrap();
     let script_version = script
@@ -376,7 +380,10 @@ fn kafka_runs_the_version_the_tests_run() {
         .and_then(|rest| rest.split("</kafka.version>").next())
         .expect("<kafka.version> in scripts/kafka/pom.xml");
     assert_eq!(tag, script_version, "docker-compose.yml against scripts/kafka.sh");
-    assert_eq!(pom_version, script_version, "scripts/kafka/pom.xml against scripts/kafka.sh");
+    assert_eq!(
+        pom_version, script_version,
+        "scripts/kafka/pom.xml against scripts/kafka.sh"
+    );
 }
 
 #[test]

@@ -129,7 +129,9 @@ class Kafka:
             + "\n"
         )
         java = ["java", f"-Dlog4j2.configurationFile={log4j}"]
-        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # StorageTool would read it as an option
+            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         subprocess.run(
             java + ["-Dhintstream.kafka.log.level=WARN", "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)],
             check=True,

@@ -62,8 +62,18 @@ pub fn kafka_java(level: &str) -> Command {
     command
 }
 
-/// A KRaft cluster id: 16 random bytes in unpadded base64url.
+/// A KRaft cluster id: 16 random bytes in unpadded base64url, drawn again
+/// while it starts with `-` (StorageTool would read it as an option).
 fn cluster_id() -> String {
+    loop {
+        let id = random_id();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+fn random_id() -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes: [u8; 16] = rand::random();
     let mut bits = 0u32;
