@@ -54,13 +54,24 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A private CA, a server certificate for 127.0.0.1 signed by it, a client
 /// certificate signed by it (mutual TLS), and an unrelated CA.
 struct Pki {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
+    /// Removes `dir` on drop, for a test's own certificates.
+    _owned: Option<tempfile::TempDir>,
 }
 
 impl Pki {
+    /// Certificates in a folder of their own.
     fn new() -> Pki {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
+        let owned = tempfile::tempdir().unwrap();
+        let mut pki = Pki::new_in(owned.path().to_path_buf());
+        pki._owned = Some(owned);
+        pki
+    }
+
+    /// Certificates in `dir`, which the caller removes.
+    fn new_in(dir: PathBuf) -> Pki {
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.as_path();
         for ca in ["ca", "other-ca"] {
             openssl(
                 d,
@@ -128,22 +139,22 @@ impl Pki {
             .concat();
             std::fs::write(d.join(format!("{name}-bundle.pem")), bundle).unwrap();
         }
-        Pki { dir }
+        Pki { dir, _owned: None }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.dir.join(name)
     }
 }
 
-/// An Apache Kafka node of the test's own: its client listener SASL_SSL
-/// with SCRAM-SHA-512 users made at format time and PEM key stores, the
-/// StandardAuthorizer with `admin` as super user, and its controller
-/// listener on TLS where the node's own certificate is its principal. With
-/// `client_ca`, the client listener requires a client certificate signed by
-/// it (mutual TLS).
+/// An Apache Kafka node: its client listener SASL_SSL with SCRAM-SHA-512
+/// users made at format time and PEM key stores, a second SASL_SSL listener
+/// (`MTLS`) that requires a client certificate signed by the CA (mutual
+/// TLS), the StandardAuthorizer with `admin` as super user, and its
+/// controller listener on TLS where the node's own certificate is its
+/// principal.
 struct SecureBroker {
-    _node: common::KafkaNode,
+    node: common::KafkaNode,
     tls_port: u16,
     /// The admin's client config for Kafka's Java tools (AclCommand).
     admin_properties: PathBuf,
@@ -153,63 +164,71 @@ fn jaas(user: &str, password: &str) -> String {
     format!("org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" password=\"{password}\";")
 }
 
+/// The broker (and its certificates) that the tests share, all but the one
+/// that takes ACLs away; its folder goes once the test process is gone.
+fn shared() -> &'static (Pki, SecureBroker) {
+    static SHARED: std::sync::OnceLock<(Pki, SecureBroker)> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("hintstream-kafka-secure-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let pki = Pki::new_in(dir.join("pki"));
+        let broker = SecureBroker::start_in(&pki, Some(dir));
+        (pki, broker)
+    })
+}
+
 impl SecureBroker {
-    fn start(pki: &Pki, client_ca: Option<&Path>) -> SecureBroker {
-        let mut properties = vec![
+    /// A broker of the test's own.
+    fn start(pki: &Pki) -> SecureBroker {
+        SecureBroker::start_in(pki, None)
+    }
+
+    /// A broker in `dir` (which its guard removes once the test process is
+    /// gone), or in a folder of its own.
+    fn start_in(pki: &Pki, dir: Option<PathBuf>) -> SecureBroker {
+        let ca = pki.path("ca.pem");
+        let properties = vec![
             "sasl.enabled.mechanisms=SCRAM-SHA-512".to_string(),
             "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512".into(),
             format!(
                 "listener.name.client.scram-sha-512.sasl.jaas.config={}",
                 jaas(ADMIN, ADMIN_PASSWORD)
             ),
+            format!(
+                "listener.name.mtls.scram-sha-512.sasl.jaas.config={}",
+                jaas(ADMIN, ADMIN_PASSWORD)
+            ),
+            "listener.name.mtls.ssl.client.auth=required".into(),
             "ssl.keystore.type=PEM".into(),
             format!(
                 "ssl.keystore.location={}",
                 pki.path("server-bundle.pem").display()
             ),
             "ssl.truststore.type=PEM".into(),
-            format!("ssl.truststore.location={}", pki.path("ca.pem").display()),
+            format!("ssl.truststore.location={}", ca.display()),
             "listener.name.controller.ssl.client.auth=required".into(),
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
             // The node's certificate (CN=127.0.0.1) is the broker's principal
             // on its controller listener.
             format!("super.users=User:{ADMIN};User:CN=127.0.0.1"),
         ];
-        let mut client = vec![
+        let client = [
             ("security.protocol", "SASL_SSL".to_string()),
             ("sasl.mechanism", "SCRAM-SHA-512".into()),
             ("sasl.username", ADMIN.into()),
             ("sasl.password", ADMIN_PASSWORD.into()),
-            ("ssl.ca.location", pki.path("ca.pem").display().to_string()),
+            ("ssl.ca.location", ca.display().to_string()),
         ];
-        let mut admin = vec![
+        let admin = [
             "security.protocol=SASL_SSL".to_string(),
             "sasl.mechanism=SCRAM-SHA-512".into(),
             format!("sasl.jaas.config={}", jaas(ADMIN, ADMIN_PASSWORD)),
             "ssl.truststore.type=PEM".into(),
-            format!("ssl.truststore.location={}", pki.path("ca.pem").display()),
+            format!("ssl.truststore.location={}", ca.display()),
         ];
-        if let Some(ca) = client_ca {
-            properties.extend([
-                "listener.name.client.ssl.client.auth=required".to_string(),
-                "listener.name.client.ssl.truststore.type=PEM".into(),
-                format!("listener.name.client.ssl.truststore.location={}", ca.display()),
-            ]);
-            client.extend([
-                (
-                    "ssl.certificate.location",
-                    pki.path("client.pem").display().to_string(),
-                ),
-                ("ssl.key.location", pki.path("client.key").display().to_string()),
-            ]);
-            admin.extend([
-                "ssl.keystore.type=PEM".to_string(),
-                format!(
-                    "ssl.keystore.location={}",
-                    pki.path("client-bundle.pem").display()
-                ),
-            ]);
-        }
         let format_args = USERS
             .iter()
             .flat_map(|(user, password)| {
@@ -219,24 +238,34 @@ impl SecureBroker {
                 ]
             })
             .collect();
-        let node = common::KafkaNode::start(common::NodeSettings {
+        let settings = common::NodeSettings {
             protocol: "SASL_SSL".into(),
             controller_protocol: "SSL".into(),
+            listeners: vec![("MTLS".into(), "SASL_SSL".into())],
             properties,
             format_args,
             client: client.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-        });
+        };
+        let node = match dir {
+            Some(dir) => common::KafkaNode::start_in(dir, settings),
+            None => common::KafkaNode::start(settings),
+        };
         let admin_properties = pki.path("admin.properties");
         std::fs::write(&admin_properties, admin.join("\n") + "\n").unwrap();
         SecureBroker {
             tls_port: node.port(),
-            _node: node,
+            node,
             admin_properties,
         }
     }
 
     fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.tls_port)
+    }
+
+    /// The listener that requires a client certificate.
+    fn mtls_bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.node.listener_port("MTLS"))
     }
 
     /// Kafka's AclCommand (`kafka-acls.sh`) with `args`, as the admin.
@@ -303,6 +332,24 @@ fn readme_acl_lines() -> Vec<Vec<String>> {
         .collect();
     assert!(lines.len() >= 4, "kafka-acls.sh lines in the README: {lines:?}");
     lines
+}
+
+/// Topics of the test's own for every stage (on the shared broker, the
+/// default topics belong to the test that runs both stages under the
+/// README's ACLs).
+fn own_pipeline_topics(config: &mut Config) {
+    let prefix = common::unique("sec");
+    config.topics.failed = format!("{prefix}.failed");
+    config.topics.hints = format!("{prefix}.hints");
+    config.topics.scored = format!("{prefix}.scored");
+    config.topics.advantages = format!("{prefix}.advantages");
+    config.topics.metrics = format!("{prefix}.metrics");
+    config.hints.input_topic = config.topics.failed.clone();
+    config.hints.output_topic = config.topics.hints.clone();
+    config.hints.dlq_topic = format!("{}.dlq", config.topics.failed);
+    config.advantages.input_topic = config.topics.scored.clone();
+    config.advantages.output_topic = config.topics.advantages.clone();
+    config.advantages.dlq_topic = format!("{}.dlq", config.topics.scored);
 }
 
 /// The config a trainer writes for the secured cluster: SASL_SSL, SCRAM,
@@ -373,14 +420,14 @@ fn resolved_as(config: &Config, password: &str) -> Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
-    let pki = Pki::new();
-    let broker = SecureBroker::start(&pki, None);
+    let (pki, broker) = shared();
+
     let server = LlmServer::start(Some(API_KEY)).await;
     server.default(Behavior::Derived(Duration::from_millis(10)));
     // The default topic, group and transactional-id names (the broker is
     // the test's own), which the README's ACL lines name.
     let ca = pki.path("ca.pem");
-    let mut config = secure_config(&broker, &ca);
+    let mut config = secure_config(broker, &ca);
     config.hints.group_wait_ms = 300;
     let (hints_metrics, advantages_metrics) =
         (common::MetricsEndpoint::free(), common::MetricsEndpoint::free());
@@ -522,7 +569,6 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
         }
     }
     assert!(logs[2].1.contains("<redacted>"), "the config shows what it hides");
-    drop(broker);
 }
 
 /// Least privilege refused at start-up: with the README's ACLs less stage
@@ -532,7 +578,7 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_consuming() {
     let pki = Pki::new();
-    let broker = SecureBroker::start(&pki, None);
+    let broker = SecureBroker::start(&pki);
     let ca = pki.path("ca.pem");
     let dir = tempfile::tempdir().unwrap();
     let write_as = |user: &str| {
@@ -619,9 +665,9 @@ async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_con
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_an_untrusted_certificate_and_an_unset_variable_each_stop_the_stage_saying_why() {
-    let pki = Pki::new();
-    let broker = SecureBroker::start(&pki, None);
-    let config = secure_config(&broker, &pki.path("ca.pem"));
+    let (pki, broker) = shared();
+
+    let config = secure_config(broker, &pki.path("ca.pem"));
     let dir = tempfile::tempdir().unwrap();
     let file = write(&config, dir.path(), "secure.toml");
     let bound = Duration::from_secs(config.connect_timeout_secs);
@@ -666,14 +712,14 @@ async fn a_wrong_password_an_untrusted_certificate_and_an_unset_variable_each_st
     );
 }
 
-/// Mutual TLS (the README's example): the broker's terminator requires a
-/// client certificate signed by the CA.
+/// Mutual TLS (the README's example): the broker's `MTLS` listener requires
+/// a client certificate signed by the CA.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_needs_the_client_certificate() {
-    let pki = Pki::new();
+    let (pki, broker) = shared();
     let ca = pki.path("ca.pem");
-    let broker = SecureBroker::start(&pki, Some(&ca));
-    let mut config = common::config_for(&broker.bootstrap());
+    let mut config = common::config_for(&broker.mtls_bootstrap());
+    own_pipeline_topics(&mut config);
     config.connect_timeout_secs = 10;
     // The listener authenticates with SASL too; mTLS is the transport. The
     // admin creates the topics (the authorizer lets no one else).
@@ -714,8 +760,8 @@ async fn mutual_tls_needs_the_client_certificate() {
 /// on, and that the secret is never printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_confluent_cloud_example_reaches_the_broker_and_a_refused_mechanism_is_named() {
-    let pki = Pki::new();
-    let broker = SecureBroker::start(&pki, None);
+    let (pki, broker) = shared();
+
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("confluent.toml");
     std::fs::write(

@@ -102,6 +102,9 @@ pub struct NodeSettings {
     /// The security protocol of the controller listener (`PLAINTEXT` when
     /// empty).
     pub controller_protocol: String,
+    /// More client listeners, as (name, security protocol), each on a free
+    /// port ([`KafkaNode::listener_port`]).
+    pub listeners: Vec<(String, String)>,
     /// More `server.properties` lines (`ssl.*`, `sasl.*`, the authorizer).
     pub properties: Vec<String>,
     /// More `StorageTool format` arguments (`--add-scram ...`).
@@ -116,6 +119,8 @@ pub struct NodeSettings {
 pub struct KafkaNode {
     pub bootstrap: String,
     pub port: u16,
+    /// The ports of [`NodeSettings::listeners`], by name.
+    listener_ports: Vec<(String, u16)>,
     /// The node's log (stdout and stderr of the JVM).
     pub log: PathBuf,
     dir: PathBuf,
@@ -138,6 +143,12 @@ impl KafkaNode {
         KafkaNode::create(path, Some(dir), settings)
     }
 
+    /// [`KafkaNode::start`] in `dir`, which the node's guard removes once the
+    /// test process is gone (for a node held in a static, never dropped).
+    pub fn start_in(dir: PathBuf, settings: NodeSettings) -> KafkaNode {
+        KafkaNode::create(dir, None, settings)
+    }
+
     fn create(dir: PathBuf, owned: Option<tempfile::TempDir>, settings: NodeSettings) -> KafkaNode {
         let port = super::free_port();
         let controller = super::free_port();
@@ -152,14 +163,33 @@ impl KafkaNode {
             or_plain(&settings.protocol),
             or_plain(&settings.controller_protocol),
         );
+        let listener_ports: Vec<(String, u16)> = settings
+            .listeners
+            .iter()
+            .map(|(name, _)| (name.clone(), super::free_port()))
+            .collect();
+        let (mut listeners, mut advertised, mut protocols) = (
+            vec![format!("CLIENT://127.0.0.1:{port}")],
+            vec![format!("CLIENT://127.0.0.1:{port}")],
+            vec![
+                format!("CLIENT:{protocol}"),
+                format!("CONTROLLER:{controller_protocol}"),
+            ],
+        );
+        for ((name, p), (_, lp)) in settings.listeners.iter().zip(&listener_ports) {
+            listeners.push(format!("{name}://127.0.0.1:{lp}"));
+            advertised.push(format!("{name}://127.0.0.1:{lp}"));
+            protocols.push(format!("{name}:{p}"));
+        }
+        listeners.push(format!("CONTROLLER://127.0.0.1:{controller}"));
         let base = std::fs::read_to_string(scripts().join("kafka/node.properties")).unwrap();
         let mut lines = vec![
             base,
             "process.roles=broker,controller".into(),
             "node.id=1".into(),
-            format!("listeners=CLIENT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}"),
-            format!("advertised.listeners=CLIENT://127.0.0.1:{port}"),
-            format!("listener.security.protocol.map=CLIENT:{protocol},CONTROLLER:{controller_protocol}"),
+            format!("listeners={}", listeners.join(",")),
+            format!("advertised.listeners={}", advertised.join(",")),
+            format!("listener.security.protocol.map={}", protocols.join(",")),
             "inter.broker.listener.name=CLIENT".into(),
             format!("controller.quorum.voters=1@127.0.0.1:{controller}"),
             format!("log.dirs={}", dir.join("data").display()),
@@ -188,6 +218,7 @@ impl KafkaNode {
         let mut node = KafkaNode {
             bootstrap: format!("127.0.0.1:{port}"),
             port,
+            listener_ports,
             log: dir.join("kafka.log"),
             dir,
             _owned: owned,
@@ -302,6 +333,15 @@ kill -0 "$TEST_PID" 2>/dev/null || rm -rf "$NODE_DIR"
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The port of the listener `name` of [`NodeSettings::listeners`].
+    pub fn listener_port(&self, name: &str) -> u16 {
+        self.listener_ports
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| *p)
+            .unwrap_or_else(|| panic!("no listener {name}"))
     }
 }
 
