@@ -873,7 +873,7 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) 
     if !results.keys().any(|(_, _, p)| *p == Via::Echo) {
         return;
     }
-    println!("\n### Broker-only baseline: the same input and output bytes through tansu, an echo in place of hintstream\n");
+    println!("\n### Broker-only baseline: the same input and output bytes through the broker, an echo in place of hintstream\n");
     println!("| rows | input | echo end-to-end ms (median / min) | echo intake ms | hintstream end-to-end ms | hintstream ÷ echo |");
     println!("|---:|---|---:|---:|---:|---:|");
     for ((rows, format, path), samples) in results {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Stage 2's whole step path on tansu: JSON rows against Arrow input, from the
-# last input message acknowledged to the step's advantages and metrics
-# consumed, with a broker-only baseline (examples/step_path.rs says what is
-# timed). Installs tansu when missing, starts it on a free port, builds the
+# Stage 2's whole step path on Apache Kafka: JSON rows against Arrow input,
+# from the last input message acknowledged to the step's advantages and
+# metrics consumed, with a broker-only baseline (examples/step_path.rs says
+# what is timed). Installs the broker's jars when missing
+# (scripts/kafka.sh), starts a node on a free port, builds the
 # release binaries, runs the example, stops the broker on exit, and writes a
 # report (machine, command, tables) to --out and stdout.
 #
@@ -31,21 +32,26 @@ free_port() {
   local port
   for _ in $(seq 50); do
     port=$((20000 + RANDOM % 30000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return 0; fi
+    # The node's controller listens on the next port.
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
+      && ! (exec 3<>"/dev/tcp/127.0.0.1/$((port + 1))") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
   done
   echo "bench-step-path: no free port found" >&2
   return 1
 }
 
-scripts/broker.sh install
+scripts/kafka.sh install
 echo "bench-step-path: building release binaries" >&2
 cargo build --release --bin hintstream --example step_path
 target="${CARGO_TARGET_DIR:-target}"
 
 port=$(free_port)
 tables=$(mktemp)
-trap 'rm -f "$tables"; scripts/broker.sh stop "$port"' EXIT
-scripts/broker.sh start "$port"
+trap 'rm -f "$tables"; scripts/kafka.sh stop "$port"' EXIT
+scripts/kafka.sh start "$port" >/dev/null
 
 mkdir -p "$(dirname "$out")"
 command=("$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$target/release/hintstream" ${example_args[@]+"${example_args[@]}"})
@@ -58,11 +64,11 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo none)
 fi
 {
-  echo "# Stage 2 step path on tansu: JSON rows vs Arrow input"
+  echo "# Stage 2 step path on Apache Kafka: JSON rows vs Arrow input"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo ' (with local changes)')"
   echo "- machine: $(nproc) vCPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/Mem:/ {print $2}') GB RAM, GPU: $gpu${note:+; $note}"
-  echo "- broker: tansu $("$(command -v tansu || echo "$HOME/.cargo/bin/tansu")" --version 2>/dev/null | awk '{print $2}'), memory storage, 127.0.0.1; topics of 1 partition"
+  echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1; topics of 1 partition"
   echo "- command: \`scripts/bench-step-path.sh ${example_args[*]-}\` ($took s)"
   echo
   cat "$tables"

@@ -11,7 +11,9 @@
 #  - promtool, which checks and unit-tests deploy/prometheus in the tests:
 #    taken alone out of Debian's `prometheus` package (its server, web assets
 #    and dependencies are not needed);
-# The tests also need the tansu broker: scripts/test.sh installs it.
+#  - Java 17+ and Maven, which run and resolve the Apache Kafka broker the
+#    tests start (scripts/kafka.sh; scripts/test.sh resolves its jars);
+#  - openssl, which makes the secured-cluster tests' certificates.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,9 +24,10 @@ command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
-# The secured-cluster tests put a TLS terminator in front of tansu (whose own
-# TLS cannot be switched on) and make their certificates with openssl.
-command -v socat >/dev/null 2>&1 || need_apt+=(socat)
+# The broker: Kafka 4 needs Java 17 or newer.
+java_major=$(java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}' || true)
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then need_apt+=(default-jre-headless); fi
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # Validates docker-compose.yml in the tests (no Docker engine needed).
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)

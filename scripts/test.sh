@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing (scripts/setup.sh), then runs
-# every test, after checking that the CUDA build compiles. Integration tests start their own tansu broker on a free port
-# and librdkafka mock clusters; set HINTSTREAM_TEST_BOOTSTRAP to use a running
-# broker instead.
+# every test, after checking that the CUDA build compiles. Integration tests
+# start Apache Kafka nodes on free ports from the jars that `scripts/kafka.sh
+# install` resolves with Maven (once; cached outside the tree), and librdkafka
+# mock clusters where they inject broker errors; set HINTSTREAM_TEST_BOOTSTRAP
+# to use a running broker instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -12,7 +14,7 @@ free_kb=$(df -Pk "${CARGO_TARGET_DIR:-.}" 2>/dev/null | awk 'NR == 2 {print $4}'
 if [ -n "$free_kb" ] && [ "$free_kb" -lt $((6 * 1024 * 1024)) ]; then
   echo "warning: only $((free_kb / 1024)) MiB free here; a cold build needs ~4.5 GB under target/ (free space, or set CARGO_TARGET_DIR to a larger disk)" >&2
 fi
-scripts/broker.sh install
+scripts/kafka.sh install
 # The CUDA path must compile on machines without CUDA (dynamic loading).
 cargo build --locked --features cuda
 # Benches and examples must build; they are run by their own scripts.

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from confluent_kafka import Consumer  # noqa: E402
 
-from harness import TANSU_PRODUCER, LlmServer, Pipeline, Tansu, put_history, wait_for_broker  # noqa: E402
+from harness import Kafka, LlmServer, Pipeline, put_history, wait_for_broker  # noqa: E402
 from hintstream import TrainerClient  # noqa: E402
 from loop import FAILED_GROUPS, run_step  # noqa: E402
 
@@ -62,32 +62,31 @@ def main() -> None:
     p.add_argument("--out", default="/tmp/hs-notes/python-bench.md")
     a = p.parse_args()
 
-    tansu = None
+    kafka = None
     if os.environ.get("HINTSTREAM_TEST_BOOTSTRAP"):
         bootstrap = os.environ["HINTSTREAM_TEST_BOOTSTRAP"]
         wait_for_broker(bootstrap)
     else:
-        tansu = Tansu().start()
-        bootstrap = tansu.bootstrap
+        kafka = Kafka().start()
+        bootstrap = kafka.bootstrap
     llm = LlmServer()
     work = Path(tempfile.mkdtemp(prefix="bench-trainer-client-"))
     pipeline = Pipeline(bootstrap, llm, work)
     try:
         rng = random.Random(11)
         run_id = f"bench-{uuid.uuid4().hex[:6]}"
-        with TrainerClient(bootstrap, topics=pipeline.topics, producer_config=TANSU_PRODUCER) as client:
+        with TrainerClient(bootstrap, topics=pipeline.topics) as client:
             fresh = steps(client, run_id, 0, a.steps, rng)
         history_s = put_history(bootstrap, pipeline.topics, a.hints, a.advantages)
-        with TrainerClient(bootstrap, topics=pipeline.topics, producer_config=TANSU_PRODUCER) as client:
+        with TrainerClient(bootstrap, topics=pipeline.topics) as client:
             after = steps(client, run_id, 100, a.steps, rng)
             stats = client.stats
         rescan = rescan_seconds(bootstrap, pipeline.topics.hints, a.hints)
     finally:
         pipeline.stop()
         llm.stop()
-        if tansu:
-            tansu.kill()
-            tansu.log.unlink(missing_ok=True)
+        if kafka:
+            kafka.kill()
         shutil.rmtree(work, ignore_errors=True)
 
     m_fresh, m_after = statistics.median(fresh), statistics.median(after)
@@ -96,7 +95,7 @@ def main() -> None:
         "# Trainer client: per-step time against topic history",
         "",
         f"`scripts/bench-trainer-client.sh` ({time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, tansu 0.6.0 memory storage, both stages as debug-build processes, loopback LLM).",
+        f"Python {platform.python_version()}, Apache Kafka 4.1.1 (one node), both stages as debug-build processes, loopback LLM).",
         "",
         f"One step = {FAILED_GROUPS} failed groups through `synthesize_hints_batch` (stage 1 → loopback LLM → hints), "
         f"112 scored rows published, the step's advantages and metrics awaited. {a.steps} steps each (median; one warm-up step not counted).",

@@ -1,4 +1,4 @@
-"""Shared fixtures: one broker for the session (a tansu started here, or
+"""Shared fixtures: one broker for the session (an Apache Kafka node started here, or
 HINTSTREAM_TEST_BOOTSTRAP), the loopback LLM server, and fresh topics with
 both stages running as processes for each test that asks for a pipeline."""
 
@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import LlmServer, Pipeline, Tansu, TANSU_PRODUCER, wait_for_broker  # noqa: E402
+from harness import Kafka, LlmServer, Pipeline, wait_for_broker  # noqa: E402
 
 from hintstream import TrainerClient  # noqa: E402
 
@@ -30,11 +30,11 @@ def broker() -> Iterator[Broker]:
         wait_for_broker(bootstrap)
         yield Broker(bootstrap)
         return
-    tansu = Tansu().start()
+    kafka = Kafka().start()
     try:
-        yield Broker(tansu.bootstrap)
+        yield Broker(kafka.bootstrap)
     finally:
-        tansu.kill()
+        kafka.kill()
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +63,6 @@ def make_client() -> Iterator[Callable[..., TrainerClient]]:
     made: List[TrainerClient] = []
 
     def make(bootstrap: str, topics: object, **kwargs: object) -> TrainerClient:
-        kwargs.setdefault("producer_config", TANSU_PRODUCER)
         c = TrainerClient(bootstrap, topics=topics, **kwargs)  # type: ignore[arg-type]
         made.append(c)
         return c

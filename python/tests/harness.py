@@ -1,14 +1,15 @@
-"""What the integration tests and the benchmark run against: a tansu broker
-(or ``HINTSTREAM_TEST_BOOTSTRAP``), both hintstream stages as processes, and
-a loopback OpenAI-compatible LLM server that echoes a token found in the
+"""What the integration tests and the benchmark run against: an Apache Kafka
+node (or ``HINTSTREAM_TEST_BOOTSTRAP``), both hintstream stages as processes,
+and a loopback OpenAI-compatible LLM server that echoes a token found in the
 request. Not part of the package.
 
 Binaries: ``CARGO_BIN_EXE_hintstream`` (else ``hintstream`` on PATH, else the
-workspace's ``target/debug/hintstream``) and ``TANSU_BIN`` (else ``tansu`` on
-PATH, else ``~/.cargo/bin/tansu``)."""
+workspace's ``target/debug/hintstream``); the broker's jars from
+``scripts/kafka.sh libs`` (Java 17+ and Maven)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -33,12 +34,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The loopback LLM answers with the first such token of the request.
 TOKEN_RE = re.compile(r"TOKEN-[0-9a-f]{8,}")
 
-#: librdkafka settings for every test client on tansu: one message per
-#: record batch (tansu 0.6.0 skips the rest of a batch when a consumer
-#: resumes inside it; see notes/kafka.md) and no compression.
-TANSU_PRODUCER = {"linger.ms": 0, "batch.num.messages": 1, "compression.type": "none"}
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,9 +57,11 @@ def hintstream_bin() -> str:
     return _binary("CARGO_BIN_EXE_hintstream", "hintstream", [target / "debug" / "hintstream", target / "release" / "hintstream"])
 
 
-def tansu_bin() -> str:
-    cargo_home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
-    return _binary("TANSU_BIN", "tansu", [cargo_home / "bin" / "tansu"])
+def kafka_libs() -> str:
+    """The broker's jar folder: ``scripts/kafka.sh libs`` resolves the jars
+    with Maven the first time (about a minute), at once later."""
+    out = subprocess.run([str(ROOT / "scripts" / "kafka.sh"), "libs"], stdout=subprocess.PIPE, check=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
 
 
 def wait_for_broker(bootstrap: str, within: float = 30.0) -> None:
@@ -80,29 +77,82 @@ def wait_for_broker(bootstrap: str, within: float = 30.0) -> None:
             time.sleep(0.2)
 
 
-class Tansu:
-    """A tansu broker with memory storage on a free port of 127.0.0.1."""
+#: The JVM's guard: it SIGKILLs the JVM once the test process is gone, then
+#: removes the node's folder (as tests/common/kafka.rs does).
+_GUARD = """
+"$@" >>"$NODE_DIR/kafka.log" 2>&1 </dev/null &
+jvm=$!
+echo "$jvm" >"$NODE_DIR/pid"
+( while kill -0 "$TEST_PID" 2>/dev/null; do sleep 1; done; kill -9 "$jvm" 2>/dev/null ) &
+watcher=$!
+wait "$jvm"
+kill "$watcher" 2>/dev/null
+kill -0 "$TEST_PID" 2>/dev/null || rm -rf "$NODE_DIR"
+"""
+
+
+class Kafka:
+    """An Apache Kafka node (KRaft: broker and controller in one JVM) on free
+    ports of 127.0.0.1, with ``scripts/kafka/node.properties`` as its base
+    settings. :meth:`kill` SIGKILLs it; its folder goes with this object."""
 
     def __init__(self) -> None:
         self.port = free_port()
+        self.controller_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.log = Path(tempfile.gettempdir()) / f"tansu-py-{self.port}.log"
+        self._dir = tempfile.TemporaryDirectory(prefix="hintstream-kafka-py-")
+        self.dir = Path(self._dir.name)
+        self.log = self.dir / "kafka.log"
         self.proc: Optional[subprocess.Popen] = None
 
-    def start(self) -> "Tansu":
-        url = f"tcp://127.0.0.1:{self.port}"
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                stdout=log,
-                stderr=log,
-            )
-        wait_for_broker(self.bootstrap)
+    def start(self) -> "Kafka":
+        libs = kafka_libs()
+        log4j = ROOT / "scripts" / "kafka" / "log4j2.properties"
+        properties = self.dir / "server.properties"
+        c = self.controller_port
+        properties.write_text(
+            (ROOT / "scripts" / "kafka" / "node.properties").read_text()
+            + "\n".join([
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{c}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"controller.quorum.voters=1@127.0.0.1:{c}",
+                f"log.dirs={self.dir / 'data'}",
+                "offsets.topic.replication.factor=1",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+            ])
+            + "\n"
+        )
+        java = ["java", f"-Dlog4j2.configurationFile={log4j}"]
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # StorageTool would read it as an option
+            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        subprocess.run(
+            java + ["-Dhintstream.kafka.log.level=WARN", "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        env = {**os.environ, "NODE_DIR": str(self.dir), "TEST_PID": str(os.getpid())}
+        self.proc = subprocess.Popen(
+            ["sh", "-c", _GUARD, "kafka-node", *java, "-Xmx512m", "-cp", f"{libs}/*", "kafka.Kafka", str(properties)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_broker(self.bootstrap, within=120)
         return self
 
     def kill(self) -> None:
+        """SIGKILL: the node stops at once."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            pid = (self.dir / "pid").read_text().strip()
+            os.kill(int(pid), signal.SIGKILL)
             self.proc.wait()
         self.proc = None
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from harness import Pipeline, Stage, TANSU_PRODUCER, make_topics, unique_topics
+from harness import Pipeline, Stage, make_topics, unique_topics
 from hintstream import WaitTimeout
 from reference import grpo_advantages
 
@@ -57,7 +57,7 @@ def test_a_million_row_step_comes_back_whole_and_exact(broker, make_pipeline, ma
     # of at most 900,000 bytes (one message would exceed librdkafka's
     # message.max.bytes and fail to deliver) and comes back the same way.
     pipeline: Pipeline = make_pipeline(hints_stage=False)
-    client = make_client(broker.bootstrap, pipeline.topics, producer_config=TANSU_PRODUCER)
+    client = make_client(broker.bootstrap, pipeline.topics)
     run = f"py-1m-{uuid.uuid4().hex[:6]}"
     rows = _rows(n)
     assert client.publish_scored(run, 7, rows, arrow=True, timeout=60) == n
@@ -110,9 +110,8 @@ def test_a_worker_killed_between_chunks_never_yields_a_partial_step(broker, make
         first.kill()
         with pytest.raises(WaitTimeout, match="chunks arrived"):
             client.wait_advantages(run, 3, timeout=3)
-        # Past the killed member's session (tansu assigns nothing to a
-        # member that joins while a dead one still holds the partitions).
-        time.sleep(7)
+        # It rejoins the group and gets the partitions once the killed
+        # member's session (6 s) expired.
         second = Stage("advantages", broker.bootstrap, topics, None, tmp_path, common, tag=first.tag)
         try:
             table = client.wait_advantages(run, 3, timeout=90)

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from harness import Tansu, make_topics, unique_topics
+from harness import Kafka, make_topics, unique_topics
 from hintstream import DeliveryError, failed_trajectory
 from hintstream.wire import Topics
 
@@ -32,13 +32,13 @@ def test_topic_missing(broker, make_client) -> None:
 
 
 def test_broker_gone(make_client) -> None:
-    tansu = Tansu().start()
+    kafka = Kafka().start()
     try:
         topics = unique_topics("gone")
-        make_topics(tansu.bootstrap, topics, 1)
-        client = make_client(tansu.bootstrap, topics)
+        make_topics(kafka.bootstrap, topics, 1)
+        client = make_client(kafka.bootstrap, topics)
         assert client.publish_failed(_trajectories(2), timeout=10) == 2  # delivered while it is up
-        tansu.kill()
+        kafka.kill()
         started = time.monotonic()
         with pytest.raises(DeliveryError) as e:
             client.publish_failed(_trajectories(3), timeout=3)
@@ -47,7 +47,7 @@ def test_broker_gone(make_client) -> None:
         with pytest.raises(DeliveryError):
             client.publish_scored("r", 1, [{"instance_id": "g", "trajectory_id": "t", "reward": 0.0, "is_hinted": False}], timeout=2)
     finally:
-        tansu.kill()
+        kafka.kill()
 
 
 def test_message_too_large(broker, make_client) -> None:

@@ -10,7 +10,7 @@ import time
 import uuid
 
 import hintstream
-from harness import Tansu, make_topics, unique_topics
+from harness import Kafka, make_topics, unique_topics
 from hintstream.static_hint import static_hint
 from loop import hint_requests
 
@@ -51,16 +51,16 @@ def test_hint_stage_stopped_every_request_falls_back_within_four_seconds(make_pi
 
 
 def test_broker_gone_every_request_falls_back_in_time(make_client) -> None:
-    tansu = Tansu().start()
+    kafka = Kafka().start()
     try:
         topics = unique_topics("gone")
-        make_topics(tansu.bootstrap, topics, 1)
-        client = make_client(tansu.bootstrap, topics)
-        tansu.kill()
+        make_topics(kafka.bootstrap, topics, 1)
+        client = make_client(kafka.bootstrap, topics)
+        kafka.kill()
         requests, _ = hint_requests(1, random.Random(2))
         results, seconds = _drop_in(client, requests, timeout=3)
         print(f"\nbroker gone: {len(results)} fallbacks in {seconds:.2f} s (timeout 3)")
         assert seconds < 4.0, seconds
         assert [c for _, c in results] == ["llm_failed_static_fallback"] * len(requests)
     finally:
-        tansu.kill()
+        kafka.kill()

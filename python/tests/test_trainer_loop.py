@@ -1,4 +1,4 @@
-"""20 steps x 16 failed groups through the drop-in against tansu and both
+"""20 steps x 16 failed groups through the drop-in against Apache Kafka and both
 stages as processes (stage 1 asks the loopback LLM, which echoes the token
 of each request's verifier output): every hint in request order and built
 from its own request; advantages equal a float64 reference; the step

@@ -21,7 +21,7 @@ from hintstream.wandb_bridge import STEP_METRIC, bridge, wandb_run_id
 
 
 def _produce(bootstrap: str, topic: str, run_id: str, steps) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    p = Producer({"bootstrap.servers": bootstrap})
     for s in steps:
         metrics = {"step": s, "hint/signal_rescued": s / 100, "hint/prompts_hinted": 16, "reward/pass_at_1": 0.25}
         p.produce(topic, key=step_key(run_id, s).encode(), value=json.dumps(metrics).encode())

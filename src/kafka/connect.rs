@@ -1,5 +1,7 @@
 //! Start-up checks, before a stage (or a tool) takes any work: the cluster
-//! answers within a bound, and every topic the stage reads or writes exists.
+//! answers within a bound, every topic the stage reads or writes exists, and
+//! the cluster's ACLs let it read its input and write the rest (KIP-430, see
+//! [`super::acl`]).
 //! A client that cannot connect says why and exits: wrong credentials and an
 //! untrusted certificate are named as such (librdkafka reports them through
 //! its error callback, then retries forever), and nothing loops silently.
@@ -14,6 +16,7 @@ use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaErrorCode;
 use thiserror::Error;
 
+use super::acl::{describe_topics, missing_acls, MissingAcl};
 use super::client_config;
 use crate::config::{ClientKind, Config};
 
@@ -37,8 +40,18 @@ pub enum ConnectError {
     Tls { broker: String, detail: String },
     #[error("topic {topic:?} does not exist on {servers}; create the pipeline's topics with `hintstream topics create` (or point the stage at an existing topic)")]
     MissingTopic { topic: String, servers: String },
+    #[error("missing ACLs for {principal}: {}. Grant them with kafka-acls (the README lists each stage's under \"ACLs per stage\")", list(.missing))]
+    MissingAcls {
+        principal: String,
+        missing: Vec<MissingAcl>,
+    },
     #[error("kafka client: {0}")]
     Client(#[from] KafkaError),
+}
+
+fn list(missing: &[MissingAcl]) -> String {
+    let items: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    items.join("; ")
 }
 
 impl ConnectError {
@@ -73,8 +86,11 @@ const PROBE_ATTEMPT: Duration = Duration::from_secs(1);
 
 /// Fetches the cluster's metadata within `within` (as a consumer, and as a
 /// producer too when `[kafka.producer]` sets anything) and checks that every
-/// topic of `topics` exists.
+/// topic of `topics` exists. `topics` is a stage's input first, then every
+/// topic it writes: the stage's principal must hold READ on the first and
+/// WRITE on the others ([`check_access`]).
 pub async fn check_cluster(config: &Config, topics: &[&str], within: Duration) -> Result<(), ConnectError> {
+    let started = Instant::now();
     let mut kinds = vec![ClientKind::Consumer];
     if !config.kafka.producer.is_empty() {
         kinds.push(ClientKind::Producer);
@@ -91,6 +107,10 @@ pub async fn check_cluster(config: &Config, topics: &[&str], within: Duration) -
     let Some(metadata) = metadata else {
         return Ok(());
     };
+    let left = within
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1));
+    check_access(config, topics, left).await?;
     for topic in topics {
         let present = metadata
             .topics()
@@ -106,13 +126,65 @@ pub async fn check_cluster(config: &Config, topics: &[&str], within: Duration) -
     Ok(())
 }
 
-/// Asks for metadata until it comes, the deadline passes, or librdkafka
-/// reports a failure that retrying cannot fix (authentication, TLS).
-/// Blocking.
-fn probe(config: &Config, kind: ClientKind, within: Duration) -> Result<Metadata, ConnectError> {
-    let mut client = client_config(config, kind);
-    // A producer's settings are probed by a consumer with the same security
-    // properties; producer-only properties would only draw warnings.
+/// Checks that the principal may READ `topics[0]` (as the consumer) and
+/// WRITE the rest (as the producer), from the topics' authorized operations.
+/// A broker that cannot answer leaves the ACLs unchecked (a warning): the
+/// check refuses only what the broker says is refused.
+async fn check_access(config: &Config, topics: &[&str], within: Duration) -> Result<(), ConnectError> {
+    let Some((input, writes)) = topics.split_first() else {
+        return Ok(());
+    };
+    let mut missing = vec![];
+    let mut principal = String::new();
+    let separate = !config.kafka.producer.is_empty();
+    let mut asks = vec![(
+        ClientKind::Consumer,
+        vec![*input],
+        if separate { vec![] } else { writes.to_vec() },
+    )];
+    if separate && !writes.is_empty() {
+        asks.push((ClientKind::Producer, vec![], writes.to_vec()));
+    }
+    for (kind, reads, writes) in asks {
+        let names: Vec<String> = reads.iter().chain(&writes).map(|t| t.to_string()).collect();
+        let client = {
+            let mut client = client_config(config, kind);
+            strip_producer_only(config, kind, &mut client);
+            client
+        };
+        let answer = tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = client.create()?;
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            describe_topics(consumer.client(), &names, within)
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)?;
+        match answer {
+            Ok(access) => {
+                let lacking = missing_acls(&access, &reads, &writes);
+                if !lacking.is_empty() && principal.is_empty() {
+                    principal = config
+                        .kafka
+                        .get(kind, "sasl.username")
+                        .map_or_else(|| "this client's principal".into(), |u| format!("User:{u}"));
+                }
+                missing.extend(lacking);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the topics' authorized operations; ACLs not checked")
+            }
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ConnectError::MissingAcls { principal, missing })
+    }
+}
+
+/// A producer's settings are probed by a consumer with the same security
+/// properties; producer-only properties would only draw warnings.
+fn strip_producer_only(config: &Config, kind: ClientKind, client: &mut rdkafka::ClientConfig) {
     if kind == ClientKind::Producer {
         for key in config.kafka.producer.keys() {
             if !(key.starts_with("security.") || key.starts_with("sasl.") || key.starts_with("ssl.")) {
@@ -120,6 +192,14 @@ fn probe(config: &Config, kind: ClientKind, within: Duration) -> Result<Metadata
             }
         }
     }
+}
+
+/// Asks for metadata until it comes, the deadline passes, or librdkafka
+/// reports a failure that retrying cannot fix (authentication, TLS).
+/// Blocking.
+fn probe(config: &Config, kind: ClientKind, within: Duration) -> Result<Metadata, ConnectError> {
+    let mut client = client_config(config, kind);
+    strip_producer_only(config, kind, &mut client);
     let consumer: BaseConsumer<Probe> = client.create_with_context(Probe::default())?;
     let started = Instant::now();
     loop {

@@ -6,6 +6,7 @@
 //! `RecordMeta`); the tools (`record`, `replay`), `eval` and the quick
 //! start's readers read and write topics directly, as a client would.
 
+pub mod acl;
 pub mod admin;
 pub mod client;
 pub mod commit;

@@ -94,7 +94,7 @@ fn step_end(step: i64, count: i64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drops_duplicate_rows_and_dead_letters_rows_after_step_end() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let (config, [scored, adv_topic, metrics_topic, dlq_topic]) = fresh_stage(&broker.bootstrap).await;
     let producer = create_producer(&config).unwrap();
     let send_row = |step, t: &'static str, r| serde_json::to_vec(&row(step, "g", t, r, None)).unwrap();
@@ -152,7 +152,7 @@ async fn drops_duplicate_rows_and_dead_letters_rows_after_step_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn publishes_advantages_and_metrics_per_step() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let (config, [scored, adv_topic, metrics_topic, dlq_topic]) = fresh_stage(&broker.bootstrap).await;
 
     let producer = create_producer(&config).unwrap();

@@ -365,7 +365,7 @@ async fn every_bad_scored_input_is_dead_lettered_and_the_worker_survives() {
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     assert!(bad_kinds + step_faults >= 30, "{bad_kinds} + {step_faults} kinds");
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "bad-scored", "bad-advantages");
     config.topics.metrics = common::unique("bad-metrics");

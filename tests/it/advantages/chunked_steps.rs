@@ -1,4 +1,4 @@
-//! Steps larger than one message, on a real tansu broker:
+//! Steps larger than one message, on Apache Kafka:
 //!
 //! - a 1,000,000-row step published from Arrow (dictionary-encoded
 //!   instance_id, 8 rows a group, some hinted) as chunked input messages
@@ -237,7 +237,7 @@ async fn consume_until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_million_row_step_from_arrow_arrives_in_chunks_whole_and_exact() {
     const ROWS: usize = 1_000_000;
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "scored-1m", "advantages-1m");
     config.topics.metrics = common::unique("metrics-1m");
@@ -369,7 +369,7 @@ fn start_worker(config_file: &std::path::Path, name: &str) -> common::Process {
 async fn a_worker_killed_between_chunks_republishes_the_whole_step() {
     const ROWS: usize = 20_000;
     const MAX_BYTES: usize = 64 * 1024;
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "scored-kill", "advantages-kill");
     config.topics.metrics = common::unique("metrics-kill");
@@ -393,7 +393,7 @@ async fn a_worker_killed_between_chunks_republishes_the_whole_step() {
 
     let input = scored_step("run-k", 3, ROWS);
     let want = reference_advantages(&input);
-    let producer = common::one_per_batch_producer(&config);
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
     publish_input(&producer, &a.input_topic, &input, 900_000).await;
 
     let mut first = start_worker(&slow_file, "chunks-killed");
@@ -438,11 +438,8 @@ async fn a_worker_killed_between_chunks_republishes_the_whole_step() {
         "metrics before the last chunk"
     );
 
-    // The restarted worker publishes the whole step again. It starts once
-    // the killed member's session expired: tansu 0.6.0 gives a member that
-    // joins while the dead one still holds every partition an empty
-    // assignment, and then no rebalance when the dead one expires.
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // The restarted worker publishes the whole step again: it gets the
+    // partitions once the killed member's session (6 s) expired.
     let second = start_worker(&file, "chunks-restarted");
     let deadline = Instant::now() + Duration::from_secs(120);
     let (all, metrics) = loop {
@@ -509,7 +506,7 @@ type KeptMessage = (Vec<u8>, Vec<RecordedHeader>);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_and_replay_carry_chunked_steps_unchanged() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let (a, b) = (common::unique("chunks-a"), common::unique("chunks-b"));
     common::create_topics(&config, &[&a, &b], 3).await;
@@ -585,7 +582,7 @@ async fn record_and_replay_carry_chunked_steps_unchanged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_row_too_large_for_one_message_dead_letters_its_step() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "scored-big-row", "advantages-big-row");
     config.topics.metrics = common::unique("metrics-big-row");

@@ -172,7 +172,7 @@ async fn publish(config: &Config, topic: &str, messages: &[(String, Vec<u8>)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = fresh_stage(&broker.bootstrap, true).await;
     config.hints.arms = vec![arm("arm-a", &["m1"], false), arm("control", &[], true)];
     // What stage 1 wrote: two hints of arm-a (one refined) and one of the
@@ -278,7 +278,7 @@ async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_arms_a_missing_outcomes_topic_costs_only_the_outcomes() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = fresh_stage(&broker.bootstrap, false).await;
     assert!(!config.hints.has_arms());
     let h = hint("d1", 5, "g1", "default", HintCategory::LlmSynthesized, 0.0, &[]);
@@ -332,7 +332,7 @@ async fn without_arms_a_missing_outcomes_topic_costs_only_the_outcomes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_arms_a_missing_outcomes_topic_stops_the_start_with_exit_2() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = fresh_stage(&broker.bootstrap, false).await;
     config.hints.arms = vec![arm("arm-a", &["m1"], false), arm("control", &[], true)];
     let dir = tempfile::tempdir().unwrap();

@@ -1,9 +1,12 @@
-//! Brokers for integration tests: a real tansu broker started on a free port
-//! (or `HINTSTREAM_TEST_BOOTSTRAP` when set), and librdkafka's mock cluster,
-//! which other processes reach over TCP. A test that cannot start its broker
-//! fails with a message that says how to fix it; it never skips.
+//! Brokers for integration tests: Apache Kafka started from the jars of
+//! `scripts/kafka.sh` ([`kafka`]: one node shared by a test binary, or a
+//! node of a test's own), `HINTSTREAM_TEST_BOOTSTRAP` when set, and
+//! librdkafka's mock cluster where a test injects broker errors. A test that
+//! cannot start its broker fails with a message that says how to fix it; it
+//! never skips.
 #![allow(dead_code)]
 
+pub mod kafka;
 pub mod llm_server;
 
 use std::net::TcpListener;
@@ -15,118 +18,26 @@ use hintstream::config::Config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-/// Where a tansu broker keeps its data.
+pub use kafka::{KafkaNode, NodeSettings};
+
+/// The broker a test shares with the other tests of its binary.
 #[derive(Clone)]
-pub enum Storage {
-    Memory,
-    /// An SQLite file in this folder: survives a restart of the broker.
-    Sqlite(PathBuf),
-}
-
-/// A running tansu broker, stopped on drop.
-pub struct Tansu {
+pub struct Broker {
     pub bootstrap: String,
-    child: Option<Child>,
-    pub log: PathBuf,
-    port: u16,
-    storage: Storage,
-    /// The port it advertises to clients, when not its own (a TLS
-    /// terminator in front of it).
-    advertised_port: Option<u16>,
-    /// Extra `tansu broker` flags (`--authentication`).
-    extra_args: Vec<String>,
 }
 
-impl Drop for Tansu {
-    fn drop(&mut self) {
-        self.kill9();
+/// The shared Kafka node of this test binary (started on first use), or
+/// `HINTSTREAM_TEST_BOOTSTRAP` when set.
+pub fn shared_kafka() -> Broker {
+    Broker {
+        bootstrap: kafka::shared().to_string(),
     }
 }
 
-impl Tansu {
-    fn spawn(&mut self) {
-        let binary = tansu_binary();
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let advertised = format!("tcp://127.0.0.1:{}", self.advertised_port.unwrap_or(self.port));
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let mut command = Command::new(&binary);
-        command.args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &advertised,
-        ]);
-        command.args(&self.extra_args);
-        match &self.storage {
-            Storage::Memory => command.args(["--storage-engine", "memory://tansu/"]),
-            // tansu resolves an sqlite:// path against its working directory.
-            Storage::Sqlite(dir) => command
-                .current_dir(dir)
-                .args(["--storage-engine", "sqlite://tansu.db"]),
-        };
-        let child = command
-            .stdout(Stdio::from(log_file.try_clone().unwrap()))
-            .stderr(Stdio::from(log_file))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        self.child = Some(child);
-        if self.advertised_port.is_some() || !self.extra_args.is_empty() {
-            // Clients cannot ask it for metadata plainly: wait for the port.
-            wait_for_port(self.port, Duration::from_secs(30));
-        } else {
-            wait_for_broker(&self.bootstrap, Duration::from_secs(30));
-        }
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Stops it (SIGKILL) and starts it again on the same port and storage,
-    /// advertising `advertised_port` and with `extra_args`.
-    pub fn restart_with(&mut self, advertised_port: Option<u16>, extra_args: &[&str]) {
-        self.kill9();
-        self.advertised_port = advertised_port;
-        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
-        self.spawn();
-    }
-
-    /// SIGKILL: the broker stops at once, mid-request.
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts it again on the same port and storage.
-    pub fn start_again(&mut self) {
-        assert!(self.child.is_none(), "the broker is still running");
-        self.spawn();
-    }
-}
-
-pub fn tansu_binary() -> PathBuf {
-    if let Ok(path) = std::env::var("TANSU_BIN") {
-        return PathBuf::from(path);
-    }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("tansu"))
-        .find(|p| p.is_file());
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .map(|h| h.join("bin/tansu"));
-    on_path.or(home.filter(|p| p.is_file())).unwrap_or_else(|| {
-        panic!("the tansu broker is not installed: run `scripts/broker.sh install` (or set TANSU_BIN, or HINTSTREAM_TEST_BOOTSTRAP to a running broker)")
-    })
+/// A plain Kafka node of the test's own (never `HINTSTREAM_TEST_BOOTSTRAP`),
+/// so that it can kill and restart it: its data survives a restart.
+pub fn own_kafka() -> KafkaNode {
+    KafkaNode::start(NodeSettings::default())
 }
 
 pub fn free_port() -> u16 {
@@ -135,40 +46,6 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Starts tansu with memory storage on 127.0.0.1 and waits until it answers.
-pub fn start_tansu() -> Tansu {
-    if let Ok(bootstrap) = std::env::var("HINTSTREAM_TEST_BOOTSTRAP") {
-        wait_for_broker(&bootstrap, Duration::from_secs(30));
-        return Tansu {
-            bootstrap,
-            child: None,
-            log: PathBuf::new(),
-            port: 0,
-            storage: Storage::Memory,
-            advertised_port: None,
-            extra_args: vec![],
-        };
-    }
-    start_tansu_on(Storage::Memory)
-}
-
-/// Starts a tansu of our own (never `HINTSTREAM_TEST_BOOTSTRAP`'s) with
-/// `storage`, so a test can kill and restart it.
-pub fn start_tansu_on(storage: Storage) -> Tansu {
-    let port = free_port();
-    let mut broker = Tansu {
-        bootstrap: format!("127.0.0.1:{port}"),
-        child: None,
-        log: std::env::temp_dir().join(format!("tansu-{port}.log")),
-        port,
-        storage,
-        advertised_port: None,
-        extra_args: vec![],
-    };
-    broker.spawn();
-    broker
 }
 
 /// Blocks until something accepts connections on 127.0.0.1:`port`.
@@ -221,6 +98,42 @@ pub async fn create_topics(config: &Config, names: &[&str], partitions: i32) {
             "creating {name}: {outcome:?}"
         );
     }
+    wait_for_topics(config, &names).await;
+}
+
+/// Waits, at most 30 s, until the broker's metadata shows every topic of
+/// `names` with its partitions: Kafka answers CreateTopics once its
+/// controller committed them, and its brokers learn of them a moment later.
+pub async fn wait_for_topics(config: &Config, names: &[String]) {
+    let client = hintstream::kafka::base_config(config);
+    let names = names.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client.create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let missing: Vec<&String> = match consumer.fetch_metadata(None, Duration::from_secs(5)) {
+                Ok(metadata) => names
+                    .iter()
+                    .filter(|n| {
+                        !metadata.topics().iter().any(|t| {
+                            t.name() == n.as_str() && t.error().is_none() && !t.partitions().is_empty()
+                        })
+                    })
+                    .collect(),
+                Err(_) => names.iter().collect(),
+            };
+            if missing.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "topics {missing:?} not in the metadata after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .unwrap();
 }
 
 /// Creates stage 2's topics: its input, output and dead letters, and the
@@ -260,17 +173,6 @@ pub fn own_topics(stage: &mut hintstream::config::StageConfig, input: &str, outp
     stage.dlq_topic = format!("{}.dlq", stage.input_topic);
     stage.group_id = unique(&format!("{input}-group"));
     stage.metrics_addr = "127.0.0.1:0".into();
-}
-
-/// A producer that writes one message per record batch: tansu 0.6.0 skips
-/// the rest of a batch when a consumer resumes at an offset inside it
-/// (notes/kafka.md), which would lose messages that Apache Kafka redelivers.
-/// Tests that make consumers resume from committed offsets produce with it.
-pub fn one_per_batch_producer(config: &Config) -> rdkafka::producer::FutureProducer {
-    let mut c = config.clone();
-    c.kafka.insert("linger.ms", "0");
-    c.kafka.insert("batch.num.messages", "1");
-    hintstream::kafka::create_producer(&c).unwrap()
 }
 
 /// A producer that takes messages up to 20 MB (the 10 MB inputs of the
@@ -597,7 +499,18 @@ pub async fn committed_offsets(
         for p in 0..partitions {
             tpl.add_partition(&topic, p);
         }
-        let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+        // A fresh broker answers NOT_COORDINATOR (and the like) while it
+        // creates and loads the offsets topic: retried for 30 s.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let committed = loop {
+            match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+                Ok(committed) => break committed,
+                Err(e) if Instant::now() < deadline && coordinator_not_ready(&e) => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                Err(e) => panic!("committed offsets of {topic}: {e}"),
+            }
+        };
         committed
             .elements()
             .iter()
@@ -609,6 +522,15 @@ pub async fn committed_offsets(
     })
     .await
     .unwrap()
+}
+
+/// Whether `e` says the group coordinator is still being chosen or loaded.
+fn coordinator_not_ready(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::*;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(NotCoordinator | CoordinatorNotAvailable | CoordinatorLoadInProgress)
+    )
 }
 
 /// A Float64 column of `batch`, by name.

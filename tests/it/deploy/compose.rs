@@ -394,6 +394,36 @@ fn kafka_keeps_its_data_in_a_named_volume() {
     assert_eq!(id.len(), 22, "a KRaft cluster id is 22 base64url characters");
 }
 
+/// The stack's broker is the Apache Kafka the tests run on: the image tag,
+/// `KAFKA_VERSION` of scripts/kafka.sh and the pom's `kafka.version` agree.
+#[test]
+fn kafka_runs_the_version_the_tests_run() {
+    let config = compose_config(&[], &[]);
+    let image = config["services"]["kafka"]["image"]
+        .as_str()
+        .expect("kafka has an image");
+    let tag = image
+        .strip_prefix("apache/kafka:")
+        .unwrap_or_else(|| panic!("{image} is not apache/kafka"));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join("scripts/kafka.sh")).unwrap();
+    let script_version = script
+        .lines()
+        .find_map(|l| l.strip_prefix("KAFKA_VERSION="))
+        .expect("KAFKA_VERSION= in scripts/kafka.sh");
+    let pom = std::fs::read_to_string(root.join("scripts/kafka/pom.xml")).unwrap();
+    let pom_version = pom
+        .split("<kafka.version>")
+        .nth(1)
+        .and_then(|rest| rest.split("</kafka.version>").next())
+        .expect("<kafka.version> in scripts/kafka/pom.xml");
+    assert_eq!(tag, script_version, "docker-compose.yml against scripts/kafka.sh");
+    assert_eq!(
+        pom_version, script_version,
+        "scripts/kafka/pom.xml against scripts/kafka.sh"
+    );
+}
+
 #[test]
 fn grafana_admin_password_comes_from_the_environment() {
     let password = |env: &[(&str, &str)]| {

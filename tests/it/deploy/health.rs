@@ -1,5 +1,5 @@
-//! Health endpoints of the stages, as processes on a real broker (tansu on
-//! SQLite storage, so that it can come back): `/readyz` answers 503 with a
+//! Health endpoints of the stages, as processes on a Kafka node of the
+//! test's own (its data survives a restart): `/readyz` answers 503 with a
 //! reason while a stage has not joined its group (another member holds the
 //! partitions), 200 once it is assigned (stage 1: and once its LLM provider
 //! answered), 503 within 30 s of the broker being killed (SIGKILL), and 200
@@ -121,8 +121,7 @@ fn start(stage: &str, config_file: &std::path::Path, llm: Option<&SilentLlm>) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readyz_follows_assignment_the_llm_and_the_broker() {
-    let data = tempfile::tempdir().unwrap();
-    let mut broker = common::start_tansu_on(common::Storage::Sqlite(data.path().to_path_buf()));
+    let mut broker = common::own_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "failed", "hints");
     common::own_topics(&mut config.advantages, "scored", "advantages");

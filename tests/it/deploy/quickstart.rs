@@ -62,8 +62,8 @@ fn quickstart_runs_to_the_end_on_the_embedded_broker() {
 }
 
 #[test]
-fn quickstart_runs_against_tansu_with_bootstrap_servers() {
-    let broker = common::start_tansu();
+fn quickstart_runs_against_kafka_with_bootstrap_servers() {
+    let broker = common::shared_kafka();
     let out = quickstart(&["--bootstrap-servers", &broker.bootstrap]);
     assert_ran_to_the_end(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("broker: {}", broker.bootstrap)));

@@ -228,7 +228,7 @@ fn traceparent_headers() -> OwnedHeaders {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hints_spans_reach_the_collector_in_the_trace_its_header_names() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let collector = Collector::start().await;
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Text(
@@ -383,7 +383,7 @@ async fn a_hints_spans_reach_the_collector_in_the_trace_its_header_names() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_steps_spans_continue_its_inputs_trace_and_its_advantages_name_it() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let collector = Collector::start().await;
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "scored", "advantages");

@@ -268,7 +268,7 @@ fn corpus() -> Vec<Case> {
 async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     let corpus = corpus();
     assert!(corpus.len() >= 30);
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     let input = common::unique("bad-in");
     config.hints.input_topic = input.clone();

@@ -58,7 +58,7 @@ fn big_trajectory(instance: &str, bytes: usize) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stage_1_peak_memory_stays_under_its_byte_bound() {
     let groups = env_or("BIG_GROUPS", 150);
-    let broker = common::start_tansu_on(common::Storage::Memory);
+    let broker = common::own_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "big", "big-hints");
     config.hints.max_in_flight_bytes = 256 * MIB as u64;
@@ -157,7 +157,7 @@ fn row(step: i64, id: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stage_2_evicts_the_oldest_incomplete_step_over_its_byte_bound() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "evict-scored", "evict-advantages");
     config.topics.metrics = common::unique("evict-metrics");

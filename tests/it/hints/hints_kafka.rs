@@ -81,7 +81,7 @@ async fn create(config: &Config, partitions: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_llm_hint_per_group_from_its_best_trajectory() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Text(
         "Call the parser on a week date before editing it.".into(),
@@ -177,7 +177,7 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_key_publishes_static_hints() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let (config, partitions) = stage_config(&broker.bootstrap, 1);
     create(&config, partitions).await;
     let producer = create_producer(&config).unwrap();
@@ -239,60 +239,24 @@ fn start_worker(
     common::Process::spawn(command, &format!("hints-{name}"))
 }
 
-/// Where the two-process test runs.
-enum Cluster {
-    Tansu(common::Tansu),
-    Mock(rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>),
-}
-
-impl Cluster {
-    fn bootstrap(&self) -> String {
-        match self {
-            Cluster::Tansu(t) => t.bootstrap.clone(),
-            Cluster::Mock(m) => m.bootstrap_servers(),
-        }
-    }
-
-    async fn create(&self, config: &Config, partitions: i32) {
-        match self {
-            Cluster::Tansu(_) => create(config, partitions).await,
-            Cluster::Mock(m) => {
-                let h = &config.hints;
-                for topic in [&h.input_topic, &h.output_topic, &h.dlq_topic] {
-                    m.create_topic(topic, partitions, 1).unwrap();
-                }
-            }
-        }
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_share_partitions_on_kafka() {
+    two_processes(&common::shared_kafka().bootstrap, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_processes_share_partitions_on_tansu() {
-    two_processes(Cluster::Tansu(common::start_tansu()), false).await;
+async fn two_processes_survive_a_kill_9_on_kafka() {
+    two_processes(&common::shared_kafka().bootstrap, true).await;
 }
 
-/// The kill runs on librdkafka's mock cluster: tansu 0.6.0 does not hand a
-/// SIGKILLed member's partitions to the survivor (measured: the survivor's
-/// rebalance after the kill assigned it only its own partitions again, and
-/// the dead member's stayed unconsumed).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_processes_survive_a_kill_9_on_mock_cluster() {
-    two_processes(
-        Cluster::Mock(rdkafka::mocking::MockCluster::new(1).unwrap()),
-        true,
-    )
-    .await;
-}
-
-async fn two_processes(cluster: Cluster, kill: bool) {
-    let bootstrap = cluster.bootstrap();
+async fn two_processes(bootstrap: &str, kill: bool) {
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Text(
         "Check the output format first.".into(),
         Duration::from_millis(100),
     ));
-    let (config, _) = stage_config(&bootstrap, 6);
-    cluster.create(&config, 6).await;
+    let (config, _) = stage_config(bootstrap, 6);
+    create(&config, 6).await;
     let mut config = config;
     config.kafka.insert("session.timeout.ms", "6000");
     config.kafka.insert("heartbeat.interval.ms", "500");
@@ -317,7 +281,7 @@ async fn two_processes(cluster: Cluster, kill: bool) {
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     // The kill below makes the survivor resume from committed offsets.
-    let producer = common::one_per_batch_producer(&config);
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
     // 60 single-trajectory groups per step.
     let send_steps = |steps: &'static [i64]| {
         let (producer, topic) = (&producer, &h.input_topic);
@@ -409,7 +373,7 @@ async fn two_processes(cluster: Cluster, kill: bool) {
 /// its messages are committed, and the stage counts it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn groups_above_the_reward_threshold_get_no_hint() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Text("A hint.".into(), Duration::ZERO));
     let (mut config, partitions) = stage_config(&broker.bootstrap, 1);

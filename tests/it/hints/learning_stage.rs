@@ -106,7 +106,7 @@ async fn publish_outcome(config: &Config, producer: &rdkafka::producer::FuturePr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_task_failing_again_after_an_unhelpful_hint_gets_a_refined_one() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = learning_config(&broker.bootstrap).await;
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Text(
@@ -259,7 +259,7 @@ async fn seed_history(config: &Config, producer: &rdkafka::producer::FutureProdu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redelivered_group_gets_the_same_arm_and_hint_id_and_a_restart_the_same_posteriors() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = learning_config(&broker.bootstrap).await;
     config.hints.arms = three_arms();
     config.kafka.insert("session.timeout.ms", "6000");
@@ -396,7 +396,7 @@ async fn wait_posteriors(metrics: &common::MetricsEndpoint, want: &[(String, f64
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_trainer_s_hint_model_is_used_when_allowed_and_counted_when_not() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = learning_config(&broker.bootstrap).await;
     config.llm.models = vec!["claude-chain".into()];
     config.llm.allowed_models = vec!["claude-asked".into()];

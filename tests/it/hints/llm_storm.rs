@@ -43,7 +43,7 @@ async fn wait_groups(config: &hintstream::config::Config, n: usize, within: Dura
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "storm-in", "storm-hints");
     config.llm.timeout_secs = 2.0;

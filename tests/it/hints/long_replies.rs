@@ -17,7 +17,7 @@ use rdkafka::producer::Producer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_megabyte_reply_is_published_cut_at_a_sentence_and_marked_truncated() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let server = LlmServer::start(Some("sk-k")).await;
     let sentence = "Check the week numbering first. ";
     // Over librdkafka's default message.max.bytes (1,000,000) as a hint,

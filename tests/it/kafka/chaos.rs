@@ -1,6 +1,5 @@
 //! Chaos, short version for CI: three `hintstream hints` workers on a
-//! 12-partition topic (librdkafka's mock cluster: tansu does not reassign a
-//! killed member's partitions), a loopback LLM with latency, and a random
+//! 12-partition topic on Apache Kafka, a loopback LLM with latency, and a random
 //! worker killed with SIGKILL each time the group has made progress since the
 //! last kill, restarted each time. At the
 //! end every group has a hint, duplicates stay within what a kill and its
@@ -25,7 +24,6 @@ use hintstream::kafka::create_producer;
 use hintstream::messages::{decode, DecodeLimits, Hint};
 use llm_server::{Behavior, LlmServer};
 use rand::Rng;
-use rdkafka::mocking::MockCluster;
 use rdkafka::producer::Producer;
 
 /// Messages a worker takes before finishing them: bounds redelivery per kill.
@@ -55,12 +53,10 @@ async fn every_group_is_hinted_while_workers_are_killed() {
     let groups = env_or("CHAOS_GROUPS", 1_500);
     let kills = env_or("CHAOS_KILLS", 5);
     let drain_secs = env_or("CHAOS_DRAIN_SECS", 3);
-    let cluster = MockCluster::new(1).unwrap();
-    let mut config = common::config_for(&cluster.bootstrap_servers());
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
     let (input, output) = (common::unique("chaos-in"), common::unique("chaos-hints"));
-    for topic in [&input, &output, &format!("{input}.dlq")] {
-        cluster.create_topic(topic, 12, 1).unwrap();
-    }
+    common::create_topics(&config, &[&input, &output, &format!("{input}.dlq")], 12).await;
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Text(
         "Check the output format first.".into(),

@@ -1,6 +1,5 @@
-//! Every compression codec a trainer may use: input produced with gzip, lz4
-//! and zstd (on tansu) and snappy (on librdkafka's mock cluster: tansu 0.6.0
-//! cannot serve snappy batches) is hinted; hints produced with
+//! Every compression codec a trainer may use: input produced with gzip, lz4,
+//! zstd and snappy is hinted (on Apache Kafka); hints produced with
 //! `compression.type = "zstd"` are read back by confluent-kafka, as a Python
 //! trainer reads them.
 
@@ -61,7 +60,7 @@ async fn hinted(config: &Config, n: usize) -> Vec<Hint> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gzip_lz4_and_zstd_input_is_hinted_and_zstd_output_reads_back_in_python() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "codec", "codec-hints");
     config.hints.group_wait_ms = 50;
@@ -117,15 +116,13 @@ print(",".join(sorted(got)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn snappy_input_is_hinted_on_the_mock_cluster() {
-    let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-    let mut config = common::config_for(&cluster.bootstrap_servers());
+async fn snappy_input_is_hinted() {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "snappy", "snappy-hints");
     config.hints.group_wait_ms = 50;
     let h = config.hints.clone();
-    for topic in [&h.input_topic, &h.output_topic, &h.dlq_topic] {
-        cluster.create_topic(topic, 1, 1).unwrap();
-    }
+    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
     produce_with(&config, &h.input_topic, &["snappy"]).await;
     let stage = HintStage::build(config.clone(), &LlmEnv::default())
         .await

@@ -62,7 +62,7 @@ fn malformed() -> Vec<(&'static str, Vec<u8>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     config.limits.max_message_bytes = 64 * 1024;
     let topic = common::unique("dlq-in");
@@ -182,7 +182,7 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_keeps_every_input_the_stage_accepts_whole() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     // 2 MiB accepted: twice the broker's default and the old 900 KB cut.
     config.limits.max_message_bytes = 2 * 1024 * 1024;

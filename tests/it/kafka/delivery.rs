@@ -1,4 +1,4 @@
-//! Delivery without silent stalls, against a real tansu broker: a handler
+//! Delivery without silent stalls, against Apache Kafka: a handler
 //! that panics loses its message to the dead-letter topic (not its
 //! partition's commits); a stage whose topic is missing exits 2 naming it; a
 //! stage whose broker died exits within its drain bound on SIGTERM; a group
@@ -66,12 +66,12 @@ async fn hint_config(bootstrap: &str) -> Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_panicking_handler_dead_letters_its_message_and_later_offsets_commit() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("panic-in");
     let dlq = format!("{topic}.dlq");
     common::create_topics(&config, &[&topic, &dlq], 1).await;
-    let producer = common::one_per_batch_producer(&config);
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
     for i in 0..10 {
         let payload = if i == 4 { "boom".to_string() } else { i.to_string() };
         common::send(&producer, &topic, "k", payload.as_bytes()).await;
@@ -139,7 +139,7 @@ async fn a_panicking_handler_dead_letters_its_message_and_later_offsets_commit()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_output_topic_exits_2_naming_it() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "failed", "hints");
     let h = config.hints.clone();
@@ -163,7 +163,7 @@ async fn a_missing_output_topic_exits_2_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_with_the_broker_gone_exits_within_the_drain_bound() {
     const DRAIN_SECS: u64 = 3;
-    let mut broker = common::start_tansu_on(common::Storage::Memory);
+    let mut broker = common::own_kafka();
     let server = LlmServer::start(Some("sk-k")).await;
     // Slow answers: hints are in flight when the broker dies, and their
     // produce (and dead letters) then retry against nothing.
@@ -230,7 +230,7 @@ async fn sigterm_with_the_broker_gone_exits_within_the_drain_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_late_member_gets_the_cached_hint_without_an_llm_call() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Derived(Duration::from_millis(10)));
     let mut config = hint_config(&broker.bootstrap).await;
@@ -283,7 +283,7 @@ async fn a_late_member_gets_the_cached_hint_without_an_llm_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ids_with_slashes_never_share_a_group() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = hint_config(&broker.bootstrap).await;
     let stage = HintStage::build(config.clone(), &hintstream::llm::synth::LlmEnv::default())
         .await
@@ -324,7 +324,7 @@ async fn ids_with_slashes_never_share_a_group() {
 async fn an_hourly_budget_stops_llm_requests_and_loses_nothing() {
     const GROUPS: usize = 60;
     const BUDGET_USD: f64 = 0.05;
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Text(
         "Read the error first.".into(),

@@ -1,6 +1,6 @@
 //! Faults around the workers, with real processes and a real broker:
 //!
-//! - tansu on SQLite storage killed (SIGKILL) and restarted while a hint
+//! - the Kafka node killed (SIGKILL) and restarted on its data while a hint
 //!   worker and an advantage worker are mid-stream: both reconnect and
 //!   finish; every group gets a hint and every step its advantages, nothing
 //!   goes to a dead-letter topic, neither process dies.
@@ -154,11 +154,10 @@ async fn hinted_groups(config: &Config, topic: &str) -> BTreeSet<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn workers_ride_out_a_broker_restart_on_sqlite() {
+async fn workers_ride_out_a_broker_restart() {
     const GROUPS: usize = 400;
     const STEPS: i64 = 12;
-    let data = tempfile::tempdir().unwrap();
-    let mut broker = common::start_tansu_on(common::Storage::Sqlite(data.path().to_path_buf()));
+    let mut broker = common::own_kafka();
     let server = LlmServer::start(Some("sk-k")).await;
     server.default(Behavior::Derived(Duration::from_millis(10)));
 
@@ -187,7 +186,7 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
     let send_half = |groups: std::ops::Range<usize>, steps: std::ops::RangeInclusive<i64>| {
         let (config, h, a) = (&config, &h, &a);
         async move {
-            let producer = common::one_per_batch_producer(config);
+            let producer = hintstream::kafka::create_producer(config).unwrap();
             for g in groups {
                 let instance = format!("i{g}");
                 send(
@@ -261,7 +260,7 @@ async fn workers_ride_out_a_broker_restart_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.advantages, "scored", "advantages");
     config.advantages.drain_timeout_secs = 2;
@@ -286,7 +285,7 @@ async fn an_advantage_worker_killed_between_compute_and_publish_loses_nothing() 
     let lingering_file = common::write_config(&lingering, lingering_dir.path());
     let mut first = start("advantages", &lingering_file, None, "adv-killed");
     endpoint.wait_assigned("advantages", || first.log()).await;
-    let producer = common::one_per_batch_producer(&config);
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
     for step in 1..=3 {
         send_step(&producer, &a.input_topic, step).await;
     }

@@ -33,7 +33,7 @@ fn by_key(messages: &[RecordedMessage]) -> Seen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_replay_record_is_identical() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let (a, b) = (common::unique("rec-a"), common::unique("rec-b"));
     common::create_topics(&config, &[&a, &b], 3).await;
@@ -89,7 +89,7 @@ async fn record_replay_record_is_identical() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_at_a_speed_keeps_the_recorded_pace() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("paced");
     common::create_topics(&config, &[&topic], 1).await;

@@ -1,4 +1,4 @@
-//! Drain on revoke, on a real tansu broker with cooperative-sticky
+//! Drain on revoke, on Apache Kafka with cooperative-sticky
 //! rebalancing: when a second member joins and takes partitions over, the
 //! first finishes and commits their in-flight work before letting them go
 //! (the newcomer does not redo it), and work parked outside handler tasks
@@ -18,17 +18,15 @@ use hintstream::metrics::StageMetrics;
 const PARTITIONS: i32 = 4;
 const MESSAGES: usize = 40;
 
-async fn setup() -> (common::Tansu, Config, String, String) {
-    let broker = common::start_tansu();
+async fn setup() -> (common::Broker, Config, String, String) {
+    let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     // Fast group protocol: the test is about the drain, not the timers.
     config.kafka.insert("session.timeout.ms", "10000");
     config.kafka.insert("heartbeat.interval.ms", "500");
     let topic = common::unique("revoke");
     common::create_topics(&config, &[&topic, &format!("{topic}.dlq")], PARTITIONS).await;
-    // Consumers resume from committed offsets here: one message per batch
-    // (tansu skips the rest of a batch when a consumer starts inside it).
-    let producer = common::one_per_batch_producer(&config);
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
     for i in 0..MESSAGES {
         common::send(&producer, &topic, &format!("k{i}"), i.to_string().as_bytes()).await;
     }

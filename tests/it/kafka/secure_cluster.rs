@@ -1,17 +1,20 @@
-//! Reaching a secured cluster, with real processes: tansu with SASL/SCRAM
-//! behind a TLS terminator (socat; tansu's own TLS cannot be switched on),
-//! certificates made by the `openssl` CLI for 127.0.0.1, the password taken
-//! from the environment as `${KAFKA_PASSWORD}` in the config file. Both
-//! stages run through it; a wrong password, a certificate from another CA
-//! and an unset variable each stop a stage at once, saying why; mutual TLS
-//! works; and no secret reaches a log, `hintstream config`, the eval report
-//! or the cassette.
+//! Reaching a secured cluster, with real processes: an Apache Kafka node
+//! with its own SASL_SSL listener (SCRAM-SHA-512, PEM key stores made by the
+//! `openssl` CLI for 127.0.0.1) and the StandardAuthorizer, the password
+//! taken from the environment as `${KAFKA_PASSWORD}` in the config file.
+//! Both stages run through it, each as its own principal with only the
+//! README's ACLs ("ACLs per stage", applied with Kafka's AclCommand); a stage
+//! whose principal lacks WRITE on a topic it writes exits 1 before consuming,
+//! naming the topic and the ACL; a wrong password, a certificate from another
+//! CA and an unset variable each stop a stage at once, saying why; mutual
+//! TLS works; and no secret reaches a log, `hintstream config`, the eval
+//! report or the cassette.
 
 use crate::common;
 use crate::common::llm_server;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hintstream::config::Config;
@@ -19,7 +22,20 @@ use llm_server::{Behavior, LlmServer};
 
 const USER: &str = "trainer";
 const PASSWORD: &str = "scram-pw-4bd01f9e";
+const ADMIN: &str = "admin";
+const ADMIN_PASSWORD: &str = "admin-pw-9d3c7a21";
+const HINTS_USER: &str = "hints";
+const HINTS_PASSWORD: &str = "hints-pw-5e8f0b46";
+const ADVANTAGES_USER: &str = "advantages";
+const ADVANTAGES_PASSWORD: &str = "advantages-pw-1a6d2c93";
 const API_KEY: &str = "sk-ant-secure-cluster-test-key";
+/// Every SCRAM user of the test broker.
+const USERS: [(&str, &str); 4] = [
+    (ADMIN, ADMIN_PASSWORD),
+    (USER, PASSWORD),
+    (HINTS_USER, HINTS_PASSWORD),
+    (ADVANTAGES_USER, ADVANTAGES_PASSWORD),
+];
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -37,13 +53,24 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A private CA, a server certificate for 127.0.0.1 signed by it, a client
 /// certificate signed by it (mutual TLS), and an unrelated CA.
 struct Pki {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
+    /// Removes `dir` on drop, for a test's own certificates.
+    _owned: Option<tempfile::TempDir>,
 }
 
 impl Pki {
+    /// Certificates in a folder of their own.
     fn new() -> Pki {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
+        let owned = tempfile::tempdir().unwrap();
+        let mut pki = Pki::new_in(owned.path().to_path_buf());
+        pki._owned = Some(owned);
+        pki
+    }
+
+    /// Certificates in `dir`, which the caller removes.
+    fn new_in(dir: PathBuf) -> Pki {
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.as_path();
         for ca in ["ca", "other-ca"] {
             openssl(
                 d,
@@ -102,88 +129,241 @@ impl Pki {
                 ],
             );
         }
-        let bundle = [
-            std::fs::read_to_string(d.join("server.pem")).unwrap(),
-            std::fs::read_to_string(d.join("server.key")).unwrap(),
-        ]
-        .concat();
-        std::fs::write(d.join("server-bundle.pem"), bundle).unwrap();
-        Pki { dir }
+        // PEM key stores: the certificate and its key in one file.
+        for name in ["server", "client"] {
+            let bundle = [
+                std::fs::read_to_string(d.join(format!("{name}.pem"))).unwrap(),
+                std::fs::read_to_string(d.join(format!("{name}.key"))).unwrap(),
+            ]
+            .concat();
+            std::fs::write(d.join(format!("{name}-bundle.pem")), bundle).unwrap();
+        }
+        Pki { dir, _owned: None }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.dir.join(name)
     }
 }
 
-/// tansu with SCRAM users on SQLite, behind socat terminating TLS on
-/// `tls_port`; with `client_ca`, socat requires a client certificate signed
-/// by it (mutual TLS).
+/// An Apache Kafka node: its client listener SASL_SSL with SCRAM-SHA-512
+/// users made at format time and PEM key stores, a second SASL_SSL listener
+/// (`MTLS`) that requires a client certificate signed by the CA (mutual
+/// TLS), the StandardAuthorizer with `admin` as super user, and its
+/// controller listener on TLS where the node's own certificate is its
+/// principal.
 struct SecureBroker {
-    tansu: common::Tansu,
-    _terminator: common::Process,
+    node: common::KafkaNode,
     tls_port: u16,
-    _data: tempfile::TempDir,
+    /// The admin's client config for Kafka's Java tools (AclCommand).
+    admin_properties: PathBuf,
+}
+
+fn jaas(user: &str, password: &str) -> String {
+    format!("org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" password=\"{password}\";")
+}
+
+/// The broker (and its certificates) that the tests share, all but the one
+/// that takes ACLs away; its folder goes once the test process is gone.
+fn shared() -> &'static (Pki, SecureBroker) {
+    static SHARED: std::sync::OnceLock<(Pki, SecureBroker)> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("hintstream-kafka-secure-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let pki = Pki::new_in(dir.join("pki"));
+        let broker = SecureBroker::start_in(&pki, Some(dir));
+        (pki, broker)
+    })
 }
 
 impl SecureBroker {
-    fn start(pki: &Pki, client_ca: Option<&Path>) -> SecureBroker {
-        let data = tempfile::tempdir().unwrap();
-        let mut tansu = common::start_tansu_on(common::Storage::Sqlite(data.path().to_path_buf()));
-        // Users are created while the broker runs without authentication.
-        let out = Command::new(common::tansu_binary())
-            .args([
-                "user",
-                "create",
-                "--broker",
-                &format!("tcp://127.0.0.1:{}", tansu.port()),
-                USER,
-                PASSWORD,
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "tansu user create: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let tls_port = common::free_port();
-        tansu.restart_with(Some(tls_port), &["--authentication"]);
-        let verify = match client_ca {
-            Some(ca) => format!("verify=1,cafile={}", ca.display()),
-            None => "verify=0".into(),
-        };
-        let mut socat = Command::new("socat");
-        socat.args([
-            &format!(
-                "OPENSSL-LISTEN:{tls_port},cert={},{verify},fork,reuseaddr",
+    /// A broker of the test's own.
+    fn start(pki: &Pki) -> SecureBroker {
+        SecureBroker::start_in(pki, None)
+    }
+
+    /// A broker in `dir` (which its guard removes once the test process is
+    /// gone), or in a folder of its own.
+    fn start_in(pki: &Pki, dir: Option<PathBuf>) -> SecureBroker {
+        let ca = pki.path("ca.pem");
+        let properties = vec![
+            "sasl.enabled.mechanisms=SCRAM-SHA-512".to_string(),
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512".into(),
+            format!(
+                "listener.name.client.scram-sha-512.sasl.jaas.config={}",
+                jaas(ADMIN, ADMIN_PASSWORD)
+            ),
+            format!(
+                "listener.name.mtls.scram-sha-512.sasl.jaas.config={}",
+                jaas(ADMIN, ADMIN_PASSWORD)
+            ),
+            "listener.name.mtls.ssl.client.auth=required".into(),
+            "ssl.keystore.type=PEM".into(),
+            format!(
+                "ssl.keystore.location={}",
                 pki.path("server-bundle.pem").display()
             ),
-            &format!("TCP:127.0.0.1:{}", tansu.port()),
-        ]);
-        let terminator = common::Process::spawn(socat, "socat");
-        common::wait_for_port(tls_port, Duration::from_secs(10));
+            "ssl.truststore.type=PEM".into(),
+            format!("ssl.truststore.location={}", ca.display()),
+            "listener.name.controller.ssl.client.auth=required".into(),
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+            // The node's certificate (CN=127.0.0.1) is the broker's principal
+            // on its controller listener.
+            format!("super.users=User:{ADMIN};User:CN=127.0.0.1"),
+        ];
+        let client = [
+            ("security.protocol", "SASL_SSL".to_string()),
+            ("sasl.mechanism", "SCRAM-SHA-512".into()),
+            ("sasl.username", ADMIN.into()),
+            ("sasl.password", ADMIN_PASSWORD.into()),
+            ("ssl.ca.location", ca.display().to_string()),
+        ];
+        let admin = [
+            "security.protocol=SASL_SSL".to_string(),
+            "sasl.mechanism=SCRAM-SHA-512".into(),
+            format!("sasl.jaas.config={}", jaas(ADMIN, ADMIN_PASSWORD)),
+            "ssl.truststore.type=PEM".into(),
+            format!("ssl.truststore.location={}", ca.display()),
+        ];
+        let format_args = USERS
+            .iter()
+            .flat_map(|(user, password)| {
+                [
+                    "--add-scram".to_string(),
+                    format!("SCRAM-SHA-512=[name={user},password={password}]"),
+                ]
+            })
+            .collect();
+        let settings = common::NodeSettings {
+            protocol: "SASL_SSL".into(),
+            controller_protocol: "SSL".into(),
+            listeners: vec![("MTLS".into(), "SASL_SSL".into())],
+            properties,
+            format_args,
+            client: client.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        };
+        let node = match dir {
+            Some(dir) => common::KafkaNode::start_in(dir, settings),
+            None => common::KafkaNode::start(settings),
+        };
+        let admin_properties = pki.path("admin.properties");
+        std::fs::write(&admin_properties, admin.join("\n") + "\n").unwrap();
         SecureBroker {
-            tansu,
-            _terminator: terminator,
-            tls_port,
-            _data: data,
+            tls_port: node.port(),
+            node,
+            admin_properties,
         }
     }
 
     fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.tls_port)
     }
+
+    /// The listener that requires a client certificate.
+    fn mtls_bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.node.listener_port("MTLS"))
+    }
+
+    /// Kafka's AclCommand (`kafka-acls.sh`) with `args`, as the admin.
+    fn acls(&self, args: &[String]) -> Child {
+        common::kafka::kafka_java("WARN")
+            .arg("org.apache.kafka.tools.AclCommand")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Runs `kafka-acls.sh` command lines (their arguments) at once, and
+    /// checks that each succeeded. `$B` and `admin.properties` stand for this
+    /// broker and its admin's config.
+    fn run_acl_commands(&self, lines: &[Vec<String>]) {
+        let children: Vec<(String, Child)> = lines
+            .iter()
+            .map(|line| {
+                let args: Vec<String> = line
+                    .iter()
+                    .map(|a| match a.as_str() {
+                        "$B" => self.bootstrap(),
+                        "admin.properties" => self.admin_properties.display().to_string(),
+                        _ => a.clone(),
+                    })
+                    .collect();
+                (line.join(" "), self.acls(&args))
+            })
+            .collect();
+        for (line, child) in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "kafka-acls.sh {line}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// Applies the README's "ACLs per stage", line by line.
+    fn apply_readme_acls(&self) {
+        self.run_acl_commands(&readme_acl_lines());
+    }
+}
+
+/// The `kafka-acls.sh` lines of the README's "ACLs per stage" block, as
+/// their arguments.
+fn readme_acl_lines() -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("### ACLs per stage")
+        .expect("the README has \"### ACLs per stage\"")..];
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a sh block under \"ACLs per stage\"");
+    let lines: Vec<Vec<String>> = block
+        .lines()
+        .filter_map(|l| l.strip_prefix("kafka-acls.sh "))
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert!(lines.len() >= 4, "kafka-acls.sh lines in the README: {lines:?}");
+    lines
+}
+
+/// Topics of the test's own for every stage (on the shared broker, the
+/// default topics belong to the test that runs both stages under the
+/// README's ACLs).
+fn own_pipeline_topics(config: &mut Config) {
+    let prefix = common::unique("sec");
+    config.topics.failed = format!("{prefix}.failed");
+    config.topics.hints = format!("{prefix}.hints");
+    config.topics.scored = format!("{prefix}.scored");
+    config.topics.advantages = format!("{prefix}.advantages");
+    config.topics.metrics = format!("{prefix}.metrics");
+    config.hints.input_topic = config.topics.failed.clone();
+    config.hints.output_topic = config.topics.hints.clone();
+    config.hints.dlq_topic = format!("{}.dlq", config.topics.failed);
+    config.advantages.input_topic = config.topics.scored.clone();
+    config.advantages.output_topic = config.topics.advantages.clone();
+    config.advantages.dlq_topic = format!("{}.dlq", config.topics.scored);
 }
 
 /// The config a trainer writes for the secured cluster: SASL_SSL, SCRAM,
 /// the CA file, and the password from the environment.
 fn secure_config(broker: &SecureBroker, ca: &Path) -> Config {
+    secure_config_as(broker, ca, USER)
+}
+
+/// [`secure_config`] for the principal `user`.
+fn secure_config_as(broker: &SecureBroker, ca: &Path, user: &str) -> Config {
     let mut config = common::config_for(&broker.bootstrap());
     config.connect_timeout_secs = 15;
     config.kafka.insert("security.protocol", "SASL_SSL");
     config.kafka.insert("sasl.mechanism", "SCRAM-SHA-512");
-    config.kafka.insert("sasl.username", USER);
+    config.kafka.insert("sasl.username", user);
     config.kafka.insert("sasl.password", "${KAFKA_PASSWORD}");
     config
         .kafka
@@ -227,32 +407,26 @@ fn text(out: &std::process::Output) -> String {
 /// The same config with `${KAFKA_PASSWORD}` resolved, for the test's own
 /// clients.
 fn resolved(config: &Config) -> Config {
+    resolved_as(config, PASSWORD)
+}
+
+/// The same config with `password` in place of `${KAFKA_PASSWORD}`.
+fn resolved_as(config: &Config, password: &str) -> Config {
     let mut c = config.clone();
-    c.kafka.insert("sasl.password", PASSWORD);
+    c.kafka.insert("sasl.password", password);
     c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
-    let pki = Pki::new();
-    let broker = SecureBroker::start(&pki, None);
+    let (pki, broker) = shared();
+
     let server = LlmServer::start(Some(API_KEY)).await;
     server.default(Behavior::Derived(Duration::from_millis(10)));
-    let mut config = secure_config(&broker, &pki.path("ca.pem"));
-    let prefix = common::unique("sec");
-    config.topics.failed = format!("{prefix}.failed");
-    config.topics.hints = format!("{prefix}.hints");
-    config.topics.scored = format!("{prefix}.scored");
-    config.topics.advantages = format!("{prefix}.advantages");
-    config.topics.metrics = format!("{prefix}.metrics");
-    config.hints.input_topic = config.topics.failed.clone();
-    config.hints.output_topic = config.topics.hints.clone();
-    config.hints.dlq_topic = format!("{}.dlq", config.topics.failed);
-    config.advantages.input_topic = config.topics.scored.clone();
-    config.advantages.output_topic = config.topics.advantages.clone();
-    config.advantages.dlq_topic = format!("{}.dlq", config.topics.scored);
-    config.hints.group_id = format!("{prefix}-hints");
-    config.advantages.group_id = format!("{prefix}-advantages");
+    // The default topic, group and transactional-id names (the broker is
+    // the test's own), which the README's ACL lines name.
+    let ca = pki.path("ca.pem");
+    let mut config = secure_config(broker, &ca);
     config.hints.group_wait_ms = 300;
     let (hints_metrics, advantages_metrics) =
         (common::MetricsEndpoint::free(), common::MetricsEndpoint::free());
@@ -260,19 +434,36 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     config.advantages.metrics_addr = advantages_metrics.addr();
     let dir = tempfile::tempdir().unwrap();
     let file = write(&config, dir.path(), "secure.toml");
+    let as_user = |user: &str| {
+        let mut c = config.clone();
+        c.kafka.insert("sasl.username", user);
+        write(&c, dir.path(), &format!("{user}.toml"))
+    };
+    let (admin_file, hints_file, advantages_file) =
+        (as_user(ADMIN), as_user(HINTS_USER), as_user(ADVANTAGES_USER));
 
-    let (out, _) = hintstream(&["topics", "create", "--partitions", "2"], &file, Some(PASSWORD));
+    let (out, _) = hintstream(
+        &["topics", "create", "--partitions", "2"],
+        &admin_file,
+        Some(ADMIN_PASSWORD),
+    );
     assert!(
         out.status.success(),
         "topics create over SASL_SSL:\n{}",
         text(&out)
     );
+    // Each stage as its own principal, with only the README's ACLs.
+    broker.apply_readme_acls();
 
     let mut logs = vec![];
     let spawn = |stage: &str| {
-        let mut command = common::stage_command(stage, &file);
+        let (file, password) = match stage {
+            "hints" => (&hints_file, HINTS_PASSWORD),
+            _ => (&advantages_file, ADVANTAGES_PASSWORD),
+        };
+        let mut command = common::stage_command(stage, file);
         command
-            .env("KAFKA_PASSWORD", PASSWORD)
+            .env("KAFKA_PASSWORD", password)
             .env("RUST_LOG", "debug,rdkafka=debug,librdkafka=debug");
         if stage == "hints" {
             command
@@ -366,19 +557,116 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     }
     for (what, body) in &logs {
         assert!(!body.is_empty(), "{what} is empty");
-        for secret in [PASSWORD, API_KEY] {
+        for secret in [
+            PASSWORD,
+            ADMIN_PASSWORD,
+            HINTS_PASSWORD,
+            ADVANTAGES_PASSWORD,
+            API_KEY,
+        ] {
             assert!(!body.contains(secret), "{what} shows a secret:\n{body}");
         }
     }
     assert!(logs[2].1.contains("<redacted>"), "the config shows what it hides");
-    drop(broker.tansu);
+}
+
+/// Least privilege refused at start-up: with the README's ACLs less stage
+/// 1's WRITE on its output topic and stage 2's WRITE on its dead-letter
+/// topic, each stage exits 1 within the connect bound, naming the topic and
+/// the missing ACL, before it joins its group or takes a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_consuming() {
+    let pki = Pki::new();
+    let broker = SecureBroker::start(&pki);
+    let ca = pki.path("ca.pem");
+    let dir = tempfile::tempdir().unwrap();
+    let write_as = |user: &str| {
+        write(
+            &secure_config_as(&broker, &ca, user),
+            dir.path(),
+            &format!("{user}.toml"),
+        )
+    };
+    let config = secure_config(&broker, &ca);
+    let (out, _) = hintstream(&["topics", "create"], &write_as(ADMIN), Some(ADMIN_PASSWORD));
+    assert!(out.status.success(), "{}", text(&out));
+    broker.apply_readme_acls();
+    let remove = |principal: &str, topic: &str| {
+        [
+            "--bootstrap-server",
+            "$B",
+            "--command-config",
+            "admin.properties",
+            "--remove",
+            "--force",
+        ]
+        .into_iter()
+        .chain([
+            "--allow-principal",
+            principal,
+            "--operation",
+            "Write",
+            "--topic",
+            topic,
+        ])
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    broker.run_acl_commands(&[
+        remove("User:hints", &config.hints.output_topic),
+        remove("User:advantages", &config.advantages.dlq_topic),
+    ]);
+    // Work waits on both inputs.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");
+    let trainer = write_as(USER);
+    for (topic, file) in [
+        (&config.hints.input_topic, "failed_trajectories.jsonl"),
+        (&config.advantages.input_topic, "scored_rollouts.jsonl"),
+    ] {
+        let path = data.join(file);
+        let (out, _) = hintstream(
+            &["produce", "--topic", topic, path.to_str().unwrap()],
+            &trainer,
+            Some(PASSWORD),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let bound = Duration::from_secs(config.connect_timeout_secs);
+    for (stage, user, password, topic) in [
+        ("hints", HINTS_USER, HINTS_PASSWORD, &config.hints.output_topic),
+        (
+            "advantages",
+            ADVANTAGES_USER,
+            ADVANTAGES_PASSWORD,
+            &config.advantages.dlq_topic,
+        ),
+    ] {
+        let (out, took) = hintstream(&[stage], &write_as(user), Some(password));
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{stage}: {said}");
+        assert!(
+            said.contains(&format!("missing ACLs for User:{user}"))
+                && said.contains(&format!("WRITE on topic \"{topic}\"")),
+            "{stage}: {said}"
+        );
+        assert!(took < bound, "{stage} took {took:?}, bound {bound:?}");
+    }
+    // Neither joined its group nor took a message: no offsets committed.
+    let admin = resolved_as(&secure_config_as(&broker, &ca, ADMIN), ADMIN_PASSWORD);
+    for (group, topic) in [
+        (&config.hints.group_id, &config.hints.input_topic),
+        (&config.advantages.group_id, &config.advantages.input_topic),
+    ] {
+        let committed = common::committed_offsets(&admin, group, topic, config.topics.partitions).await;
+        assert!(committed.is_empty(), "{group} committed {committed:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_an_untrusted_certificate_and_an_unset_variable_each_stop_the_stage_saying_why() {
-    let pki = Pki::new();
-    let broker = SecureBroker::start(&pki, None);
-    let config = secure_config(&broker, &pki.path("ca.pem"));
+    let (pki, broker) = shared();
+
+    let config = secure_config(broker, &pki.path("ca.pem"));
     let dir = tempfile::tempdir().unwrap();
     let file = write(&config, dir.path(), "secure.toml");
     let bound = Duration::from_secs(config.connect_timeout_secs);
@@ -423,19 +711,20 @@ async fn a_wrong_password_an_untrusted_certificate_and_an_unset_variable_each_st
     );
 }
 
-/// Mutual TLS (the README's example): the broker's terminator requires a
-/// client certificate signed by the CA.
+/// Mutual TLS (the README's example): the broker's `MTLS` listener requires
+/// a client certificate signed by the CA.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_needs_the_client_certificate() {
-    let pki = Pki::new();
+    let (pki, broker) = shared();
     let ca = pki.path("ca.pem");
-    let broker = SecureBroker::start(&pki, Some(&ca));
-    let mut config = common::config_for(&broker.bootstrap());
+    let mut config = common::config_for(&broker.mtls_bootstrap());
+    own_pipeline_topics(&mut config);
     config.connect_timeout_secs = 10;
-    // tansu still wants SASL behind the terminator; mTLS is the transport.
+    // The listener authenticates with SASL too; mTLS is the transport. The
+    // admin creates the topics (the authorizer lets no one else).
     config.kafka.insert("security.protocol", "SASL_SSL");
     config.kafka.insert("sasl.mechanism", "SCRAM-SHA-512");
-    config.kafka.insert("sasl.username", USER);
+    config.kafka.insert("sasl.username", ADMIN);
     config.kafka.insert("sasl.password", "${KAFKA_PASSWORD}");
     config
         .kafka
@@ -452,13 +741,13 @@ async fn mutual_tls_needs_the_client_certificate() {
     );
     let with = write(&config, dir.path(), "client-cert.toml");
 
-    let (out, _) = hintstream(&["topics", "create"], &with, Some(PASSWORD));
+    let (out, _) = hintstream(&["topics", "create"], &with, Some(ADMIN_PASSWORD));
     assert!(
         out.status.success(),
         "with the client certificate:\n{}",
         text(&out)
     );
-    let (out, _) = hintstream(&["topics", "create"], &without, Some(PASSWORD));
+    let (out, _) = hintstream(&["topics", "create"], &without, Some(ADMIN_PASSWORD));
     assert_eq!(out.status.code(), Some(1), "without it:\n{}", text(&out));
 }
 
@@ -470,8 +759,8 @@ async fn mutual_tls_needs_the_client_certificate() {
 /// on, and that the secret is never printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_confluent_cloud_example_reaches_the_broker_and_a_refused_mechanism_is_named() {
-    let pki = Pki::new();
-    let broker = SecureBroker::start(&pki, None);
+    let (pki, broker) = shared();
+
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("confluent.toml");
     std::fs::write(

@@ -13,7 +13,7 @@ use hintstream::kafka::{create_producer, TailError, TopicTail};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_barrier_passes_only_once_every_record_so_far_was_read() {
-    let broker = common::start_tansu();
+    let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let (topic, empty) = (common::unique("tail"), common::unique("tail-empty"));
     common::create_topics(&config, &[&topic, &empty], 3).await;

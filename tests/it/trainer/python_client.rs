@@ -1,10 +1,11 @@
 //! The Python package (python/): its pytest suite, in a venv made by
 //! scripts/python-venv.sh (`pip install ./python[wandb,test]`: confluent-kafka,
-//! pyarrow, wandb and pytest from PyPI), against a real tansu broker, both
+//! pyarrow, wandb and pytest from PyPI), against Apache Kafka, both
 //! stages as `hintstream` processes and a loopback OpenAI-compatible LLM
 //! server, all started by the suite's fixtures (python/tests/conftest.py).
 //! The suite gets this build's binary as `CARGO_BIN_EXE_hintstream`; the
-//! broker is `HINTSTREAM_TEST_BOOTSTRAP` when set, else a tansu it starts.
+//! broker is `HINTSTREAM_TEST_BOOTSTRAP` when set, else a Kafka node it
+//! starts from the jars of `scripts/kafka.sh`.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
