@@ -12,7 +12,7 @@ trainer's own functions:
   reference reads the verifier's accumulator blocks with it.
 
 The Rust prompt builder (src/llm/prompt/reference.rs, its tests in
-tests/reference_prompt.rs) and the Python static fallback
+tests/it/hints/reference_prompt.rs) and the Python static fallback
 (python/tests/test_reference_prompt.py) are checked against these files.
 The reference's code is read from a git mirror of fleet-ai/SkyRL-Fleet,
 checked out into a temporary folder; nothing of it is kept. Its heavy

@@ -78,7 +78,7 @@ def wait_for_broker(bootstrap: str, within: float = 30.0) -> None:
 
 
 #: The JVM's guard: it SIGKILLs the JVM once the test process is gone, then
-#: removes the node's folder (as tests/common/kafka.rs does).
+#: removes the node's folder (as tests/it/common/kafka.rs does).
 _GUARD = """
 "$@" >>"$NODE_DIR/kafka.log" 2>&1 </dev/null &
 jvm=$!
