@@ -42,6 +42,8 @@ pub enum StageError {
     },
     #[error("LLM client: {0}")]
     Llm(#[from] LlmError),
+    #[error("reading what the hints learn from: {0}")]
+    Learn(String),
 }
 
 impl StageError {

@@ -72,6 +72,53 @@ pub struct LlmConfig {
     pub budget_tokens_per_hour: u64,
     /// Dollars per million input / output tokens, by model.
     pub prices: BTreeMap<String, ModelPrice>,
+    /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
+    /// own, byte for byte (`reference`), e.g. to compare hints with it.
+    pub prompt_version: PromptVersion,
+}
+
+/// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
+/// default) or the reference trainer's own, byte for byte (`reference`).
+/// The texts are in `llm::prompt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptVersion {
+    #[default]
+    V2,
+    Reference,
+}
+
+impl PromptVersion {
+    /// The name stamped on hints as `prompt_version`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptVersion::V2 => "v2",
+            PromptVersion::Reference => "reference",
+        }
+    }
+}
+
+impl std::fmt::Display for PromptVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `prompt_version` that names no prompt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown prompt_version {0:?}: expected \"v2\" or \"reference\"")]
+pub struct UnknownPromptVersion(pub String);
+
+impl std::str::FromStr for PromptVersion {
+    type Err = UnknownPromptVersion;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "v2" => Ok(PromptVersion::V2),
+            "reference" => Ok(PromptVersion::Reference),
+            other => Err(UnknownPromptVersion(other.to_string())),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -138,6 +185,7 @@ impl Default for LlmConfig {
             budget_usd_per_hour: 0.0,
             budget_tokens_per_hour: 0,
             prices: default_prices(),
+            prompt_version: PromptVersion::default(),
         }
     }
 }

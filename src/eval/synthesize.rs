@@ -12,7 +12,7 @@ use super::input::{FailedInput, Group};
 use super::report::{summarize, ConfigSummary, EvalHint};
 use super::{EvalConfig, EvalError, EvalOptions};
 use crate::config::{Config, LlmProvider};
-use crate::hints::build_hint;
+use crate::hints::{build_hint, HintLabels};
 use crate::llm::cassette::{Cassette, CassetteMode};
 use crate::llm::prompt::PROMPT_VERSION;
 use crate::llm::synth::LlmEnv;
@@ -89,7 +89,13 @@ async fn hint_groups(c: &EvalConfig, synth: &Synthesizer, groups: &[Group], prog
         .map(|g| async move {
             let (best, meta) = g.best();
             let synthesis = synth.synthesize(best).await;
-            build_hint(synth.hint_id(&g.key), best, meta, synthesis)
+            build_hint(
+                synth.hint_id(&g.key),
+                best,
+                meta,
+                synthesis,
+                HintLabels::default_arm(synth.prompt_version().as_str()),
+            )
         })
         .buffered(c.config.llm.concurrency.max(1))
         .map(|h| {

@@ -2,12 +2,38 @@
 //! synthesis produced. Stage 1 publishes it; `eval` reports it.
 
 use crate::kafka::RecordMeta;
-use crate::llm::prompt::PROMPT_VERSION;
 use crate::llm::Synthesis;
-use crate::messages::{FailedTrajectory, Hint, HintSource, SCHEMA_VERSION};
+use crate::messages::{FailedTrajectory, Hint, HintSource, DEFAULT_ARM, SCHEMA_VERSION};
+
+/// What a hint was written with, beyond the synthesis: the arm, the
+/// prompt version (`<version>+refine` for a refined hint) and the earlier
+/// hints it refines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HintLabels {
+    pub arm: String,
+    pub prompt_version: String,
+    pub refines: Vec<String>,
+}
+
+impl HintLabels {
+    /// The implicit arm's labels: a fresh hint of `prompt_version`.
+    pub fn default_arm(prompt_version: &str) -> HintLabels {
+        HintLabels {
+            arm: DEFAULT_ARM.to_string(),
+            prompt_version: prompt_version.to_string(),
+            refines: Vec::new(),
+        }
+    }
+}
 
 /// The Hint for a group, from its best trajectory and the synthesis.
-pub fn build_hint(hint_id: String, best: &FailedTrajectory, source: &RecordMeta, s: Synthesis) -> Hint {
+pub fn build_hint(
+    hint_id: String,
+    best: &FailedTrajectory,
+    source: &RecordMeta,
+    s: Synthesis,
+    labels: HintLabels,
+) -> Hint {
     Hint {
         schema_version: i64::from(SCHEMA_VERSION),
         hint_id,
@@ -18,7 +44,7 @@ pub fn build_hint(hint_id: String, best: &FailedTrajectory, source: &RecordMeta,
         hint: s.hint,
         category: s.category,
         model: s.model,
-        prompt_version: PROMPT_VERSION.to_string(),
+        prompt_version: labels.prompt_version,
         latency_ms: s.latency_ms,
         usage: s.usage,
         cost_usd: s.cost_usd,
@@ -29,7 +55,7 @@ pub fn build_hint(hint_id: String, best: &FailedTrajectory, source: &RecordMeta,
             offset: source.offset,
         },
         created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        arm: crate::messages::DEFAULT_ARM.to_string(),
-        refines: Vec::new(),
+        arm: labels.arm,
+        refines: labels.refines,
     }
 }

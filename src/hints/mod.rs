@@ -6,6 +6,10 @@
 //! - [`group`]: gathering a group and picking its best member;
 //! - [`hint`]: the `Hint` message built from a synthesis;
 //! - [`cache`]: one LLM call per group, whatever the redeliveries;
+//! - [`learn`]: hints that learn, the core: arms, Thompson selection, the
+//!   state rebuilt from the hints and outcomes topics, refinement;
+//! - [`learning`]: that core in the stage: the arms' synthesizers, the
+//!   topic readers, the read barrier, what a group's hint is written with;
 //! - [`metrics`]: the stage's Prometheus metrics;
 //! - [`service`]: build and run.
 
@@ -14,8 +18,9 @@ pub mod decode;
 pub mod group;
 pub mod hint;
 pub mod learn;
+pub mod learning;
 pub mod metrics;
 pub mod service;
 
-pub use hint::build_hint;
+pub use hint::{build_hint, HintLabels};
 pub use service::HintStage;

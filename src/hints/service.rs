@@ -19,7 +19,8 @@ use tracing::Instrument;
 use super::cache::{CachedHint, HintCache};
 use super::decode::{decode_arrival, decode_trajectory, Arrival};
 use super::group::{best_index, Groups, Joined};
-use super::hint::build_hint;
+use super::hint::{build_hint, HintLabels};
+use super::learning::Learner;
 use super::metrics::HintMetrics;
 use crate::config::Config;
 use crate::health::Lifecycle;
@@ -28,7 +29,7 @@ use crate::kafka::{
     send, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage, StageProducer,
     Taken, Work,
 };
-use crate::llm::prompt::{truncate_chars, PROMPT_VERSION};
+use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
 use crate::llm::Synthesizer;
 use crate::messages::DecodeLimits;
@@ -70,11 +71,13 @@ fn on_partitions(key: &str, partitions: &[i32]) -> bool {
 }
 
 /// Stage 1's state, which the handler tasks, the revoke and the probes
-/// share: the groups gathering members, the synthesizer and hint cache that
-/// write a gathered group's hint, and where the hints go.
+/// share: the groups gathering members, the synthesizer (the arms' share
+/// its limits), the learner that picks each group's arm, the hint cache
+/// that writes a gathered group's hint once, and where the hints go.
 struct GroupHinter {
     groups: Mutex<Groups<Member>>,
-    synth: Synthesizer,
+    synth: Arc<Synthesizer>,
+    learner: Arc<Learner>,
     cache: HintCache,
     producer: StageProducer,
     lifecycle: Lifecycle,
@@ -206,14 +209,20 @@ impl GroupHinter {
                 return;
             }
         };
-        let hint_id = self.synth.hint_id(group_key);
+        let plan = self.learner.plan(&trajectory).await;
         let source: RecordMeta = best.meta().clone();
         let (cached, from_cache) = self
             .cache
-            .get_or_make(&hint_id, async {
-                let synthesis = self.synth.synthesize(&trajectory).await;
+            .get_or_make(&plan.hint_id, async {
+                let extra = plan.refinement.as_ref().map(|r| r.prompt_section.as_str());
+                let synthesis = plan.synth.synthesize_with(&trajectory, extra).await;
                 self.metrics.synthesized(&synthesis);
-                CachedHint::new(build_hint(hint_id.clone(), &trajectory, &source, synthesis))
+                let labels = HintLabels {
+                    arm: plan.arm.clone(),
+                    prompt_version: plan.prompt_version.clone(),
+                    refines: plan.refinement.as_ref().map(|r| r.refines.clone()).unwrap_or_default(),
+                };
+                CachedHint::new(build_hint(plan.hint_id.clone(), &trajectory, &source, synthesis, labels))
             })
             .await;
         let hint = &cached.hint;
@@ -240,7 +249,7 @@ impl GroupHinter {
                 headers: headers([
                     ("content-type", "application/json"),
                     (CATEGORY_HEADER, hint.category.as_str()),
-                    (PROMPT_VERSION_HEADER, PROMPT_VERSION),
+                    (PROMPT_VERSION_HEADER, hint.prompt_version.as_str()),
                 ]),
             },
             &self.lifecycle,
@@ -265,6 +274,17 @@ impl GroupHinter {
             // Shutdown's deadline passed: the members stay uncommitted.
             Err(SendError::Stopped) => {}
         }
+    }
+}
+
+/// The learning side's start-up errors as the stage's: a configuration
+/// to fix exits 2.
+fn learn_error(e: super::learning::LearnError) -> StageError {
+    use super::learning::LearnError;
+    match e {
+        LearnError::Config(e) => StageError::Config(e),
+        LearnError::Llm(e) => StageError::Llm(e),
+        LearnError::Tail(e) => StageError::Learn(e.to_string()),
     }
 }
 
@@ -362,7 +382,7 @@ impl HintStage {
             &mut shell.registry,
             (llm.budget_usd_per_hour > 0.0, llm.budget_tokens_per_hour > 0),
         ));
-        let synth = synth.with_observer(metrics.clone());
+        let synth = Arc::new(synth.with_observer(metrics.clone()));
         tracing::info!("hints: {}", synth.describe());
         if synth.has_model() && llm.budget_usd_per_hour == 0.0 && llm.budget_tokens_per_hour == 0 {
             tracing::warn!(
@@ -372,11 +392,15 @@ impl HintStage {
                  llm.requests_per_minute calls a minute"
             );
         }
+        let learner = Learner::build(&config, env, synth.clone(), &mut shell.registry)
+            .await
+            .map_err(learn_error)?;
         let metrics_addr = shell.serve_metrics().await?;
         let hints = &config.hints;
         let hinter = Arc::new(GroupHinter {
             groups: Mutex::new(Groups::default()),
             synth,
+            learner,
             cache: HintCache::new(hints.cache_max_bytes, Duration::from_secs(hints.cache_ttl_secs)),
             producer: shell.producer.clone(),
             lifecycle: shell.lifecycle(),
@@ -395,6 +419,9 @@ impl HintStage {
                     "the LLM provider has not answered yet ({})",
                     s.synth.models().join(", ")
                 )),
+                Some(s) if !s.learner.caught_up() => {
+                    Err("reading the hints and outcomes topics to learn from them".to_string())
+                }
                 _ => Ok(()),
             }));
         if !hinter.synth.provider_answered() {

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use super::cassette::{request_key, AttemptOutcome, Call, Cassette, CassetteMode};
 use super::chain::Tally;
 use super::client::{Completion, LlmError};
-use super::prompt::SYSTEM_PROMPT;
 use super::routing::Link;
 use super::synth::Synthesizer;
 
@@ -16,7 +15,7 @@ impl Synthesizer {
     fn request<'a>(&'a self, model: &'a str, user: &'a str) -> Completion<'a> {
         Completion {
             model,
-            system: SYSTEM_PROMPT,
+            system: self.prompt.system_prompt(),
             user,
             max_tokens: self.config.max_tokens,
             temperature: self.config.temperature,

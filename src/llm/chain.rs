@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use super::client::LlmError;
 use super::pricing::{cost_usd, price_of};
-use super::prompt::{feedback, static_hint, user_prompt, VerifierFeedback};
 use super::routing::Link;
 use super::synth::{Synthesis, Synthesizer};
 use crate::messages::{FailedTrajectory, HintCategory, Usage};
@@ -43,11 +42,16 @@ fn ends_the_walk(error: &LlmError) -> bool {
 impl Synthesizer {
     /// Synthesizes the hint for `t`, the best trajectory of its group.
     pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
+        self.synthesize_with(t, None).await
+    }
+
+    /// Synthesizes the hint for `t` with `extra` (earlier hints that did not
+    /// help, for a refined hint) after the prompt's user message.
+    pub async fn synthesize_with(&self, t: &FailedTrajectory, extra: Option<&str>) -> Synthesis {
         let started = Instant::now();
-        let fb = feedback(t);
         if self.chain.is_empty() {
             return Synthesis {
-                hint: static_hint(&fb),
+                hint: self.prompt.static_hint(t),
                 category: HintCategory::StaticFallback,
                 model: None,
                 usage: Usage::default(),
@@ -57,7 +61,11 @@ impl Synthesizer {
             };
         };
         let deadline = started + self.time_budget();
-        let user = user_prompt(t, &fb);
+        let mut user = self.prompt.user_message(t);
+        if let Some(extra) = extra {
+            user.push_str("\n\n");
+            user.push_str(extra);
+        }
         let mut tally = Tally::default();
         let mut last_error = LlmError::Timeout;
         for (i, link) in self.chain.iter().enumerate() {
@@ -75,7 +83,7 @@ impl Synthesizer {
                 break;
             }
         }
-        self.fell_back(&fb, last_error, tally, started)
+        self.fell_back(t, last_error, tally, started)
     }
 
     /// The time budget of one hint.
@@ -100,10 +108,10 @@ impl Synthesizer {
 
     /// The static hint, after every model tried failed; what was spent is
     /// priced at the first model's price.
-    fn fell_back(&self, fb: &VerifierFeedback, error: LlmError, tally: Tally, started: Instant) -> Synthesis {
+    fn fell_back(&self, t: &FailedTrajectory, error: LlmError, tally: Tally, started: Instant) -> Synthesis {
         let price = self.chain.first().and_then(|l| price_of(&self.config.prices, l));
         Synthesis {
-            hint: static_hint(fb),
+            hint: self.prompt.static_hint(t),
             category: HintCategory::LlmFailedStaticFallback,
             model: None,
             cost_usd: cost_usd(price, &tally.usage),

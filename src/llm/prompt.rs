@@ -6,10 +6,7 @@
 //! dropped whole, with every later one); verifier checks with their counts.
 
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
 
 use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
 
@@ -23,25 +20,9 @@ pub mod reference;
 /// Stamped on every hint as `prompt_version`; change it with the template.
 pub const PROMPT_VERSION: &str = "v2";
 
-/// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
-/// default) or the reference trainer's own, byte for byte (`reference`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PromptVersion {
-    #[default]
-    V2,
-    Reference,
-}
+pub use crate::config::{PromptVersion, UnknownPromptVersion};
 
 impl PromptVersion {
-    /// The name stamped on hints as `prompt_version`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PromptVersion::V2 => PROMPT_VERSION,
-            PromptVersion::Reference => reference::PROMPT_VERSION,
-        }
-    }
-
     /// The system prompt.
     pub fn system_prompt(self) -> &'static str {
         match self {
@@ -64,29 +45,6 @@ impl PromptVersion {
         match self {
             PromptVersion::V2 => static_hint(&feedback(t)),
             PromptVersion::Reference => reference::static_hint(t),
-        }
-    }
-}
-
-impl fmt::Display for PromptVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A `prompt_version` that names no prompt.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown prompt_version {0:?}: expected \"v2\" or \"reference\"")]
-pub struct UnknownPromptVersion(pub String);
-
-impl FromStr for PromptVersion {
-    type Err = UnknownPromptVersion;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "v2" => Ok(PromptVersion::V2),
-            "reference" => Ok(PromptVersion::Reference),
-            other => Err(UnknownPromptVersion(other.to_string())),
         }
     }
 }

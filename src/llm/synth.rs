@@ -12,9 +12,8 @@ use super::cassette::Cassette;
 use super::client::{LlmError, Provider};
 use super::limits::budget::Remaining;
 use super::limits::CallLimits;
-use super::prompt::PROMPT_VERSION;
 use super::routing::{self, Link};
-use crate::config::LlmConfig;
+use crate::config::{LlmConfig, PromptVersion};
 use crate::messages::{HintCategory, Usage};
 
 pub use super::env::LlmEnv;
@@ -50,7 +49,11 @@ pub struct Synthesizer {
     /// The configured ids of the chain.
     pub(super) models: Vec<String>,
     pub(super) config: LlmConfig,
-    pub(super) limits: CallLimits,
+    /// The prompt sent (`llm.prompt_version`, or the arm's).
+    pub(super) prompt: PromptVersion,
+    /// Shared by every arm's synthesizer: the rate limits, the calls in
+    /// flight and the budget bound the stage, not each arm.
+    pub(super) limits: Arc<CallLimits>,
     pub(super) observer: Option<Arc<dyn SynthObserver>>,
     pub(super) cassette: Option<Arc<Cassette>>,
     /// Set once a model API answered anything (readiness).
@@ -83,11 +86,53 @@ impl Synthesizer {
             chain: resolved.links,
             models: resolved.models,
             config: config.clone(),
-            limits: CallLimits::new(config),
+            prompt: config.prompt_version,
+            limits: Arc::new(CallLimits::new(config)),
             observer: None,
             cassette: None,
             answered: AtomicBool::new(false),
         })
+    }
+
+    /// A synthesizer for one arm: its own model chain (empty: static hints)
+    /// and prompt, sharing this one's limits, observer and cassette.
+    pub fn for_arm(&self, models: &[String], prompt: PromptVersion, env: &LlmEnv) -> Result<Self, LlmError> {
+        let config = LlmConfig {
+            models: models.to_vec(),
+            prompt_version: prompt,
+            ..self.config.clone()
+        };
+        let (chain, models) = if models.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            let resolved = routing::resolve(&config, env)?;
+            (resolved.links, resolved.models)
+        };
+        Ok(Synthesizer {
+            chain,
+            models,
+            config,
+            prompt,
+            limits: self.limits.clone(),
+            observer: self.observer.clone(),
+            cassette: self.cassette.clone(),
+            answered: AtomicBool::new(false),
+        })
+    }
+
+    /// The prompt version this synthesizer sends.
+    pub fn prompt_version(&self) -> PromptVersion {
+        self.prompt
+    }
+
+    /// The model ids its `hint_id` covers: the configured chain, or none
+    /// when hints are static (no model has a key).
+    pub fn chain_ids(&self) -> Vec<String> {
+        if self.chain.is_empty() {
+            Vec::new()
+        } else {
+            self.models.clone()
+        }
     }
 
     /// Whether hints can come from where they are configured to: a model
@@ -172,7 +217,8 @@ impl Synthesizer {
         } else {
             self.models.join(",")
         };
-        let digest = Sha256::digest(format!("{group_key}\u{0}{PROMPT_VERSION}\u{0}{chain}").as_bytes());
+        let version = self.prompt.as_str();
+        let digest = Sha256::digest(format!("{group_key}\u{0}{version}\u{0}{chain}").as_bytes());
         digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
     }
 

@@ -171,6 +171,28 @@ impl Arms {
         Arms::new(arms, options)
     }
 
+    /// The arms of a stage: its `[[hints.arms]]` entries (an entry without a
+    /// prompt_version takes `prompt_version`), or without any the implicit
+    /// arm with the stage's model chain (`default_models`) and
+    /// `prompt_version`, whose `hint_id`s are what stage 1 always wrote.
+    pub fn for_stage(
+        entries: &[ArmEntry],
+        options: LearnOptions,
+        default_models: &[String],
+        prompt_version: &str,
+    ) -> Result<Arms, ArmConfigError> {
+        if entries.is_empty() {
+            let mut arms = Arms::implicit(default_models, options)?;
+            arms.specs[0].prompt_version = prompt_version.to_string();
+            return Ok(arms);
+        }
+        let specs = entries
+            .iter()
+            .map(|e| ArmSpec::from_entry(e, prompt_version))
+            .collect();
+        Arms::new(specs, options)
+    }
+
     /// The one implicit arm (see [`Arms::from_config`]). It keeps today's
     /// `hint_id`s, so a stage without arms behaves exactly as before.
     pub fn implicit(default_models: &[String], options: LearnOptions) -> Result<Arms, ArmConfigError> {

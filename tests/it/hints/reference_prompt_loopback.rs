@@ -3,11 +3,6 @@
 //! every fixture of schemas/fixtures/reference_prompts.json (the joined
 //! text of the system blocks where prompt caching splits it), with its
 //! max_tokens and temperature.
-//!
-//! Ignored until `prompt_version` is wired into `LlmConfig` and the
-//! synthesizer (`PromptVersion` in src/llm/prompt.rs: `system_prompt`,
-//! `user_message`, `static_hint`, `as_str` for the hint's `prompt_version`
-//! and its `hint_id`); then remove the `#[ignore]`.
 
 use crate::common::llm_server;
 
@@ -44,7 +39,6 @@ fn text_of(v: &Value) -> String {
 }
 
 #[tokio::test]
-#[ignore = "until [llm] prompt_version is wired into LlmConfig and the synthesizer"]
 async fn the_loopback_llm_receives_the_reference_prompt_byte_for_byte_for_every_fixture() {
     let server = LlmServer::start(Some("sk-test-key")).await;
     server.default(Behavior::Text(

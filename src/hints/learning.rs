@@ -1,0 +1,365 @@
+//! Stage 1's side of hints that learn: the arms' synthesizers, the state
+//! rebuilt from `rl.hints` and `rl.hints.outcomes` (read whole by
+//! assignment, see `kafka::tail`), the read barrier before a step's first
+//! choice, and what a group's hint is written with: its arm, its `hint_id`
+//! and, for a task that failed again after an unhelpful hint, the earlier
+//! hints shown to the LLM.
+//!
+//! Determinism: a group's arm depends only on its key and on outcomes of
+//! steps at most `s - 2` (the core's rule), and before the first choice of
+//! a step the worker reads both topics up to their end offsets at that
+//! moment. A redelivery, a late member or another worker so picks the same
+//! arm and writes the same `hint_id`; the hint cache gives a redelivery the
+//! same text (and so the same refinement).
+//!
+//! Without `[[hints.arms]]` there is one implicit arm, `default`, with
+//! today's `hint_id`s; outcomes then only refine hints, and without the
+//! outcomes topic nothing is read at all.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::learn::{refined_prompt_version, Arms, LearnState, Refinement};
+use crate::config::{Config, ConfigError, PromptVersion};
+use crate::kafka::{TailError, TopicTail};
+use crate::llm::synth::LlmEnv;
+use crate::llm::{LlmError, Synthesizer};
+use crate::messages::{decode, DecodeLimits, FailedTrajectory, Hint, HintOutcome};
+use crate::metrics::{FloatGauge, Labels};
+
+/// How long the read barrier before a step's first choice may wait for the
+/// hints and outcomes topics; past it the step is hinted with what was
+/// read (a warning says so, and `hintstream_hints_learn_sync_timeouts`
+/// counts it).
+const LEARN_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the start-up read of both topics may take before the stage
+/// reports ready anyway (it keeps reading; the barrier still applies).
+const LEARN_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Steps whose barrier passed that a worker remembers; older ones are
+/// forgotten (a very late member of one then waits on the barrier again).
+const MAX_SYNCED_STEPS: usize = 10_000;
+/// How often the per-arm gauges are refreshed from the state.
+const ARM_GAUGE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Why the learning side could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LearnError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error(transparent)]
+    Tail(#[from] TailError),
+}
+
+/// One arm as stage 1 runs it.
+struct ArmRunner {
+    name: String,
+    /// The arm's `prompt_version` as configured (stamped on fresh hints).
+    prompt_version: String,
+    /// The arm's synthesizer; for the implicit arm, the stage's own.
+    synth: Arc<Synthesizer>,
+}
+
+/// What a group's hint is written with.
+pub struct HintPlan {
+    pub arm: String,
+    pub hint_id: String,
+    pub synth: Arc<Synthesizer>,
+    /// `prompt_version` of the Hint: the arm's, `+refine` when refined.
+    pub prompt_version: String,
+    /// Earlier unhelpful hints of the task, shown to the LLM.
+    pub refinement: Option<Refinement>,
+}
+
+/// The per-arm gauges, for the run most recently hinted.
+struct ArmGauges {
+    pulls: Family<Labels, Gauge>,
+    rescues: Family<Labels, Gauge>,
+    posterior_mean: Family<Labels, FloatGauge>,
+    spend_usd: Family<Labels, FloatGauge>,
+    sync_timeouts: prometheus_client::metrics::counter::Counter,
+}
+
+/// Topic readers keeping the state current; dropped with the learner.
+struct Readers {
+    hints: TopicTail,
+    outcomes: TopicTail,
+}
+
+pub struct Learner {
+    state: Arc<Mutex<LearnState>>,
+    arms: Vec<ArmRunner>,
+    readers: Option<Readers>,
+    /// Steps (run, step) whose read barrier passed.
+    synced: Mutex<HashSet<(String, i64)>>,
+    /// One barrier at a time: the groups of a new step wait for one read.
+    sync_lock: tokio::sync::Mutex<()>,
+    /// The run most recently hinted: what the per-arm gauges show.
+    latest_run: Mutex<Option<String>>,
+    gauges: ArmGauges,
+    caught_up: std::sync::atomic::AtomicBool,
+}
+
+impl Learner {
+    /// The arms (`[[hints.arms]]`, or the implicit one on `synth`), their
+    /// synthesizers, and, when the outcomes topic exists (it must with
+    /// arms), readers of the hints and outcomes topics.
+    pub async fn build(
+        config: &Config,
+        env: &LlmEnv,
+        synth: Arc<Synthesizer>,
+        registry: &mut Registry,
+    ) -> Result<Arc<Learner>, LearnError> {
+        let hints = &config.hints;
+        let version = config.llm.prompt_version.as_str();
+        let arms = Arms::for_stage(&hints.arms, hints.learn_options(), &synth.chain_ids(), version)
+            .map_err(|e| ConfigError::Invalid(format!("[[hints.arms]]: {e}")))?;
+        let runners = arm_runners(&arms, env, &synth)?;
+        let state = Arc::new(Mutex::new(LearnState::new(arms)));
+        let readers = match start_readers(config, &state).await {
+            Ok(readers) => Some(readers),
+            Err(TailError::MissingTopic(topic)) if !hints.has_arms() => {
+                tracing::warn!(
+                    topic = %topic,
+                    "hints are not refined from their outcomes: {topic} does not exist \
+                     (create it with `hintstream topics create`)"
+                );
+                None
+            }
+            Err(TailError::MissingTopic(topic)) => {
+                return Err(ConfigError::Invalid(format!(
+                    "[[hints.arms]] learn from the outcomes topic, and {topic} does not exist; \
+                     create it with `hintstream topics create`"
+                ))
+                .into())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let learner = Arc::new(Learner {
+            state,
+            arms: runners,
+            readers,
+            synced: Mutex::new(HashSet::new()),
+            sync_lock: tokio::sync::Mutex::new(()),
+            latest_run: Mutex::new(None),
+            gauges: ArmGauges::register(registry),
+            caught_up: std::sync::atomic::AtomicBool::new(false),
+        });
+        tokio::spawn(catch_up(Arc::downgrade(&learner)));
+        tokio::spawn(refresh_gauges(Arc::downgrade(&learner)));
+        Ok(learner)
+    }
+
+    /// Whether the start-up read of both topics is done (readiness).
+    pub fn caught_up(&self) -> bool {
+        self.readers.is_none() || self.caught_up.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn state(&self) -> MutexGuard<'_, LearnState> {
+        // The state's methods finish their changes before returning.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The arm, `hint_id` and refinement of the group of `t` (its best
+    /// trajectory), after the step's read barrier.
+    pub async fn plan(&self, t: &FailedTrajectory) -> HintPlan {
+        self.barrier(&t.run_id, t.step).await;
+        *self.latest_run.lock().unwrap_or_else(|p| p.into_inner()) = Some(t.run_id.clone());
+        let (choice, refinement) = {
+            let state = self.state();
+            let choice = state.choose(&t.run_id, t.step, &t.instance_id);
+            let arm = &self.arms[choice.index];
+            let refinement = if arm.synth.has_model() {
+                state.refinement(&t.run_id, t.step, &t.instance_id)
+            } else {
+                None
+            };
+            (choice, refinement)
+        };
+        let arm = &self.arms[choice.index];
+        HintPlan {
+            arm: arm.name.clone(),
+            hint_id: choice.hint_id,
+            synth: arm.synth.clone(),
+            prompt_version: if refinement.is_some() {
+                refined_prompt_version(&arm.prompt_version)
+            } else {
+                arm.prompt_version.clone()
+            },
+            refinement,
+        }
+    }
+
+    /// Reads both topics up to their end offsets once per step.
+    async fn barrier(&self, run_id: &str, step: i64) {
+        let Some(readers) = &self.readers else {
+            return;
+        };
+        let key = (run_id.to_string(), step);
+        if self.synced().contains(&key) {
+            return;
+        }
+        let _one = self.sync_lock.lock().await;
+        if self.synced().contains(&key) {
+            return;
+        }
+        for tail in [&readers.hints, &readers.outcomes] {
+            if let Err(e) = tail.sync(LEARN_SYNC_TIMEOUT).await {
+                self.gauges.sync_timeouts.inc();
+                tracing::warn!(run_id, step, error = %e, "hinting the step with what was read so far");
+            }
+        }
+        let mut synced = self.synced();
+        if synced.len() >= MAX_SYNCED_STEPS {
+            synced.clear();
+        }
+        synced.insert(key);
+    }
+
+    fn synced(&self) -> MutexGuard<'_, HashSet<(String, i64)>> {
+        self.synced.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the per-arm gauges from the state, for the run most recently
+    /// hinted (none before the first hint).
+    fn refresh(&self) {
+        let Some(run) = self.latest_run.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return;
+        };
+        let report = self.state().run_report(&run);
+        for arm in report.arms {
+            let labels: Labels = vec![("arm", arm.name.clone())];
+            self.gauges.pulls.get_or_create(&labels).set(arm.pulls);
+            self.gauges.rescues.get_or_create(&labels).set(arm.rescues);
+            self.gauges.posterior_mean.get_or_create(&labels).set(arm.posterior_mean);
+            self.gauges.spend_usd.get_or_create(&labels).set(arm.spend_usd);
+        }
+    }
+}
+
+impl ArmGauges {
+    fn register(registry: &mut Registry) -> ArmGauges {
+        let g = ArmGauges {
+            pulls: Family::default(),
+            rescues: Family::default(),
+            posterior_mean: Family::default(),
+            spend_usd: Family::default(),
+            sync_timeouts: Default::default(),
+        };
+        registry.register("arm_pulls", "Hints written by each arm, in the run most recently hinted", g.pulls.clone());
+        registry.register(
+            "arm_rescues",
+            "Outcomes of each arm's hints that rescued their group, in the run most recently hinted",
+            g.rescues.clone(),
+        );
+        registry.register(
+            "arm_posterior_mean",
+            "Posterior mean of each arm's rescue rate from every outcome known, in the run most recently hinted",
+            g.posterior_mean.clone(),
+        );
+        registry.register(
+            "arm_spend_usd",
+            "What each arm's hints cost in USD, in the run most recently hinted",
+            g.spend_usd.clone(),
+        );
+        registry.register(
+            "learn_sync_timeouts",
+            "Steps hinted before the hints and outcomes topics were read to their end",
+            g.sync_timeouts.clone(),
+        );
+        g
+    }
+}
+
+/// Each arm's runner: the implicit arm uses the stage's synthesizer; a
+/// configured arm gets its own chain and prompt, sharing the stage's limits.
+fn arm_runners(arms: &Arms, env: &LlmEnv, synth: &Arc<Synthesizer>) -> Result<Vec<ArmRunner>, LearnError> {
+    arms.specs()
+        .iter()
+        .map(|spec| {
+            let synth = if arms.is_implicit() {
+                synth.clone()
+            } else {
+                let prompt: PromptVersion = spec.prompt_version.parse().map_err(|e| {
+                    ConfigError::Invalid(format!("[[hints.arms]] {}: {e}", spec.name))
+                })?;
+                let models = if spec.is_static { &[][..] } else { &spec.models[..] };
+                Arc::new(synth.for_arm(models, prompt, env)?)
+            };
+            Ok(ArmRunner {
+                name: spec.name.clone(),
+                prompt_version: spec.prompt_version.clone(),
+                synth,
+            })
+        })
+        .collect()
+}
+
+/// Readers of the hints and outcomes topics, feeding `state`.
+async fn start_readers(config: &Config, state: &Arc<Mutex<LearnState>>) -> Result<Readers, TailError> {
+    let limits = config.decode_limits();
+    let outcomes = {
+        let state = state.clone();
+        TopicTail::start(config, &config.topics.outcomes, move |_, payload| {
+            if let Some(o) = decoded::<HintOutcome>(payload, limits) {
+                state.lock().unwrap_or_else(|p| p.into_inner()).observe_outcome(&o);
+            }
+        })
+        .await?
+    };
+    let hints = {
+        let state = state.clone();
+        TopicTail::start(config, &config.hints.output_topic, move |_, payload| {
+            if let Some(h) = decoded::<Hint>(payload, limits) {
+                state.lock().unwrap_or_else(|p| p.into_inner()).observe_hint(&h);
+            }
+        })
+        .await?
+    };
+    Ok(Readers { hints, outcomes })
+}
+
+/// A record of a learning topic as `T`, or `None` (a record that does not
+/// decode teaches nothing; the topics' writers validate what they write).
+fn decoded<T: serde::de::DeserializeOwned + crate::messages::Validate>(
+    payload: Option<&[u8]>,
+    limits: DecodeLimits,
+) -> Option<T> {
+    decode::<T>(payload?, limits).ok()
+}
+
+/// The start-up read of both topics; the stage is ready after it (or after
+/// [`LEARN_CATCH_UP_TIMEOUT`], with a warning).
+async fn catch_up(learner: std::sync::Weak<Learner>) {
+    let Some(l) = learner.upgrade() else {
+        return;
+    };
+    if let Some(readers) = &l.readers {
+        for tail in [&readers.hints, &readers.outcomes] {
+            if let Err(e) = tail.sync(LEARN_CATCH_UP_TIMEOUT).await {
+                tracing::warn!(error = %e, "ready before the learning topics were read whole");
+            }
+        }
+        let stats = l.state().stats();
+        tracing::info!(?stats, "read the hints and outcomes topics");
+    }
+    l.caught_up.store(true, std::sync::atomic::Ordering::Relaxed);
+    l.refresh();
+}
+
+async fn refresh_gauges(learner: std::sync::Weak<Learner>) {
+    let mut tick = tokio::time::interval(ARM_GAUGE_INTERVAL);
+    loop {
+        tick.tick().await;
+        let Some(l) = learner.upgrade() else {
+            return;
+        };
+        l.refresh();
+    }
+}
