@@ -227,6 +227,9 @@ pub struct SimReport {
     pub arm_table: Vec<RunArms>,
     /// LLM requests per model the loopback server answered.
     pub llm_requests: BTreeMap<String, u64>,
+    /// Stage 1's per-arm Prometheus series at the end (`hintstream_hints_arm_*`
+    /// by series, labels included).
+    pub prometheus: BTreeMap<String, f64>,
     pub wall_secs: f64,
 }
 
@@ -273,7 +276,8 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<SimReport> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let llm = LoopbackLlm::start().await?;
     let id = format!("sim-{:08x}", rand::random::<u32>());
-    let config = stage_config(args, &arms, &id, &llm.base_url());
+    let mut config = stage_config(args, &arms, &id, &llm.base_url());
+    config.hints.stage.metrics_addr = free_loopback_addr()?;
     let config_path = args.out.join("hintstream.toml");
     std::fs::write(&config_path, toml::to_string(&config)?)?;
     let names = hintstream::kafka::admin::design_topics(&config);
@@ -298,6 +302,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<SimReport> {
         steps.push(row);
     }
     bar.finish_and_clear();
+    let prometheus = arm_series(&config.hints.stage.metrics_addr).await;
     let (arm_table, _) = arm_tables(&feeds.hints, &feeds.outcomes, Some(&config))?;
     let report = SimReport {
         run_id: id,
@@ -313,10 +318,33 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<SimReport> {
         steps,
         arm_table,
         llm_requests: llm.requests(),
+        prometheus,
         wall_secs: started.elapsed().as_secs_f64(),
     };
     write_report(&report, &args.out)?;
     Ok(report)
+}
+
+/// A loopback `HOST:PORT` nothing listens on now.
+fn free_loopback_addr() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+/// Stage 1's `hintstream_hints_arm_*` series from its endpoint (empty when
+/// it does not answer).
+async fn arm_series(addr: &str) -> BTreeMap<String, f64> {
+    let Ok(response) = reqwest::get(format!("http://{addr}/metrics")).await else {
+        return BTreeMap::new();
+    };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("hintstream_hints_arm_"))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
 }
 
 fn progress(args: &SimArgs) -> indicatif::ProgressBar {

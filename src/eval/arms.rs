@@ -534,7 +534,7 @@ mod tests {
             .try_into()
             .unwrap();
         let h = hint("x", 3, "t", "a", HintCategory::LlmSynthesized, 0.5);
-        let (runs, from) = arm_tables(&[h.clone()], &[outcome(&h, 2)], Some(&config)).unwrap();
+        let (runs, from) = arm_tables(std::slice::from_ref(&h), &[outcome(&h, 2)], Some(&config)).unwrap();
         assert_eq!(from, "config");
         let names: Vec<_> = runs[0].arms.iter().map(|a| (a.arm.as_str(), a.control)).collect();
         assert_eq!(names, [("a", false), ("base", true)]);
