@@ -132,13 +132,21 @@ fn the_simulation_report_shows_the_arm_chart_in_chromium() {
     let page = out.join("index.html");
     let url = format!("file://{}", page.display());
     let dir = tempfile::tempdir().unwrap();
-    let (dom, _) = run_chromium(&dir.path().join("profile-dom"), &["--dump-dom".into(), url.clone()]);
+    let (dom, _) = run_chromium(
+        &dir.path().join("profile-dom"),
+        &["--dump-dom".into(), url.clone()],
+    );
     for id in ["steps", "arms"] {
-        assert!(dom.contains(&format!("<table id=\"{id}\"")), "no table {id} in the DOM");
+        assert!(
+            dom.contains(&format!("<table id=\"{id}\"")),
+            "no table {id} in the DOM"
+        );
     }
     let at = dom.find("<figure id=\"plot-arm-shares\"").expect("no arm chart");
     assert!(
-        dom[at..].split_once('>').is_some_and(|(_, rest)| rest.starts_with("<svg")),
+        dom[at..]
+            .split_once('>')
+            .is_some_and(|(_, rest)| rest.starts_with("<svg")),
         "the arm chart is no inline SVG"
     );
     let shot = dir.path().join("report.png");
