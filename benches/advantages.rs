@@ -56,6 +56,7 @@ fn benches(c: &mut Criterion) {
             n_groups: groups.n_groups,
             reward: &data.reward,
             hinted: &data.is_hinted,
+            response_length: &[],
         };
         let estimators: &[Estimator] = if n >= 1_000_000 {
             &Estimator::ALL
@@ -104,6 +105,7 @@ fn benches(c: &mut Criterion) {
                                 n_groups: groups.n_groups,
                                 reward: &data.reward,
                                 hinted: &data.is_hinted,
+                                response_length: &[],
                             };
                             normalize::compute(&batch, &options, Device::Cpu)
                         })

@@ -77,6 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         n_groups: groups.n_groups,
                         reward: &rows.reward,
                         hinted: &rows.is_hinted,
+                        response_length: &[],
                     };
                     normalize::compute(&batch, &options, Device::Cpu)
                 });

@@ -1,9 +1,12 @@
 //! Compares the CUDA kernel with the CPU kernel for every estimator on fresh
-//! random inputs and times both. Prints the GPU, its compute capability and
-//! the driver's CUDA version first, then one line per estimator and size:
+//! random inputs and times both: each estimator under both `hint_baseline`s
+//! (`reference`, `raw`), grpo also without `norm_by_std`, and reinforce_pp
+//! also with random response lengths (1 to 4096 tokens) and a custom
+//! `whiten_epsilon`. Prints the GPU, its compute capability and
+//! the driver's CUDA version first, then one line per variant and size:
 //! the max relative error over advantage, group_mean and group_std (must be
-//! < 1e-9) and, for the per-group estimators, whether rows of std-0 groups
-//! match exactly. Exit 0 when all agree, 1 on a mismatch or a kernel that
+//! < 1e-9) and, for the per-group estimators with raw-only baselines,
+//! whether rows of std-0 groups match exactly. Exit 0 when all agree, 1 on a mismatch or a kernel that
 //! fails (including a module this driver cannot load), 2 when there is no
 //! CUDA device (or no CUDA support in the build).
 //!
@@ -13,7 +16,7 @@
 mod check {
     use std::time::Instant;
 
-    use hintstream::normalize::{cpu, gpu, AdvantageOptions, Advantages, Batch, Estimator};
+    use hintstream::normalize::{cpu, gpu, AdvantageOptions, Advantages, Batch, Estimator, HintBaseline};
     use rand::{Rng, SeedableRng};
 
     const SIZES: [usize; 4] = [10_000, 100_000, 1_000_000, 4_000_000];
@@ -26,6 +29,8 @@ mod check {
         group: Vec<u32>,
         reward: Vec<f64>,
         hinted: Vec<bool>,
+        /// Response lengths, 1 to 4096 tokens.
+        length: Vec<u32>,
         n_groups: usize,
         /// Rows whose group's baseline has std 0 by construction.
         std0: Vec<bool>,
@@ -42,6 +47,7 @@ mod check {
             group: vec![],
             reward: vec![],
             hinted: vec![],
+            length: vec![],
             n_groups,
             std0: vec![],
         };
@@ -55,6 +61,7 @@ mod check {
             c.group.push(g as u32);
             c.reward.push(reward);
             c.hinted.push(hinted);
+            c.length.push(rng.random_range(1..=4096));
             c.std0.push(constant[g].is_some());
         }
         c
@@ -78,6 +85,45 @@ mod check {
             }
         }
         max
+    }
+
+    /// What is compared: every estimator under both hint baselines; grpo
+    /// without `norm_by_std`; reinforce_pp with response lengths, and with
+    /// a custom `whiten_epsilon`.
+    fn variants<'a>(
+        plain: &'a Batch<'a>,
+        with_lengths: &'a Batch<'a>,
+    ) -> Vec<(String, &'a Batch<'a>, AdvantageOptions)> {
+        let mut out = Vec::new();
+        for estimator in Estimator::ALL {
+            for hint_baseline in [HintBaseline::Reference, HintBaseline::Raw] {
+                let options = AdvantageOptions {
+                    estimator,
+                    hint_baseline,
+                    ..AdvantageOptions::default()
+                };
+                out.push((format!("{estimator} {hint_baseline}"), plain, options));
+                if estimator == Estimator::ReinforcePp {
+                    out.push((
+                        format!("{estimator} {hint_baseline} lengths"),
+                        with_lengths,
+                        options,
+                    ));
+                }
+            }
+        }
+        let no_std = AdvantageOptions {
+            norm_by_std: false,
+            ..AdvantageOptions::default()
+        };
+        out.push(("grpo no norm_by_std".into(), plain, no_std));
+        let whiten = AdvantageOptions {
+            estimator: Estimator::ReinforcePp,
+            whiten_epsilon: 1e-3,
+            ..AdvantageOptions::default()
+        };
+        out.push(("reinforce_pp lengths weps 1e-3".into(), with_lengths, whiten));
+        out
     }
 
     pub fn main() {
@@ -107,46 +153,54 @@ mod check {
             .unwrap_or(7);
         println!("seed {seed}");
         println!(
-            "{:>12} {:>10} {:>10} {:>10} {:>9} {:>13} {:>10}",
+            "{:>34} {:>10} {:>10} {:>10} {:>9} {:>13} {:>10}",
             "estimator", "rows", "cpu ms", "cuda ms", "speedup", "max rel err", "std0 exact"
         );
         let mut ok = true;
         for (k, &n) in sizes.iter().enumerate() {
             let c = case(n, seed + k as u64);
-            let batch = Batch {
+            let plain = Batch {
                 group: &c.group,
                 n_groups: c.n_groups,
                 reward: &c.reward,
                 hinted: &c.hinted,
+                response_length: &[],
             };
-            if let Err(e) = batch.validate() {
-                eprintln!("gpu_check: bad generated batch: {e}");
-                std::process::exit(1);
+            let with_lengths = Batch {
+                response_length: &c.length,
+                ..plain
+            };
+            for batch in [&plain, &with_lengths] {
+                if let Err(e) = batch.validate() {
+                    eprintln!("gpu_check: bad generated batch: {e}");
+                    std::process::exit(1);
+                }
             }
-            for estimator in Estimator::ALL {
-                let options = AdvantageOptions {
-                    estimator,
-                    ..AdvantageOptions::default()
-                };
+            for (label, batch, options) in variants(&plain, &with_lengths) {
+                let estimator = options.estimator;
                 let (mut cpu_ms, mut gpu_ms) = (vec![], vec![]);
                 let (mut cpu_out, mut gpu_out) = (Advantages::default(), Advantages::default());
                 for _ in 0..RUNS {
                     let t = Instant::now();
-                    cpu_out = cpu::compute(&batch, &options);
+                    cpu_out = cpu::compute(batch, &options);
                     cpu_ms.push(t.elapsed().as_secs_f64() * 1e3);
                     let t = Instant::now();
-                    gpu_out = match gpu::compute(&batch, &options) {
+                    gpu_out = match gpu::compute(batch, &options) {
                         Ok(a) => a,
                         Err(e) => {
-                            eprintln!("gpu_check: CUDA kernel failed ({estimator}, {n} rows): {e}");
+                            eprintln!("gpu_check: CUDA kernel failed ({label}, {n} rows): {e}");
                             std::process::exit(1);
                         }
                     };
                     gpu_ms.push(t.elapsed().as_secs_f64() * 1e3);
                 }
                 let rel = max_rel_err(&gpu_out, &cpu_out);
-                // batch_whiten has no per-group std; its step std is not 0.
-                let std0 = if estimator == Estimator::BatchWhiten {
+                // reinforce_pp has no per-group std; its step std is not 0.
+                // The std-0 groups are std 0 over their raw rows: only
+                // where baselines are raw-only (grpo, drgrpo; rloo under
+                // `raw`) is their baseline exact.
+                let raw_only = estimator.raw_baselines(batch, &options);
+                let std0 = if estimator == Estimator::ReinforcePp || !raw_only {
                     "-".to_string()
                 } else {
                     let exact = (0..n).filter(|&i| c.std0[i]).all(|i| {
@@ -160,8 +214,7 @@ mod check {
                 ok &= rel < MAX_REL_ERR && gpu_out.advantage.len() == n;
                 let (cm, gm) = (median(cpu_ms), median(gpu_ms));
                 println!(
-                    "{:>12} {n:>10} {cm:>10.3} {gm:>10.3} {:>8.1}x {rel:>13.3e} {std0:>10}",
-                    estimator.as_str(),
+                    "{label:>34} {n:>10} {cm:>10.3} {gm:>10.3} {:>8.1}x {rel:>13.3e} {std0:>10}",
                     cm / gm
                 );
             }

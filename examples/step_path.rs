@@ -165,6 +165,7 @@ fn encode_input(rows: &mut ScoredRows, step: i64, format: Format) -> Result<Vec<
                     is_hinted: rows.is_hinted[i],
                     hint_category: rows.hint_category[i].clone(),
                     hint_id: None,
+                    response_length: None,
                 });
                 Ok(Input {
                     payload: serde_json::to_vec(&row)?,

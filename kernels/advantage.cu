@@ -7,8 +7,9 @@
 // Launch order (src/normalize/gpu.rs):
 //   per-group estimators: baseline_sums, group_means, baseline_squares,
 //   group_stds, advantages;
-//   batch_whiten: step_sums, group_means, step_squares, group_stds,
-//   advantages (whole_step = 1), with one "group" at index 0.
+//   reinforce_pp: step_sums, group_means, step_squares, group_stds,
+//   advantages (whole_step = 1), with one "group" at index 0; its sums and
+//   squares are over tokens (each row weighs its response length).
 // The step_* reductions assume blockDim.x == REDUCE_THREADS.
 
 #define REDUCE_THREADS 256
@@ -17,7 +18,7 @@
 #define EST_GRPO 0
 #define EST_DRGRPO 1
 #define EST_RLOO 2
-#define EST_BATCH_WHITEN 3
+#define EST_REINFORCE_PP 3
 
 #define GRID_STRIDE(i, n)                                                                      \
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (n); \
@@ -52,16 +53,25 @@ __device__ double block_sum(double value) {
     return total;
 }
 
-// Pass 1, whole step: sum and count of the step's baseline rows into
-// sum[0] and count[0] (one atomic per block).
+// A row's token weight: its response length, 1 at or past n_lengths.
+__device__ double token_weight(const unsigned int *length, unsigned long long n_lengths,
+                               unsigned long long i) {
+    return i < n_lengths ? (double)length[i] : 1.0;
+}
+
+// Pass 1, whole step: sum and count of the step's baseline tokens (rows
+// weighted by response length) into sum[0] and count[0] (one atomic per
+// block).
 extern "C" __global__ void step_sums(const double *reward, const unsigned char *hinted,
+                                     const unsigned int *length, unsigned long long n_lengths,
                                      int first_turn, unsigned long long n, double *sum,
                                      unsigned long long *count) {
     double s = 0.0, c = 0.0;
     GRID_STRIDE(i, n) {
         if (!first_turn || !hinted[i]) {
-            s += reward[i];
-            c += 1.0;
+            double w = token_weight(length, n_lengths, i);
+            s += w * reward[i];
+            c += w;
         }
     }
     s = block_sum(s);
@@ -92,15 +102,17 @@ extern "C" __global__ void baseline_squares(const unsigned int *group, const dou
     }
 }
 
-// Pass 2, whole step: squared deviations from mean[0] into squares[0].
+// Pass 2, whole step: token-weighted squared deviations from mean[0] into
+// squares[0].
 extern "C" __global__ void step_squares(const double *reward, const unsigned char *hinted,
+                                        const unsigned int *length, unsigned long long n_lengths,
                                         int first_turn, unsigned long long n, const double *mean,
                                         double *squares) {
     double s = 0.0, m = mean[0];
     GRID_STRIDE(i, n) {
         if (!first_turn || !hinted[i]) {
             double d = reward[i] - m;
-            s += d * d;
+            s += token_weight(length, n_lengths, i) * d * d;
         }
     }
     s = block_sum(s);
@@ -122,7 +134,9 @@ extern "C" __global__ void group_stds(const double *squares, const unsigned long
 
 // Pass 3: every row's advantage, the baseline subtracted (row_mean) and the
 // std (row_std). `divide`: A = (s - mean) / (std + epsilon), else s - mean;
-// rloo never divides. `whole_step`: every row uses index 0 (batch_whiten).
+// reinforce_pp: A = (s - mean) / sqrt(std * std + epsilon), the reference's
+// rsqrt(var + 1e-8) with epsilon = whiten_epsilon; rloo never divides.
+// `whole_step`: every row uses index 0 (reinforce_pp).
 extern "C" __global__ void advantages(const unsigned int *group, const double *reward,
                                       const unsigned char *hinted, int first_turn,
                                       unsigned long long n, const double *sum,
@@ -145,6 +159,9 @@ extern "C" __global__ void advantages(const unsigned int *group, const double *r
             }
             advantage[i] = r - baseline;
             row_mean[i] = baseline;
+        } else if (estimator == EST_REINFORCE_PP) {
+            advantage[i] = (r - m) / sqrt(s * s + epsilon);
+            row_mean[i] = m;
         } else {
             double centred = r - m;
             advantage[i] = divide ? centred / (s + epsilon) : centred;

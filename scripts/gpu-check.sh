@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Reports the GPU (name, architecture as compute capability, driver version),
 # then compares the CUDA advantage kernel with the CPU kernel for every
-# estimator on fresh random inputs (max relative error < 1e-9, std-0 groups
-# exact), times both and prints a table. One call on a GPU machine.
+# estimator under both hint baselines (reference, raw), grpo without
+# norm_by_std, and reinforce_pp with random response lengths and a custom
+# whiten_epsilon, on fresh random inputs (max relative error < 1e-9, std-0
+# groups exact), times both and prints a table. One call on a GPU machine.
 #
 #   scripts/gpu-check.sh [ROWS...]            build with --features cuda, then run
 #   scripts/gpu-check.sh --no-build [ROWS...] run a binary built earlier (carried

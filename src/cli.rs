@@ -1,5 +1,5 @@
 //! The command-line surface: subcommands, their flags and how flags map onto
-//! config settings. Names are part of the contract (DESIGN.md).
+//! config settings. Names are part of the contract (the README's Commands).
 
 use std::path::PathBuf;
 

@@ -3,7 +3,12 @@
 //!
 //! # Layout
 //!
-//! The modules follow the pipeline, from the wire inwards:
+//! The modules follow the pipeline, from the wire inwards, in layers: a
+//! module imports only from its own layer or below (messages, normalize,
+//! jsonl < config < batch < metrics, health, telemetry < kafka < llm <
+//! stage < hints, advantages < tools, eval, quickstart < cli), with no
+//! circle; `tests/it/contract/layout.rs` checks it, and that this map and
+//! the README's layout name every module.
 //!
 //! - [`messages`]: the wire contract (failed trajectories, hints, scored
 //!   rollouts, step ends), their validation and keys; decoding untrusted bytes
@@ -14,22 +19,28 @@
 //!   and start-up checks, the offset tracker and its single commit point (the
 //!   at-least-once contract), one handle per taken message, the dead-letter
 //!   producer, bounded produce, the consume loop with drain on revoke and
-//!   shutdown and the `Stage` contract it drives, topic admin.
+//!   shutdown and the `Stage` contract it drives, whole-topic readers with a
+//!   read barrier (the state both stages rebuild from topics), topic admin.
 //! - [`stage`]: the skeleton both stages share: checks, clients, registry,
 //!   metrics endpoint, the loop.
 //! - [`llm`]: stage 1's model side: the HTTP clients (Anthropic,
-//!   OpenAI-compatible), the prompt, the Python-literal parser, the
-//!   synthesizer with retries, rate limits and the spend budget, the
-//!   cassette.
-//! - [`hints`]: stage 1, `hintstream hints`: decode, group, synthesize (at
-//!   most one LLM call per group: the hint cache), publish.
+//!   OpenAI-compatible), routing, the prompts (`v2`, and the reference's
+//!   byte for byte), the Python-literal parser, the chain walk with retries,
+//!   the limits (rate, spend budget), the cassette.
+//! - [`hints`]: stage 1, `hintstream hints`: decode, group, choose the
+//!   group's arm and refinement from what earlier hints did (hints that
+//!   learn), synthesize (at most one LLM call per group: the hint cache),
+//!   publish.
 //! - [`batch`]: Arrow schemas, columnar scored rows, IPC framing,
 //!   chunked steps (a step as several IPC messages under a byte bound) and
 //!   synthetic steps for the benchmarks.
-//! - [`normalize`]: the advantage kernels (CPU, CUDA) and dense group ids.
+//! - [`normalize`]: the advantage estimators (GRPO, Dr.GRPO, RLOO,
+//!   REINFORCE++) on CPU and CUDA, and dense group ids. It keeps the name of
+//!   its config section, `[normalize]` (the reference's "advantage
+//!   normalization"), which users already write.
 //! - [`advantages`]: stage 2, `hintstream advantages`: decode, assemble
-//!   steps, compute, publish advantages and step metrics; `advantages compute`
-//!   on files.
+//!   steps, compute, publish advantages, step metrics and hint outcomes;
+//!   `advantages compute` on files.
 //! - [`metrics`]: the consume loop's Prometheus counters and a registry
 //!   rendered as text.
 //! - [`health`]: a stage's lifecycle (running, stopping, failed); what

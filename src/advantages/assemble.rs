@@ -301,6 +301,7 @@ mod tests {
                 is_hinted: false,
                 hint_category: None,
                 hint_id: None,
+                response_length: None,
             });
         }
         r

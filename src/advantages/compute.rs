@@ -50,6 +50,7 @@ pub fn compute_step(
             n_groups: groups.n_groups,
             reward: &rows.reward,
             hinted: &rows.is_hinted,
+            response_length: &rows.response_length,
         },
         options,
         device,
@@ -61,10 +62,10 @@ pub fn compute_step(
     })
 }
 
-/// Dense group ids of a step's rows for `options`' estimator: batch_whiten
+/// Dense group ids of a step's rows for `options`' estimator: reinforce_pp
 /// ignores groups, so its rows all go to group 0 and no id is mapped.
 fn step_groups(instance_ids: &[String], options: &AdvantageOptions) -> DenseGroups {
-    if options.estimator == Estimator::BatchWhiten {
+    if options.estimator == Estimator::ReinforcePp {
         return DenseGroups {
             ids: vec![0; instance_ids.len()],
             n_groups: usize::from(!instance_ids.is_empty()),
@@ -82,7 +83,7 @@ pub fn compute_batch(
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<(Advantages, Ran), ComputeError> {
-    let columns = kernel_columns(batch, options.estimator != Estimator::BatchWhiten)?;
+    let columns = kernel_columns(batch, options.estimator != Estimator::ReinforcePp)?;
     Ok(normalize::compute(&columns.as_batch(), options, device)?)
 }
 
@@ -106,6 +107,7 @@ pub fn compute_rows(
             n_groups: groups.n_groups,
             reward: &rows.reward,
             hinted: &rows.is_hinted,
+            response_length: &rows.response_length,
         };
         return Ok(normalize::compute(&batch, options, device)?.0);
     }

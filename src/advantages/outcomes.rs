@@ -1,6 +1,6 @@
 //! A step's `HintOutcome`s: from the step's scored rows, one outcome per
 //! `hint_id` that its hinted rows name, for stage 2 to publish on
-//! `rl.hints.outcomes` after the step (counts only; see DESIGN.md).
+//! `rl.hints.outcomes` after the step (counts only; schemas/hint_outcome.schema.json).
 //!
 //! A row counts when it is hinted and names a hint; a raw row that names a
 //! hint did not run with it and is left out. A hint's run, step and group
@@ -85,6 +85,7 @@ mod tests {
                 is_hinted: hinted,
                 hint_category: hinted.then(|| "llm_synthesized".into()),
                 hint_id: hint_id.map(str::to_string),
+                response_length: None,
             });
         }
         r

@@ -199,6 +199,7 @@ mod tests {
                 is_hinted: category.is_some(),
                 hint_category: category.map(str::to_string),
                 hint_id: None,
+                response_length: None,
             });
         }
         r

@@ -14,7 +14,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
 use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch,
-    StringArray,
+    StringArray, UInt32Array,
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use thiserror::Error;
@@ -59,8 +59,15 @@ impl BatchError {
     }
 }
 
+/// The optional column of response lengths in tokens (≥ 1; read by
+/// `reinforce_pp`): any integer type on input, `UInt32` when this crate
+/// writes it, which it does only for steps where a row has a length other
+/// than 1. A batch without it has length 1 on every row; nulls read as 1.
+pub const RESPONSE_LENGTH: &str = "response_length";
+
 /// Schema of scored rollouts as stage 2 assembles them: one step per batch,
-/// `instance_id` dictionary-encoded so group ids are dense already.
+/// `instance_id` dictionary-encoded so group ids are dense already. A step
+/// with response lengths adds the [`RESPONSE_LENGTH`] column last.
 pub fn scored_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("run_id", DataType::Utf8, false),
@@ -110,6 +117,10 @@ pub struct ScoredRows {
     /// never ends with `None`, so that equal rows compare equal. Read it with
     /// [`ScoredRows::hint_id`].
     pub hint_id: Vec<Option<String>>,
+    /// Each row's response length in tokens (≥ 1). Like `hint_id`, may be
+    /// shorter than the other columns (rows past its end have length 1) and
+    /// never ends with a 1. Read it with [`ScoredRows::response_length`].
+    pub response_length: Vec<u32>,
 }
 
 impl ScoredRows {
@@ -126,10 +137,24 @@ impl ScoredRows {
         self.hint_id.get(row).and_then(Option::as_deref)
     }
 
+    /// Row `row`'s response length (1 when it has none).
+    pub fn response_length(&self, row: usize) -> u32 {
+        self.response_length.get(row).copied().unwrap_or(1)
+    }
+
+    /// Appends one row. A `response_length` outside 1..=u32::MAX (which
+    /// [`ScoredRollout`]'s validation rejects) is stored as 1.
     pub fn push(&mut self, row: &ScoredRollout) {
         if let Some(id) = &row.hint_id {
             self.hint_id.resize(self.len(), None);
             self.hint_id.push(Some(id.clone()));
+        }
+        match row.response_length.and_then(|l| u32::try_from(l).ok()) {
+            Some(length) if length > 1 => {
+                self.response_length.resize(self.len(), 1);
+                self.response_length.push(length);
+            }
+            _ => {}
         }
         self.run_id.push(row.run_id.clone());
         self.step.push(row.step);
@@ -145,6 +170,10 @@ impl ScoredRows {
         if !other.hint_id.is_empty() {
             self.hint_id.resize(self.len(), None);
             self.hint_id.extend(other.hint_id);
+        }
+        if !other.response_length.is_empty() {
+            self.response_length.resize(self.len(), 1);
+            self.response_length.extend(other.response_length);
         }
         self.run_id.extend(other.run_id);
         self.step.extend(other.step);
@@ -175,6 +204,11 @@ impl ScoredRows {
                         .collect(),
                 )
             },
+            response_length: if self.response_length.is_empty() {
+                Vec::new()
+            } else {
+                without_trailing_ones(indices.iter().map(|&i| self.response_length(i)).collect())
+            },
         }
     }
 
@@ -195,7 +229,7 @@ impl ScoredRows {
             Int32Array::from(keys),
             Arc::new(StringArray::from_iter_values(values)),
         )?;
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(&self.run_id)),
             Arc::new(Int64Array::from(self.step.clone())),
             Arc::new(instance),
@@ -207,13 +241,25 @@ impl ScoredRows {
                 (0..self.len()).map(|row| self.hint_id(row)),
             )),
         ];
-        Ok(RecordBatch::try_new(scored_schema(), columns)?)
+        if self.response_length.is_empty() {
+            return Ok(RecordBatch::try_new(scored_schema(), columns)?);
+        }
+        let mut fields: Vec<Field> = scored_schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(RESPONSE_LENGTH, DataType::UInt32, false));
+        columns.push(Arc::new(UInt32Array::from_iter_values(
+            (0..self.len()).map(|row| self.response_length(row)),
+        )));
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
     }
 
     /// Reads scored rows from a batch with the scored columns in any usual
     /// encoding: strings plain, large, view or dictionary-encoded; reward f32
-    /// or f64; step any integer type. `hint_category` and `hint_id` may be
-    /// absent.
+    /// or f64; step any integer type. `hint_category`, `hint_id` and
+    /// [`RESPONSE_LENGTH`] may be absent.
     pub fn from_batch(batch: &RecordBatch) -> Result<ScoredRows, BatchError> {
         let rows = ScoredRows {
             run_id: strings(batch, "run_id")?,
@@ -229,6 +275,7 @@ impl ScoredRows {
                 }
                 _ => Vec::new(),
             },
+            response_length: without_trailing_ones(response_lengths(batch)?),
         };
         rows.check()?;
         Ok(rows)
@@ -262,6 +309,50 @@ impl ScoredRows {
     }
 }
 
+/// `lengths` without its trailing 1s ([`ScoredRows::response_length`]'s
+/// form).
+fn without_trailing_ones(mut lengths: Vec<u32>) -> Vec<u32> {
+    while lengths.last() == Some(&1) {
+        lengths.pop();
+    }
+    lengths
+}
+
+/// The [`RESPONSE_LENGTH`] column of `batch` as u32s, nulls as 1; empty when
+/// the column is absent. Every value must be an integer from 1 to u32::MAX.
+fn response_lengths(batch: &RecordBatch) -> Result<Vec<u32>, BatchError> {
+    let Some(array) = batch.column_by_name(RESPONSE_LENGTH) else {
+        return Ok(Vec::new());
+    };
+    if !array.data_type().is_integer() {
+        return Err(BatchError::WrongType {
+            column: RESPONSE_LENGTH,
+            found: array.data_type().clone(),
+            wanted: "integer",
+        });
+    }
+    let cast = cast(array, RESPONSE_LENGTH, &DataType::Int64, "integer")?;
+    let ints = cast
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or(BatchError::MissingColumn(RESPONSE_LENGTH))?;
+    let mut out = Vec::with_capacity(ints.len());
+    for (row, value) in ints.iter().enumerate() {
+        let length = value.unwrap_or(1);
+        match u32::try_from(length) {
+            Ok(l) if l >= 1 => out.push(l),
+            _ => {
+                return Err(BatchError::InvalidValue {
+                    column: RESPONSE_LENGTH,
+                    row,
+                    reason: format!("{length} is not an integer from 1 to 4294967295"),
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// `ids` without its trailing `None`s ([`ScoredRows::hint_id`]'s form).
 fn without_trailing_none(mut ids: Vec<Option<String>>) -> Vec<Option<String>> {
     while ids.last().is_some_and(Option::is_none) {
@@ -282,6 +373,9 @@ pub struct KernelColumns<'a> {
     pub n_groups: usize,
     pub reward: std::borrow::Cow<'a, [f64]>,
     pub hinted: Vec<bool>,
+    /// Response lengths ([`RESPONSE_LENGTH`]); empty when the column is
+    /// absent (every row 1).
+    pub response_length: Vec<u32>,
 }
 
 impl KernelColumns<'_> {
@@ -292,15 +386,18 @@ impl KernelColumns<'_> {
             n_groups: self.n_groups,
             reward: &self.reward,
             hinted: &self.hinted,
+            response_length: &self.response_length,
         }
     }
 }
 
 /// Reads [`KernelColumns`] from a batch with the scored columns (only
-/// `instance_id`, `reward` and `is_hinted` are read). Without `with_groups`
+/// `instance_id`, `reward`, `is_hinted` and, when present,
+/// [`RESPONSE_LENGTH`] are read). Without `with_groups`
 /// every row is put in group 0 and `instance_id` is not read, for estimators
-/// that ignore groups (batch_whiten). Values are not checked here:
-/// [`crate::normalize::Batch::validate`] does that.
+/// that ignore groups (reinforce_pp). Values are not checked here
+/// ([`crate::normalize::Batch::validate`] does that), except response
+/// lengths, which must be integers from 1 to u32::MAX.
 pub fn kernel_columns(batch: &RecordBatch, with_groups: bool) -> Result<KernelColumns<'_>, BatchError> {
     let (group, n_groups) = if with_groups {
         group_buffer(batch)?
@@ -325,6 +422,7 @@ pub fn kernel_columns(batch: &RecordBatch, with_groups: bool) -> Result<KernelCo
         n_groups,
         reward,
         hinted: unpack_bits(bools.values()),
+        response_length: response_lengths(batch)?,
     })
 }
 
@@ -669,6 +767,7 @@ mod tests {
             is_hinted: hint_id.is_some(),
             hint_category: None,
             hint_id: hint_id.map(str::to_string),
+            response_length: None,
         }
     }
 
@@ -760,5 +859,93 @@ mod tests {
         let values: Vec<&str> = dict.values().as_string::<i32>().iter().flatten().collect();
         assert_eq!(values, vec!["b", "a", "c"]);
         assert_eq!(ScoredRows::from_batch(&b).unwrap(), rows);
+    }
+
+    #[test]
+    fn response_lengths_round_trip_and_batches_without_the_column_read_as_1() {
+        let mut rows = ScoredRows::default();
+        for (id, length) in [
+            ("a", Some(3)),
+            ("b", None),
+            ("a", Some(1)),
+            ("c", Some(7)),
+            ("b", Some(1)),
+        ] {
+            rows.push(&ScoredRollout {
+                response_length: length,
+                ..row(id, None)
+            });
+        }
+        // Stored up to the last row whose length is not 1.
+        assert_eq!(rows.response_length, vec![3, 1, 1, 7]);
+        assert_eq!((rows.response_length(0), rows.response_length(4)), (3, 1));
+        let batch = rows.to_batch().unwrap();
+        let field = batch.schema().field_with_name(RESPONSE_LENGTH).unwrap().clone();
+        assert_eq!(field.data_type(), &DataType::UInt32);
+        assert_eq!(ScoredRows::from_batch(&batch).unwrap(), rows);
+        assert_eq!(rows.take(&[3, 1, 0]).response_length, vec![7, 1, 3]);
+        assert!(rows.take(&[1, 2]).response_length.is_empty());
+        let columns = kernel_columns(&batch, true).unwrap();
+        assert_eq!(columns.as_batch().response_length, &[3, 1, 1, 7, 1]);
+        // Steps where every row has length 1 write no column, as before.
+        let mut plain = ScoredRows::default();
+        plain.push(&row("a", None));
+        let batch = plain.to_batch().unwrap();
+        assert_eq!(batch.schema(), scored_schema());
+        assert!(kernel_columns(&batch, true).unwrap().response_length.is_empty());
+    }
+
+    #[test]
+    fn response_lengths_of_any_integer_type_read_and_bad_ones_are_errors() {
+        let base = || {
+            batch(
+                Arc::new(StringArray::from(vec!["a", "b", "a"])),
+                Arc::new(Float64Array::from(vec![1.0, 0.0, 0.5])),
+                Arc::new(BooleanArray::from(vec![false, true, false])),
+            )
+        };
+        let with = |array: ArrayRef| {
+            let b = base();
+            let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(RESPONSE_LENGTH, array.data_type().clone(), true));
+            let mut columns = b.columns().to_vec();
+            columns.push(array);
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+        };
+        let ints = with(Arc::new(arrow_array::Int16Array::from(vec![
+            Some(4),
+            None,
+            Some(2),
+        ])));
+        assert_eq!(
+            kernel_columns(&ints, true).unwrap().response_length,
+            vec![4, 1, 2]
+        );
+        for bad in [
+            Arc::new(Int64Array::from(vec![1, 0, 2])) as ArrayRef,
+            Arc::new(Int64Array::from(vec![1, -2, 2])),
+            Arc::new(Int64Array::from(vec![1, 1 << 33, 2])),
+        ] {
+            let err = kernel_columns(&with(bad), true).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    BatchError::InvalidValue {
+                        column: RESPONSE_LENGTH,
+                        row: 1,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+        let floats = with(Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])));
+        assert!(matches!(
+            kernel_columns(&floats, true),
+            Err(BatchError::WrongType {
+                column: RESPONSE_LENGTH,
+                ..
+            })
+        ));
     }
 }

@@ -39,6 +39,16 @@ pub const MAX_LLM_CONCURRENCY: usize = 10_000;
 /// low enough that a flood of input cannot buy unlimited calls.
 pub const DEFAULT_REQUESTS_PER_MINUTE: u32 = 600;
 
+/// The default `llm.max_hint_chars`.
+pub const DEFAULT_MAX_HINT_CHARS: usize = 4_000;
+
+/// The most `llm.max_hint_chars` accepted. JSON writes one character in at
+/// most 6 bytes (`\u001f` for a control character), so a hint of 100,000
+/// characters takes at most 600,000 bytes of its message, leaving the rest
+/// of librdkafka's default `message.max.bytes` (1,000,000) to the Hint's
+/// other fields: every hint fits the output producer's default limit.
+pub const MAX_HINT_CHARS: usize = 100_000;
+
 /// Which model API stage 1 calls and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +62,10 @@ pub struct LlmConfig {
     /// official endpoint.
     pub base_url: String,
     pub max_tokens: u32,
+    /// The longest hint text, in characters (at most [`MAX_HINT_CHARS`]). A
+    /// longer reply is cut at a sentence boundary (else a word boundary,
+    /// else a character) and its Hint says `hint_truncated: true`.
+    pub max_hint_chars: usize,
     pub temperature: f64,
     /// Time budget of one hint, all retries and models included (seconds).
     pub timeout_secs: f64,
@@ -176,6 +190,7 @@ impl Default for LlmConfig {
             models: vec![],
             base_url: String::new(),
             max_tokens: default_max_tokens(),
+            max_hint_chars: DEFAULT_MAX_HINT_CHARS,
             temperature: default_temperature(),
             timeout_secs: default_timeout_secs(),
             concurrency: default_concurrency(),
@@ -206,6 +221,13 @@ impl LlmConfig {
         }
         if self.concurrency == 0 || self.max_tokens == 0 {
             return invalid("llm.concurrency and llm.max_tokens must be > 0");
+        }
+        if !(1..=MAX_HINT_CHARS).contains(&self.max_hint_chars) {
+            return invalid(format!(
+                "llm.max_hint_chars = {} must be within 1..={MAX_HINT_CHARS} (a longer hint may not fit \
+                 its message)",
+                self.max_hint_chars
+            ));
         }
         if self.concurrency > MAX_LLM_CONCURRENCY {
             return invalid(format!(
@@ -245,5 +267,72 @@ impl LlmConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::{Hint, HintCategory, HintSource, Usage};
+
+    /// librdkafka's default `message.max.bytes`, the output producer's
+    /// limit unless `[kafka]` raises it.
+    const DEFAULT_PRODUCER_MESSAGE_MAX_BYTES: usize = 1_000_000;
+
+    #[test]
+    fn the_longest_hint_of_the_worst_characters_fits_its_message_with_its_envelope() {
+        let id = "i".repeat(4096);
+        let hint = Hint {
+            schema_version: 1,
+            hint_id: "0".repeat(32),
+            run_id: id.clone(),
+            step: i64::MAX,
+            instance_id: id.clone(),
+            trajectory_id: id.clone(),
+            // A control character is the costliest in JSON: `\u0001`.
+            hint: "\u{1}".repeat(MAX_HINT_CHARS),
+            category: HintCategory::LlmSynthesized,
+            model: Some("m".repeat(256)),
+            prompt_version: "v".repeat(64),
+            latency_ms: u64::MAX,
+            usage: Usage {
+                input_tokens: u64::MAX,
+                output_tokens: u64::MAX,
+            },
+            cost_usd: f64::MAX,
+            failure_reason: Some("f".repeat(64)),
+            source: HintSource {
+                topic: "t".repeat(249),
+                partition: i32::MAX,
+                offset: i64::MAX,
+            },
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            arm: "a".repeat(256),
+            refines: vec!["0".repeat(32); 16],
+            hint_truncated: true,
+        };
+        let bytes = serde_json::to_vec(&hint).unwrap();
+        // The key (run_id/step/instance_id) and headers ride along.
+        let message = bytes.len() + 2 * id.len() + 64 + 4096;
+        assert!(
+            message < DEFAULT_PRODUCER_MESSAGE_MAX_BYTES,
+            "a hint of {MAX_HINT_CHARS} characters takes {message} bytes"
+        );
+        assert!(String::from_utf8(bytes)
+            .unwrap()
+            .contains("\"hint_truncated\":true"));
+    }
+
+    #[test]
+    fn max_hint_chars_is_bounded() {
+        for bad in [0, MAX_HINT_CHARS + 1] {
+            let config = LlmConfig {
+                max_hint_chars: bad,
+                ..LlmConfig::default()
+            };
+            assert!(config.validate().is_err(), "{bad}");
+        }
+        assert!(LlmConfig::default().validate().is_ok());
+        assert_eq!(LlmConfig::default().max_hint_chars, 4_000);
     }
 }

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::error::{invalid, non_negative, ConfigError};
-use crate::normalize::{AdvantageOptions, Device, Estimator, DEFAULT_EPSILON};
+use crate::normalize::{
+    AdvantageOptions, Device, Estimator, HintBaseline, DEFAULT_EPSILON, DEFAULT_WHITEN_EPSILON,
+};
 
 /// How the advantage kernels compute (stage 2 and `advantages compute`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -13,14 +15,25 @@ use crate::normalize::{AdvantageOptions, Device, Estimator, DEFAULT_EPSILON};
 pub struct NormalizeConfig {
     /// The advantage estimator: `grpo` (the reference's default), `drgrpo`
     /// (mean baseline, no std division), `rloo` (leave-one-out baseline) or
-    /// `batch_whiten` (REINFORCE++'s whitening over the whole step). With
-    /// hinted rows in a step, every baseline comes from raw rows only.
+    /// `reinforce_pp` (the reference's REINFORCE++: whitening over the
+    /// step's tokens; `batch_whiten` is read as an alias of it). With hinted
+    /// rows in a step, grpo's and drgrpo's baselines come from raw rows only;
+    /// rloo's and reinforce_pp's as `hint_baseline` says.
     pub estimator: Estimator,
+    /// `reference` (default: rloo and reinforce_pp ignore `is_hinted`, as
+    /// the reference does) or `raw` (their baselines come from raw rows
+    /// only when a step has a hinted row). grpo and drgrpo always use raw
+    /// rows only.
+    pub hint_baseline: HintBaseline,
     /// `auto` (CUDA when present and the batch is large), `cpu` or `cuda`.
     pub device: Device,
     /// Divide by the group std (+ epsilon); off: A = s − mean.
     pub norm_by_std: bool,
+    /// Added to the std before grpo divides (the reference's 1e-6).
     pub epsilon: f64,
+    /// reinforce_pp's `rsqrt(var + whiten_epsilon)` (the reference's 1e-8);
+    /// finite and > 0. `epsilon` does not apply to reinforce_pp.
+    pub whiten_epsilon: f64,
     /// Opt-in floor for baseline std (0 = off, the reference's behaviour).
     pub std_floor: f64,
 }
@@ -51,7 +64,9 @@ impl Default for NormalizeConfig {
             estimator: default_estimator(),
             device: default_device(),
             norm_by_std: default_norm_by_std(),
+            hint_baseline: HintBaseline::Reference,
             epsilon: default_epsilon(),
+            whiten_epsilon: DEFAULT_WHITEN_EPSILON,
             std_floor: default_std_floor(),
         }
     }
@@ -82,6 +97,9 @@ impl NormalizeConfig {
         if !(non_negative(self.epsilon) && non_negative(self.std_floor)) {
             return invalid("normalize.epsilon and normalize.std_floor must be finite and >= 0");
         }
+        if !(self.whiten_epsilon.is_finite() && self.whiten_epsilon > 0.0) {
+            return invalid("normalize.whiten_epsilon must be finite and > 0 (the reference's is 1e-8)");
+        }
         Ok(())
     }
 
@@ -91,6 +109,8 @@ impl NormalizeConfig {
             norm_by_std: self.norm_by_std,
             epsilon: self.epsilon,
             std_floor: (self.std_floor > 0.0).then_some(self.std_floor),
+            hint_baseline: self.hint_baseline,
+            whiten_epsilon: self.whiten_epsilon,
         }
     }
 
@@ -113,6 +133,48 @@ impl NormalizeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The section as the loader layers it: defaults, then `toml_text`.
+    fn section(toml_text: &str) -> Result<NormalizeConfig, Box<figment::Error>> {
+        use figment::providers::{Format, Serialized, Toml};
+        figment::Figment::from(Serialized::defaults(NormalizeConfig::default()))
+            .merge(Toml::string(toml_text))
+            .extract()
+            .map_err(Box::new)
+    }
+
+    #[test]
+    fn hint_baseline_and_whiten_epsilon_default_to_the_reference_and_reach_the_options() {
+        let config = NormalizeConfig::default();
+        assert_eq!(config.hint_baseline, HintBaseline::Reference);
+        assert_eq!(config.whiten_epsilon, 1e-8);
+        let config =
+            section("hint_baseline = \"raw\"\nwhiten_epsilon = 1e-5\nestimator = \"reinforce_pp\"").unwrap();
+        config.validate().unwrap();
+        let options = config.options();
+        assert_eq!(options.hint_baseline, HintBaseline::Raw);
+        assert_eq!(options.whiten_epsilon, 1e-5);
+        assert_eq!(options.estimator, Estimator::ReinforcePp);
+        assert!(section("hint_baseline = \"first_turn\"").is_err());
+    }
+
+    #[test]
+    fn an_old_config_with_batch_whiten_reads_as_reinforce_pp() {
+        let config = section("estimator = \"batch_whiten\"").unwrap();
+        assert_eq!(config.estimator, Estimator::ReinforcePp);
+    }
+
+    #[test]
+    fn whiten_epsilon_must_be_finite_and_positive() {
+        for bad in [0.0, -1e-8, f64::NAN, f64::INFINITY] {
+            let config = NormalizeConfig {
+                whiten_epsilon: bad,
+                ..NormalizeConfig::default()
+            };
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("whiten_epsilon"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn compute_flags_override_the_section_and_reject_a_negative_epsilon() {

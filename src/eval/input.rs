@@ -200,6 +200,7 @@ mod tests {
                 is_hinted: false,
                 hint_category: None,
                 hint_id: None,
+                response_length: None,
             });
         }
         let chunks = encode_chunks(&rows.to_batch().unwrap(), 16 * 1024).unwrap();

@@ -71,6 +71,7 @@ mod tests {
             is_hinted: hinted.is_some(),
             hint_category: hinted.map(str::to_string),
             hint_id: None,
+            response_length: None,
         }
     }
 

@@ -95,6 +95,7 @@ mod tests {
             created_at: "2026-01-01T00:00:00Z".into(),
             arm: crate::messages::DEFAULT_ARM.into(),
             refines: Vec::new(),
+            hint_truncated: false,
         })
     }
 

@@ -57,5 +57,6 @@ pub fn build_hint(
         created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         arm: labels.arm,
         refines: labels.refines,
+        hint_truncated: s.hint_truncated,
     }
 }

@@ -77,7 +77,8 @@ pub struct HintPlan {
     pub refinement: Option<Refinement>,
 }
 
-/// The per-arm gauges, for the run most recently hinted.
+/// The per-arm gauges, for the run of the hint most recently read or
+/// written.
 struct ArmGauges {
     pulls: Family<Labels, Gauge>,
     rescues: Family<Labels, Gauge>,
@@ -100,8 +101,9 @@ pub struct Learner {
     synced: Mutex<HashSet<(String, i64)>>,
     /// One barrier at a time: the groups of a new step wait for one read.
     sync_lock: tokio::sync::Mutex<()>,
-    /// The run most recently hinted: what the per-arm gauges show.
-    latest_run: Mutex<Option<String>>,
+    /// The run of the hint most recently read or written: what the
+    /// per-arm gauges show.
+    latest_run: Arc<Mutex<Option<String>>>,
     gauges: ArmGauges,
     caught_up: std::sync::atomic::AtomicBool,
 }
@@ -122,7 +124,8 @@ impl Learner {
             .map_err(|e| ConfigError::Invalid(format!("[[hints.arms]]: {e}")))?;
         let runners = arm_runners(&arms, env, &synth)?;
         let state = Arc::new(Mutex::new(LearnState::new(arms)));
-        let readers = match start_readers(config, &state).await {
+        let latest_run = Arc::new(Mutex::new(None));
+        let readers = match start_readers(config, &state, &latest_run).await {
             Ok(readers) => Some(readers),
             Err(TailError::MissingTopic(topic)) if !hints.has_arms() => {
                 tracing::warn!(
@@ -147,7 +150,7 @@ impl Learner {
             readers,
             synced: Mutex::new(HashSet::new()),
             sync_lock: tokio::sync::Mutex::new(()),
-            latest_run: Mutex::new(None),
+            latest_run,
             gauges: ArmGauges::register(registry),
             caught_up: std::sync::atomic::AtomicBool::new(false),
         });
@@ -237,7 +240,10 @@ impl Learner {
             let labels: Labels = vec![("arm", arm.name.clone())];
             self.gauges.pulls.get_or_create(&labels).set(arm.pulls);
             self.gauges.rescues.get_or_create(&labels).set(arm.rescues);
-            self.gauges.posterior_mean.get_or_create(&labels).set(arm.posterior_mean);
+            self.gauges
+                .posterior_mean
+                .get_or_create(&labels)
+                .set(arm.posterior_mean);
             self.gauges.spend_usd.get_or_create(&labels).set(arm.spend_usd);
         }
     }
@@ -252,7 +258,11 @@ impl ArmGauges {
             spend_usd: Family::default(),
             sync_timeouts: Default::default(),
         };
-        registry.register("arm_pulls", "Hints written by each arm, in the run most recently hinted", g.pulls.clone());
+        registry.register(
+            "arm_pulls",
+            "Hints written by each arm, in the run most recently hinted",
+            g.pulls.clone(),
+        );
         registry.register(
             "arm_rescues",
             "Outcomes of each arm's hints that rescued their group, in the run most recently hinted",
@@ -286,9 +296,10 @@ fn arm_runners(arms: &Arms, env: &LlmEnv, synth: &Arc<Synthesizer>) -> Result<Ve
             let synth = if arms.is_implicit() {
                 synth.clone()
             } else {
-                let prompt: PromptVersion = spec.prompt_version.parse().map_err(|e| {
-                    ConfigError::Invalid(format!("[[hints.arms]] {}: {e}", spec.name))
-                })?;
+                let prompt: PromptVersion = spec
+                    .prompt_version
+                    .parse()
+                    .map_err(|e| ConfigError::Invalid(format!("[[hints.arms]] {}: {e}", spec.name)))?;
                 let models = if spec.is_static { &[][..] } else { &spec.models[..] };
                 Arc::new(synth.for_arm(models, prompt, env)?)
             };
@@ -301,23 +312,32 @@ fn arm_runners(arms: &Arms, env: &LlmEnv, synth: &Arc<Synthesizer>) -> Result<Ve
         .collect()
 }
 
-/// Readers of the hints and outcomes topics, feeding `state`.
-async fn start_readers(config: &Config, state: &Arc<Mutex<LearnState>>) -> Result<Readers, TailError> {
+/// Readers of the hints and outcomes topics, feeding `state` (and noting
+/// the run of each hint read in `latest_run`).
+async fn start_readers(
+    config: &Config,
+    state: &Arc<Mutex<LearnState>>,
+    latest_run: &Arc<Mutex<Option<String>>>,
+) -> Result<Readers, TailError> {
     let limits = config.decode_limits();
     let outcomes = {
         let state = state.clone();
         TopicTail::start(config, &config.topics.outcomes, move |_, payload| {
             if let Some(o) = decoded::<HintOutcome>(payload, limits) {
-                state.lock().unwrap_or_else(|p| p.into_inner()).observe_outcome(&o);
+                state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .observe_outcome(&o);
             }
         })
         .await?
     };
     let hints = {
-        let state = state.clone();
+        let (state, latest_run) = (state.clone(), latest_run.clone());
         TopicTail::start(config, &config.hints.output_topic, move |_, payload| {
             if let Some(h) = decoded::<Hint>(payload, limits) {
                 state.lock().unwrap_or_else(|p| p.into_inner()).observe_hint(&h);
+                *latest_run.lock().unwrap_or_else(|p| p.into_inner()) = Some(h.run_id);
             }
         })
         .await?

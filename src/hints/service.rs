@@ -220,9 +220,19 @@ impl GroupHinter {
                 let labels = HintLabels {
                     arm: plan.arm.clone(),
                     prompt_version: plan.prompt_version.clone(),
-                    refines: plan.refinement.as_ref().map(|r| r.refines.clone()).unwrap_or_default(),
+                    refines: plan
+                        .refinement
+                        .as_ref()
+                        .map(|r| r.refines.clone())
+                        .unwrap_or_default(),
                 };
-                CachedHint::new(build_hint(plan.hint_id.clone(), &trajectory, &source, synthesis, labels))
+                CachedHint::new(build_hint(
+                    plan.hint_id.clone(),
+                    &trajectory,
+                    &source,
+                    synthesis,
+                    labels,
+                ))
             })
             .await;
         let hint = &cached.hint;

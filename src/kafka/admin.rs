@@ -1,4 +1,6 @@
-//! Topic administration: `hintstream topics create`.
+//! Topic administration: `hintstream topics create`. The dead-letter topics
+//! get a `max.message.bytes` that holds every input the stage accepts
+//! (`kafka::dlq::dlq_message_max_bytes`).
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::base_config;
+use super::dlq::dlq_message_max_bytes;
 use crate::config::Config;
 
 /// What happened to one topic.
@@ -36,21 +39,50 @@ pub fn design_topics(config: &Config) -> Vec<String> {
     names
 }
 
-/// Creates `names` with the configured partitions and replication. Topics that
-/// exist already are reported as such, not as errors.
+/// Creates `names` with the configured partitions and replication; a
+/// stage's dead-letter topic (`hints.dlq_topic`, `advantages.dlq_topic`)
+/// with `max.message.bytes` = [`dlq_message_max_bytes`]. Topics that exist
+/// already are reported as such, not as errors (and keep their configs).
 pub async fn create_topics(
     config: &Config,
     names: &[String],
     partitions: i32,
 ) -> Result<Vec<(String, TopicOutcome)>, KafkaError> {
-    let admin: AdminClient<DefaultClientContext> = base_config(config).create()?;
-    let topics: Vec<NewTopic<'_>> = names
+    let dlq_bytes = dlq_message_max_bytes(config).to_string();
+    let topics: Vec<(String, Vec<(&str, &str)>)> = names
         .iter()
         .map(|n| {
-            NewTopic::new(
-                n,
-                partitions,
-                TopicReplication::Fixed(config.topics.replication_factor),
+            let is_dlq = *n == config.hints.dlq_topic || *n == config.advantages.dlq_topic;
+            let configs = if is_dlq {
+                vec![("max.message.bytes", dlq_bytes.as_str())]
+            } else {
+                vec![]
+            };
+            (n.clone(), configs)
+        })
+        .collect();
+    create_topics_with(config, &topics, partitions).await
+}
+
+/// Creates each named topic with its topic configs (`max.message.bytes`,
+/// `retention.ms`, ...), the configured replication and `partitions`.
+/// Topics that exist already are reported as such, not as errors.
+pub async fn create_topics_with(
+    config: &Config,
+    topics: &[(String, Vec<(&str, &str)>)],
+    partitions: i32,
+) -> Result<Vec<(String, TopicOutcome)>, KafkaError> {
+    let admin: AdminClient<DefaultClientContext> = base_config(config).create()?;
+    let topics: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|(n, configs)| {
+            configs.iter().fold(
+                NewTopic::new(
+                    n,
+                    partitions,
+                    TopicReplication::Fixed(config.topics.replication_factor),
+                ),
+                |topic, (key, value)| topic.set(key, value),
             )
         })
         .collect();

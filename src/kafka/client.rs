@@ -349,6 +349,19 @@ fn producer_config(config: &Config) -> ClientConfig {
     client
 }
 
+/// A stage's dead-letter producer: [`create_producer`]'s settings, taking
+/// messages of at least `message_max_bytes` (`kafka::dlq::dlq_message_max_bytes`;
+/// a larger `message.max.bytes` set in `[kafka]` stays).
+pub fn create_dlq_producer(config: &Config, message_max_bytes: usize) -> KafkaResult<FutureProducer> {
+    let mut client = producer_config(config);
+    let configured = client
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    client.set("message.max.bytes", configured.max(message_max_bytes).to_string());
+    client.create()
+}
+
 /// A stage's output producer: [`create_producer`]'s, whose statistics say
 /// whether it is connected.
 pub type StageProducer = FutureProducer<OutputContext>;

@@ -3,12 +3,22 @@
 //! where it came from. Its offset then counts as finished: redelivering it
 //! would fail the same way. Every dead letter of a stage goes through here
 //! and is counted here, by kind (`dead_letters_total{kind}`).
+//!
+//! Dead letters stay whole: a stage's dead-letter producer takes messages of
+//! `limits.max_message_bytes` plus [`DLQ_HEADROOM_BYTES`] (and `topics
+//! create` gives the DLQ topics that `max.message.bytes`), and keeps every
+//! payload up to `limits.max_message_bytes` plus what the headroom leaves
+//! past the key and headers: every input the stage accepts, and a
+//! `too_large` one within that margin, goes to its dead letter unchanged.
 
 use std::sync::Arc;
 
+use rdkafka::error::KafkaResult;
 use rdkafka::producer::FutureProducer;
 
+use super::client::create_dlq_producer;
 use super::produce::{headers, send, Outgoing, SendError};
+use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::metrics::StageMetrics;
 
@@ -35,6 +45,38 @@ pub const DEFAULT_MAX_DLQ_PAYLOAD_BYTES: usize = 900_000;
 
 /// Longest reason text kept in a header; longer reasons are cut.
 const MAX_REASON_BYTES: usize = 1024;
+
+/// Bytes a dead letter may take beyond `limits.max_message_bytes`: its key
+/// (at most [`MAX_DLQ_KEY_BYTES`]), its headers and the record's framing.
+/// The DLQ producer's `message.max.bytes` and the DLQ topics'
+/// `max.message.bytes` are `limits.max_message_bytes` plus this.
+pub const DLQ_HEADROOM_BYTES: usize = 64 * 1024;
+
+/// What the headers (the reason at most [`MAX_REASON_BYTES`], the source
+/// topic, partition, offset and the truncation marks) and the record's
+/// framing take at most, with room to spare.
+const DLQ_HEADER_BYTES: usize = 8 * 1024;
+
+/// The largest message librdkafka's `message.max.bytes` accepts.
+const LIBRDKAFKA_MAX_MESSAGE_BYTES: usize = 1_000_000_000;
+
+/// The `message.max.bytes` of a stage's dead-letter producer and the
+/// `max.message.bytes` of its DLQ topic: `limits.max_message_bytes` plus
+/// [`DLQ_HEADROOM_BYTES`] (at most librdkafka's own maximum).
+pub fn dlq_message_max_bytes(config: &Config) -> usize {
+    config
+        .limits
+        .max_message_bytes
+        .saturating_add(DLQ_HEADROOM_BYTES)
+        .min(LIBRDKAFKA_MAX_MESSAGE_BYTES)
+}
+
+/// Payload bytes a stage's dead letter keeps: what its message limit
+/// ([`dlq_message_max_bytes`]) leaves past the longest key and the headers,
+/// so never less than `limits.max_message_bytes`.
+pub fn dlq_max_payload_bytes(config: &Config) -> usize {
+    dlq_message_max_bytes(config) - MAX_DLQ_KEY_BYTES - DLQ_HEADER_BYTES
+}
 
 /// Key bytes a dead letter carries at most; longer keys are cut and marked
 /// with [`DlqHeaders::KEY_TRUNCATED_FROM`] (the original stays in the source
@@ -63,6 +105,23 @@ pub struct DeadLetters {
 }
 
 impl DeadLetters {
+    /// A stage's dead letters to `topic`: a producer whose limit is
+    /// [`dlq_message_max_bytes`], keeping [`dlq_max_payload_bytes`] of each
+    /// payload (every input within `limits.max_message_bytes` whole).
+    pub fn for_stage(
+        config: &Config,
+        topic: impl Into<String>,
+        metrics: Arc<StageMetrics>,
+    ) -> KafkaResult<Self> {
+        let producer = create_dlq_producer(config, dlq_message_max_bytes(config))?;
+        Ok(Self::with_max_payload(
+            producer,
+            topic,
+            metrics,
+            dlq_max_payload_bytes(config),
+        ))
+    }
+
     /// Dead letters keep [`DEFAULT_MAX_DLQ_PAYLOAD_BYTES`] of their payload.
     pub fn new(producer: FutureProducer, topic: impl Into<String>, metrics: Arc<StageMetrics>) -> Self {
         Self::with_max_payload(producer, topic, metrics, DEFAULT_MAX_DLQ_PAYLOAD_BYTES)
@@ -95,8 +154,9 @@ impl DeadLetters {
     pub async fn send(&self, letter: &DeadLetter<'_>, lifecycle: &Lifecycle) -> Result<(), SendError> {
         let reason = truncate(letter.reason, MAX_REASON_BYTES);
         match self.send_cut(letter, reason, self.max_payload, lifecycle).await {
-            // Still too large for the broker (its limit is below ours): the
-            // dead letter goes without its payload rather than failing the
+            // Still too large for the broker (the DLQ topic was not made
+            // by `topics create` and its limit is below ours): the dead
+            // letter goes without its payload rather than failing the
             // stage on every restart.
             Err(SendError::Permanent(e))
                 if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge) =>
@@ -166,4 +226,24 @@ pub fn truncate(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_accepted_input_fits_its_dead_letter_whole() {
+        let mut config = Config::default();
+        for limit in [1, 64 * 1024, 4 * 1024 * 1024, 10 * 1024 * 1024] {
+            config.limits.max_message_bytes = limit;
+            let payload = dlq_max_payload_bytes(&config);
+            assert!(payload >= limit, "{limit}");
+            // Payload, longest key and headers fit the producer's limit.
+            assert!(payload + MAX_DLQ_KEY_BYTES + DLQ_HEADER_BYTES <= dlq_message_max_bytes(&config));
+            assert_eq!(dlq_message_max_bytes(&config), limit + DLQ_HEADROOM_BYTES);
+        }
+        config.limits.max_message_bytes = usize::MAX;
+        assert_eq!(dlq_message_max_bytes(&config), LIBRDKAFKA_MAX_MESSAGE_BYTES);
+    }
 }

@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
-use super::client::{create_consumer, create_producer, RevokeHook, StageContext};
+use super::client::{create_consumer, RevokeHook, StageContext};
 use super::commit::Committer;
 use super::contract::{Closures, Stage, Work};
 use super::dlq::DeadLetters;
@@ -88,7 +88,7 @@ impl StageLoop {
             options.max_in_flight_bytes,
         )?);
         consumer.subscribe(&[input])?;
-        let dlq = DeadLetters::new(create_producer(config)?, dlq_topic, metrics.clone());
+        let dlq = DeadLetters::for_stage(config, dlq_topic, metrics.clone())?;
         let delivery = Delivery::new(Committer::new(&consumer), dlq, lifecycle, metrics);
         Ok(StageLoop {
             consumer,

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::cap::cap_hint;
 use super::client::LlmError;
 use super::pricing::{cost_usd, price_of};
 use super::routing::Link;
@@ -40,14 +41,25 @@ fn ends_the_walk(error: &LlmError) -> bool {
 }
 
 impl Synthesizer {
-    /// Synthesizes the hint for `t`, the best trajectory of its group.
+    /// Synthesizes the hint for `t`, the best trajectory of its group: its
+    /// text cut to `llm.max_hint_chars`, whoever wrote it.
     pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
         self.synthesize_with(t, None).await
     }
 
     /// Synthesizes the hint for `t` with `extra` (earlier hints that did not
-    /// help, for a refined hint) after the prompt's user message.
+    /// help, for a refined hint) after the prompt's user message; a reply
+    /// over `llm.max_hint_chars` is cut at a sentence boundary.
     pub async fn synthesize_with(&self, t: &FailedTrajectory, extra: Option<&str>) -> Synthesis {
+        let mut s = self.synthesize_whole(t, extra).await;
+        let (hint, truncated) = cap_hint(std::mem::take(&mut s.hint), self.config.max_hint_chars);
+        s.hint = hint;
+        s.hint_truncated = truncated;
+        s
+    }
+
+    /// The hint for `t`, as long as its writer made it.
+    async fn synthesize_whole(&self, t: &FailedTrajectory, extra: Option<&str>) -> Synthesis {
         let started = Instant::now();
         if self.chain.is_empty() {
             return Synthesis {
@@ -58,6 +70,7 @@ impl Synthesizer {
                 cost_usd: 0.0,
                 failure_reason: None,
                 latency_ms: started.elapsed().as_millis() as u64,
+                hint_truncated: false,
             };
         };
         let deadline = started + self.time_budget();
@@ -103,6 +116,7 @@ impl Synthesizer {
             latency_ms: tally.latency_ms(started),
             usage: tally.usage,
             failure_reason: None,
+            hint_truncated: false,
         }
     }
 
@@ -118,6 +132,7 @@ impl Synthesizer {
             latency_ms: tally.latency_ms(started),
             usage: tally.usage,
             failure_reason: Some(error.failure_reason()),
+            hint_truncated: false,
         }
     }
 }

@@ -106,6 +106,13 @@ pub enum LlmError {
     },
     #[error("connection failed: {0}")]
     Connect(String),
+    /// The API answered with a success status, then the connection broke
+    /// before the whole body came: the request was processed, and billed,
+    /// at a cost the lost `usage` would have said. The spend budget
+    /// charges it its reservation (the worst case); unlike `Connect`,
+    /// which means the API never saw the request and costs nothing.
+    #[error("the response body broke off after a success status: {0}")]
+    BodyBroken(String),
     #[error("malformed response: {0}")]
     Malformed(String),
     #[error("the model returned no text")]
@@ -136,6 +143,7 @@ impl LlmError {
             LlmError::Status { status, .. } if *status >= 500 => "http_5xx".into(),
             LlmError::Status { status, .. } => format!("http_{status}"),
             LlmError::Connect(_) => "connect".into(),
+            LlmError::BodyBroken(_) => "body_broken".into(),
             LlmError::Malformed(_) => "malformed_response".into(),
             LlmError::Empty => "empty".into(),
             LlmError::NotInCassette { .. } => "cassette_miss".into(),
@@ -150,7 +158,7 @@ impl LlmError {
     /// 4xx (400, 401, 403, 404, 422, ...) and bad bodies are not.
     pub fn retryable(&self) -> bool {
         match self {
-            LlmError::Timeout | LlmError::Connect(_) => true,
+            LlmError::Timeout | LlmError::Connect(_) | LlmError::BodyBroken(_) => true,
             LlmError::Status { status, .. } => matches!(*status, 408 | 409 | 429) || *status >= 500,
             LlmError::Malformed(_)
             | LlmError::Empty
@@ -165,7 +173,7 @@ impl LlmError {
     pub fn is_answer(&self) -> bool {
         matches!(
             self,
-            LlmError::Status { .. } | LlmError::Malformed(_) | LlmError::Empty
+            LlmError::Status { .. } | LlmError::BodyBroken(_) | LlmError::Malformed(_) | LlmError::Empty
         )
     }
 
@@ -331,12 +339,10 @@ impl LlmClient {
         let body = read_body(response, MAX_ERROR_BODY_BYTES)
             .await
             .map_or_else(|_| Vec::new(), |(body, _)| body);
-        let mut error = status_error(response.status().as_u16(), &body, retry_after);
-        if let (LlmError::Status { message, .. }, Some(key)) = (&mut error, &self.endpoint.api_key) {
-            // Some gateways echo the key they refused.
-            *message = message.replace(key.expose(), "<redacted>");
-        }
-        error
+        // Some gateways echo the key they refused: it is redacted before
+        // the message is cut, so no part of it survives the cut.
+        let secret = self.endpoint.api_key.as_ref().map(ApiKey::expose);
+        status_error(response.status().as_u16(), &body, retry_after, secret)
     }
 }
 
@@ -350,7 +356,16 @@ async fn json_body(response: &mut reqwest::Response) -> Result<Value, LlmError> 
     let (body, complete) = if declared_over {
         (Vec::new(), false)
     } else {
-        read_body(response, MAX_RESPONSE_BODY_BYTES).await?
+        // After a success status the API has processed the request: a body
+        // that breaks off now (reset, closed, a broken chunk, which reqwest
+        // may report as a decode error) is `BodyBroken` (billed), not
+        // `Connect`.
+        read_body(response, MAX_RESPONSE_BODY_BYTES)
+            .await
+            .map_err(|e| match e {
+                LlmError::Connect(cause) | LlmError::Malformed(cause) => LlmError::BodyBroken(cause),
+                other => other,
+            })?
     };
     if !complete {
         return Err(LlmError::Malformed(format!(
@@ -447,7 +462,11 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     }
 }
 
-fn status_error(status: u16, body: &[u8], retry_after: Option<Duration>) -> LlmError {
+/// The error of a failure status from its body: the kind and message of
+/// `{"error": {...}}`, else the body's text. `secret` (the API key) is
+/// redacted from the whole message first, then the message is cut to
+/// [`MAX_ERROR_BODY_CHARS`]: a key the cut would split never shows a part.
+fn status_error(status: u16, body: &[u8], retry_after: Option<Duration>, secret: Option<&str>) -> LlmError {
     if (300..400).contains(&status) {
         return LlmError::Status {
             status,
@@ -468,6 +487,10 @@ fn status_error(status: u16, body: &[u8], retry_after: Option<Duration>) -> LlmE
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let message = match secret {
+        Some(secret) if !secret.is_empty() => message.replace(secret, "<redacted>"),
+        _ => message,
+    };
     LlmError::Status {
         status,
         kind,
@@ -606,21 +629,21 @@ mod tests {
     #[test]
     fn retries_what_the_official_sdks_retry() {
         for status in [408, 409, 429, 500, 502, 503, 529] {
-            assert!(status_error(status, b"{}", None).retryable(), "{status}");
+            assert!(status_error(status, b"{}", None, None).retryable(), "{status}");
         }
         for status in [301, 302, 307, 308, 400, 401, 403, 404, 422] {
-            assert!(!status_error(status, b"{}", None).retryable(), "{status}");
+            assert!(!status_error(status, b"{}", None, None).retryable(), "{status}");
         }
     }
 
     #[test]
     fn every_redirect_is_one_failure_reason() {
         for status in [300, 301, 302, 303, 307, 308] {
-            let e = status_error(status, b"<html>moved</html>", Some(Duration::from_secs(1)));
+            let e = status_error(status, b"<html>moved</html>", Some(Duration::from_secs(1)), None);
             assert_eq!(e.failure_reason(), "http_3xx", "{status}");
             assert_eq!(e.retry_after(), None);
         }
-        assert_eq!(status_error(408, b"{}", None).failure_reason(), "http_408");
+        assert_eq!(status_error(408, b"{}", None, None).failure_reason(), "http_408");
     }
 
     #[test]
@@ -660,19 +683,48 @@ mod tests {
             429,
             br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
             Some(Duration::from_secs(2)),
+            None,
         );
         assert_eq!(e.failure_reason(), "http_429");
         assert!(e.retryable());
         assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
-        assert_eq!(status_error(529, b"{}", None).failure_reason(), "http_529");
-        assert_eq!(status_error(503, b"oops", None).failure_reason(), "http_5xx");
+        assert_eq!(status_error(529, b"{}", None, None).failure_reason(), "http_529");
+        assert_eq!(
+            status_error(503, b"oops", None, None).failure_reason(),
+            "http_5xx"
+        );
         let bad_request = status_error(
             400,
             br#"{"error":{"type":"invalid_request_error","message":"max_tokens"}}"#,
             None,
+            None,
         );
         assert!(!bad_request.retryable());
         assert!(bad_request.to_string().contains("invalid_request_error"));
+    }
+
+    #[test]
+    fn a_key_the_cut_would_split_is_redacted_whole() {
+        // The key starts at char 290: cutting at 300 first would keep its
+        // first 10 characters, which no longer match the key.
+        let message = format!("{}{KEY} was refused", "x".repeat(290));
+        let body = json!({"error": {"type": "authentication_error", "message": message}}).to_string();
+        let LlmError::Status { message, .. } = status_error(401, body.as_bytes(), None, Some(KEY)) else {
+            panic!("not a status error");
+        };
+        assert!(message.contains("<redacted>"), "{message}");
+        assert!(
+            !message.contains(&KEY[..8]),
+            "a part of the key survived: {message}"
+        );
+        assert!(message.chars().count() <= MAX_ERROR_BODY_CHARS + 3, "{message}");
+    }
+
+    #[test]
+    fn a_broken_body_after_a_success_is_its_own_billed_kind() {
+        let e = LlmError::BodyBroken("reset".into());
+        assert_eq!(e.failure_reason(), "body_broken");
+        assert!(e.retryable() && e.is_answer());
     }
 
     #[test]

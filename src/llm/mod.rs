@@ -11,6 +11,7 @@
 //! - [`synth`]: the [`Synthesizer`]: the chain, its limits, readiness, hint
 //!   ids, the metrics observer.
 //! - `chain`: the chain walk, model after model, then the static hint.
+//! - [`cap`]: the cap on a hint's length (`llm.max_hint_chars`).
 //! - `call`: one model's call, played from or recorded into the cassette.
 //! - `retry`: one model's attempts, with backoff and an `llm_attempt` span
 //!   each.
@@ -20,6 +21,7 @@
 //! - [`pyliteral`]: the Python-literal parser for verifier accumulators.
 
 mod call;
+pub mod cap;
 pub mod cassette;
 mod chain;
 pub mod client;

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeSet;
 
-
 use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
 
 use super::pyliteral::parse_list;

@@ -41,6 +41,8 @@ pub struct Synthesis {
     pub cost_usd: f64,
     pub failure_reason: Option<String>,
     pub latency_ms: u64,
+    /// Whether `hint` was cut to `llm.max_hint_chars`.
+    pub hint_truncated: bool,
 }
 
 pub struct Synthesizer {

@@ -70,6 +70,15 @@ pub struct Hint {
     /// and were shown to the LLM; empty for a fresh hint.
     #[serde(default)]
     pub refines: Vec<String>,
+    /// Whether `hint` was cut to `llm.max_hint_chars` (at a sentence
+    /// boundary, else a word boundary, else a character). Written only when
+    /// true; absent reads as false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hint_truncated: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The name of the one implicit arm when no `[[hints.arms]]` are configured.
@@ -93,5 +102,27 @@ impl Validate for Hint {
             rules::non_empty(&format!("refines[{i}]"), id)?;
         }
         rules::rfc3339("created_at", Some(&self.created_at))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hint_truncated_is_written_only_when_true_and_reads_as_false_when_absent() {
+        let json = serde_json::json!({
+            "schema_version": 1, "hint_id": "h", "run_id": "r", "step": 1, "instance_id": "i",
+            "trajectory_id": "t", "hint": "x", "category": "llm_synthesized", "model": null,
+            "prompt_version": "v", "latency_ms": 0, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "cost_usd": 0.0, "failure_reason": null,
+            "source": {"topic": "t", "partition": 0, "offset": 0}, "created_at": "2026-01-01T00:00:00Z"
+        });
+        let mut hint: Hint = serde_json::from_value(json).unwrap();
+        assert!(!hint.hint_truncated);
+        assert!(!serde_json::to_string(&hint).unwrap().contains("hint_truncated"));
+        hint.hint_truncated = true;
+        let back: Hint = serde_json::from_str(&serde_json::to_string(&hint).unwrap()).unwrap();
+        assert!(back.hint_truncated);
     }
 }

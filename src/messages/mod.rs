@@ -1,5 +1,5 @@
 //! The wire contract: typed messages of every topic, their validation and the
-//! keys they are published under. Field names are exactly DESIGN.md's.
+//! keys they are published under. Field names are exactly the schemas' (schemas/).
 
 pub mod decode;
 mod failed;

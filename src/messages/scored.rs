@@ -21,7 +21,16 @@ pub struct ScoredRollout {
     /// into one `HintOutcome` per hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint_id: Option<String>,
+    /// The response's length in tokens (the reference's `response_mask`
+    /// sum), an integer from 1 to [`MAX_RESPONSE_LENGTH`]; 1 when absent.
+    /// Only `reinforce_pp` reads it: its mean and variance are over tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_length: Option<i64>,
 }
+
+/// The largest `response_length` accepted (u32's range, which the kernels
+/// take).
+pub const MAX_RESPONSE_LENGTH: i64 = u32::MAX as i64;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEnd {
@@ -50,6 +59,14 @@ impl Validate for ScoredRollout {
         if let Some(id) = &self.hint_id {
             rules::non_empty("hint_id", id)?;
         }
+        if let Some(length) = self.response_length {
+            if !(1..=MAX_RESPONSE_LENGTH).contains(&length) {
+                return Err(DecodeError::invalid(
+                    "response_length",
+                    "must be an integer from 1 to 4294967295",
+                ));
+            }
+        }
         rules::finite("reward", self.reward)
     }
 }
@@ -72,5 +89,39 @@ impl Validate for ScoredMessage {
             ScoredMessage::ScoredRollout(row) => row.validate(),
             ScoredMessage::StepEnd(end) => end.validate(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollout(response_length: Option<i64>) -> ScoredRollout {
+        ScoredRollout {
+            schema_version: i64::from(SCHEMA_VERSION),
+            run_id: "r".into(),
+            step: 0,
+            instance_id: "i".into(),
+            trajectory_id: "t".into(),
+            reward: 1.0,
+            is_hinted: false,
+            hint_category: None,
+            hint_id: None,
+            response_length,
+        }
+    }
+
+    #[test]
+    fn response_length_is_optional_and_must_be_at_least_1() {
+        for ok in [None, Some(1), Some(4096), Some(MAX_RESPONSE_LENGTH)] {
+            rollout(ok).validate().unwrap();
+        }
+        for bad in [Some(0), Some(-1), Some(MAX_RESPONSE_LENGTH + 1)] {
+            let err = rollout(bad).validate().unwrap_err().to_string();
+            assert!(err.contains("response_length"), "{bad:?}: {err}");
+        }
+        // Absent on the wire when absent.
+        let json = serde_json::to_value(rollout(None)).unwrap();
+        assert!(json.get("response_length").is_none());
     }
 }

@@ -13,8 +13,8 @@
 //! to back and the outputs written front to back. Nothing is hashed and
 //! nothing is allocated per group or per row: the table is kept for the
 //! thread's next call, and [`compute_into`] writes into the caller's columns.
-//! [`Estimator::BatchWhiten`] has one "group", so its passes are plain
-//! reductions.
+//! [`Estimator::ReinforcePp`] has one "group", so its passes are plain
+//! reductions (weighted by response length when the batch has lengths).
 //!
 //! Large batches with several rows per group run the passes in parallel row
 //! chunks (rayon): the first chunk adds into the step's table, each other
@@ -84,11 +84,11 @@ pub struct GroupStats {
 
 /// Per-group statistics of `batch`'s baseline rows (raw rows only when a row
 /// is hinted) as [`Estimator::Grpo`] uses them. For
-/// [`Estimator::BatchWhiten`] the statistics are the step's, over all groups:
+/// [`Estimator::ReinforcePp`] the statistics are the step's, over all groups:
 /// see [`step_stats`].
 pub fn group_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> Vec<GroupStats> {
     let mut t = Tables::default();
-    t.build(batch, options, 1, true);
+    t.build(batch, options, 1, true, batch.first_turn_baseline());
     t.slots
         .iter()
         .zip(&t.counts)
@@ -102,14 +102,25 @@ pub fn group_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> Vec<GroupSt
         .collect()
 }
 
-/// Mean and std of the whole batch's baseline rows (one group), as
-/// [`Estimator::BatchWhiten`] uses them.
+/// Token-weighted mean and std of the whole batch's baseline rows (one
+/// group), as [`Estimator::ReinforcePp`] uses them: each row counts its
+/// response length times; `count` is the number of baseline tokens, `sum`
+/// their scores' sum; the std has Bessel's correction over tokens. The
+/// baseline rows follow `options.hint_baseline`.
 pub fn step_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> GroupStats {
-    let first_turn = batch.first_turn_baseline();
-    let (sum, count) = step_sum(batch, first_turn);
+    let first_turn = Estimator::ReinforcePp.raw_baselines(batch, options);
+    let (sum, count) = if batch.response_length.is_empty() {
+        step_sum(batch, first_turn)
+    } else {
+        weighted_step_sum(batch, first_turn)
+    };
     let mean = if count >= 2.0 { sum / count } else { 0.0 };
     let std = if count >= 2.0 {
-        let m2 = step_squares(batch, first_turn, mean);
+        let m2 = if batch.response_length.is_empty() {
+            step_squares(batch, first_turn, mean)
+        } else {
+            weighted_step_squares(batch, first_turn, mean)
+        };
         let std = (m2 / (count - 1.0)).sqrt();
         options.std_floor.map_or(std, |floor| std.max(floor))
     } else {
@@ -132,17 +143,21 @@ fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut 
     if n == 0 {
         return;
     }
-    let first_turn = batch.first_turn_baseline();
+    let first_turn = options.estimator.raw_baselines(batch, options);
     let eps = options.epsilon;
-    if options.estimator == Estimator::BatchWhiten {
+    if options.estimator == Estimator::ReinforcePp {
         let stats = step_stats(batch, options);
-        let (mean, std, denominator) = (stats.mean, stats.std, stats.std + eps);
+        // The reference's rsqrt(var + 1e-8), with var = std² (the floored
+        // std when a floor is set).
+        let (mean, std) = (stats.mean, stats.std);
+        let denominator = (std * std + options.whiten_epsilon).sqrt();
         return fill(batch, out, threads, |_, r, _| {
             ((r - mean) / denominator, mean, std)
         });
     }
     let mut tables = Tables::take();
-    tables.build(batch, options, threads, options.estimator == Estimator::Rloo);
+    let rloo = options.estimator == Estimator::Rloo;
+    tables.build(batch, options, threads, rloo, first_turn);
     let slots = &tables.slots;
     match options.estimator {
         Estimator::Grpo if options.norm_by_std => fill(batch, out, threads, |g, r, _| {
@@ -168,9 +183,9 @@ fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut 
                 })
                 .collect();
             // A = s − baseline: the mean of the group's other baseline rows
-            // for a baseline row, of all of them for a hinted row of a
-            // first-turn batch, the row's own score (A = 0) for a group with
-            // at most one.
+            // for a baseline row, of all of them for a hinted row when only
+            // raw rows are baseline rows, the row's own score (A = 0) for a
+            // group with at most one.
             fill(batch, out, threads, |g, r, h| {
                 let t = table[g as usize];
                 let baseline = if t.count < 2.0 {
@@ -183,7 +198,7 @@ fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut 
                 (r - baseline, baseline, t.std)
             })
         }
-        Estimator::BatchWhiten => unreachable!("returned above"),
+        Estimator::ReinforcePp => unreachable!("returned above"),
     }
     tables.give_back();
 }
@@ -366,9 +381,16 @@ impl Tables {
 
     /// Passes 1 and 2 with their per-group finishes: leaves (mean, std) per
     /// group in `slots`, with the fewer-than-two rule (mean 0, std 1) and the
-    /// optional floor applied; keeps the sums when `keep_sums`.
-    fn build(&mut self, batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, keep_sums: bool) {
-        let first_turn = batch.first_turn_baseline();
+    /// optional floor applied; keeps the sums when `keep_sums`. Baseline rows
+    /// are the raw rows when `first_turn`, every row otherwise.
+    fn build(
+        &mut self,
+        batch: &Batch<'_>,
+        options: &AdvantageOptions,
+        threads: usize,
+        keep_sums: bool,
+        first_turn: bool,
+    ) {
         let groups = batch.n_groups;
         // Pass 1: (sum, count). In parallel, the first chunk of rows adds
         // into `slots` and each other chunk into a table of its own, merged
@@ -488,6 +510,36 @@ fn step_sum(batch: &Batch<'_>, first_turn: bool) -> (f64, f64) {
     )
 }
 
+/// A row's weight in reinforce_pp's token statistics: its response length,
+/// 0 for a hinted row when only raw rows are baseline rows.
+#[inline(always)]
+fn token_weight(batch: &Batch<'_>, first_turn: bool, row: usize) -> f64 {
+    let baseline = !(first_turn && batch.hinted[row]);
+    f64::from(u8::from(baseline)) * f64::from(batch.length(row))
+}
+
+/// Score sum and count of the batch's baseline tokens (rows weighted by
+/// their response length).
+fn weighted_step_sum(batch: &Batch<'_>, first_turn: bool) -> (f64, f64) {
+    let (mut sum, mut count) = (0.0, 0.0);
+    for (row, &r) in batch.reward.iter().enumerate() {
+        let w = token_weight(batch, first_turn, row);
+        sum += w * r;
+        count += w;
+    }
+    (sum, count)
+}
+
+/// Sum of squared deviations of the batch's baseline tokens from `mean`.
+fn weighted_step_squares(batch: &Batch<'_>, first_turn: bool, mean: f64) -> f64 {
+    let mut acc = 0.0;
+    for (row, &r) in batch.reward.iter().enumerate() {
+        let d = r - mean;
+        acc += token_weight(batch, first_turn, row) * d * d;
+    }
+    acc
+}
+
 /// Sum of squared deviations of the batch's baseline rows from `mean`.
 fn step_squares(batch: &Batch<'_>, first_turn: bool, mean: f64) -> f64 {
     let mut acc = [0.0f64; 4];
@@ -534,6 +586,7 @@ mod tests {
             n_groups,
             reward: rewards,
             hinted,
+            response_length: &[],
         };
         batch.validate().unwrap();
         compute(&batch, &options)
@@ -699,6 +752,7 @@ mod tests {
             n_groups: 20_000,
             reward: &rewards,
             hinted: &hinted,
+            response_length: &[],
         };
         for estimator in Estimator::ALL {
             let options = AdvantageOptions {
@@ -741,6 +795,7 @@ mod tests {
             n_groups: 5000,
             reward: &rewards,
             hinted: &hinted,
+            response_length: &[],
         };
         let mut parallel = fresh(n + 5);
         compute_on(&batch, &AdvantageOptions::default(), 2, &mut parallel);

@@ -128,7 +128,7 @@ fn estimator_code(e: Estimator) -> i32 {
         Estimator::Grpo => 0,
         Estimator::Drgrpo => 1,
         Estimator::Rloo => 2,
-        Estimator::BatchWhiten => 3,
+        Estimator::ReinforcePp => 3,
     }
 }
 
@@ -145,16 +145,36 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
     }
     let k = kernels()?;
     let s = &k.stream;
-    let whole_step = options.estimator == Estimator::BatchWhiten;
-    // batch_whiten keeps its statistics in one slot, index 0.
+    let whole_step = options.estimator == Estimator::ReinforcePp;
+    // reinforce_pp keeps its statistics in one slot, index 0.
     let groups = if whole_step { 1 } else { batch.n_groups.max(1) };
     let hinted: Vec<u8> = batch.hinted.iter().map(|&h| u8::from(h)).collect();
-    let first_turn = i32::from(batch.first_turn_baseline());
+    let first_turn = i32::from(options.estimator.raw_baselines(batch, options));
     let (n64, g64) = (n as u64, groups as u64);
+    // Response lengths (reinforce_pp): rows at or past `n_lengths` weigh 1;
+    // one dummy element when there are none, so the buffer is never empty.
+    let n_lengths = if whole_step {
+        batch.response_length.len() as u64
+    } else {
+        0
+    };
+    let lengths: &[u32] = if n_lengths > 0 {
+        batch.response_length
+    } else {
+        &[1]
+    };
+    // The epsilon of the division: reinforce_pp's sqrt(std² + whiten_eps),
+    // grpo's std + eps.
+    let epsilon = if whole_step {
+        options.whiten_epsilon
+    } else {
+        options.epsilon
+    };
 
     let group = s.clone_htod(batch.group).map_err(device_error)?;
     let reward = s.clone_htod(batch.reward).map_err(device_error)?;
     let hinted = s.clone_htod(&hinted).map_err(device_error)?;
+    let length = s.clone_htod(lengths).map_err(device_error)?;
     let mut sum = s.alloc_zeros::<f64>(groups).map_err(device_error)?;
     let mut count = s.alloc_zeros::<u64>(groups).map_err(device_error)?;
     let mut mean = s.alloc_zeros::<f64>(groups).map_err(device_error)?;
@@ -180,13 +200,16 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
 
     // SAFETY (all launches): argument lists match the kernel signatures in
     // kernels/advantage.cu, every buffer holds at least the n or `groups`
-    // elements the kernel indexes (index 0 only when whole_step), group ids
-    // were checked < n_groups, and the reductions run with BLOCK threads.
+    // elements the kernel indexes (index 0 only when whole_step; `length`
+    // below n_lengths only, which validate keeps <= n), group ids were
+    // checked < n_groups, and the reductions run with BLOCK threads.
     unsafe {
         if whole_step {
             s.launch_builder(&k.step_sums)
                 .arg(&reward)
                 .arg(&hinted)
+                .arg(&length)
+                .arg(&n_lengths)
                 .arg(&first_turn)
                 .arg(&n64)
                 .arg(&mut sum)
@@ -216,6 +239,8 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
             s.launch_builder(&k.step_squares)
                 .arg(&reward)
                 .arg(&hinted)
+                .arg(&length)
+                .arg(&n_lengths)
                 .arg(&first_turn)
                 .arg(&n64)
                 .arg(&mean)
@@ -255,7 +280,7 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
             .arg(&std)
             .arg(&estimator)
             .arg(&divide)
-            .arg(&options.epsilon)
+            .arg(&epsilon)
             .arg(&whole)
             .arg(&mut advantage)
             .arg(&mut row_mean)

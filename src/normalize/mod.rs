@@ -1,11 +1,19 @@
 //! Hint-augmented outcome advantages: one semantics per [`Estimator`], two
 //! kernels (CPU and CUDA).
 //!
-//! Every estimator follows the reference trainer's first-turn rule: if any
-//! sample of the batch (one step) is hinted, baselines come from the raw
-//! (unhinted) samples only and hinted samples are measured against them;
-//! otherwise every sample is a baseline sample. Call those the *baseline
-//! rows*. Then, with s a row's score:
+//! *Baseline rows* are the rows a row is measured against. The reference
+//! trainer (SkyRL-Fleet `ppo_utils.py`) applies its first-turn rule (if any
+//! sample of the batch, one step, is hinted, baselines come from the raw
+//! samples only) inside `compute_grpo_outcome_advantage` only, so:
+//!
+//! - grpo and drgrpo: raw rows only when a row of the step is hinted, every
+//!   row otherwise, always (the reference's rule);
+//! - rloo and reinforce_pp: every row, hinted or not, under
+//!   [`HintBaseline::Reference`] (the default: the reference's RLOO and
+//!   REINFORCE++ ignore `is_hinted`); under [`HintBaseline::Raw`] the grpo
+//!   rule (ours).
+//!
+//! Then, with s a row's score:
 //!
 //! - [`Estimator::Grpo`] (the reference's `compute_grpo_outcome_advantage`):
 //!   per group, mean and unbiased std (n − 1) of its baseline rows; a group
@@ -14,24 +22,34 @@
 //! - [`Estimator::Drgrpo`]: A = s − mean with GRPO's group mean, whatever
 //!   `norm_by_std` says.
 //! - [`Estimator::Rloo`] (`compute_rloo_outcome_advantage`): a baseline row's
-//!   baseline is the mean of the *other* baseline rows of its group, a hinted
-//!   row's is the mean of all of them; A = s − baseline, which for a group
-//!   of n baseline rows and no hint is the reference's (s − mean)·n/(n − 1).
-//!   A group with at most one baseline row gets A = 0 for all its rows.
-//! - [`Estimator::BatchWhiten`] (outcome REINFORCE++ with γ = 1): mean and
-//!   unbiased std over all the batch's baseline rows, whatever the group;
-//!   fewer than 2 → mean 0, std 1; A = (s − mean) / (std + eps).
+//!   baseline is the mean of the *other* baseline rows of its group, a
+//!   non-baseline (hinted, under `raw`) row's is the mean of all of them;
+//!   A = s − baseline, which for a group of n baseline rows is the
+//!   reference's (s − mean)·n/(n − 1). A group with at most one baseline row
+//!   gets A = 0 for all its rows.
+//! - [`Estimator::ReinforcePp`] (`compute_reinforce_plus_plus_outcome_advantage`
+//!   with γ = 1, the outcome score on the last token, so every token's
+//!   return is s): the reference's `masked_whiten` over the step's tokens,
+//!   groups ignored. A row weighs its `response_length` L (the reference's
+//!   `response_mask` sum; 1 when absent). Over the baseline rows, with N =
+//!   ΣL: mean = ΣL·s / N, var = ΣL·(s − mean)² / (N − 1) (Bessel's
+//!   correction over tokens); A = (s − mean) · rsqrt(var + whiten_eps),
+//!   whiten_eps = `whiten_epsilon` (the reference's 1e-8; `epsilon` does not
+//!   apply). N < 2, where the reference raises, gives mean 0 and var 1
+//!   (ours). `batch_whiten`, its former name, is an alias.
 //!
 //! The output columns keep one invariant for every estimator: A = (s −
-//! `group_mean`) / d, with d = `group_std` + eps where the estimator divides
-//! (grpo with `norm_by_std`, batch_whiten) and d = 1 where it does not. So
-//! `group_mean` is the baseline actually subtracted from the row: the group
-//! mean (grpo, drgrpo), the step mean (batch_whiten), or for rloo the
-//! leave-one-out mean (baseline rows), the mean of all baseline rows (hinted
-//! rows) or the row's own score (groups with ≤ 1 baseline row, A = 0).
-//! `group_std` is the std the row was divided by, or where nothing divides
-//! (drgrpo, rloo, grpo without `norm_by_std`) the group's baseline std as
-//! grpo computes it, informative only. Both columns are always finite.
+//! `group_mean`) / d, with d = `group_std` + eps for grpo with
+//! `norm_by_std`, d = sqrt(`group_std`² + whiten_eps) for reinforce_pp and
+//! d = 1 where nothing divides. So `group_mean` is the baseline actually
+//! subtracted from the row: the group mean (grpo, drgrpo), the step's token
+//! mean (reinforce_pp), or for rloo the leave-one-out mean (baseline rows),
+//! the mean of all baseline rows (other rows) or the row's own score (groups
+//! with ≤ 1 baseline row, A = 0). `group_std` is the std the row was divided
+//! by (for reinforce_pp sqrt(var), floored when asked), or where nothing
+//! divides (drgrpo, rloo, grpo without `norm_by_std`) the group's baseline
+//! std as grpo computes it, informative only. Both columns are always finite
+//! (for epsilons > 0).
 //!
 //! Output order is input order; accumulation is in f64 with two passes (sums,
 //! then squared deviations from the mean), on CPU and GPU alike.
@@ -49,13 +67,17 @@ pub use groups::DenseGroups;
 /// The reference's epsilon.
 pub const DEFAULT_EPSILON: f64 = 1e-6;
 
+/// The reference's `masked_whiten` epsilon: `rsqrt(var + 1e-8)`.
+pub const DEFAULT_WHITEN_EPSILON: f64 = 1e-8;
+
 /// |advantage| above this counts as extreme in the step metrics: it happens
 /// when a hinted success meets a baseline whose samples all scored the same.
 pub const EXTREME_ADVANTAGE: f64 = 1e3;
 
 /// Which advantage estimator a step is computed with (config
 /// `normalize.estimator`; names on the wire and in config are `grpo`,
-/// `drgrpo`, `rloo` and `batch_whiten`). The module docs give the formulas.
+/// `drgrpo`, `rloo` and `reinforce_pp`, with `batch_whiten` read as an
+/// alias of `reinforce_pp`). The module docs give the formulas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
@@ -67,8 +89,11 @@ pub enum Estimator {
     Drgrpo,
     /// Leave-one-out group mean (RLOO); 0 for a group of one.
     Rloo,
-    /// Scores whitened over the whole step (outcome REINFORCE++, γ = 1).
-    BatchWhiten,
+    /// The reference's REINFORCE++ for outcome rewards (γ = 1): scores
+    /// whitened over the step's tokens. `batch_whiten` is read as this.
+    #[serde(alias = "batch_whiten")]
+    #[value(alias = "batch_whiten")]
+    ReinforcePp,
 }
 
 impl Estimator {
@@ -77,7 +102,7 @@ impl Estimator {
         Estimator::Grpo,
         Estimator::Drgrpo,
         Estimator::Rloo,
-        Estimator::BatchWhiten,
+        Estimator::ReinforcePp,
     ];
 
     /// The config and wire name.
@@ -86,17 +111,61 @@ impl Estimator {
             Estimator::Grpo => "grpo",
             Estimator::Drgrpo => "drgrpo",
             Estimator::Rloo => "rloo",
-            Estimator::BatchWhiten => "batch_whiten",
+            Estimator::ReinforcePp => "reinforce_pp",
         }
     }
 
-    /// Whether A is divided by `std + epsilon` under `options`.
+    /// Whether A is divided by a std (`std + epsilon`, or for reinforce_pp
+    /// `sqrt(var + whiten_epsilon)`) under `options`.
     pub fn divides_by_std(self, options: &AdvantageOptions) -> bool {
         match self {
             Estimator::Grpo => options.norm_by_std,
-            Estimator::BatchWhiten => true,
+            Estimator::ReinforcePp => true,
             Estimator::Drgrpo | Estimator::Rloo => false,
         }
+    }
+}
+
+impl Estimator {
+    /// Whether the step's baseline rows are its raw rows only when `batch`
+    /// has a hinted row: always for grpo and drgrpo (the reference's rule),
+    /// for rloo and reinforce_pp only under [`HintBaseline::Raw`].
+    pub fn raw_baselines(self, batch: &Batch<'_>, options: &AdvantageOptions) -> bool {
+        let rule = match self {
+            Estimator::Grpo | Estimator::Drgrpo => true,
+            Estimator::Rloo | Estimator::ReinforcePp => options.hint_baseline == HintBaseline::Raw,
+        };
+        rule && batch.first_turn_baseline()
+    }
+}
+
+/// Where rloo's and reinforce_pp's baselines come from in a step with hinted
+/// rows (config `normalize.hint_baseline`). grpo and drgrpo always use raw
+/// rows only, as the reference does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum HintBaseline {
+    /// The reference's: rloo and reinforce_pp ignore `is_hinted`.
+    #[default]
+    Reference,
+    /// Ours: rloo and reinforce_pp take baselines from raw rows only.
+    Raw,
+}
+
+impl HintBaseline {
+    /// The config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HintBaseline::Reference => "reference",
+            HintBaseline::Raw => "raw",
+        }
+    }
+}
+
+impl std::fmt::Display for HintBaseline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -110,20 +179,31 @@ impl std::fmt::Display for Estimator {
 #[serde(deny_unknown_fields)]
 pub struct AdvantageOptions {
     /// Divide by the group std (+ epsilon); when off, A = s − mean. Read by
-    /// [`Estimator::Grpo`] only: drgrpo and rloo never divide, batch_whiten
+    /// [`Estimator::Grpo`] only: drgrpo and rloo never divide, reinforce_pp
     /// always does.
     pub norm_by_std: bool,
-    /// Added to the std before dividing (grpo and batch_whiten).
+    /// Added to the std before dividing (grpo only).
     pub epsilon: f64,
-    /// Opt-in floor for the std of baselines with two or more samples. Off
-    /// (`None`) by default for parity with the reference, where a std-0
-    /// baseline gives a hinted success an advantage of about 1e6. Applies to
-    /// every estimator's `group_std` (so to the division of grpo and
-    /// batch_whiten).
+    /// Opt-in floor for the std of baselines with two or more samples (for
+    /// reinforce_pp: two or more tokens). Off (`None`) by default for parity
+    /// with the reference, where a std-0 baseline gives a hinted success an
+    /// advantage of about 1e6. Applies to every estimator's `group_std` (so
+    /// to the division of grpo and reinforce_pp).
     pub std_floor: Option<f64>,
     /// The estimator; `grpo` when absent.
     #[serde(default)]
     pub estimator: Estimator,
+    /// Where rloo's and reinforce_pp's baselines come from in a step with
+    /// hinted rows; `reference` when absent.
+    #[serde(default)]
+    pub hint_baseline: HintBaseline,
+    /// reinforce_pp's `rsqrt(var + whiten_epsilon)`; 1e-8 when absent.
+    #[serde(default = "default_whiten_epsilon")]
+    pub whiten_epsilon: f64,
+}
+
+fn default_whiten_epsilon() -> f64 {
+    DEFAULT_WHITEN_EPSILON
 }
 
 impl Default for AdvantageOptions {
@@ -133,6 +213,8 @@ impl Default for AdvantageOptions {
             epsilon: DEFAULT_EPSILON,
             std_floor: None,
             estimator: Estimator::Grpo,
+            hint_baseline: HintBaseline::Reference,
+            whiten_epsilon: DEFAULT_WHITEN_EPSILON,
         }
     }
 }
@@ -159,6 +241,10 @@ pub struct Batch<'a> {
     pub n_groups: usize,
     pub reward: &'a [f64],
     pub hinted: &'a [bool],
+    /// Each row's response length in tokens (≥ 1), read by reinforce_pp
+    /// only. May be shorter than the other columns, empty included: rows
+    /// past its end have length 1.
+    pub response_length: &'a [u32],
 }
 
 /// Per-row results, in input order.
@@ -183,6 +269,10 @@ pub enum NormalizeError {
     GroupOutOfRange { row: usize, id: u32, n_groups: usize },
     #[error("reward at row {row} is not finite")]
     NonFinite { row: usize },
+    #[error("{lengths} response lengths for {rows} rows: at most one a row")]
+    TooManyLengths { rows: usize, lengths: usize },
+    #[error("response length at row {row} is 0; it must be >= 1")]
+    ZeroLength { row: usize },
     #[error("CUDA device: {0}")]
     Device(String),
     #[error("device `cuda` requested, but {0}")]
@@ -209,6 +299,15 @@ impl Batch<'_> {
         if let Some(row) = self.reward.iter().position(|r| !r.is_finite()) {
             return Err(NormalizeError::NonFinite { row });
         }
+        if self.response_length.len() > self.group.len() {
+            return Err(NormalizeError::TooManyLengths {
+                rows: self.group.len(),
+                lengths: self.response_length.len(),
+            });
+        }
+        if let Some(row) = self.response_length.iter().position(|&l| l == 0) {
+            return Err(NormalizeError::ZeroLength { row });
+        }
         Ok(())
     }
 
@@ -221,9 +320,15 @@ impl Batch<'_> {
     }
 
     /// First-turn baseline: only raw samples form the baseline when any
-    /// sample is hinted.
+    /// sample is hinted (for the estimators that follow the rule: see
+    /// [`Estimator::raw_baselines`]).
     pub fn first_turn_baseline(&self) -> bool {
         self.hinted.iter().any(|&h| h)
+    }
+
+    /// Row `row`'s response length (1 past the column's end).
+    pub fn length(&self, row: usize) -> u32 {
+        self.response_length.get(row).copied().unwrap_or(1)
     }
 }
 
@@ -340,6 +445,7 @@ pub fn cuda_check() -> Result<(), NormalizeError> {
                 n_groups: 0,
                 reward: &[],
                 hinted: &[],
+                response_length: &[],
             },
             &AdvantageOptions::default(),
         )
@@ -357,6 +463,7 @@ mod tests {
             n_groups: 2,
             reward,
             hinted,
+            response_length: &[],
         }
     }
 
@@ -416,10 +523,19 @@ mod tests {
             assert_eq!(value.get_name(), e.as_str());
         }
         assert_eq!(
-            ["grpo", "drgrpo", "rloo", "batch_whiten"],
+            ["grpo", "drgrpo", "rloo", "reinforce_pp"],
             Estimator::ALL.map(Estimator::as_str)
         );
         assert!(serde_json::from_str::<Estimator>("\"reinforce++\"").is_err());
+        // The former name is read as an alias, in config and on the CLI.
+        assert_eq!(
+            serde_json::from_str::<Estimator>("\"batch_whiten\"").unwrap(),
+            Estimator::ReinforcePp
+        );
+        assert_eq!(
+            <Estimator as clap::ValueEnum>::from_str("batch_whiten", false),
+            Ok(Estimator::ReinforcePp)
+        );
     }
 
     #[test]
@@ -431,7 +547,7 @@ mod tests {
             r#"{"norm_by_std": true, "epsilon": 1e-6, "std_floor": null, "estimator": "batch_whiten"}"#,
         )
         .unwrap();
-        assert_eq!(o.estimator, Estimator::BatchWhiten);
+        assert_eq!(o.estimator, Estimator::ReinforcePp);
         assert!(serde_json::from_str::<AdvantageOptions>(
             r#"{"norm_by_std": true, "epsilon": 1e-6, "std_floor": null, "estimatr": "rloo"}"#
         )

@@ -9,7 +9,8 @@ arrives by key. Waiting for step N is then a dictionary look-up, whatever the
 topics' history: step 10,000 costs what step 10 does.
 
 What a ``wait_*`` call returns is handed over and forgotten (buffers stay
-bounded over a long run); redelivered hints are deduplicated by
+bounded over a long run), except the last hints returned, kept to answer a
+group asked for again; redelivered hints are deduplicated by
 ``hint_id``, and a step's advantages are returned whole or not at all
 (chunked steps are reassembled in chunk order).
 """
@@ -127,6 +128,9 @@ class TrainerClient:
         metrics) before the oldest are dropped.
     :param max_buffered_groups: unread groups' hints kept before the oldest
         are dropped.
+    :param max_cached_hints: hints already returned that are kept (the most
+        recently returned first) to be returned again when their group is
+        asked for again.
 
     Creating the client fixes where reading starts: messages published to the
     hints, advantages and metrics topics before it exists are never read.
@@ -145,6 +149,7 @@ class TrainerClient:
         start_timeout: float = 30.0,
         max_buffered_steps: int = 1024,
         max_buffered_groups: int = 100_000,
+        max_cached_hints: int = 10_000,
     ) -> None:
         self.topics = Topics.of(topics)
         base: Dict[str, Any] = {"bootstrap.servers": bootstrap_servers, **dict(config or {})}
@@ -158,6 +163,11 @@ class TrainerClient:
         self._returned_hint_ids: Deque[str] = collections.deque()
         self._returned_hint_set: Set[str] = set()
         self._max_returned = max(10 * max_buffered_groups, 1000)
+        # Hints returned, by hint_id, and the group each was returned for:
+        # a group asked for again gets its hint again at once.
+        self._cached_hints: "collections.OrderedDict[str, Dict[str, Any]]" = collections.OrderedDict()
+        self._cached_groups: Dict[str, str] = {}
+        self._max_cached = max(max_cached_hints, 0)
         self._partial: _Bounded = _Bounded(max_buffered_steps, "incomplete advantage steps")
         self._advantages: _Bounded = _Bounded(max_buffered_steps, "advantage steps")
         self._metrics: _Bounded = _Bounded(max_buffered_steps, "metric steps")
@@ -366,19 +376,44 @@ class TrainerClient:
         while len(self._returned_hint_ids) > self._max_returned:
             self._returned_hint_set.discard(self._returned_hint_ids.popleft())
 
+    def _cache_returned(self, key: str, hint: Dict[str, Any]) -> None:
+        """Keeps ``hint``, returned for group ``key``, to return it again
+        (bounded: the least recently returned go first)."""
+        if self._max_cached == 0:
+            return
+        hint_id = str(hint["hint_id"])
+        self._cached_hints[hint_id] = hint
+        self._cached_hints.move_to_end(hint_id)
+        self._cached_groups[key] = hint_id
+        while len(self._cached_hints) > self._max_cached:
+            old_id, old = self._cached_hints.popitem(last=False)
+            old_key = group_key(old["run_id"], old["step"], old["instance_id"])
+            if self._cached_groups.get(old_key) == old_id:
+                del self._cached_groups[old_key]
+
+    def _cached(self, key: str) -> Optional[Dict[str, Any]]:
+        """The hint returned before for group ``key``, if still kept."""
+        hint_id = self._cached_groups.get(key)
+        return None if hint_id is None else self._cached_hints.get(hint_id)
+
     def wait_hints(self, run_id: str, step: int, instance_ids: Iterable[str], timeout: float = 60.0) -> Dict[str, Dict[str, Any]]:
         """The hints of step ``step``'s groups, ``{instance_id: hint}`` (the
         ``Hint`` message as a dict: ``hint``, ``category``, ``hint_id``,
         ``trajectory_id``, ...), once every group has one or at the timeout,
         whichever comes first: a group missing from the result got no hint in
-        time. Hints published twice (redelivery) are returned once: a hint
-        handed over is not handed over again.
+        time. Hints published twice (redelivery) are buffered once.
+
+        A group asked for again (the same run, step and instance) gets the
+        hint it got before, at once, while the client keeps it (the last
+        ``max_cached_hints`` returned), unless a new hint for it has arrived
+        since: that one is returned.
 
         Only hints published after the client was created are seen; when a
         group has several (stage 1 restarted with another model chain), the
         first to arrive is returned."""
         keys = {iid: group_key(run_id, step, iid) for iid in instance_ids}
         found: Dict[str, Dict[str, Any]] = {}
+        fresh: Set[str] = set()
 
         def ready() -> Optional[bool]:
             for iid, key in keys.items():
@@ -386,15 +421,23 @@ class TrainerClient:
                     entry = self._hints.get(key)
                     if entry:
                         found[iid] = next(iter(entry.values()))
+                        fresh.add(iid)
+                    else:
+                        cached = self._cached(key)
+                        if cached is not None:
+                            found[iid] = cached
+                            self._received["hints_returned_again"] += 1
             return True if len(found) == len(keys) else None
 
         try:
             self._wait(ready, timeout)
         finally:
             with self._lock:
-                for iid in found:
-                    for hint_id in self._hints.pop(keys[iid], {}):
-                        self._remember_returned(hint_id)
+                for iid, hint in found.items():
+                    if iid in fresh:
+                        for hint_id in self._hints.pop(keys[iid], {}):
+                            self._remember_returned(hint_id)
+                    self._cache_returned(keys[iid], hint)
         return found
 
     def wait_advantages(self, run_id: str, step: int, timeout: float = 300.0) -> pa.Table:
@@ -561,7 +604,9 @@ class TrainerClient:
     @property
     def stats(self) -> Dict[str, int]:
         """Messages received per topic since start; also ``unreadable``,
-        ``duplicate_hints`` (same ``hint_id``), ``repeated`` (a partition's
+        ``duplicate_hints`` (same ``hint_id``), ``hints_returned_again`` (a
+        group asked for again, answered from the hints already returned),
+        ``repeated`` (a partition's
         offset seen again: dropped) and ``evicted`` (unread entries dropped
         at the buffer bounds)."""
         with self._lock:

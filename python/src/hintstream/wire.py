@@ -1,6 +1,6 @@
 """The rest of the wire contract: topic names, message builders, header
 names, Arrow encoding of scored rollouts and the chunk headers of advantages.
-Field names are exactly DESIGN.md's."""
+Field names are exactly the JSON Schemas' (schemas/ at the repository root)."""
 
 from __future__ import annotations
 
@@ -166,8 +166,10 @@ def check_failed(message: Mapping[str, Any]) -> None:
 def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     """``scored_rollout`` messages of one step: each row needs
     ``instance_id``, ``trajectory_id``, ``reward`` and ``is_hinted``
-    (``hint_category`` and ``hint_id``, the hint a hinted row ran with,
-    optional)."""
+    (``hint_category``, ``hint_id``, the hint a hinted row ran with, and
+    ``response_length``, the response's length in tokens, the reference
+    trainer's ``response_mask`` sum, an integer >= 1 that only the
+    ``reinforce_pp`` estimator reads, optional)."""
     out = []
     for i, row in enumerate(rows):
         try:
@@ -190,8 +192,24 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
             if not hint_id.strip():
                 raise ValueError(f"scored row {i} has a blank hint_id")
             message["hint_id"] = hint_id
+        if row.get("response_length") is not None:
+            message["response_length"] = _response_length(i, row["response_length"])
         out.append(message)
     return out
+
+
+def _response_length(i: int, value: Any) -> int:
+    """A row's ``response_length`` as an int from 1 to 2**32 - 1 (a bool, a
+    fraction or a number out of range is an error)."""
+    if isinstance(value, bool):
+        raise ValueError(f"scored row {i} has a response_length that is a bool")
+    try:
+        length = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"scored row {i} has a response_length that is not an integer: {value!r}") from None
+    if length != value or not 1 <= length <= 0xFFFFFFFF:
+        raise ValueError(f"scored row {i} has response_length {value!r}; it must be an integer from 1 to 4294967295")
+    return length
 
 
 def step_end(run_id: str, step: int, count: int) -> Dict[str, Any]:
@@ -202,7 +220,8 @@ def step_end(run_id: str, step: int, count: int) -> Dict[str, Any]:
 def scored_table(messages: Sequence[Mapping[str, Any]]) -> pa.Table:
     """``scored_rollout`` messages as the Arrow table stage 2 reads
     (``instance_id`` dictionary-encoded, ``reward`` float64; a ``hint_id``
-    column only when a row has one)."""
+    column only when a row has one, a ``response_length`` uint32 column,
+    1 where a row has none, only when a row has one)."""
     columns: Dict[str, pa.Array] = {
         "run_id": pa.array([m["run_id"] for m in messages], pa.string()),
         "step": pa.array([m["step"] for m in messages], pa.int64()),
@@ -214,6 +233,8 @@ def scored_table(messages: Sequence[Mapping[str, Any]]) -> pa.Table:
     }
     if any(m.get("hint_id") is not None for m in messages):
         columns["hint_id"] = pa.array([m.get("hint_id") for m in messages], pa.string())
+    if any(m.get("response_length") is not None for m in messages):
+        columns["response_length"] = pa.array([m.get("response_length") or 1 for m in messages], pa.uint32())
     return pa.table(columns)
 
 

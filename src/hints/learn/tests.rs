@@ -45,6 +45,7 @@ fn hint(arms: &Arms, arm: usize, step: i64, instance: &str, category: HintCatego
         created_at: "2026-01-01T00:00:00Z".into(),
         arm: spec.name.clone(),
         refines: Vec::new(),
+        hint_truncated: false,
     }
 }
 

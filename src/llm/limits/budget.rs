@@ -1,10 +1,11 @@
 //! The spend guard: an hourly budget of dollars and/or tokens over a rolling
-//! window. Each LLM attempt reserves its estimated cost before it is sent
+//! window. Each LLM attempt reserves its worst-case cost before it is sent
 //! (so concurrent calls cannot overshoot together) and settles the real cost
 //! from the reply's `usage` afterwards. An attempt whose cost is unknown (no
-//! usable reply, a timeout after sending, a cancelled call) is charged its
-//! estimate; only one the API provably did not process (an error status, a
-//! refused connection) is released. When a reservation does not fit, the
+//! usable reply, a body broken after a success status, a timeout after
+//! sending, a cancelled call) is charged its reservation; only one the API
+//! provably did not process (an error status, a refused connection) is
+//! released. When a reservation does not fit, the
 //! attempt is not sent: the hint falls back to the static one with
 //! `failure_reason = "budget_exhausted"` until older spend leaves the window.
 
@@ -80,7 +81,8 @@ impl SpendBudget {
         self.window.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reserves an attempt's estimated cost, or says the budget is spent.
+    /// Reserves an attempt's cost (its worst case), or says the budget is
+    /// spent.
     pub fn reserve(&self, usd: f64, tokens: u64) -> Result<Reservation<'_>, Exhausted> {
         let mut w = self.window();
         w.expire(Instant::now());
@@ -118,7 +120,7 @@ impl SpendBudget {
 
 /// An attempt's reserved share of the budget. Settle it with the real cost,
 /// or release it when nothing was spent; dropped otherwise (a cancelled
-/// call), it is charged its estimate.
+/// call), it is charged what it reserved.
 #[derive(Debug)]
 pub struct Reservation<'a> {
     budget: &'a SpendBudget,
@@ -133,11 +135,11 @@ impl Reservation<'_> {
         self.end(Some((usd, tokens)));
     }
 
-    /// Charges the estimate: the attempt may have been billed, but its cost
-    /// is unknown.
-    pub fn charge_estimate(mut self) {
-        let estimate = (self.usd, self.tokens);
-        self.end(Some(estimate));
+    /// Charges what was reserved: the attempt may have been billed, but its
+    /// cost is unknown.
+    pub fn charge_reserved(mut self) {
+        let reserved = (self.usd, self.tokens);
+        self.end(Some(reserved));
     }
 
     /// Frees the reservation: the API did not process the attempt.
@@ -162,8 +164,8 @@ impl Reservation<'_> {
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        let estimate = (self.usd, self.tokens);
-        self.end(Some(estimate));
+        let reserved = (self.usd, self.tokens);
+        self.end(Some(reserved));
     }
 }
 
@@ -172,9 +174,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_attempt_of_unknown_cost_is_charged_its_estimate() {
+    fn an_attempt_of_unknown_cost_is_charged_its_reservation() {
         let budget = SpendBudget::new(0.0, 1000).unwrap();
-        budget.reserve(0.0, 300).unwrap().charge_estimate();
+        budget.reserve(0.0, 300).unwrap().charge_reserved();
         drop(budget.reserve(0.0, 300).unwrap()); // cancelled mid-call
         assert_eq!(budget.remaining().tokens, Some(400));
     }

@@ -3,6 +3,14 @@
 //! flight, and the hourly spend budget. Waiting for any of them counts
 //! against the hint's time budget. (Hedged requests, when they come, are
 //! bounded here too.)
+//!
+//! The budget reserves each attempt's worst case ([`worst_case`], priced by
+//! `pricing::worst_case_cost_usd`) and settles it to the real usage, so
+//! concurrent attempts cannot spend more than the budget together while
+//! each reply's usage stays within its reservation (tested: 200 concurrent
+//! calls billed at that worst case stay within the budget plus one call).
+//! A reply that reports more (framing beyond [`FRAMING_TOKENS`]) is
+//! recorded as it is: the budget is then overshot by that excess alone.
 
 pub mod budget;
 mod rate;
@@ -14,7 +22,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use self::budget::{Remaining, Reservation, SpendBudget};
 use self::rate::RateLimits;
 use super::client::{Completion, LlmError, Reply};
-use super::pricing::cost_usd;
+use super::pricing::{cost_usd, worst_case_cost_usd};
 use crate::config::{LlmConfig, ModelPrice};
 use crate::messages::Usage;
 
@@ -37,14 +45,29 @@ pub(super) struct Admission<'a> {
     pub(super) remaining: Duration,
 }
 
-/// An attempt's estimated tokens: the prompt at 3 bytes a token, on the
-/// high side for code, JSON and non-Latin text (English prose is nearer 4),
-/// so that concurrent reservations do not overshoot a budget; and the whole
-/// output allowance.
+/// Input tokens a request may be billed beyond one per byte of its prompt
+/// text: the API's framing of the system prompt and the user message.
+pub const FRAMING_TOKENS: u64 = 64;
+
+/// An attempt's typical tokens, for the token rate limit: the prompt at 3
+/// bytes a token (English prose is nearer 4; code, JSON and non-Latin text
+/// can be far denser), and the whole output allowance. A reply that used
+/// more leaves the excess as a debt (`charge_overrun`).
 pub(super) fn estimate(request: &Completion<'_>) -> Usage {
     Usage {
         input_tokens: ((request.user.len() + request.system.len()) / 3) as u64,
         output_tokens: u64::from(request.max_tokens),
+    }
+}
+
+/// An attempt's worst-case tokens, for the spend budget: one input token
+/// per byte of the prompt text (no tokenizer makes more tokens than the
+/// bytes it reads) plus [`FRAMING_TOKENS`], and the whole output allowance
+/// (`max_tokens`, which the API never exceeds).
+pub fn worst_case(system: &str, user: &str, max_tokens: u32) -> Usage {
+    Usage {
+        input_tokens: (system.len() + user.len()) as u64 + FRAMING_TOKENS,
+        output_tokens: u64::from(max_tokens),
     }
 }
 
@@ -63,7 +86,7 @@ impl CallLimits {
     }
 
     /// Waits for the rate limits and a call slot, then reserves the
-    /// attempt's estimated cost at `price`. `Timeout` when `deadline`
+    /// attempt's worst-case cost at `price`. `Timeout` when `deadline`
     /// passes first; `BudgetExhausted` when the reservation does not fit.
     pub(super) async fn admit(
         &self,
@@ -90,11 +113,14 @@ impl CallLimits {
         }
         let reservation = match &self.budget {
             None => None,
-            Some(budget) => Some(
-                budget
-                    .reserve(cost_usd(price, &estimate), total(&estimate))
-                    .map_err(|_| LlmError::BudgetExhausted)?,
-            ),
+            Some(budget) => {
+                let worst = worst_case(request.system, request.user, request.max_tokens);
+                Some(
+                    budget
+                        .reserve(worst_case_cost_usd(price, &worst), total(&worst))
+                        .map_err(|_| LlmError::BudgetExhausted)?,
+                )
+            }
         };
         Ok(Admission {
             slot,
@@ -125,7 +151,8 @@ impl CallLimits {
 }
 
 /// Settles an attempt's reservation from how it ended: the real cost of a
-/// reply, nothing for a request the API refused, the estimate otherwise.
+/// reply, nothing for a request the API refused or never got, the
+/// reservation (the worst case) otherwise.
 pub(super) fn settle(
     reservation: Reservation<'_>,
     result: &Result<Reply, LlmError>,
@@ -133,10 +160,44 @@ pub(super) fn settle(
 ) {
     match result {
         Ok(reply) => reservation.settle(cost_usd(price, &reply.usage), total(&reply.usage)),
-        // The API refused it: nothing was processed.
+        // The API refused it (an error status), or the connection failed
+        // before a status came: nothing was processed.
         Err(LlmError::Status { .. } | LlmError::Connect(_)) => reservation.release(),
-        // Processed, maybe billed, cost unknown (an empty or malformed
-        // reply, a timeout after sending).
-        Err(_) => reservation.charge_estimate(),
+        // Processed, maybe billed, cost unknown: a body broken after a
+        // success status (`BodyBroken`), an empty or malformed reply, a
+        // timeout after sending.
+        Err(_) => reservation.charge_reserved(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRICE: ModelPrice = ModelPrice {
+        input_per_mtok: 3.0,
+        output_per_mtok: 15.0,
+    };
+
+    #[test]
+    fn the_reservation_is_the_worst_case_of_the_prompt_and_output() {
+        let worst = worst_case("sys", "\u{4e2d}\u{6587} code {}", 300);
+        // 3 + 14 bytes, each a token at most, plus framing.
+        assert_eq!(worst.input_tokens, 17 + FRAMING_TOKENS);
+        assert_eq!(worst.output_tokens, 300);
+        let usd = worst_case_cost_usd(Some(&PRICE), &worst);
+        assert!((usd - ((17 + FRAMING_TOKENS) as f64 * 3.0 + 300.0 * 15.0) / 1e6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn a_body_broken_after_a_success_is_charged_its_reservation() {
+        let budget = SpendBudget::new(1.0, 0).unwrap();
+        let broken: Result<Reply, LlmError> = Err(LlmError::BodyBroken("reset".into()));
+        settle(budget.reserve(0.25, 100).unwrap(), &broken, Some(&PRICE));
+        assert_eq!(budget.remaining().usd, Some(0.75));
+        // A refused connection never reached the API: nothing is charged.
+        let refused: Result<Reply, LlmError> = Err(LlmError::Connect("refused".into()));
+        settle(budget.reserve(0.25, 100).unwrap(), &refused, Some(&PRICE));
+        assert_eq!(budget.remaining().usd, Some(0.75));
     }
 }

@@ -227,6 +227,7 @@ fn the_readme_metrics_table_matches_what_stage_2_publishes() {
                 is_hinted: category.is_some(),
                 hint_category: category.map(str::to_string),
                 hint_id: None,
+                response_length: None,
             });
         }
     }

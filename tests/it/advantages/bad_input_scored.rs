@@ -45,6 +45,7 @@ fn rollout(step: i64, instance: &str, id: &str, reward: f64) -> ScoredRollout {
         is_hinted: false,
         hint_category: None,
         hint_id: None,
+        response_length: None,
     }
 }
 

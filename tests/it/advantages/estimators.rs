@@ -1,8 +1,11 @@
 //! Every advantage estimator against an independent float64 implementation
 //! written here, with plain loops over the rows and nothing from the
 //! kernels: all four estimators × {no hint, hinted, single raw row, std 0,
-//! one group of size 1, a group of size 1 among others}, plus the worked
-//! examples of the README with their numbers written out by hand.
+//! one group of size 1, a group of size 1 among others} × both
+//! `hint_baseline`s × `norm_by_std` on and off (and, for reinforce_pp,
+//! response lengths), plus the worked examples of the README with their
+//! numbers written out by hand. The reference trainer's own test cases are
+//! in `reference_estimators.rs`.
 //!
 //! Each case runs every way in: the kernel with dense ids (`Device::Cpu`),
 //! the compute path from string ids (`compute_step`), Arrow batches whose
@@ -20,9 +23,13 @@ use arrow_array::{
 };
 use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::ScoredRows;
-use hintstream::normalize::{self, AdvantageOptions, Advantages, Batch, Device, Estimator, Ran};
+use hintstream::normalize::{
+    self, AdvantageOptions, Advantages, Batch, Device, Estimator, HintBaseline, Ran,
+};
 
 const EPS: f64 = 1e-6;
+/// The reference's `masked_whiten` epsilon.
+const WEPS: f64 = 1e-8;
 
 /// One step's rows: (group id, score, hinted).
 type Rows = [(&'static str, f64, bool)];
@@ -55,12 +62,21 @@ fn mean_std(xs: &[f64]) -> (f64, f64) {
 }
 
 /// The reference semantics, row by row: for each row, gather the scores it
-/// is measured against by scanning the whole step.
-fn reference(rows: &Rows, estimator: Estimator, norm_by_std: bool) -> Vec<Want> {
-    let any_hint = rows.iter().any(|r| r.2);
+/// is measured against by scanning the whole step. grpo and drgrpo take
+/// raw-only baselines in a step with a hinted row; rloo and reinforce_pp
+/// only under `hint_baseline = raw` (the reference's ignore `is_hinted`).
+/// `lengths` are the rows' response lengths (empty: all 1).
+fn reference(rows: &Rows, lengths: &[u32], options: &AdvantageOptions) -> Vec<Want> {
+    let (estimator, norm_by_std) = (options.estimator, options.norm_by_std);
+    let raw_rule = match estimator {
+        Estimator::Grpo | Estimator::Drgrpo => true,
+        Estimator::Rloo | Estimator::ReinforcePp => options.hint_baseline == HintBaseline::Raw,
+    };
+    let any_hint = raw_rule && rows.iter().any(|r| r.2);
     let is_baseline = |j: usize| !any_hint || !rows[j].2;
+    let length = |j: usize| lengths.get(j).copied().unwrap_or(1);
     let mut out = Vec::new();
-    for &(group, score, hinted) in rows {
+    for (row, &(group, score, _)) in rows.iter().enumerate() {
         // Baseline scores of the row's group.
         let mut group_base = Vec::new();
         for (j, other) in rows.iter().enumerate() {
@@ -88,9 +104,9 @@ fn reference(rows: &Rows, estimator: Estimator, norm_by_std: bool) -> Vec<Want> 
                         mean: score,
                         std: g_std,
                     }
-                } else if any_hint && hinted {
-                    // A hinted row against the mean of all the group's raw
-                    // rows.
+                } else if !is_baseline(row) {
+                    // A hinted row (under `raw`) against the mean of all the
+                    // group's raw rows.
                     let mean = group_base.iter().sum::<f64>() / n as f64;
                     Want {
                         advantage: score - mean,
@@ -108,16 +124,20 @@ fn reference(rows: &Rows, estimator: Estimator, norm_by_std: bool) -> Vec<Want> 
                     }
                 }
             }
-            Estimator::BatchWhiten => {
-                let mut step_base = Vec::new();
+            Estimator::ReinforcePp => {
+                // One value per baseline token: a row's score, as many
+                // times as it has tokens.
+                let mut step_tokens = Vec::new();
                 for (j, other) in rows.iter().enumerate() {
                     if is_baseline(j) {
-                        step_base.push(other.1);
+                        for _ in 0..length(j) {
+                            step_tokens.push(other.1);
+                        }
                     }
                 }
-                let (mean, std) = mean_std(&step_base);
+                let (mean, std) = mean_std(&step_tokens);
                 Want {
-                    advantage: (score - mean) / (std + EPS),
+                    advantage: (score - mean) / (std * std + options.whiten_epsilon).sqrt(),
                     mean,
                     std,
                 }
@@ -164,7 +184,7 @@ fn dense(rows: &Rows) -> (Vec<u32>, usize) {
 /// `instance_id` columns of `rows` in each encoding a producer may send.
 fn instance_columns(rows: &Rows) -> Vec<(&'static str, ArrayRef)> {
     let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
-    let distinct = scored(rows)
+    let distinct = scored(rows, &[])
         .to_batch()
         .unwrap()
         .column_by_name("instance_id")
@@ -188,8 +208,11 @@ fn instance_columns(rows: &Rows) -> Vec<(&'static str, ArrayRef)> {
     ]
 }
 
-fn scored(rows: &Rows) -> ScoredRows {
-    let mut s = ScoredRows::default();
+fn scored(rows: &Rows, lengths: &[u32]) -> ScoredRows {
+    let mut s = ScoredRows {
+        response_length: lengths.to_vec(),
+        ..ScoredRows::default()
+    };
     for (i, r) in rows.iter().enumerate() {
         s.run_id.push("run".into());
         s.step.push(1);
@@ -202,9 +225,9 @@ fn scored(rows: &Rows) -> ScoredRows {
     s
 }
 
-/// Runs `rows` through every path with `options` and checks each against
-/// `want`.
-fn run_all_paths(name: &str, rows: &Rows, options: AdvantageOptions, want: &[Want]) {
+/// Runs `rows` (with response lengths `lengths`) through every path with
+/// `options` and checks each against `want`.
+fn run_all_paths(name: &str, rows: &Rows, lengths: &[u32], options: AdvantageOptions, want: &[Want]) {
     let (ids, n_groups) = dense(rows);
     let reward: Vec<f64> = rows.iter().map(|r| r.1).collect();
     let hinted: Vec<bool> = rows.iter().map(|r| r.2).collect();
@@ -213,25 +236,40 @@ fn run_all_paths(name: &str, rows: &Rows, options: AdvantageOptions, want: &[Wan
         n_groups,
         reward: &reward,
         hinted: &hinted,
+        response_length: lengths,
     };
-    let label = format!("{name} ({})", options.estimator);
+    let label = format!(
+        "{name} ({}, hint_baseline {}, norm_by_std {}, {} lengths)",
+        options.estimator,
+        options.hint_baseline,
+        options.norm_by_std,
+        lengths.len()
+    );
     let (cpu, ran) = normalize::compute(&batch, &options, Device::Cpu).unwrap();
     assert_eq!(ran, Ran::Cpu);
     check(&format!("{label}, cpu kernel"), &cpu, want);
 
-    let step = compute_step(scored(rows), &options, Device::Cpu).unwrap();
+    let step = compute_step(scored(rows, lengths), &options, Device::Cpu).unwrap();
     check(&format!("{label}, from string ids"), &step.advantages, want);
 
     for (encoding, instance) in instance_columns(rows) {
-        let arrow = RecordBatch::try_from_iter([
+        let mut columns = vec![
             ("instance_id", instance),
             ("reward", Arc::new(Float64Array::from(reward.clone())) as ArrayRef),
             (
                 "is_hinted",
                 Arc::new(BooleanArray::from(hinted.clone())) as ArrayRef,
             ),
-        ])
-        .unwrap();
+        ];
+        if !lengths.is_empty() {
+            // Rows past the given lengths have 1.
+            let all = (0..rows.len()).map(|i| lengths.get(i).copied().unwrap_or(1));
+            columns.push((
+                "response_length",
+                Arc::new(arrow_array::UInt32Array::from_iter_values(all)) as ArrayRef,
+            ));
+        }
+        let arrow = RecordBatch::try_from_iter(columns).unwrap();
         let (got, ran) = compute_batch(&arrow, &options, Device::Cpu).unwrap();
         assert_eq!(ran, Ran::Cpu);
         check(&format!("{label}, arrow {encoding}"), &got, want);
@@ -242,14 +280,31 @@ fn run_all_paths(name: &str, rows: &Rows, options: AdvantageOptions, want: &[Wan
     check(&format!("{label}, {}", ran.as_str()), &cuda, want);
 }
 
+/// Response lengths 1 to 7 for `n` rows, all but the last (which then has
+/// 1), for reinforce_pp's weighted cases.
+fn some_lengths(n: usize) -> Vec<u32> {
+    (0..n.saturating_sub(1)).map(|i| (i * 5 % 7) as u32 + 1).collect()
+}
+
 fn run_case(name: &str, rows: &Rows, estimator: Estimator) {
+    let lengths = some_lengths(rows.len());
+    let length_sets: &[&[u32]] = if estimator == Estimator::ReinforcePp {
+        &[&[], &lengths]
+    } else {
+        &[&[]]
+    };
     for norm_by_std in [true, false] {
-        let options = AdvantageOptions {
-            estimator,
-            norm_by_std,
-            ..AdvantageOptions::default()
-        };
-        run_all_paths(name, rows, options, &reference(rows, estimator, norm_by_std));
+        for hint_baseline in [HintBaseline::Reference, HintBaseline::Raw] {
+            for &lengths in length_sets {
+                let options = AdvantageOptions {
+                    estimator,
+                    norm_by_std,
+                    hint_baseline,
+                    ..AdvantageOptions::default()
+                };
+                run_all_paths(name, rows, lengths, options, &reference(rows, lengths, &options));
+            }
+        }
     }
 }
 
@@ -285,7 +340,8 @@ const HINTED: &Rows = &[
 ];
 
 /// The whole step has one raw row: every group has at most one baseline
-/// row, and batch_whiten has fewer than two.
+/// row under the raw rule, and reinforce_pp (raw, one token a row) has
+/// fewer than two tokens.
 const SINGLE_RAW_ROW: &Rows = &[
     ("a", 1.0, true),
     ("a", 0.5, false),
@@ -362,13 +418,13 @@ cases! {
     rloo_one_group_of_size_1: ONE_GROUP_OF_SIZE_1, Estimator::Rloo;
     rloo_group_of_size_1_among_others: GROUP_OF_SIZE_1_AMONG_OTHERS, Estimator::Rloo;
 
-    batch_whiten_no_hint: NO_HINT, Estimator::BatchWhiten;
-    batch_whiten_hinted: HINTED, Estimator::BatchWhiten;
-    batch_whiten_single_raw_row: SINGLE_RAW_ROW, Estimator::BatchWhiten;
-    batch_whiten_std_zero: STD_ZERO, Estimator::BatchWhiten;
-    batch_whiten_std_zero_no_hint: STD_ZERO_NO_HINT, Estimator::BatchWhiten;
-    batch_whiten_one_group_of_size_1: ONE_GROUP_OF_SIZE_1, Estimator::BatchWhiten;
-    batch_whiten_group_of_size_1_among_others: GROUP_OF_SIZE_1_AMONG_OTHERS, Estimator::BatchWhiten;
+    reinforce_pp_no_hint: NO_HINT, Estimator::ReinforcePp;
+    reinforce_pp_hinted: HINTED, Estimator::ReinforcePp;
+    reinforce_pp_single_raw_row: SINGLE_RAW_ROW, Estimator::ReinforcePp;
+    reinforce_pp_std_zero: STD_ZERO, Estimator::ReinforcePp;
+    reinforce_pp_std_zero_no_hint: STD_ZERO_NO_HINT, Estimator::ReinforcePp;
+    reinforce_pp_one_group_of_size_1: ONE_GROUP_OF_SIZE_1, Estimator::ReinforcePp;
+    reinforce_pp_group_of_size_1_among_others: GROUP_OF_SIZE_1_AMONG_OTHERS, Estimator::ReinforcePp;
 }
 
 /// Random steps (many groups, sizes 1 to 9, some hinted, some std 0)
@@ -420,6 +476,16 @@ const WORKED: &Rows = &[
 ];
 
 fn worked(estimator: Estimator, advantage: [f64; 6], mean: [f64; 6], std: [f64; 6]) {
+    worked_with(estimator, HintBaseline::Reference, advantage, mean, std)
+}
+
+fn worked_with(
+    estimator: Estimator,
+    hint_baseline: HintBaseline,
+    advantage: [f64; 6],
+    mean: [f64; 6],
+    std: [f64; 6],
+) {
     let want: Vec<Want> = (0..6)
         .map(|i| Want {
             advantage: advantage[i],
@@ -429,14 +495,16 @@ fn worked(estimator: Estimator, advantage: [f64; 6], mean: [f64; 6], std: [f64; 
         .collect();
     let options = AdvantageOptions {
         estimator,
+        hint_baseline,
         ..AdvantageOptions::default()
     };
-    run_all_paths("worked example", WORKED, options, &want);
+    run_all_paths("worked example", WORKED, &[], options, &want);
 }
 
 // q1's raw scores 0, 0, 1: mean 1/3, std sqrt(1/3); q2's 1, 0: mean 1/2,
 // std sqrt(1/2). Over the step, raw scores 0, 0, 1, 1, 0: mean 0.4, std
-// sqrt(0.3).
+// sqrt(0.3); all six scores 0, 0, 1, 1, 1, 0: mean 0.5, std sqrt(0.3) too.
+// All four of q1's scores 0, 0, 1, 1: std sqrt(1/3) too.
 const S1: f64 = 0.577_350_269_189_625_8; // sqrt(1/3)
 const S2: f64 = std::f64::consts::FRAC_1_SQRT_2; // sqrt(1/2)
 const SW: f64 = 0.547_722_557_505_166_1; // sqrt(0.3)
@@ -469,10 +537,26 @@ fn worked_example_drgrpo() {
 
 #[test]
 fn worked_example_rloo() {
-    // Raw rows against the mean of the other raw rows of their prompt; the
-    // hinted row against the mean of all of q1's raw rows (1/3).
+    // The default, the reference's: the hinted row is a row like the
+    // others. Every q1 row against the mean of q1's three other rows: r1
+    // (0 − 2/3), r3 (1 − 1/3); the reference's (s − 0.5)·4/3 = ∓0.66667.
+    let third = 1.0 / 3.0;
     worked(
         Estimator::Rloo,
+        [-2.0 * third, -2.0 * third, 2.0 * third, 2.0 * third, 1.0, -1.0],
+        [2.0 * third, 2.0 * third, third, third, 0.0, 1.0],
+        [S1, S1, S1, S1, S2, S2],
+    );
+}
+
+#[test]
+fn worked_example_rloo_with_raw_hint_baseline() {
+    // `hint_baseline = "raw"`: raw rows against the mean of the other raw
+    // rows of their prompt; the hinted row against the mean of all of q1's
+    // raw rows (1/3).
+    worked_with(
+        Estimator::Rloo,
+        HintBaseline::Raw,
         [-0.5, -0.5, 1.0, 2.0 / 3.0, 1.0, -1.0],
         [0.5, 0.5, 0.0, 1.0 / 3.0, 0.0, 1.0],
         [S1, S1, S1, S1, S2, S2],
@@ -480,17 +564,33 @@ fn worked_example_rloo() {
 }
 
 #[test]
-fn worked_example_batch_whiten() {
-    let lo = -0.4 / (SW + EPS);
-    let hi = 0.6 / (SW + EPS);
-    // ≈ [-0.73030, -0.73030, 1.09544, 1.09544, 1.09544, -0.73030]
+fn worked_example_reinforce_pp() {
+    // The default: every row's one token, hinted or not: mean 0.5, var 0.3.
+    let hi = 0.5 / (0.3f64 + WEPS).sqrt();
+    // ≈ [-0.91287, -0.91287, 0.91287, 0.91287, 0.91287, -0.91287]
     worked(
-        Estimator::BatchWhiten,
+        Estimator::ReinforcePp,
+        [-hi, -hi, hi, hi, hi, -hi],
+        [0.5; 6],
+        [SW; 6],
+    );
+    assert!((hi - 0.912_87).abs() < 1e-5);
+}
+
+#[test]
+fn worked_example_reinforce_pp_with_raw_hint_baseline() {
+    // Raw rows only: mean 0.4, var 0.3.
+    let lo = -0.4 / (0.3f64 + WEPS).sqrt();
+    let hi = 0.6 / (0.3f64 + WEPS).sqrt();
+    // ≈ [-0.73030, -0.73030, 1.09545, 1.09545, 1.09545, -0.73030]
+    worked_with(
+        Estimator::ReinforcePp,
+        HintBaseline::Raw,
         [lo, lo, hi, hi, hi, lo],
         [0.4; 6],
         [SW; 6],
     );
-    assert!((lo + 0.730_30).abs() < 1e-5 && (hi - 1.095_44).abs() < 1e-5);
+    assert!((lo + 0.730_30).abs() < 1e-5 && (hi - 1.095_45).abs() < 1e-5);
 }
 
 /// The reference's own RLOO test (SkyRL test_ppo_utils.py): groups [6, 3],
@@ -511,6 +611,7 @@ fn rloo_matches_the_reference_trainers_test() {
         n_groups,
         reward: &reward,
         hinted: &[false; 5],
+        response_length: &[],
     };
     let options = AdvantageOptions {
         estimator: Estimator::Rloo,
@@ -521,9 +622,10 @@ fn rloo_matches_the_reference_trainers_test() {
 }
 
 /// The std floor reaches the estimators that divide, and only the std
-/// column of those that do not.
+/// column of those that do not (raw-only baselines for all four, so that
+/// every baseline has std 0).
 #[test]
-fn std_floor_applies_to_grpo_and_batch_whiten_divisions() {
+fn std_floor_applies_to_grpo_and_reinforce_pp_divisions() {
     let (ids, n_groups) = dense(STD_ZERO);
     let reward: Vec<f64> = STD_ZERO.iter().map(|r| r.1).collect();
     let hinted: Vec<bool> = STD_ZERO.iter().map(|r| r.2).collect();
@@ -532,17 +634,20 @@ fn std_floor_applies_to_grpo_and_batch_whiten_divisions() {
         n_groups,
         reward: &reward,
         hinted: &hinted,
+        response_length: &[],
     };
     for estimator in Estimator::ALL {
         let options = AdvantageOptions {
             estimator,
             std_floor: Some(0.1),
+            hint_baseline: HintBaseline::Raw,
             ..AdvantageOptions::default()
         };
         let (a, _) = normalize::compute(&batch, &options, Device::Cpu).unwrap();
         // Row 3 is q "a"'s hinted failure (0.0) against raw scores all 1.0.
         let want = match estimator {
-            Estimator::Grpo | Estimator::BatchWhiten => -1.0 / (0.1 + EPS),
+            Estimator::Grpo => -1.0 / (0.1 + EPS),
+            Estimator::ReinforcePp => -1.0 / (0.01 + WEPS).sqrt(),
             Estimator::Drgrpo | Estimator::Rloo => -1.0,
         };
         assert!(close(a.advantage[3], want), "{estimator}: {}", a.advantage[3]);

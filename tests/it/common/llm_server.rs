@@ -37,8 +37,12 @@ pub enum Behavior {
     Malformed,
     /// 200 with no text.
     Empty,
-    /// Sends half a body, then breaks the connection.
+    /// Sends half a body, then breaks the connection (so fast that the
+    /// client sees no response: a broken connection).
     Reset,
+    /// 200 and its headers and the start of a body, flushed; then, after a
+    /// pause, the connection breaks: a body broken after a success status.
+    BreakAfter200,
     /// 200 with a text derived from the request (its model and a hash of its
     /// body), after `base` times 1 to 5 by the same hash: every group gets
     /// its own hint and latency, the same ones for the same request.
@@ -57,6 +61,14 @@ pub enum Behavior {
     /// 401 whose message echoes the key the request carried, as some
     /// gateways do.
     EchoKey,
+    /// 401 whose message echoes the key after this many characters of
+    /// padding (where an error message's cut may fall).
+    EchoKeyAt(usize),
+    /// 200 with this text, after a delay, billed at the worst case a
+    /// request can be: one input token per byte of its prompt text (system
+    /// and messages) and the whole `max_tokens` of output; three times the
+    /// input of a bytes/3 estimate.
+    Billed(String, Duration),
 }
 
 /// FNV-1a, so derived answers need no extra dependency.
@@ -423,6 +435,28 @@ async fn misbehave(api: Api, headers: &HeaderMap, b: &Behavior) -> Option<Respon
                     .unwrap(),
             )
         }
+        Behavior::BreakAfter200 => {
+            let chunks = futures::stream::unfold(0u8, |n| async move {
+                match n {
+                    0 => Some((Ok(Bytes::from_static(b"{\"content\": [")), 1)),
+                    1 => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        Some((
+                            Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset")),
+                            2,
+                        ))
+                    }
+                    _ => None,
+                }
+            });
+            Some(
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(Body::from_stream(chunks))
+                    .unwrap(),
+            )
+        }
         Behavior::Text(_, delay) => {
             tokio::time::sleep(*delay).await;
             None
@@ -463,6 +497,23 @@ async fn misbehave(api: Api, headers: &HeaderMap, b: &Behavior) -> Option<Respon
                     .body(Body::from_stream(endless))
                     .unwrap(),
             )
+        }
+        Behavior::EchoKeyAt(padding) => {
+            let key = headers
+                .get("x-api-key")
+                .or_else(|| headers.get("authorization"))
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            Some(api.error(
+                401,
+                "authentication_error",
+                &format!("{}{key} is not a valid key", "x".repeat(*padding)),
+                None,
+            ))
+        }
+        Behavior::Billed(_, delay) => {
+            tokio::time::sleep(*delay).await;
+            None
         }
         Behavior::EchoKey => {
             let key = headers
@@ -508,6 +559,21 @@ impl Api {
         match self {
             Api::Anthropic => check_anthropic(state, headers, body),
             Api::OpenAi => check_openai(state, headers, body),
+        }
+    }
+
+    /// Sets a success reply's usage to these tokens.
+    fn bill(self, reply: &mut Value, input_tokens: u64, output_tokens: u64) {
+        match self {
+            Api::Anthropic => {
+                reply["usage"] = json!({"input_tokens": input_tokens, "output_tokens": output_tokens});
+            }
+            Api::OpenAi => {
+                reply["usage"] = json!({
+                    "prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+                    "total_tokens": input_tokens + output_tokens
+                });
+            }
         }
     }
 
@@ -559,9 +625,36 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         }
         Behavior::Empty => String::new(),
         Behavior::Status(code, kind, retry) => return api.error(*code, kind, "scripted error", *retry),
+        Behavior::Billed(text, _) => {
+            let mut reply = api.success(&value["model"], text, body.len());
+            api.bill(
+                &mut reply,
+                prompt_text_bytes(&value),
+                value["max_tokens"].as_u64().unwrap_or(0),
+            );
+            return json_response(200, reply, None);
+        }
         _ => unreachable!("handled by misbehave"),
     };
     json_response(200, api.success(&value["model"], &text, body.len()), None)
+}
+
+/// The bytes of a request's prompt text: its system prompt and the text of
+/// every message.
+pub fn prompt_text_bytes(body: &Value) -> u64 {
+    let text_len = |v: &Value| match v {
+        Value::String(s) => s.len(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .map(str::len)
+            .sum(),
+        _ => 0,
+    };
+    let messages: usize = body["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().map(|m| text_len(&m["content"])).sum());
+    (text_len(&body["system"]) + messages) as u64
 }
 
 async fn anthropic(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {

@@ -571,6 +571,7 @@ fn exported_metrics() -> String {
         cost_usd: 0.0,
         failure_reason: None,
         latency_ms: 1,
+        hint_truncated: false,
     });
     let mut advantages = Registry::with_prefix("hintstream_advantages");
     hintstream::metrics::StageMetrics::register(&mut advantages).dead_lettered("not_json");

@@ -274,12 +274,26 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
     config.hints.input_topic = input.clone();
     config.hints.output_topic = common::unique("bad-hints");
     config.hints.dlq_topic = format!("{input}.dlq");
-    common::create_topics(
+    // The stage accepts payloads up to 10 MiB: the 10 MB input (10 MiB of
+    // prompt plus its JSON) is just over it, `too_large`, and still fits
+    // the dead letter whole (the DLQ takes the limit plus 64 KiB).
+    config.limits.max_message_bytes = 10 * 1024 * 1024;
+    // The broker takes ~1 MB messages by default: the input topic takes
+    // what the test's producer sends; `topics create` sizes the DLQ.
+    let outcomes = hintstream::kafka::admin::create_topics_with(
         &config,
-        &[&input, &config.hints.output_topic, &config.hints.dlq_topic],
+        &[(input.clone(), vec![("max.message.bytes", "20000000")])],
         1,
     )
-    .await;
+    .await
+    .unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, o)| *o == hintstream::kafka::admin::TopicOutcome::Created),
+        "{outcomes:?}"
+    );
+    common::create_topics(&config, &[&config.hints.output_topic, &config.hints.dlq_topic], 1).await;
 
     let producer = common::large_message_producer(&config);
     for (i, (_, payload, _)) in corpus.iter().enumerate() {
@@ -362,7 +376,7 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         dead.len() as f64,
         "no dead letter uncounted"
     );
-    // The 10 MB input did not fit a dead letter whole: cut, and marked so.
+    // The 10 MB input fits its dead letter whole: its bytes, unmarked.
     let big_key = format!(
         "bad/{}",
         corpus.iter().position(|c| c.0 == "10 MB message").unwrap()
@@ -377,15 +391,20 @@ async fn every_bad_input_is_dead_lettered_or_bounded_and_the_worker_survives() {
         .unwrap()
         .1
         .as_ref()
-        .unwrap()
-        .len();
-    let truncated_from = big
-        .headers
-        .iter()
-        .find(|h| h.key == DlqHeaders::TRUNCATED_FROM)
-        .and_then(|h| h.value.bytes.clone());
-    assert_eq!(truncated_from, Some(original.to_string().into_bytes()));
-    assert!(big.value_bytes().unwrap().len() <= hintstream::kafka::dlq::DEFAULT_MAX_DLQ_PAYLOAD_BYTES);
+        .unwrap();
+    assert!(
+        original.len() > config.limits.max_message_bytes,
+        "it is too_large"
+    );
+    assert!(
+        big.headers.iter().all(|h| h.key != DlqHeaders::TRUNCATED_FROM),
+        "the 10 MB dead letter is marked as cut"
+    );
+    assert_eq!(big.value_bytes().unwrap().len(), original.len());
+    assert!(
+        big.value_bytes().unwrap() == original.as_slice(),
+        "the 10 MB dead letter differs from its input"
+    );
     let hints: Vec<Hint> = hints
         .iter()
         .map(|m| decode(m.value_bytes().unwrap(), DecodeLimits::default()).unwrap())

@@ -117,9 +117,13 @@ async fn a_five_mib_body_is_rejected_and_the_client_keeps_working() {
 async fn a_body_just_under_the_cap_is_read() {
     let server = LlmServer::start(Some(KEY)).await;
     server.on("[big]", vec![Behavior::Huge(MAX_RESPONSE_BODY_BYTES - 64)]);
-    let s = synth(&server, &config(10.0, 0))
-        .synthesize(&trajectory("[big]"))
-        .await;
+    // The hint whole (llm.max_hint_chars is not under test): the text
+    // shows the body was read to its end.
+    let whole = LlmConfig {
+        max_hint_chars: MAX_RESPONSE_BODY_BYTES,
+        ..config(10.0, 0)
+    };
+    let s = synth(&server, &whole).synthesize(&trajectory("[big]")).await;
     assert_eq!(s.category, HintCategory::LlmSynthesized, "{:?}", s.failure_reason);
     assert!(s.hint.len() > MAX_RESPONSE_BODY_BYTES - 1024);
 }
@@ -448,5 +452,31 @@ async fn no_key_reaches_the_cassette_the_error_or_debug() {
         ("env", format!("{:?}", llm_server::anthropic_env(&server, KEY))),
     ] {
         assert!(!text.contains(KEY), "the key is in the {what}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_where_the_error_message_is_cut_leaves_no_part_of_itself() {
+    let server = LlmServer::start(Some(KEY)).await;
+    // The key starts at char 290 of the message, which is cut at 300.
+    server.on("[echo290]", vec![Behavior::EchoKeyAt(290)]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("calls.jsonl");
+    let cassette = Arc::new(Cassette::open(&path, CassetteMode::Record).unwrap());
+    let synth = synth(&server, &config(3.0, 0)).with_cassette(cassette.clone());
+    let s = synth.synthesize(&trajectory("[echo290]")).await;
+    assert_eq!(s.failure_reason.as_deref(), Some("http_401"));
+    assert_eq!(cassette.appended(), 1);
+    let recorded = std::fs::read_to_string(&path).unwrap();
+    assert!(recorded.contains("<redacted>"), "{recorded}");
+    // No 8 characters in a row of the key, wherever they start.
+    let parts: Vec<&str> = (0..=KEY.len() - 8).map(|i| &KEY[i..i + 8]).collect();
+    for (what, text) in [("cassette", recorded), ("synthesis", format!("{s:?}"))] {
+        for part in &parts {
+            assert!(
+                !text.contains(part),
+                "{part:?} of the key is in the {what}: {text}"
+            );
+        }
     }
 }

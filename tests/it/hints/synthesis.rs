@@ -122,6 +122,8 @@ async fn each_failure_falls_back_to_the_static_hint_with_its_reason() {
         ("[empty]", Behavior::Empty, "empty"),
         ("[malformed]", Behavior::Malformed, "malformed_response"),
         ("[reset]", Behavior::Reset, "connect"),
+        // A 200, then the body breaks off: billed, so not `connect`.
+        ("[broken]", Behavior::BreakAfter200, "body_broken"),
         (
             "[400]",
             Behavior::Status(400, "invalid_request_error", None),

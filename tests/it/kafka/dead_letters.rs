@@ -179,3 +179,92 @@ async fn routes_each_malformed_kind_to_the_dlq_and_keeps_going() {
         assert_eq!(letter.key_bytes(), Some(&b"k"[..]), "original key kept");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_keeps_every_input_the_stage_accepts_whole() {
+    let broker = common::start_tansu();
+    let mut config = common::config_for(&broker.bootstrap);
+    // 2 MiB accepted: twice the broker's default and the old 900 KB cut.
+    config.limits.max_message_bytes = 2 * 1024 * 1024;
+    let topic = common::unique("dlq-whole-in");
+    let dlq_topic = format!("{topic}.dlq");
+    config.hints.dlq_topic = dlq_topic.clone();
+    let outcomes = hintstream::kafka::admin::create_topics_with(
+        &config,
+        &[(topic.clone(), vec![("max.message.bytes", "4000000")])],
+        1,
+    )
+    .await
+    .unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, o)| *o == hintstream::kafka::admin::TopicOutcome::Created),
+        "{outcomes:?}"
+    );
+    // `topics create`'s path: the DLQ takes the limit plus 64 KiB.
+    common::create_topics(&config, &[&dlq_topic], 1).await;
+
+    // Just under the limit, and dead-lettered (an unknown schema_version).
+    let mut payload = with("schema_version", serde_json::json!(3));
+    let room = config.limits.max_message_bytes - payload.len() - 16;
+    payload = with("schema_version", serde_json::json!(3))
+        .into_iter()
+        .take(payload.len() - 1)
+        .chain(format!(",\"pad\":\"{}\"}}", "p".repeat(room)).into_bytes())
+        .collect();
+    assert!(payload.len() <= config.limits.max_message_bytes && payload.len() > 2_000_000);
+    let key = "k".repeat(1000);
+    common::send(&common::large_message_producer(&config), &topic, &key, &payload).await;
+
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let limits = config.decode_limits();
+    let stage_loop = StageLoop::create(
+        &config,
+        &common::unique("dlq-whole-group"),
+        &topic,
+        &dlq_topic,
+        metrics.clone(),
+        RunOptions {
+            max_in_flight: 1,
+            max_in_flight_bytes: None,
+            drain_timeout: Duration::from_secs(5),
+        },
+    )
+    .unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stage = tokio::spawn(stage_loop.run(
+        move |bytes: &[u8], _: &RecordMeta| Ok(decode::<FailedTrajectory>(bytes, limits)?),
+        |work: Work<FailedTrajectory>| async move { work.message.ack() },
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while metrics.dead_letter_count("schema_version") < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the input was not dead-lettered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop_tx.send(()).unwrap();
+    stage.await.unwrap();
+
+    let letters = common::read_topic(&config, &dlq_topic).await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert!(
+        letter
+            .headers
+            .iter()
+            .all(|h| h.key != DlqHeaders::TRUNCATED_FROM && h.key != DlqHeaders::KEY_TRUNCATED_FROM),
+        "nothing was cut"
+    );
+    assert_eq!(letter.key_bytes(), Some(key.as_bytes()));
+    assert_eq!(letter.value_bytes().unwrap().len(), payload.len());
+    assert!(
+        letter.value_bytes().unwrap() == payload.as_slice(),
+        "the dead letter's bytes differ from the input's"
+    );
+}

@@ -50,6 +50,7 @@ fn step_rows(step: i64) -> Vec<ScoredRollout> {
                 is_hinted: r == 4,
                 hint_category: (r == 4).then(|| "llm_synthesized".to_string()),
                 hint_id: None,
+                response_length: None,
             });
         }
     }
