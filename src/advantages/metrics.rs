@@ -1,6 +1,7 @@
 //! Stage 2's Prometheus metrics (`hintstream_advantages_*`), beside the
 //! consume loop's: steps, chunks and rows published, steps dead-lettered by reason,
-//! compute time by device, extreme advantages, pending steps and their bytes.
+//! compute time by device, extreme advantages, pending steps and their bytes,
+//! hint outcomes published and rejected.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,6 +22,8 @@ pub struct AdvantageMetrics {
     pending_steps: Gauge,
     pending_bytes: Gauge,
     cuda_fallbacks: Counter,
+    outcomes_published: Counter,
+    outcomes_rejected: Counter,
 }
 
 impl AdvantageMetrics {
@@ -37,6 +40,8 @@ impl AdvantageMetrics {
             pending_steps: Gauge::default(),
             pending_bytes: Gauge::default(),
             cuda_fallbacks: Counter::default(),
+            outcomes_published: Counter::default(),
+            outcomes_rejected: Counter::default(),
         };
         registry.register(
             "steps_published",
@@ -83,7 +88,27 @@ impl AdvantageMetrics {
             "Steps computed on the CPU because the CUDA module could not be loaded or run (device = cuda or auto)",
             m.cuda_fallbacks.clone(),
         );
+        registry.register(
+            "hint_outcomes_published",
+            "HintOutcome messages acknowledged on the outcomes topic (one per hint_id of a step's hinted rows)",
+            m.outcomes_published.clone(),
+        );
+        registry.register(
+            "hint_outcomes_rejected",
+            "HintOutcome messages the broker rejected (logged; the step went on)",
+            m.outcomes_rejected.clone(),
+        );
         m
+    }
+
+    /// One hint outcome was acknowledged.
+    pub fn outcome_published(&self) {
+        self.outcomes_published.inc();
+    }
+
+    /// One hint outcome was rejected by the broker.
+    pub fn outcome_rejected(&self) {
+        self.outcomes_rejected.inc();
     }
 
     /// A step meant for the GPU was computed on the CPU.

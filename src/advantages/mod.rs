@@ -10,12 +10,16 @@
 //! - [`metrics`]: the stage's Prometheus metrics;
 //! - [`service`]: build and run;
 //! - [`publish`]: a complete step's compute, encode and sends;
+//! - [`outcomes`]: a step's `HintOutcome`s, one per `hint_id`;
+//! - [`learning`]: the outcomes topic's start-up rule and the per-arm step
+//!   metrics from a tail of `rl.hints`;
 //! - [`trace`]: a step's span and the input trace it continues;
 //! - [`offline`]: `advantages compute` on files.
 
 pub mod assemble;
 pub mod compute;
 pub mod decode;
+pub mod learning;
 pub mod metrics;
 pub mod offline;
 pub mod outcomes;

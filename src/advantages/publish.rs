@@ -1,13 +1,18 @@
 //! Publishing a complete step of stage 2: compute, encode, send the chunks,
-//! send the metrics, then acknowledge its messages. A failure of any step
-//! dead-letters them, in one place ([`StepOutput::publish`]).
+//! send the hint outcomes, send the metrics, then acknowledge its messages.
+//! A failure of any step dead-letters them, in one place
+//! ([`StepOutput::publish`]).
 //!
 //! A step's advantages go out as one or more Arrow IPC messages of at most
 //! `advantages.max_message_bytes` (`batch::chunk`), all with the key
 //! `run_id/step`, sent one after another, each acknowledged before the
-//! next; the step's metrics follow the last. Its input messages are
+//! next; then one `HintOutcome` per `hint_id` of its hinted rows on the
+//! outcomes topic (keyed by the hint's group, all acknowledged; none when
+//! the topic is missing and no arms are configured, see
+//! [`super::learning`]); the step's metrics follow. Its input messages are
 //! acknowledged only then: a worker that dies or stops mid-step leaves them
-//! uncommitted, and the step is published whole again.
+//! uncommitted, and the step is published whole again (its outcomes too: the
+//! latest outcome of a `hint_id` wins downstream).
 
 use std::time::Instant;
 
@@ -18,8 +23,10 @@ use tokio::task::JoinError;
 
 use super::assemble::PendingStep;
 use super::compute::{advantages_batch, compute_step, ComputeError, StepResult};
+use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
-use super::step_metrics::{step_metrics, MetricOptions};
+use super::outcomes::hint_outcomes;
+use super::step_metrics::{step_metrics, MetricOptions, StepMetrics};
 use crate::batch::chunk::{
     chunk_header_values, encode_chunks, Chunks, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
 };
@@ -28,7 +35,7 @@ use crate::config::AdvantagesConfig;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{send, Outgoing, SendError, StageProducer, Taken};
-use crate::messages::step_key;
+use crate::messages::{step_key, HintOutcome};
 use crate::normalize::{AdvantageOptions, Device, Ran};
 
 /// Header that says which kernel computed a published step.
@@ -82,7 +89,9 @@ struct Encoded {
     device: &'static str,
     chunks: Chunks,
     rows: usize,
-    metrics_json: Vec<u8>,
+    metrics: StepMetrics,
+    /// One per `hint_id` of the step's hinted rows.
+    outcomes: Vec<HintOutcome>,
     /// Advantages beyond the extreme bound, for the step's counter.
     extreme: u64,
 }
@@ -177,6 +186,7 @@ pub(super) struct StepOutput {
     pub(super) device: Device,
     pub(super) stage: AdvantagesConfig,
     pub(super) metrics: AdvantageMetrics,
+    pub(super) learning: Learning,
 }
 
 impl StepOutput {
@@ -205,7 +215,7 @@ impl StepOutput {
         }
     }
 
-    /// The four steps of publishing, in order: the first failure ends them.
+    /// The steps of publishing, in order: the first failure ends them.
     async fn compute_and_send(
         &self,
         id: &StepId,
@@ -213,8 +223,14 @@ impl StepOutput {
         duplicates: usize,
     ) -> Result<(), Unpublished> {
         let result = self.compute(id, rows).await?;
-        let encoded = self.encode(id, result, duplicates).await?;
+        let mut encoded = self.encode(id, result, duplicates).await?;
+        let learned = self
+            .learning
+            .step_metrics(&id.run_id, id.step, &encoded.outcomes)
+            .await;
+        encoded.metrics.extend(learned);
         self.send_chunks(id, &encoded).await?;
+        self.send_outcomes(id, &encoded.outcomes).await?;
         self.send_metrics(id, &encoded).await?;
         self.metrics.step_published(encoded.rows, encoded.extreme);
         tracing::info!(
@@ -254,7 +270,7 @@ impl StepOutput {
     /// Encodes a computed step, off the async workers too (a large step
     /// takes as long to encode as to compute): its advantages as Arrow
     /// chunks that fit `advantages.max_message_bytes` with their envelope,
-    /// and its metrics.
+    /// its metrics and its hint outcomes.
     async fn encode(
         &self,
         id: &StepId,
@@ -269,14 +285,17 @@ impl StepOutput {
             .saturating_sub(envelope_bytes(&key, device));
         let stage = self.stage.clone();
         let step_no = id.step;
-        let (result, chunks, metrics) = tokio::task::spawn_blocking(move || {
+        let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let (result, chunks, metrics, outcomes) = tokio::task::spawn_blocking(move || {
             let chunks = advantages_batch(&result.rows, &result.advantages)
                 .map_err(Unpublished::EncodeBatch)
                 .and_then(|batch| encode_chunks(&batch, room).map_err(Unpublished::EncodeChunks));
-            let mut metrics = step_metrics(&result.rows, &result.advantages, &MetricOptions::from(&stage));
+            let options = MetricOptions::from(&stage);
+            let mut metrics = step_metrics(&result.rows, &result.advantages, &options);
             metrics.insert("step".into(), step_no as f64);
             metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
-            (result, chunks, metrics)
+            let outcomes = hint_outcomes(&result.rows, options.success_threshold, &created_at);
+            (result, chunks, metrics, outcomes)
         })
         .await
         .map_err(|source| Unpublished::EncodePanicked {
@@ -302,8 +321,8 @@ impl StepOutput {
             device,
             chunks,
             rows: result.rows.len(),
-            // A map of names to finite numbers always serialises.
-            metrics_json: serde_json::to_vec(&metrics).unwrap_or_default(),
+            metrics,
+            outcomes,
             extreme,
         })
     }
@@ -356,16 +375,64 @@ impl StepOutput {
         Ok(())
     }
 
-    /// Sends the step's metrics, after its last chunk. They are a small
-    /// JSON object: a rejection here is a broker or ACL problem, reported
-    /// and not worth withholding the step for.
+    /// Sends the step's hint outcomes, after its last chunk, all at once,
+    /// and waits for every acknowledgement. Each is a small JSON object, as
+    /// the metrics are: a rejection is a broker or ACL problem, reported and
+    /// not worth withholding the step for (stage 1 learns from one outcome
+    /// fewer).
+    async fn send_outcomes(&self, id: &StepId, outcomes: &[HintOutcome]) -> Result<(), Unpublished> {
+        let Some(topic) = self.learning.outcomes_topic() else {
+            return Ok(());
+        };
+        let encoded: Vec<(String, Vec<u8>)> = outcomes
+            .iter()
+            // An outcome of strings and finite numbers always serialises.
+            .map(|o| (o.key(), serde_json::to_vec(o).unwrap_or_default()))
+            .collect();
+        let records: Vec<Outgoing<'_>> = encoded
+            .iter()
+            .map(|(key, payload)| Outgoing {
+                topic,
+                key: Some(key.as_bytes()),
+                payload: Some(payload),
+                headers: headers([("content-type", "application/json")]),
+            })
+            .collect();
+        let sends = records
+            .iter()
+            .map(|record| send(&self.producer, record, &self.lifecycle));
+        let mut stopped = false;
+        for (sent, outcome) in futures::future::join_all(sends).await.into_iter().zip(outcomes) {
+            match sent {
+                Ok(_) => self.metrics.outcome_published(),
+                Err(SendError::Permanent(e)) => {
+                    self.metrics.outcome_rejected();
+                    tracing::error!(
+                        run_id = %id.run_id, step = id.step, hint_id = %outcome.hint_id, error = %e, topic,
+                        "hint outcome rejected"
+                    );
+                }
+                Err(SendError::Stopped) => stopped = true,
+            }
+        }
+        if stopped {
+            return Err(Unpublished::Stopped);
+        }
+        Ok(())
+    }
+
+    /// Sends the step's metrics, after its last chunk and its outcomes.
+    /// They are a small JSON object: a rejection here is a broker or ACL
+    /// problem, reported and not worth withholding the step for.
     async fn send_metrics(&self, id: &StepId, encoded: &Encoded) -> Result<(), Unpublished> {
+        // A map of names to finite numbers always serialises.
+        let metrics_json = serde_json::to_vec(&encoded.metrics).unwrap_or_default();
         let sent = send(
             &self.producer,
             &Outgoing {
                 topic: &self.metrics_topic,
                 key: Some(encoded.key.as_bytes()),
-                payload: Some(&encoded.metrics_json),
+                payload: Some(&metrics_json),
                 headers: headers([("content-type", "application/json")]),
             },
             &self.lifecycle,

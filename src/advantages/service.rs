@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use super::assemble::{PendingStep, StepAssembler, StepStatus};
 use super::decode::{decode_scored, ScoredInput};
+use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::publish::StepOutput;
 use crate::config::Config;
@@ -201,8 +202,9 @@ pub struct AdvantageStage {
 }
 
 impl AdvantageStage {
-    /// Checks the cluster and topics, creates the clients and starts the
-    /// metrics endpoint.
+    /// Checks the cluster and topics (the outcomes and hints topics as
+    /// [`super::learning`] says), creates the clients, starts the hints tail
+    /// and the metrics endpoint.
     pub async fn build(config: Config) -> Result<Self, StageError> {
         let stage = &config.advantages;
         let mut shell = StageShell::build(
@@ -213,6 +215,7 @@ impl AdvantageStage {
             false,
         )
         .await?;
+        let learning = Learning::start(&config).await?;
         let metrics = AdvantageMetrics::register(&mut shell.registry);
         let metrics_addr = shell.serve_metrics().await?;
         let publisher = Arc::new(StepPublisher {
@@ -226,6 +229,7 @@ impl AdvantageStage {
                 device: config.normalize.device,
                 stage: stage.clone(),
                 metrics,
+                learning,
             },
             limits: config.decode_limits(),
             step_timeout: Duration::from_secs(stage.step_timeout_secs),

@@ -89,6 +89,11 @@ pub struct LlmConfig {
     /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
     /// own, byte for byte (`reference`), e.g. to compare hints with it.
     pub prompt_version: PromptVersion,
+    /// Models a trainer may ask for on a failed trajectory (`hint_model`,
+    /// the drop-in's `model`): such a request is served by that model
+    /// alone when it is listed here and its API has a key. Empty: every
+    /// request uses the configured chain (and is counted as ignored).
+    pub allowed_models: Vec<String>,
 }
 
 /// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
@@ -201,6 +206,7 @@ impl Default for LlmConfig {
             budget_tokens_per_hour: 0,
             prices: default_prices(),
             prompt_version: PromptVersion::default(),
+            allowed_models: Vec::new(),
         }
     }
 }

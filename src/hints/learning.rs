@@ -85,6 +85,8 @@ struct ArmGauges {
     posterior_mean: Family<Labels, FloatGauge>,
     spend_usd: Family<Labels, FloatGauge>,
     sync_timeouts: prometheus_client::metrics::counter::Counter,
+    hint_model_used: prometheus_client::metrics::counter::Counter,
+    hint_model_ignored: Family<Labels, prometheus_client::metrics::counter::Counter>,
 }
 
 /// Topic readers keeping the state current; dropped with the learner.
@@ -96,6 +98,14 @@ struct Readers {
 pub struct Learner {
     state: Arc<Mutex<LearnState>>,
     arms: Vec<ArmRunner>,
+    /// Whether the arms are the implicit one (a trainer's `hint_model` can
+    /// then be served; with configured arms, arms decide).
+    implicit: bool,
+    /// `llm.allowed_models`, and the synthesizers made for them on first
+    /// request (one model each, the stage's limits).
+    allowed_models: Vec<String>,
+    model_synths: Mutex<std::collections::HashMap<String, Arc<Synthesizer>>>,
+    env: LlmEnv,
     readers: Option<Readers>,
     /// Steps (run, step) whose read barrier passed.
     synced: Mutex<HashSet<(String, i64)>>,
@@ -123,6 +133,7 @@ impl Learner {
         let arms = Arms::for_stage(&hints.arms, hints.learn_options(), &synth.chain_ids(), version)
             .map_err(|e| ConfigError::Invalid(format!("[[hints.arms]]: {e}")))?;
         let runners = arm_runners(&arms, env, &synth)?;
+        let implicit = arms.is_implicit();
         let state = Arc::new(Mutex::new(LearnState::new(arms)));
         let latest_run = Arc::new(Mutex::new(None));
         let readers = match start_readers(config, &state, &latest_run).await {
@@ -147,6 +158,10 @@ impl Learner {
         let learner = Arc::new(Learner {
             state,
             arms: runners,
+            implicit,
+            allowed_models: config.llm.allowed_models.clone(),
+            model_synths: Mutex::new(std::collections::HashMap::new()),
+            env: env.clone(),
             readers,
             synced: Mutex::new(HashSet::new()),
             sync_lock: tokio::sync::Mutex::new(()),
@@ -186,10 +201,20 @@ impl Learner {
             (choice, refinement)
         };
         let arm = &self.arms[choice.index];
+        let (hint_id, synth) = match self.requested_model(t) {
+            Some((model, synth)) => {
+                let key = crate::messages::group_key(&t.run_id, t.step, &t.instance_id);
+                (
+                    super::learn::hint_id(&key, &arm.prompt_version, &model, &arm.name),
+                    synth,
+                )
+            }
+            None => (choice.hint_id, arm.synth.clone()),
+        };
         HintPlan {
             arm: arm.name.clone(),
-            hint_id: choice.hint_id,
-            synth: arm.synth.clone(),
+            hint_id,
+            synth,
             prompt_version: if refinement.is_some() {
                 refined_prompt_version(&arm.prompt_version)
             } else {
@@ -197,6 +222,48 @@ impl Learner {
             },
             refinement,
         }
+    }
+
+    /// The model a trainer asked for on `t` (`hint_model`) with its
+    /// synthesizer, when it may be served: the implicit arm only, a model
+    /// of `llm.allowed_models` whose API has a key. Otherwise the request is
+    /// counted by why it was ignored, and the arm's chain writes the hint.
+    fn requested_model(&self, t: &FailedTrajectory) -> Option<(String, Arc<Synthesizer>)> {
+        let model = t.hint_model.as_ref()?;
+        let ignored = |reason: &str| {
+            let labels: Labels = vec![("reason", reason.to_string())];
+            self.gauges.hint_model_ignored.get_or_create(&labels).inc();
+            None
+        };
+        if !self.implicit {
+            return ignored("arms_decide");
+        }
+        if !self.allowed_models.contains(model) {
+            return ignored("not_allowed");
+        }
+        let mut synths = self.model_synths.lock().unwrap_or_else(|p| p.into_inner());
+        let synth = match synths.get(model) {
+            Some(s) => s.clone(),
+            None => {
+                let base = &self.arms[0].synth;
+                match base.for_arm(std::slice::from_ref(model), base.prompt_version(), &self.env) {
+                    Ok(s) => {
+                        let s = Arc::new(s);
+                        synths.insert(model.clone(), s.clone());
+                        s
+                    }
+                    Err(e) => {
+                        tracing::warn!(model = %model, error = %e, "a requested hint_model cannot be served");
+                        return ignored("unavailable");
+                    }
+                }
+            }
+        };
+        if !synth.has_model() {
+            return ignored("no_key");
+        }
+        self.gauges.hint_model_used.inc();
+        Some((model.clone(), synth))
     }
 
     /// Reads both topics up to their end offsets once per step.
@@ -257,6 +324,8 @@ impl ArmGauges {
             posterior_mean: Family::default(),
             spend_usd: Family::default(),
             sync_timeouts: Default::default(),
+            hint_model_used: Default::default(),
+            hint_model_ignored: Family::default(),
         };
         registry.register(
             "arm_pulls",
@@ -277,6 +346,17 @@ impl ArmGauges {
             "arm_spend_usd",
             "What each arm's hints cost in USD, in the run most recently hinted",
             g.spend_usd.clone(),
+        );
+        registry.register(
+            "hint_model_used",
+            "Groups hinted by the model their trainer asked for (hint_model, in llm.allowed_models)",
+            g.hint_model_used.clone(),
+        );
+        registry.register(
+            "hint_model_ignored",
+            "Trainer hint_model requests served by the configured chain instead, by reason \
+             (arms_decide, not_allowed, no_key, unavailable)",
+            g.hint_model_ignored.clone(),
         );
         registry.register(
             "learn_sync_timeouts",

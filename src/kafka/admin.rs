@@ -13,6 +13,12 @@ use super::base_config;
 use super::dlq::dlq_message_max_bytes;
 use crate::config::Config;
 
+/// `retention.ms` the outcomes topic is created with: 30 days, long enough
+/// for a training run, since stage 1 rebuilds what it learned by reading the
+/// topic from the beginning (a shorter retention forgets the run's early
+/// outcomes at a restart). Other topics keep the broker's default.
+pub const OUTCOMES_RETENTION_MS: i64 = 30 * 24 * 60 * 60 * 1000;
+
 /// What happened to one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopicOutcome {
@@ -49,12 +55,15 @@ pub async fn create_topics(
     partitions: i32,
 ) -> Result<Vec<(String, TopicOutcome)>, KafkaError> {
     let dlq_bytes = dlq_message_max_bytes(config).to_string();
+    let outcomes_retention = OUTCOMES_RETENTION_MS.to_string();
     let topics: Vec<(String, Vec<(&str, &str)>)> = names
         .iter()
         .map(|n| {
             let is_dlq = *n == config.hints.dlq_topic || *n == config.advantages.dlq_topic;
             let configs = if is_dlq {
                 vec![("max.message.bytes", dlq_bytes.as_str())]
+            } else if *n == config.topics.outcomes {
+                vec![("retention.ms", outcomes_retention.as_str())]
             } else {
                 vec![]
             };

@@ -8,12 +8,15 @@
   :func:`configure` says where it sends; :func:`apply_hint` builds the
   hinted prompt.
 - :func:`static_hint`: the static hint stage 1 builds from verifier feedback.
+- :func:`report_hint_outcomes`: what delivered hints did, for a trainer that
+  keeps its own advantages.
 - ``python -m hintstream.wandb_bridge``: step metrics to Weights & Biases.
 """
 
 from .client import ConsumeError, DeliveryError, HintstreamError, TrainerClient, WaitTimeout
 from .dropin import apply_hint, build_trajectories, configure, synthesize_hints_batch
 from .keys import decode_id, encode_id, group_key, parse_group_key, parse_step_key, step_key
+from .outcomes import report_hint_outcomes
 from .static_hint import static_hint
 from .wire import (
     CATEGORY_LLM,
@@ -47,6 +50,7 @@ __all__ = [
     "group_key",
     "parse_group_key",
     "parse_step_key",
+    "report_hint_outcomes",
     "static_hint",
     "step_key",
     "synthesize_hints_batch",

@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from . import wire
 from .keys import decode_id, group_key, step_key
+from .outcomes import DeliveredHints, fill_hint_ids, outcome_messages
 from .wire import Topics
 
 log = logging.getLogger("hintstream")
@@ -168,6 +169,8 @@ class TrainerClient:
         self._cached_hints: "collections.OrderedDict[str, Dict[str, Any]]" = collections.OrderedDict()
         self._cached_groups: Dict[str, str] = {}
         self._max_cached = max(max_cached_hints, 0)
+        # Hints handed over, for hint_id on hinted rows and outcomes (outcomes.py).
+        self._delivered = DeliveredHints(max_buffered_groups)
         self._partial: _Bounded = _Bounded(max_buffered_steps, "incomplete advantage steps")
         self._advantages: _Bounded = _Bounded(max_buffered_steps, "advantage steps")
         self._metrics: _Bounded = _Bounded(max_buffered_steps, "metric steps")
@@ -434,6 +437,7 @@ class TrainerClient:
         finally:
             with self._lock:
                 for iid, hint in found.items():
+                    self._delivered.add(hint)
                     if iid in fresh:
                         for hint_id in self._hints.pop(keys[iid], {}):
                             self._remember_returned(hint_id)
@@ -509,14 +513,16 @@ class TrainerClient:
         ``step_end`` with the row count, and waits for delivery as
         :meth:`publish_failed` does. Each row: ``instance_id``,
         ``trajectory_id`` (unique in the step: hinted rows need their own),
-        ``reward``, ``is_hinted`` and optionally ``hint_category``. With
+        ``reward``, ``is_hinted`` and optionally ``hint_category`` and
+        ``hint_id`` (a hinted row without one gets the id of the hint this
+        client delivered for its group, if any). With
         ``arrow=True`` the rows go as Arrow IPC stream messages (header
         ``content-type: application/vnd.apache.arrow.stream``): one when the
         step encodes to at most ``max_message_bytes``, else as many as it
         needs, in row order, with the chunk headers (``hintstream.chunk``,
         ``.chunks``, ``.rows``), so a step of any size passes the broker's
         message limit. Returns the row count."""
-        messages = wire.scored_rows(run_id, step, rows)
+        messages = wire.scored_rows(run_id, step, fill_hint_ids(self._delivered, run_id, step, rows))
         ids = [m["trajectory_id"] for m in messages]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -535,6 +541,14 @@ class TrainerClient:
         items.append((key, wire.json_bytes(wire.step_end(run_id, step, len(messages))), None))
         self._produce_all(self.topics.scored, items, timeout)
         return len(messages)
+
+    def report_hint_outcomes(self, rows: Iterable[Mapping[str, Any]], *, success_threshold: float = 0.0, timeout: float = 30.0) -> int:
+        """Publishes one ``HintOutcome`` per ``hint_id`` of ``rows``
+        (``{hint_id, reward}``) to the outcomes topic and waits for delivery;
+        see :func:`hintstream.report_hint_outcomes`. Returns the count."""
+        items = [(key, wire.json_bytes(m), None) for key, m in outcome_messages(self._delivered, rows, success_threshold)]
+        self._produce_all(self.topics.outcomes, items, timeout)
+        return len(items)
 
     def _produce_all(self, topic: str, items: Sequence[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]], timeout: float) -> None:
         self._check_open()

@@ -244,21 +244,75 @@ fn the_readme_metrics_table_matches_what_stage_2_publishes() {
             samples_per_prompt: None,
         },
     );
-    // The service adds these two to every step's object.
+    // The service adds these two to every step's object, and the per-arm
+    // metrics of a step whose hinted rows name hints (all defined here: a
+    // fresh and a refined hint with a cost, both rescued).
     let mut names: std::collections::BTreeSet<String> = published
         .keys()
         .cloned()
         .chain(["step".to_string(), "advantage/duplicate_rows".to_string()])
+        .chain(learned_step_metric_names())
         .collect();
-    // The table writes the configurable numbers as <n> and <k>.
+    // The table writes the configurable numbers as <n> and <k>, and an
+    // arm's name as <name>.
     names = names
         .into_iter()
         .map(|n| {
             n.replace("reward/avg_pass_at_6", "reward/avg_pass_at_<n>")
                 .replace("reward/pass_at_4", "reward/pass_at_<k>")
+                .replace("hint/arm/default/", "hint/arm/<name>/")
         })
         .collect();
     assert_eq!(names, table, "README table vs published metrics");
+}
+
+/// The per-arm metrics stage 2 merges into a step with hint_ids, each
+/// defined: the implicit arm's fresh and refined hint, both rescued.
+fn learned_step_metric_names() -> Vec<String> {
+    use hintstream::hints::learn::{Arms, LearnOptions, LearnState};
+    use hintstream::messages::{Hint, HintCategory, HintOutcome, HintSource, Usage};
+    let arms = Arms::from_config(Vec::new(), LearnOptions::default(), &["m".into()]).unwrap();
+    let mut state = LearnState::new(arms);
+    for (id, refines) in [("fresh", vec![]), ("refined", vec!["fresh".to_string()])] {
+        state.observe_hint(&Hint {
+            schema_version: 1,
+            hint_id: id.into(),
+            run_id: "r".into(),
+            step: 1,
+            instance_id: id.into(),
+            trajectory_id: "t".into(),
+            hint: "h".into(),
+            category: HintCategory::LlmSynthesized,
+            model: Some("m".into()),
+            prompt_version: "v1".into(),
+            latency_ms: 1,
+            usage: Usage::default(),
+            cost_usd: 0.01,
+            failure_reason: None,
+            source: HintSource {
+                topic: "f".into(),
+                partition: 0,
+                offset: 0,
+            },
+            created_at: "2026-01-01T00:00:00Z".into(),
+            arm: "default".into(),
+            refines,
+            hint_truncated: false,
+        });
+        state.observe_outcome(&HintOutcome {
+            schema_version: 1,
+            hint_id: id.into(),
+            run_id: "r".into(),
+            step: 1,
+            instance_id: id.into(),
+            hinted_rollouts: 1,
+            successes: 1,
+            rescued: true,
+            mean_reward: 1.0,
+            created_at: "2026-01-01T00:00:00Z".into(),
+        });
+    }
+    state.step_metrics("r", 1).into_keys().collect()
 }
 
 /// The estimator is chosen by `[normalize] estimator` or `--estimator`:

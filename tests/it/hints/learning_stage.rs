@@ -393,3 +393,74 @@ async fn wait_posteriors(metrics: &common::MetricsEndpoint, want: &[(String, f64
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_trainer_s_hint_model_is_used_when_allowed_and_counted_when_not() {
+    let broker = common::start_tansu();
+    let mut config = learning_config(&broker.bootstrap).await;
+    config.llm.models = vec!["claude-chain".into()];
+    config.llm.allowed_models = vec!["claude-asked".into()];
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Text("Print the result once.".into(), Duration::ZERO));
+    let stage = HintStage::build(config.clone(), &llm_server::anthropic_env(&server, "sk-k"))
+        .await
+        .unwrap();
+    let metrics = common::MetricsEndpoint(stage.metrics_addr);
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    let producer = create_producer(&config).unwrap();
+    let run = common::unique("run-model");
+    let asking = |instance: &str, model: &str| {
+        let mut t: serde_json::Value = serde_json::from_slice(&trajectory(&run, 1, instance)).unwrap();
+        t["hint_model"] = model.into();
+        serde_json::to_vec(&t).unwrap()
+    };
+    for (instance, model) in [("allowed", "claude-asked"), ("unlisted", "claude-other")] {
+        let key = hintstream::messages::group_key(&run, 1, instance);
+        common::send(
+            &producer,
+            &config.hints.input_topic,
+            &key,
+            &asking(instance, model),
+        )
+        .await;
+    }
+    let hints = wait_hints(&config, |h| h.len() == 2, String::new).await;
+    let ignored = metrics
+        .wait_for(
+            "hintstream_hints_hint_model_ignored_total",
+            &[("reason", "not_allowed")],
+            |v| v >= 1.0,
+            Duration::from_secs(30),
+            String::new,
+        )
+        .await;
+    running.stop().await;
+    let model_of = |instance: &str| {
+        hints
+            .iter()
+            .find(|h| h.instance_id == instance)
+            .unwrap()
+            .model
+            .clone()
+    };
+    assert_eq!(
+        model_of("allowed").as_deref(),
+        Some("claude-asked"),
+        "the model the trainer asked for"
+    );
+    assert_eq!(
+        model_of("unlisted").as_deref(),
+        Some("claude-chain"),
+        "not allowed: the chain"
+    );
+    assert_eq!(ignored, 1.0);
+    let models: Vec<String> = server
+        .seen()
+        .iter()
+        .map(|s| s.body["model"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        models.contains(&"claude-asked".to_string()) && !models.contains(&"claude-other".to_string()),
+        "{models:?}"
+    );
+}
