@@ -995,6 +995,7 @@ fn share_chart(report: &SimReport) -> String {
         chart
             .configure_mesh()
             .x_desc("step")
+            .x_label_formatter(&|x| format!("{x:.0}"))
             .y_desc("share")
             .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
             .draw()
@@ -1023,7 +1024,7 @@ fn share_chart(report: &SimReport) -> String {
             .configure_series_labels()
             .background_style(WHITE.mix(0.9))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
+            .position(SeriesLabelPosition::LowerRight)
             .draw()
             .map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())

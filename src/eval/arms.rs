@@ -420,6 +420,7 @@ mod tests {
             created_at: "2026-12-01T10:00:00Z".into(),
             arm: arm.into(),
             refines: vec![],
+            hint_truncated: false,
         }
     }
 
