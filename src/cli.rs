@@ -152,6 +152,9 @@ pub enum Command {
     /// exchange is kept in a cassette (default OUT/cassette.jsonl); rerun with
     /// --playback to answer from it: deterministic, no HTTP, no cost.
     ///
+    /// With --hints (and --outcomes) recorded from a run, adds the arm table;
+    /// with --hints alone and no --input, the arm table without synthesis.
+    ///
     /// Example: hintstream eval --input failed.jsonl --config sonnet.toml
     /// --config haiku.toml --out eval-out
     Eval(EvalArgs),
@@ -212,13 +215,23 @@ pub struct ReplayArgs {
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
     /// Failed trajectories: a `hintstream record` file (or plain JSONL).
-    #[arg(long, value_name = "FILE")]
-    pub input: PathBuf,
+    /// Optional with --hints: the arm table alone, no synthesis.
+    #[arg(long, value_name = "FILE", required_unless_present = "hints")]
+    pub input: Option<PathBuf>,
     /// Recorded scored rollouts of the same run (a `record` file of
     /// rl.rollouts.scored, or JSONL rows): adds hint success rates per
     /// category and signal rescued per step, computed by stage 2.
     #[arg(long, value_name = "FILE")]
     pub scored: Option<PathBuf>,
+    /// Recorded hints (a `record` file of rl.hints, or JSONL): adds the arm
+    /// table (pulls, rescue rate with a 95% Wilson interval, posterior mean,
+    /// spend, cost per rescue per arm and run), counted as stage 1 counts.
+    #[arg(long, value_name = "FILE")]
+    pub hints: Option<PathBuf>,
+    /// Recorded outcomes (a `record` file of rl.hints.outcomes, or JSONL)
+    /// for the arm table's rescues.
+    #[arg(long, value_name = "FILE", requires = "hints")]
+    pub outcomes: Option<PathBuf>,
     /// Output folder (created when missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -369,6 +382,8 @@ impl EvalArgs {
         EvalOptions {
             input: self.input.clone(),
             scored: self.scored.clone(),
+            hints: self.hints.clone(),
+            outcomes: self.outcomes.clone(),
             out: self.out.clone(),
             cassette: self.cassette.clone(),
             mode: match (self.playback, self.strict) {

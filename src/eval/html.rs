@@ -1,7 +1,7 @@
 //! `index.html`: one self-contained page (no scripts, no external assets):
 //! the summary table per config, plots as inline SVG drawn with plotters
-//! (category bars, latency histogram, signal rescued per step), and the
-//! hints side by side per group.
+//! (category bars, latency histogram, signal rescued per step), the arm
+//! table, and the hints side by side per group.
 
 use std::fmt::Write;
 
@@ -45,7 +45,8 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-const STYLE: &str = "
+/// The page's style sheet (the simulation's report uses it too).
+pub const STYLE: &str = "
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; text-align: left; }
@@ -82,21 +83,30 @@ pub fn render(report: &Report) -> String {
             reasons.join(", ")
         );
     }
-    summary_table(report, &mut page);
-    page.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
-    let _ = writeln!(
-        page,
-        "<figure id=\"plot-categories\">{}</figure>",
-        category_plot(report)
-    );
-    let _ = writeln!(
-        page,
-        "<figure id=\"plot-latency\">{}</figure>",
-        latency_plot(report)
-    );
-    page.push_str("</div>\n");
+    // Without failed trajectories there was no synthesis: the arm table alone.
+    let synthesis = !report.configs.is_empty();
+    if synthesis {
+        summary_table(report, &mut page);
+        page.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
+        let _ = writeln!(
+            page,
+            "<figure id=\"plot-categories\">{}</figure>",
+            category_plot(report)
+        );
+        let _ = writeln!(
+            page,
+            "<figure id=\"plot-latency\">{}</figure>",
+            latency_plot(report)
+        );
+        page.push_str("</div>\n");
+    }
     outcomes_section(report, &mut page);
-    hints_table(report, &mut page);
+    if let Some(arms) = &report.arms {
+        super::arms::section_html(arms, &mut page);
+    }
+    if synthesis {
+        hints_table(report, &mut page);
+    }
     page.push_str("</body></html>\n");
     page
 }

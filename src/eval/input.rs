@@ -78,7 +78,10 @@ fn record_of(line: &str, path: &str, number: usize) -> (Option<Vec<u8>>, RecordM
     }
 }
 
-fn each_record(path: &Path, mut f: impl FnMut(Option<Vec<u8>>, RecordMeta)) -> Result<(), InputError> {
+pub(super) fn each_record(
+    path: &Path,
+    mut f: impl FnMut(Option<Vec<u8>>, RecordMeta),
+) -> Result<(), InputError> {
     let name = path.display().to_string();
     let read = |source| InputError::Read {
         path: name.clone(),

@@ -3,12 +3,15 @@
 //! goes through a cassette, so a rerun in playback mode is deterministic and
 //! makes no HTTP request. Writes `report.json` and a self-contained
 //! `index.html`; with recorded scored rollouts, adds what the hints did in
-//! training, computed by stage 2's code.
+//! training, computed by stage 2's code; with recorded `rl.hints` (and
+//! `rl.hints.outcomes`), the arm table (`arms`). With hints and no failed
+//! trajectories it makes the arm table alone, without synthesis.
 //!
 //! `run` takes the steps in order: read the groups (`input`), one pass per
 //! config (`synthesize`), the stage-2 outcomes (`outcomes`), the report
-//! (`report`, `html`).
+//! (`report`, `html`), the arm table (`arms`).
 
+pub mod arms;
 pub mod html;
 pub mod input;
 mod outcomes;
@@ -60,6 +63,10 @@ pub enum EvalError {
     },
     #[error("{0} has no failed trajectories to evaluate")]
     Empty(String),
+    #[error(transparent)]
+    Arms(#[from] arms::ArmsError),
+    #[error("nothing to evaluate: give --input (failed trajectories) or --hints (recorded hints)")]
+    NothingToDo,
 }
 
 /// One config under evaluation.
@@ -73,10 +80,15 @@ pub struct EvalConfig {
 
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
-    /// A `hintstream record` file of failed trajectories (or plain JSONL).
-    pub input: PathBuf,
+    /// A `hintstream record` file of failed trajectories (or plain JSONL);
+    /// without it no synthesis runs (the arm table alone).
+    pub input: Option<PathBuf>,
     /// A `hintstream record` file of scored rollouts (or plain JSONL).
     pub scored: Option<PathBuf>,
+    /// A `hintstream record` file of `rl.hints` (or JSONL): the arm table.
+    pub hints: Option<PathBuf>,
+    /// A `hintstream record` file of `rl.hints.outcomes` (or JSONL).
+    pub outcomes: Option<PathBuf>,
     pub out: PathBuf,
     /// Default: `OUT/cassette.jsonl`.
     pub cassette: Option<PathBuf>,
@@ -112,10 +124,51 @@ pub fn labels(files: &[Option<PathBuf>]) -> Vec<String> {
 
 /// Runs the evaluation and writes `report.json` and `index.html` into `out`:
 /// reads the groups, runs each config over them through one cassette, and,
-/// with scored rollouts, adds what the hints did in training.
+/// with scored rollouts, adds what the hints did in training; with recorded
+/// hints, the arm table.
 pub async fn run(configs: &[EvalConfig], options: &EvalOptions, env: &LlmEnv) -> Result<Report, EvalError> {
+    if options.input.is_none() && options.hints.is_none() {
+        return Err(EvalError::NothingToDo);
+    }
     std::fs::create_dir_all(&options.out).map_err(write_error(&options.out))?;
-    let failed = read_groups(configs, &options.input)?;
+    let first = configs.first().map(|c| &c.config);
+    let mut report = match &options.input {
+        Some(input) => synthesis_report(configs, input, options, env).await?,
+        None => Report {
+            input: String::new(),
+            trajectories: 0,
+            groups: 0,
+            hints: Vec::new(),
+            rejected: Default::default(),
+            configs: Vec::new(),
+            outcomes: None,
+            arms: None,
+        },
+    };
+    if let Some(path) = &options.scored {
+        report.outcomes = Some(outcomes::outcomes(path, first.cloned().unwrap_or_default())?);
+    }
+    if let Some(hints) = &options.hints {
+        let limits = first.map_or_else(|| Config::default().decode_limits(), Config::decode_limits);
+        report.arms = Some(arms::read_arms(
+            hints,
+            options.outcomes.as_deref(),
+            first,
+            limits,
+        )?);
+    }
+    write_report(&report, &options.out)?;
+    Ok(report)
+}
+
+/// Synthesis over the failed trajectories of `input` under each config.
+async fn synthesis_report(
+    configs: &[EvalConfig],
+    input: &Path,
+    options: &EvalOptions,
+    env: &LlmEnv,
+) -> Result<Report, EvalError> {
+    let failed = read_groups(configs, input)?;
     let cassette = Arc::new(Cassette::open(&options.cassette_path(), options.mode)?);
     let mut summaries = Vec::new();
     let mut per_config: Vec<Vec<EvalHint>> = Vec::new();
@@ -125,24 +178,16 @@ pub async fn run(configs: &[EvalConfig], options: &EvalOptions, env: &LlmEnv) ->
         per_config.push(hints);
     }
     add_latency_histograms(&mut summaries, &per_config);
-    let outcomes = match &options.scored {
-        Some(path) => Some(outcomes::outcomes(
-            path,
-            configs.first().map_or_else(Config::default, |c| c.config.clone()),
-        )?),
-        None => None,
-    };
-    let report = Report {
-        input: options.input.display().to_string(),
+    Ok(Report {
+        input: input.display().to_string(),
         trajectories: failed.trajectories,
         groups: failed.groups.len() as u64,
         hints: group_hints(&failed, &per_config),
         rejected: failed.rejected,
         configs: summaries,
-        outcomes,
-    };
-    write_report(&report, &options.out)?;
-    Ok(report)
+        outcomes: None,
+        arms: None,
+    })
 }
 
 fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> EvalError {
@@ -198,7 +243,7 @@ fn group_hints(failed: &FailedInput, per_config: &[Vec<EvalHint>]) -> Vec<GroupH
 }
 
 /// Writes `report.json` and `index.html` into `out`.
-fn write_report(report: &Report, out: &Path) -> Result<(), EvalError> {
+pub fn write_report(report: &Report, out: &Path) -> Result<(), EvalError> {
     let json_path = out.join("report.json");
     let json = serde_json::to_vec_pretty(report).map_err(|e| EvalError::Write {
         path: json_path.clone(),

@@ -32,6 +32,9 @@ pub struct Report {
     /// From recorded scored rollouts, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcomes: Option<Outcomes>,
+    /// The arm table, from recorded hints and outcomes, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arms: Option<super::arms::ArmsReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

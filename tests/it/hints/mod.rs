@@ -1,10 +1,11 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, long replies.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, long replies, hints that learn.
 
 mod bad_input;
 mod budget_bound;
 mod byte_bounds;
 mod eval;
 mod hints_kafka;
+mod learning;
 mod learning_stage;
 mod llm_hardening;
 mod llm_storm;
