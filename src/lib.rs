@@ -53,7 +53,8 @@
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
 //!   topics, and reassembling chunked steps read back from a topic.
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several
-//!   configs, with an LLM cassette, written as a JSON and HTML report.
+//!   configs, with an LLM cassette, and the arm table of a recorded run
+//!   (hints and outcomes), written as a JSON and HTML report.
 //! - [`quickstart`]: the whole pipeline in one process on sample data.
 //! - [`jsonl`]: the line loop of every JSONL reader.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.

@@ -24,7 +24,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::learn::{refined_prompt_version, Arms, LearnState, Refinement};
+use super::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
 use crate::config::{Config, ConfigError, PromptVersion};
 use crate::kafka::{TailError, TopicTail};
 use crate::llm::synth::LlmEnv;
@@ -77,9 +77,9 @@ pub struct HintPlan {
     pub refinement: Option<Refinement>,
 }
 
-/// The per-arm gauges, for the run of the hint most recently read or
-/// written.
-struct ArmGauges {
+/// The per-arm gauges (for the run of the hint most recently read or
+/// written) and the learning side's counters.
+pub struct ArmMetrics {
     pulls: Family<Labels, Gauge>,
     rescues: Family<Labels, Gauge>,
     posterior_mean: Family<Labels, FloatGauge>,
@@ -114,7 +114,7 @@ pub struct Learner {
     /// The run of the hint most recently read or written: what the
     /// per-arm gauges show.
     latest_run: Arc<Mutex<Option<String>>>,
-    gauges: ArmGauges,
+    gauges: ArmMetrics,
     caught_up: std::sync::atomic::AtomicBool,
 }
 
@@ -166,7 +166,7 @@ impl Learner {
             synced: Mutex::new(HashSet::new()),
             sync_lock: tokio::sync::Mutex::new(()),
             latest_run,
-            gauges: ArmGauges::register(registry),
+            gauges: ArmMetrics::register(registry),
             caught_up: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(catch_up(Arc::downgrade(&learner)));
@@ -303,22 +303,14 @@ impl Learner {
             return;
         };
         let report = self.state().run_report(&run);
-        for arm in report.arms {
-            let labels: Labels = vec![("arm", arm.name.clone())];
-            self.gauges.pulls.get_or_create(&labels).set(arm.pulls);
-            self.gauges.rescues.get_or_create(&labels).set(arm.rescues);
-            self.gauges
-                .posterior_mean
-                .get_or_create(&labels)
-                .set(arm.posterior_mean);
-            self.gauges.spend_usd.get_or_create(&labels).set(arm.spend_usd);
-        }
+        self.gauges.show(&report);
     }
 }
 
-impl ArmGauges {
-    fn register(registry: &mut Registry) -> ArmGauges {
-        let g = ArmGauges {
+impl ArmMetrics {
+    /// Registers the metrics under the stage's prefix.
+    pub fn register(registry: &mut Registry) -> ArmMetrics {
+        let g = ArmMetrics {
             pulls: Family::default(),
             rescues: Family::default(),
             posterior_mean: Family::default(),
@@ -364,6 +356,17 @@ impl ArmGauges {
             g.sync_timeouts.clone(),
         );
         g
+    }
+
+    /// Sets the per-arm gauges to `report`'s totals.
+    pub fn show(&self, report: &RunReport) {
+        for arm in &report.arms {
+            let labels: Labels = vec![("arm", arm.name.clone())];
+            self.pulls.get_or_create(&labels).set(arm.pulls);
+            self.rescues.get_or_create(&labels).set(arm.rescues);
+            self.posterior_mean.get_or_create(&labels).set(arm.posterior_mean);
+            self.spend_usd.get_or_create(&labels).set(arm.spend_usd);
+        }
     }
 }
 

@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use thiserror::Error;
@@ -30,6 +31,23 @@ use crate::config::{ClientKind, Config};
 
 /// How long one metadata or watermark request may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The readers' client context: librdkafka reports each partition-EOF (which
+/// the reader asks for, to place the end of a partition) as a global error
+/// too; those are expected and not logged.
+struct TailContext;
+
+impl ClientContext for TailContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!(error = %error, reason, "reading a whole topic");
+        }
+    }
+}
+
+impl ConsumerContext for TailContext {}
+
+type TailConsumer = StreamConsumer<TailContext>;
 
 /// Why a tail could not start, or a barrier did not pass.
 #[derive(Debug, Error)]
@@ -63,7 +81,7 @@ struct Progress {
 /// A running reader of a whole topic; the reader task stops when the tail
 /// is dropped.
 pub struct TopicTail {
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<TailConsumer>,
     topic: String,
     partitions: Vec<i32>,
     progress: Arc<Mutex<Progress>>,
@@ -85,7 +103,7 @@ impl TopicTail {
     where
         F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
     {
-        let consumer: Arc<StreamConsumer> = Arc::new(reader_config(config).create()?);
+        let consumer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
         let partitions = partitions_of(consumer.clone(), topic.to_string()).await?;
         let mut assignment = TopicPartitionList::new();
         for partition in &partitions {
@@ -185,7 +203,7 @@ fn reader_config(config: &Config) -> rdkafka::ClientConfig {
 }
 
 /// Every partition of `topic` (a blocking metadata call, off the runtime).
-async fn partitions_of(consumer: Arc<StreamConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
+async fn partitions_of(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
     tokio::task::spawn_blocking(move || {
         let metadata = consumer.fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
         let t = metadata
@@ -202,7 +220,7 @@ async fn partitions_of(consumer: Arc<StreamConsumer>, topic: String) -> Result<V
 
 /// The end (high watermark) offset of each partition now.
 async fn end_offsets(
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<TailConsumer>,
     topic: String,
     partitions: Vec<i32>,
 ) -> Result<HashMap<i32, i64>, TailError> {

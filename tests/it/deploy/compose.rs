@@ -23,20 +23,10 @@ const PROFILES: [&str; 4] = ["cpu", "gpu", "ollama", "ollama-gpu"];
 /// stage's metrics port.
 const HEALTH_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
-/// Metrics the dashboard or the alerts query before [`exported_metrics`]
-/// renders them: stage 1's per-arm gauges are registered by
-/// `hints::learning::Learner::build`, which needs a broker, so this test's
-/// registries lack them until a public registration function exists (the
-/// running stage exports them: tests/it/hints/learning.rs reads
-/// `hintstream_hints_arm_posterior_mean` from its endpoint). Once a name is
-/// exported here, this test fails until the name is removed, so the list
-/// cannot go stale.
-const AWAITING_RUST_SIDE: [&str; 4] = [
-    "hintstream_hints_arm_pulls",
-    "hintstream_hints_arm_rescues",
-    "hintstream_hints_arm_posterior_mean",
-    "hintstream_hints_arm_spend_usd",
-];
+/// Metric names the dashboard or alerts may use before the stages export
+/// them (none now). Once a name is exported, the test fails until it is
+/// removed from here, so the list cannot go stale.
+const AWAITING_RUST_SIDE: [&str; 0] = [];
 
 /// Variables docker-compose.yml reads from the caller's environment: removed
 /// from every `docker-compose config` run, so the tests see the stack's own
@@ -602,6 +592,22 @@ fn exported_metrics() -> String {
         failure_reason: None,
         latency_ms: 1,
         hint_truncated: false,
+    });
+    let arms = hintstream::hints::learning::ArmMetrics::register(&mut hints);
+    arms.show(&hintstream::hints::learn::RunReport {
+        arms: vec![hintstream::hints::learn::ArmReport {
+            name: "a".into(),
+            pulls: 1,
+            trials: 1,
+            rescues: 1,
+            rescue_rate: Some(1.0),
+            posterior_mean: 0.6,
+            spend_usd: 0.01,
+            cost_per_rescue_usd: Some(0.01),
+        }],
+        refined_rescue_rate: None,
+        fresh_rescue_rate: None,
+        cost_per_rescue_usd: None,
     });
     let mut advantages = Registry::with_prefix("hintstream_advantages");
     hintstream::metrics::StageMetrics::register(&mut advantages).dead_lettered("not_json");

@@ -31,7 +31,7 @@ const MIN_SHARE: f64 = 0.05;
 fn shared_run() -> &'static (SimReport, PathBuf) {
     static RUN: OnceLock<(SimReport, PathBuf)> = OnceLock::new();
     RUN.get_or_init(|| {
-        let broker = common::start_tansu();
+        let broker = common::shared_kafka();
         let out = tempfile::tempdir().unwrap().keep();
         let args = SimArgs::parse_from([
             "simulate".to_string(),
