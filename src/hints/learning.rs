@@ -23,6 +23,7 @@ use std::time::Duration;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tracing::Instrument;
 
 use super::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
 use crate::config::{Config, ConfigError, PromptVersion};
@@ -169,8 +170,9 @@ impl Learner {
             gauges: ArmMetrics::register(registry),
             caught_up: std::sync::atomic::AtomicBool::new(false),
         });
-        tokio::spawn(catch_up(Arc::downgrade(&learner)));
-        tokio::spawn(refresh_gauges(Arc::downgrade(&learner)));
+        // In the stage's span, so that their lines say which stage wrote them.
+        tokio::spawn(catch_up(Arc::downgrade(&learner)).in_current_span());
+        tokio::spawn(refresh_gauges(Arc::downgrade(&learner)).in_current_span());
         Ok(learner)
     }
 

@@ -25,6 +25,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use thiserror::Error;
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use super::client_config;
 use crate::config::{ClientKind, Config};
@@ -114,26 +115,29 @@ impl TopicTail {
         let moved = Arc::new(Notify::new());
         let task = {
             let (consumer, progress, moved) = (consumer.clone(), progress.clone(), moved.clone());
-            tokio::spawn(async move {
-                loop {
-                    let event = consumer.recv().await;
-                    let mut p = lock(&progress);
-                    p.events += 1;
-                    let n = p.events;
-                    match event {
-                        Ok(m) => {
-                            p.position.insert(m.partition(), m.offset() + 1);
-                            drop(p);
-                            on_record(m.key(), m.payload());
+            tokio::spawn(
+                async move {
+                    loop {
+                        let event = consumer.recv().await;
+                        let mut p = lock(&progress);
+                        p.events += 1;
+                        let n = p.events;
+                        match event {
+                            Ok(m) => {
+                                p.position.insert(m.partition(), m.offset() + 1);
+                                drop(p);
+                                on_record(m.key(), m.payload());
+                            }
+                            Err(KafkaError::PartitionEOF(partition)) => {
+                                p.eof_at.insert(partition, n);
+                            }
+                            Err(e) => tracing::warn!(error = %e, "reading a whole topic; retrying"),
                         }
-                        Err(KafkaError::PartitionEOF(partition)) => {
-                            p.eof_at.insert(partition, n);
-                        }
-                        Err(e) => tracing::warn!(error = %e, "reading a whole topic; retrying"),
+                        moved.notify_waiters();
                     }
-                    moved.notify_waiters();
                 }
-            })
+                .in_current_span(),
+            )
         };
         Ok(TopicTail {
             consumer,
