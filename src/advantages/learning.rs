@@ -22,7 +22,8 @@ use std::time::Duration;
 use super::step_metrics::StepMetrics;
 use crate::config::{Config, ConfigError};
 use crate::hints::learn::{Arms, LearnState};
-use crate::kafka::{check_cluster, ConnectError, TailError, TopicTail};
+use crate::kafka::connect::topic_exists as topic_exists_in;
+use crate::kafka::{ConnectError, TailError, TopicTail};
 use crate::messages::{decode, DecodeLimits, Hint, HintOutcome};
 use crate::stage::StageError;
 
@@ -53,11 +54,7 @@ fn lock(state: &Mutex<LearnState>) -> MutexGuard<'_, LearnState> {
 /// failed otherwise.
 async fn topic_exists(config: &Config, topic: &str) -> Result<bool, StageError> {
     let within = Duration::from_secs(config.connect_timeout_secs);
-    match check_cluster(config, &[topic], within).await {
-        Ok(()) => Ok(true),
-        Err(ConnectError::MissingTopic { .. }) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    Ok(topic_exists_in(config, topic, within).await?)
 }
 
 impl Learning {

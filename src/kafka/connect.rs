@@ -126,6 +126,19 @@ pub async fn check_cluster(config: &Config, topics: &[&str], within: Duration) -
     Ok(())
 }
 
+/// Whether `topic` exists, from the cluster's metadata within `within` (no
+/// ACL check: for topics a stage may do without).
+pub async fn topic_exists(config: &Config, topic: &str, within: Duration) -> Result<bool, ConnectError> {
+    let probe_config = config.clone();
+    let metadata = tokio::task::spawn_blocking(move || probe(&probe_config, ClientKind::Consumer, within))
+        .await
+        .map_err(|_| KafkaError::Canceled)??;
+    Ok(metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+}
+
 /// Checks that the principal may READ `topics[0]` (as the consumer) and
 /// WRITE the rest (as the producer), from the topics' authorized operations.
 /// A broker that cannot answer leaves the ACLs unchecked (a warning): the

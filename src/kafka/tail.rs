@@ -40,13 +40,21 @@ struct TailContext;
 
 impl ClientContext for TailContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        if !expected(&error) {
             tracing::warn!(error = %error, reason, "reading a whole topic");
         }
     }
 }
 
 impl ConsumerContext for TailContext {}
+
+/// Errors a whole-topic reader expects: the end of a partition, and a
+/// refused lookup of the group it never joins.
+fn expected(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::GroupAuthorizationFailed;
+    matches!(error, KafkaError::PartitionEOF(_))
+        || error.rdkafka_error_code() == Some(GroupAuthorizationFailed)
+}
 
 type TailConsumer = StreamConsumer<TailContext>;
 
@@ -131,6 +139,7 @@ impl TopicTail {
                             Err(KafkaError::PartitionEOF(partition)) => {
                                 p.eof_at.insert(partition, n);
                             }
+                            Err(e) if expected(&e) => tracing::debug!(error = %e, "reading a whole topic"),
                             Err(e) => tracing::warn!(error = %e, "reading a whole topic; retrying"),
                         }
                         moved.notify_waiters();
@@ -193,7 +202,9 @@ fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
 
 /// A consumer that reads by assignment: a group id of its own that never
 /// joins (assign, no subscribe) and never commits; partition-EOF events on;
-/// only committed transactional records.
+/// only committed transactional records. librdkafka still looks up that
+/// group's coordinator, which a principal without group ACLs is refused:
+/// harmless (nothing is committed), so not reported as a warning.
 fn reader_config(config: &Config) -> rdkafka::ClientConfig {
     let mut client = client_config(config, ClientKind::Consumer);
     client
