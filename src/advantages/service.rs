@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::assemble::{PendingStep, StepAssembler, StepStatus};
-use super::decode::{decode_scored, ScoredInput};
+use super::decode::{decode_scored_bounded, ScoredInput};
 use super::metrics::AdvantageMetrics;
 use super::publish::StepOutput;
 use crate::config::Config;
@@ -34,6 +34,8 @@ struct StepPublisher {
     assembler: Mutex<StepAssembler<Taken>>,
     output: StepOutput,
     limits: DecodeLimits,
+    /// `limits.max_decoded_bytes`.
+    max_decoded_bytes: usize,
     step_timeout: Duration,
     max_bytes: usize,
 }
@@ -167,7 +169,7 @@ impl Stage for StepPublisher {
     const PARKS: Parked = Parked::PendingSteps;
 
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
-        decode_scored(payload, meta, self.limits)
+        decode_scored_bounded(payload, meta, self.limits, self.max_decoded_bytes)
     }
 
     fn handle(self: &Arc<Self>, work: Work<ScoredInput>) -> impl Future<Output = ()> + Send + 'static {
@@ -228,6 +230,7 @@ impl AdvantageStage {
                 metrics,
             },
             limits: config.decode_limits(),
+            max_decoded_bytes: config.limits.max_decoded_bytes,
             step_timeout: Duration::from_secs(stage.step_timeout_secs),
             max_bytes: stage.max_in_flight_bytes(),
         });
