@@ -138,7 +138,11 @@ mod tests {
         };
         assert_eq!(rejected.kind, "bad_arrow");
         assert!(rejected.reason.contains("`trajectory_id`"), "{}", rejected.reason);
-        assert!(rejected.reason.contains("max_decoded_bytes"), "{}", rejected.reason);
+        assert!(
+            rejected.reason.contains("max_decoded_bytes"),
+            "{}",
+            rejected.reason
+        );
     }
 
     #[test]
@@ -155,11 +159,13 @@ mod tests {
     fn a_small_amplification_under_the_limit_decodes_and_a_lower_limit_refuses_it() {
         let views = hostile::amplified_views(8, 1000).unwrap();
         let bytes = hostile::scored_stream_with("r", 1, "trajectory_id", std::sync::Arc::new(views)).unwrap();
-        let Ok(ScoredInput::Rows(rows)) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default()) else {
+        let Ok(ScoredInput::Rows(rows)) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default())
+        else {
             panic!("not decoded");
         };
         assert_eq!(rows.len(), 8);
-        let Err(rejected) = decode_scored_bounded(&bytes, &arrow_meta(), DecodeLimits::default(), 4000) else {
+        let Err(rejected) = decode_scored_bounded(&bytes, &arrow_meta(), DecodeLimits::default(), 4000)
+        else {
             panic!("decoded over the limit");
         };
         assert_eq!(rejected.kind, "bad_arrow");

@@ -1,6 +1,7 @@
 //! Stage 2's Prometheus metrics (`hintstream_advantages_*`), beside the
 //! consume loop's: steps, chunks and rows published, steps dead-lettered by reason,
-//! compute time by device, extreme advantages, pending steps and their bytes.
+//! compute time by device, extreme advantages, pending steps and their bytes,
+//! late messages of published steps.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,6 +22,8 @@ pub struct AdvantageMetrics {
     pending_steps: Gauge,
     pending_bytes: Gauge,
     cuda_fallbacks: Counter,
+    rows_already_published: Counter,
+    messages_already_published: Counter,
 }
 
 impl AdvantageMetrics {
@@ -37,6 +40,8 @@ impl AdvantageMetrics {
             pending_steps: Gauge::default(),
             pending_bytes: Gauge::default(),
             cuda_fallbacks: Counter::default(),
+            rows_already_published: Counter::default(),
+            messages_already_published: Counter::default(),
         };
         registry.register(
             "steps_published",
@@ -83,7 +88,23 @@ impl AdvantageMetrics {
             "Steps computed on the CPU because the CUDA module could not be loaded or run (device = cuda or auto)",
             m.cuda_fallbacks.clone(),
         );
+        registry.register(
+            "rows_already_published",
+            "Rows that arrived for a step already published (stray rows after step_end, retried steps): dropped; the first message of each such step is dead-lettered as step_already_published",
+            m.rows_already_published.clone(),
+        );
+        registry.register(
+            "messages_already_published",
+            "Messages (rows and step_ends) that arrived for a step already published, acknowledged at once",
+            m.messages_already_published.clone(),
+        );
         m
+    }
+
+    /// A message of `rows` rows came for a step already published.
+    pub fn already_published(&self, rows: usize) {
+        self.messages_already_published.inc();
+        self.rows_already_published.inc_by(rows as u64);
     }
 
     /// A step meant for the GPU was computed on the CPU.

@@ -128,6 +128,22 @@ impl StepPublisher {
                 self.clone()
                     .dead_letter_detached(step, "mixed_partitions", reason);
             }
+            StepStatus::AlreadyPublished(late) => {
+                // Acknowledged at once: it must not hold the partition's
+                // commits. Only the first of a step goes to the DLQ.
+                self.output.metrics.already_published(late.rows);
+                if late.first {
+                    let reason = format!(
+                        "step {}/{} was published already; this message ({} rows) came after it. Later \
+                         messages of the step are dropped without a dead letter and counted in \
+                         hintstream_advantages_rows_already_published_total",
+                        late.run_id, late.step, late.rows
+                    );
+                    late.parked.reject("step_already_published", &reason).await;
+                } else {
+                    late.parked.ack();
+                }
+            }
         }
     }
 

@@ -140,7 +140,9 @@ fn element_lengths(array: &dyn Array) -> Option<Vec<u64>> {
             let values = element_lengths(dict.values().as_ref())?;
             let keys = dict.normalized_keys();
             // A key out of range is an error later; it copies nothing.
-            lengths(n, &|i| keys.get(i).and_then(|&k| values.get(k)).copied().unwrap_or(0))
+            lengths(n, &|i| {
+                keys.get(i).and_then(|&k| values.get(k)).copied().unwrap_or(0)
+            })
         }
         _ => return None,
     })
@@ -188,7 +190,13 @@ mod tests {
         .unwrap();
         let err = check_decoded_size(std::slice::from_ref(&batch), 64 << 20).unwrap_err();
         assert!(
-            matches!(err, BatchError::DecodedTooLarge { column: "trajectory_id", .. }),
+            matches!(
+                err,
+                BatchError::DecodedTooLarge {
+                    column: "trajectory_id",
+                    ..
+                }
+            ),
             "{err}"
         );
         assert_eq!(err.kind(), "bad_arrow");

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use arrow_array::types::Int32Type;
-use arrow_array::{ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch};
+use arrow_array::{
+    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch,
+};
 use arrow_array::{StringArray, StringViewArray};
 use arrow_buffer::{Buffer, ScalarBuffer};
 use arrow_schema::ArrowError;
@@ -17,7 +19,9 @@ pub fn amplified_views(rows: usize, value_bytes: usize) -> Result<StringViewArra
     let len = u32::try_from(value_bytes)
         .map_err(|_| ArrowError::InvalidArgumentError("value_bytes must fit u32".into()))?;
     if value_bytes <= 12 {
-        return Err(ArrowError::InvalidArgumentError("value_bytes must be > 12".into()));
+        return Err(ArrowError::InvalidArgumentError(
+            "value_bytes must be > 12".into(),
+        ));
     }
     let data = Buffer::from_vec(vec![b'x'; value_bytes]);
     // A view of more than 12 bytes: length, 4-byte prefix, buffer 0, offset 0.
@@ -26,7 +30,10 @@ pub fn amplified_views(rows: usize, value_bytes: usize) -> Result<StringViewArra
 }
 
 /// `rows` keys that all name one `value_bytes`-byte dictionary value.
-pub fn amplified_dictionary(rows: usize, value_bytes: usize) -> Result<DictionaryArray<Int32Type>, ArrowError> {
+pub fn amplified_dictionary(
+    rows: usize,
+    value_bytes: usize,
+) -> Result<DictionaryArray<Int32Type>, ArrowError> {
     DictionaryArray::try_new(
         Int32Array::from(vec![0; rows]),
         Arc::new(StringArray::from(vec!["y".repeat(value_bytes)])),
@@ -53,8 +60,14 @@ pub fn scored_stream_with(
     let batch = RecordBatch::try_from_iter([
         ("run_id", plain("run_id", vec![run_id.to_string(); rows])),
         ("step", Arc::new(Int64Array::from(vec![step; rows])) as ArrayRef),
-        ("instance_id", plain("instance_id", (0..rows).map(|i| format!("g{}", i % 4)).collect())),
-        ("trajectory_id", plain("trajectory_id", (0..rows).map(|i| format!("t{i}")).collect())),
+        (
+            "instance_id",
+            plain("instance_id", (0..rows).map(|i| format!("g{}", i % 4)).collect()),
+        ),
+        (
+            "trajectory_id",
+            plain("trajectory_id", (0..rows).map(|i| format!("t{i}")).collect()),
+        ),
         ("reward", Arc::new(Float64Array::from(vec![1.0; rows]))),
         ("is_hinted", Arc::new(BooleanArray::from(vec![false; rows]))),
     ])?;
@@ -64,11 +77,21 @@ pub fn scored_stream_with(
 /// The reproduction of issue 21: a ~0.8 MB stream whose `trajectory_id`
 /// (`Utf8View`) has 8,000 views of one 512 KiB buffer (4 GiB decoded).
 pub fn amplified_views_stream(run_id: &str, step: i64) -> Result<Vec<u8>, ArrowError> {
-    scored_stream_with(run_id, step, "trajectory_id", Arc::new(amplified_views(8_000, 512 * 1024)?))
+    scored_stream_with(
+        run_id,
+        step,
+        "trajectory_id",
+        Arc::new(amplified_views(8_000, 512 * 1024)?),
+    )
 }
 
 /// A stream whose `instance_id` dictionary has 10,000 keys of one 512 KiB
 /// value (5 GiB once taken).
 pub fn amplified_dictionary_stream(run_id: &str, step: i64) -> Result<Vec<u8>, ArrowError> {
-    scored_stream_with(run_id, step, "instance_id", Arc::new(amplified_dictionary(10_000, 512 * 1024)?))
+    scored_stream_with(
+        run_id,
+        step,
+        "instance_id",
+        Arc::new(amplified_dictionary(10_000, 512 * 1024)?),
+    )
 }
