@@ -155,6 +155,54 @@ mod tests {
         assert!(rejected.reason.contains("`instance_id`"), "{}", rejected.reason);
     }
 
+    /// The fuzz seeds of `fuzz/fuzz_targets/decode_arrow.rs` (which decodes
+    /// under 4 MiB): these amplification cases, written again when
+    /// `HINTSTREAM_WRITE_FUZZ_SEEDS` is set.
+    #[test]
+    fn the_arrow_fuzz_seeds_are_the_amplification_cases() {
+        use std::sync::Arc;
+        let seeds = [
+            (
+                "views-of-one-buffer.bin",
+                hostile::scored_stream_with(
+                    "r",
+                    1,
+                    "trajectory_id",
+                    Arc::new(hostile::amplified_views(1000, 8192).unwrap()),
+                ),
+            ),
+            (
+                "dictionary-of-one-value.bin",
+                hostile::scored_stream_with(
+                    "r",
+                    1,
+                    "instance_id",
+                    Arc::new(hostile::amplified_dictionary(1000, 8192).unwrap()),
+                ),
+            ),
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/decode_arrow");
+        for (name, bytes) in seeds {
+            let bytes = bytes.unwrap();
+            let path = dir.join(name);
+            if std::env::var_os("HINTSTREAM_WRITE_FUZZ_SEEDS").is_some() {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                bytes,
+                "{name} is stale: set HINTSTREAM_WRITE_FUZZ_SEEDS"
+            );
+            let Err(rejected) =
+                decode_scored_bounded(&bytes, &arrow_meta(), DecodeLimits::default(), 4 << 20)
+            else {
+                panic!("{name} decoded");
+            };
+            assert_eq!(rejected.kind, "bad_arrow", "{name}");
+        }
+    }
+
     #[test]
     fn a_small_amplification_under_the_limit_decodes_and_a_lower_limit_refuses_it() {
         let views = hostile::amplified_views(8, 1000).unwrap();

@@ -134,9 +134,9 @@ impl StepPublisher {
                 self.output.metrics.already_published(late.rows);
                 if late.first {
                     let reason = format!(
-                        "step {}/{} was published already; this message ({} rows) came after it. Later \
-                         messages of the step are dropped without a dead letter and counted in \
-                         hintstream_advantages_rows_already_published_total",
+                        "step {}/{} was complete already (and published, or dead-lettered whole); this \
+                         message ({} rows) came after it. Later messages of the step are dropped without a \
+                         dead letter and counted in hintstream_advantages_rows_already_published_total",
                         late.run_id, late.step, late.rows
                     );
                     late.parked.reject("step_already_published", &reason).await;
