@@ -19,6 +19,7 @@ scripts/kafka.sh install
 cargo build --locked --features cuda
 # Benches and examples must build; they are run by their own scripts.
 cargo build --locked --all-targets
+cargo check --manifest-path fuzz/Cargo.toml  # the fuzz targets build (on stable; scripts/fuzz.sh runs them)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

@@ -3,7 +3,7 @@
 #![no_main]
 
 use hintstream::advantages::compute_step;
-use hintstream::advantages::stage::{decode_scored, ScoredInput};
+use hintstream::advantages::decode::{decode_scored, ScoredInput};
 use hintstream::batch::ARROW_STREAM_CONTENT_TYPE;
 use hintstream::kafka::RecordMeta;
 use hintstream::messages::DecodeLimits;

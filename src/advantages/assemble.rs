@@ -8,8 +8,14 @@
 //! its decoded rows), so the stage can keep the total under a bound by
 //! evicting the oldest incomplete step, and which partition each step came
 //! from, so a revoked partition's steps can be let go.
+//!
+//! It also remembers the last [`COMPLETED_STEPS_REMEMBERED`] steps it
+//! completed: a message of one of them (a stray row after `step_end`, a
+//! client's retry of the whole step) is [`StepStatus::AlreadyPublished`] at
+//! once, never a new pending step that would hold its partition's commits
+//! until `step_timeout`.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::batch::ScoredRows;
@@ -79,12 +85,61 @@ pub enum StepStatus<P> {
     /// Its messages came from more than one partition: they were not all
     /// keyed `run_id/step`, so no one member can gather the step for sure.
     MixedPartitions(PendingStep<P>),
+    /// The message belongs to a step completed already (a stray row after
+    /// its `step_end`, a retried step): it is not kept.
+    AlreadyPublished(LateMessage<P>),
+}
+
+/// A message of a step completed already.
+pub struct LateMessage<P> {
+    pub run_id: String,
+    pub step: i64,
+    pub parked: P,
+    /// Rows it holds (0 for a `step_end`).
+    pub rows: usize,
+    /// Whether it is the first such message of its step since it completed:
+    /// that one is dead-lettered, the rest only counted.
+    pub first: bool,
+}
+
+/// How many completed steps the assembler remembers, to recognise their
+/// late messages; the oldest is forgotten first. A remembered step costs
+/// its run_id and ~64 bytes; a late message of a forgotten step waits out
+/// `step_timeout` as before.
+pub const COMPLETED_STEPS_REMEMBERED: usize = 4096;
+
+/// The last completed steps, with how many late messages each has had.
+#[derive(Default)]
+struct CompletedSteps {
+    late: HashMap<(String, i64), u64>,
+    order: VecDeque<(String, i64)>,
+}
+
+impl CompletedSteps {
+    fn insert(&mut self, key: (String, i64)) {
+        if self.late.insert(key.clone(), 0).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > COMPLETED_STEPS_REMEMBERED {
+            if let Some(oldest) = self.order.pop_front() {
+                self.late.remove(&oldest);
+            }
+        }
+    }
+
+    /// Counts a late message of `key`; `Some(first)` when `key` completed.
+    fn late(&mut self, key: &(String, i64)) -> Option<bool> {
+        let seen = self.late.get_mut(key)?;
+        *seen += 1;
+        Some(*seen == 1)
+    }
 }
 
 /// Steps in flight, of any number of runs.
 pub struct StepAssembler<P> {
     steps: HashMap<(String, i64), PendingStep<P>>,
     bytes: usize,
+    completed: CompletedSteps,
 }
 
 impl<P> Default for StepAssembler<P> {
@@ -92,6 +147,7 @@ impl<P> Default for StepAssembler<P> {
         StepAssembler {
             steps: HashMap::new(),
             bytes: 0,
+            completed: CompletedSteps::default(),
         }
     }
 }
@@ -141,6 +197,15 @@ impl<P> StepAssembler<P> {
         let run_id = rows.run_id[0].clone();
         let step_no = rows.step[0];
         let key = (run_id.clone(), step_no);
+        if let Some(first) = self.completed.late(&key) {
+            return StepStatus::AlreadyPublished(LateMessage {
+                run_id,
+                step: step_no,
+                parked,
+                rows: rows.len(),
+                first,
+            });
+        }
         let step = self
             .steps
             .entry(key.clone())
@@ -188,6 +253,15 @@ impl<P> StepAssembler<P> {
         now: Instant,
     ) -> StepStatus<P> {
         let key = (run_id.to_string(), step_no);
+        if let Some(first) = self.completed.late(&key) {
+            return StepStatus::AlreadyPublished(LateMessage {
+                run_id: run_id.to_string(),
+                step: step_no,
+                parked,
+                rows: 0,
+                first,
+            });
+        }
         let step = self
             .steps
             .entry(key.clone())
@@ -253,9 +327,11 @@ impl<P> StepAssembler<P> {
             .get(&key)
             .and_then(|s| s.expected.map(|expected| (s.row_count() as i64).cmp(&expected)));
         match state {
-            Some(std::cmp::Ordering::Equal) => self
-                .remove(&key)
-                .map_or(StepStatus::Pending, StepStatus::Complete),
+            Some(std::cmp::Ordering::Equal) => {
+                let step = self.remove(&key);
+                self.completed.insert(key);
+                step.map_or(StepStatus::Pending, StepStatus::Complete)
+            }
             Some(std::cmp::Ordering::Greater) => self
                 .remove(&key)
                 .map_or(StepStatus::Pending, StepStatus::Overfull),
@@ -385,6 +461,63 @@ mod tests {
         ));
         assert!(a.is_empty());
         assert_eq!(a.bytes(), 0);
+    }
+
+    #[test]
+    fn messages_of_a_completed_step_are_late_and_only_the_first_is_flagged() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        a.add_rows(rows("r", 1, &["a"]), (0, 0), 0, 10, now);
+        assert!(matches!(
+            a.end("r", 1, 1, (0, 1, 10), now),
+            StepStatus::Complete(_)
+        ));
+        let late = |status: StepStatus<u32>| match status {
+            StepStatus::AlreadyPublished(m) => (m.parked, m.rows, m.first),
+            _ => panic!("not late"),
+        };
+        // A stray row, then a retry of the whole step.
+        assert_eq!(
+            late(a.add_rows(rows("r", 1, &["b"]), (0, 2), 2, 10, now)),
+            (2, 1, true)
+        );
+        assert_eq!(
+            late(a.add_rows(rows("r", 1, &["a"]), (0, 3), 3, 10, now)),
+            (3, 1, false)
+        );
+        assert_eq!(late(a.end("r", 1, 1, (0, 4, 10), now)), (4, 0, false));
+        assert!(a.is_empty(), "nothing of it is pending");
+        assert_eq!(a.bytes(), 0);
+        // Another step of the run is not.
+        assert!(matches!(
+            a.add_rows(rows("r", 2, &["a"]), (0, 5), 5, 10, now),
+            StepStatus::Pending
+        ));
+    }
+
+    #[test]
+    fn the_memory_of_completed_steps_is_bounded() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        let total = COMPLETED_STEPS_REMEMBERED as i64 + 10;
+        for step in 0..total {
+            a.add_rows(rows("r", step, &["a"]), (0, step), 0, 0, now);
+            assert!(matches!(
+                a.end("r", step, 1, (0, 0, 0), now),
+                StepStatus::Complete(_)
+            ));
+        }
+        assert_eq!(a.completed.order.len(), COMPLETED_STEPS_REMEMBERED);
+        assert_eq!(a.completed.late.len(), COMPLETED_STEPS_REMEMBERED);
+        // The oldest are forgotten, the newest remembered.
+        assert!(matches!(
+            a.add_rows(rows("r", 0, &["b"]), (0, 0), 0, 0, now),
+            StepStatus::Pending
+        ));
+        assert!(matches!(
+            a.add_rows(rows("r", total - 1, &["b"]), (0, 0), 0, 0, now),
+            StepStatus::AlreadyPublished(_)
+        ));
     }
 
     #[test]

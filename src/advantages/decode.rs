@@ -1,8 +1,14 @@
 //! Stage 2's decoding: a message of `rl.rollouts.scored` is a JSON
 //! `scored_rollout` or `step_end`, or an Arrow IPC stream of scored rows of
 //! one step. `eval` decodes recorded scored rollouts with the same code.
+//!
+//! The bytes are untrusted: an Arrow message is measured before its strings
+//! are copied (`batch::bound`, under `limits.max_decoded_bytes`), and the
+//! whole decoding runs under a panic guard, so that a message that panics
+//! any of it is dead-lettered and never takes the worker down.
 
-use crate::batch::{ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
+use crate::batch::{bound, ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
+use crate::config::LimitsConfig;
 use crate::kafka::{RecordMeta, Rejected};
 use crate::messages::{decode, DecodeLimits, ScoredMessage};
 
@@ -17,11 +23,48 @@ pub enum ScoredInput {
     },
 }
 
-/// Decodes a message: Arrow IPC when its `content-type` header says so or
-/// its bytes start with the IPC continuation marker, JSON otherwise.
+/// [`decode_scored_bounded`] under the default `limits.max_decoded_bytes`.
 pub fn decode_scored(bytes: &[u8], meta: &RecordMeta, limits: DecodeLimits) -> Result<ScoredInput, Rejected> {
+    decode_scored_bounded(bytes, meta, limits, LimitsConfig::default().max_decoded_bytes)
+}
+
+/// Decodes a message: Arrow IPC when its `content-type` header says so or
+/// its bytes start with the IPC continuation marker, JSON otherwise. An
+/// Arrow message whose string columns would decode to more than
+/// `max_decoded_bytes` is rejected (`bad_arrow`) before any is copied; a
+/// panic anywhere in decoding is a rejection too (`bad_arrow` for Arrow,
+/// `decode_panic` for JSON).
+pub fn decode_scored_bounded(
+    bytes: &[u8],
+    meta: &RecordMeta,
+    limits: DecodeLimits,
+    max_decoded_bytes: usize,
+) -> Result<ScoredInput, Rejected> {
     let arrow = meta.header("content-type") == Some(ARROW_STREAM_CONTENT_TYPE.as_bytes())
         || bytes.starts_with(&[0xff, 0xff, 0xff, 0xff]);
+    // Decoding only reads `bytes` and builds new values: nothing is left
+    // half-changed when it unwinds.
+    std::panic::catch_unwind(|| decode_unguarded(bytes, arrow, limits, max_decoded_bytes)).unwrap_or_else(
+        |panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("panic");
+            Err(Rejected {
+                kind: if arrow { "bad_arrow" } else { "decode_panic" },
+                reason: format!("decoding the message panicked: {what}"),
+            })
+        },
+    )
+}
+
+fn decode_unguarded(
+    bytes: &[u8],
+    arrow: bool,
+    limits: DecodeLimits,
+    max_decoded_bytes: usize,
+) -> Result<ScoredInput, Rejected> {
     if !arrow {
         return match decode::<ScoredMessage>(bytes, limits)? {
             ScoredMessage::ScoredRollout(row) => {
@@ -46,6 +89,7 @@ pub fn decode_scored(bytes: &[u8], meta: &RecordMeta, limits: DecodeLimits) -> R
     let reject = |kind: &'static str, reason: String| Rejected { kind, reason };
     let batches = ipc::decode_stream(bytes)
         .map_err(|e| reject("bad_arrow", format!("not an Arrow IPC stream: {e}")))?;
+    bound::check_decoded_size(&batches, max_decoded_bytes).map_err(|e| reject(e.kind(), e.to_string()))?;
     let mut rows = ScoredRows::default();
     for batch in &batches {
         rows.extend(ScoredRows::from_batch(batch).map_err(|e| reject(e.kind(), e.to_string()))?);
@@ -70,6 +114,110 @@ pub fn decode_scored(bytes: &[u8], meta: &RecordMeta, limits: DecodeLimits) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::hostile;
+
+    fn arrow_meta() -> RecordMeta {
+        RecordMeta {
+            topic: "rl.rollouts.scored".into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            headers: vec![(
+                "content-type".into(),
+                ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec(),
+            )],
+        }
+    }
+
+    #[test]
+    fn views_of_one_buffer_are_rejected_as_bad_arrow_before_they_are_copied() {
+        let bytes = hostile::amplified_views_stream("r", 1).unwrap();
+        assert!(bytes.len() < 900_000, "{} bytes", bytes.len());
+        let Err(rejected) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default()) else {
+            panic!("decoded");
+        };
+        assert_eq!(rejected.kind, "bad_arrow");
+        assert!(rejected.reason.contains("`trajectory_id`"), "{}", rejected.reason);
+        assert!(
+            rejected.reason.contains("max_decoded_bytes"),
+            "{}",
+            rejected.reason
+        );
+    }
+
+    #[test]
+    fn dictionary_keys_repeating_one_huge_value_are_rejected_as_bad_arrow() {
+        let bytes = hostile::amplified_dictionary_stream("r", 1).unwrap();
+        let Err(rejected) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default()) else {
+            panic!("decoded");
+        };
+        assert_eq!(rejected.kind, "bad_arrow");
+        assert!(rejected.reason.contains("`instance_id`"), "{}", rejected.reason);
+    }
+
+    /// The fuzz seeds of `fuzz/fuzz_targets/decode_arrow.rs` (which decodes
+    /// under 4 MiB): these amplification cases, written again when
+    /// `HINTSTREAM_WRITE_FUZZ_SEEDS` is set.
+    #[test]
+    fn the_arrow_fuzz_seeds_are_the_amplification_cases() {
+        use std::sync::Arc;
+        let seeds = [
+            (
+                "views-of-one-buffer.bin",
+                hostile::scored_stream_with(
+                    "r",
+                    1,
+                    "trajectory_id",
+                    Arc::new(hostile::amplified_views(1000, 8192).unwrap()),
+                ),
+            ),
+            (
+                "dictionary-of-one-value.bin",
+                hostile::scored_stream_with(
+                    "r",
+                    1,
+                    "instance_id",
+                    Arc::new(hostile::amplified_dictionary(1000, 8192).unwrap()),
+                ),
+            ),
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/decode_arrow");
+        for (name, bytes) in seeds {
+            let bytes = bytes.unwrap();
+            let path = dir.join(name);
+            if std::env::var_os("HINTSTREAM_WRITE_FUZZ_SEEDS").is_some() {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                bytes,
+                "{name} is stale: set HINTSTREAM_WRITE_FUZZ_SEEDS"
+            );
+            let Err(rejected) =
+                decode_scored_bounded(&bytes, &arrow_meta(), DecodeLimits::default(), 4 << 20)
+            else {
+                panic!("{name} decoded");
+            };
+            assert_eq!(rejected.kind, "bad_arrow", "{name}");
+        }
+    }
+
+    #[test]
+    fn a_small_amplification_under_the_limit_decodes_and_a_lower_limit_refuses_it() {
+        let views = hostile::amplified_views(8, 1000).unwrap();
+        let bytes = hostile::scored_stream_with("r", 1, "trajectory_id", std::sync::Arc::new(views)).unwrap();
+        let Ok(ScoredInput::Rows(rows)) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default())
+        else {
+            panic!("not decoded");
+        };
+        assert_eq!(rows.len(), 8);
+        let Err(rejected) = decode_scored_bounded(&bytes, &arrow_meta(), DecodeLimits::default(), 4000)
+        else {
+            panic!("decoded over the limit");
+        };
+        assert_eq!(rejected.kind, "bad_arrow");
+    }
 
     #[test]
     fn an_arrow_message_that_panics_the_decoder_is_rejected() {

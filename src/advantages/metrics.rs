@@ -1,7 +1,8 @@
 //! Stage 2's Prometheus metrics (`hintstream_advantages_*`), beside the
 //! consume loop's: steps, chunks and rows published, steps dead-lettered by reason,
 //! compute time by device, extreme advantages, pending steps and their bytes,
-//! hint outcomes published and rejected.
+//! hint outcomes published and rejected, and late messages of published
+//! steps.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -24,6 +25,8 @@ pub struct AdvantageMetrics {
     cuda_fallbacks: Counter,
     outcomes_published: Counter,
     outcomes_rejected: Counter,
+    rows_already_published: Counter,
+    messages_already_published: Counter,
 }
 
 impl AdvantageMetrics {
@@ -42,6 +45,8 @@ impl AdvantageMetrics {
             cuda_fallbacks: Counter::default(),
             outcomes_published: Counter::default(),
             outcomes_rejected: Counter::default(),
+            rows_already_published: Counter::default(),
+            messages_already_published: Counter::default(),
         };
         registry.register(
             "steps_published",
@@ -98,6 +103,16 @@ impl AdvantageMetrics {
             "HintOutcome messages the broker rejected (logged; the step went on)",
             m.outcomes_rejected.clone(),
         );
+        registry.register(
+            "rows_already_published",
+            "Rows that arrived for a step already published (stray rows after step_end, retried steps): dropped; the first message of each such step is dead-lettered as step_already_published",
+            m.rows_already_published.clone(),
+        );
+        registry.register(
+            "messages_already_published",
+            "Messages (rows and step_ends) that arrived for a step already published, acknowledged at once",
+            m.messages_already_published.clone(),
+        );
         m
     }
 
@@ -109,6 +124,12 @@ impl AdvantageMetrics {
     /// One hint outcome was rejected by the broker.
     pub fn outcome_rejected(&self) {
         self.outcomes_rejected.inc();
+    }
+
+    /// A message of `rows` rows came for a step already published.
+    pub fn already_published(&self, rows: usize) {
+        self.messages_already_published.inc();
+        self.rows_already_published.inc_by(rows as u64);
     }
 
     /// A step meant for the GPU was computed on the CPU.

@@ -13,8 +13,14 @@
 //! acknowledged only then: a worker that dies or stops mid-step leaves them
 //! uncommitted, and the step is published whole again (its outcomes too: the
 //! latest outcome of a `hint_id` wins downstream).
+//!
+//! Every chunk of one publication carries the same `hintstream.attempt`
+//! (`batch::chunk::attempt_id` of this process's identity, the time the
+//! publication started and the step's key), so that readers never mix its
+//! chunks with another publication's, which may be cut elsewhere.
 
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime};
 
 use arrow_schema::ArrowError;
 use rdkafka::error::KafkaError;
@@ -28,7 +34,8 @@ use super::metrics::AdvantageMetrics;
 use super::outcomes::hint_outcomes;
 use super::step_metrics::{step_metrics, MetricOptions, StepMetrics};
 use crate::batch::chunk::{
-    chunk_header_values, encode_chunks, Chunks, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
+    attempt_id, chunk_header_values, encode_chunks, Chunks, ATTEMPT_HEADER, CHUNKS_HEADER, CHUNK_HEADER,
+    ROWS_HEADER,
 };
 use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
@@ -59,14 +66,40 @@ fn envelope_bytes(key: &str, device: &str) -> usize {
     const RECORD_FRAMING: usize = 512;
     const HEADER_FRAMING: usize = 10;
     const DECIMAL_DIGITS: usize = 20;
+    const ATTEMPT_DIGITS: usize = 16;
     let fixed = [
         ("content-type".len(), ARROW_STREAM_CONTENT_TYPE.len()),
         (DEVICE_HEADER.len(), device.len()),
         (CHUNK_HEADER.len(), DECIMAL_DIGITS),
         (CHUNKS_HEADER.len(), DECIMAL_DIGITS),
         (ROWS_HEADER.len(), DECIMAL_DIGITS),
+        (ATTEMPT_HEADER.len(), ATTEMPT_DIGITS),
     ];
     key.len() + RECORD_FRAMING + fixed.iter().map(|(k, v)| k + v + HEADER_FRAMING).sum::<usize>()
+}
+
+/// Nanoseconds since the Unix epoch (0 before it).
+fn unix_nanos(at: SystemTime) -> u128 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// This process's identity in attempt ids: host name, process id and the
+/// time it first published.
+fn worker_identity() -> &'static str {
+    static IDENTITY: OnceLock<String> = OnceLock::new();
+    IDENTITY.get_or_init(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .unwrap_or_default();
+        format!(
+            "{}/{}/{}",
+            host.trim(),
+            std::process::id(),
+            unix_nanos(SystemTime::now())
+        )
+    })
 }
 
 /// Which step is being published, for reasons and logs.
@@ -85,6 +118,8 @@ impl StepId {
 /// A computed step, encoded: its messages and its metrics.
 struct Encoded {
     key: String,
+    /// This publication's `hintstream.attempt`.
+    attempt: String,
     /// Which kernel computed it (the device header).
     device: &'static str,
     chunks: Chunks,
@@ -279,6 +314,7 @@ impl StepOutput {
     ) -> Result<Encoded, Unpublished> {
         let device = result.ran.as_str();
         let key = step_key(&id.run_id, id.step);
+        let attempt = attempt_id(worker_identity(), unix_nanos(SystemTime::now()), &key);
         let room = self
             .stage
             .max_message_bytes
@@ -318,6 +354,7 @@ impl StepOutput {
         let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
         Ok(Encoded {
             key,
+            attempt,
             device,
             chunks,
             rows: result.rows.len(),
@@ -343,6 +380,7 @@ impl StepOutput {
                         [
                             ("content-type", ARROW_STREAM_CONTENT_TYPE),
                             (DEVICE_HEADER, encoded.device),
+                            (ATTEMPT_HEADER, encoded.attempt.as_str()),
                         ]
                         .into_iter()
                         .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::assemble::{PendingStep, StepAssembler, StepStatus};
-use super::decode::{decode_scored, ScoredInput};
+use super::decode::{decode_scored_bounded, ScoredInput};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::publish::StepOutput;
@@ -35,6 +35,8 @@ struct StepPublisher {
     assembler: Mutex<StepAssembler<Taken>>,
     output: StepOutput,
     limits: DecodeLimits,
+    /// `limits.max_decoded_bytes`.
+    max_decoded_bytes: usize,
     step_timeout: Duration,
     max_bytes: usize,
 }
@@ -127,6 +129,22 @@ impl StepPublisher {
                 self.clone()
                     .dead_letter_detached(step, "mixed_partitions", reason);
             }
+            StepStatus::AlreadyPublished(late) => {
+                // Acknowledged at once: it must not hold the partition's
+                // commits. Only the first of a step goes to the DLQ.
+                self.output.metrics.already_published(late.rows);
+                if late.first {
+                    let reason = format!(
+                        "step {}/{} was complete already (and published, or dead-lettered whole); this \
+                         message ({} rows) came after it. Later messages of the step are dropped without a \
+                         dead letter and counted in hintstream_advantages_rows_already_published_total",
+                        late.run_id, late.step, late.rows
+                    );
+                    late.parked.reject("step_already_published", &reason).await;
+                } else {
+                    late.parked.ack();
+                }
+            }
         }
     }
 
@@ -168,7 +186,7 @@ impl Stage for StepPublisher {
     const PARKS: Parked = Parked::PendingSteps;
 
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
-        decode_scored(payload, meta, self.limits)
+        decode_scored_bounded(payload, meta, self.limits, self.max_decoded_bytes)
     }
 
     fn handle(self: &Arc<Self>, work: Work<ScoredInput>) -> impl Future<Output = ()> + Send + 'static {
@@ -232,6 +250,7 @@ impl AdvantageStage {
                 learning,
             },
             limits: config.decode_limits(),
+            max_decoded_bytes: config.limits.max_decoded_bytes,
             step_timeout: Duration::from_secs(stage.step_timeout_secs),
             max_bytes: stage.max_in_flight_bytes(),
         });

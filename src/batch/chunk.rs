@@ -10,6 +10,13 @@
 //! `chunks` are in, then concatenates them in index order
 //! (`tools::reassemble`, and the Python client's `wait_advantages`, which
 //! follow the same rules: [`ChunkInfo::from_headers`]).
+//!
+//! Every chunk also carries [`ATTEMPT_HEADER`], the same for all chunks of
+//! one publication of a step and different for another: a step
+//! republished by another worker (or after a restart) may be cut at other
+//! boundaries, and a reader gathers the chunks of one attempt only, never
+//! mixing two. Chunks without it (older writers) form one attempt of
+//! their own, with the rules from before.
 
 use std::ops::Range;
 
@@ -24,6 +31,29 @@ pub const CHUNK_HEADER: &str = "hintstream.chunk";
 pub const CHUNKS_HEADER: &str = "hintstream.chunks";
 /// Header: the step's total row count (all chunks together).
 pub const ROWS_HEADER: &str = "hintstream.rows";
+/// Header: which publication of the step the chunk belongs to
+/// ([`attempt_id`]); opaque to readers, compared for equality only.
+pub const ATTEMPT_HEADER: &str = "hintstream.attempt";
+
+/// The attempt id of one publication of a step: 16 lowercase hex digits of
+/// an FNV-1a 64-bit hash of the worker's identity (`worker`: host, process
+/// id and the process's start time, say), the time this publication
+/// started (nanoseconds since the Unix epoch) and the step's key. Two
+/// publications differ in at least one of them.
+pub fn attempt_id(worker: &str, started_unix_nanos: u128, step_key: &str) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    let started = started_unix_nanos.to_le_bytes();
+    // A 0xff separator: no UTF-8 text holds that byte.
+    for part in [worker.as_bytes(), &[0xff], &started, &[0xff], step_key.as_bytes()] {
+        for &byte in part {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    }
+    format!("{hash:016x}")
+}
 
 /// One encoded chunk: rows `rows` of the batch as one IPC stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +258,21 @@ mod tests {
     use arrow_array::{Array, DictionaryArray, Float64Array, Int64Array, StringArray};
 
     use super::*;
+
+    #[test]
+    fn attempt_ids_differ_by_worker_start_time_and_step() {
+        let id = attempt_id("host/1/100", 5, "r/1");
+        assert_eq!(id.len(), 16);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(id, attempt_id("host/1/100", 5, "r/1"));
+        for other in [
+            attempt_id("host/2/100", 5, "r/1"),
+            attempt_id("host/1/100", 6, "r/1"),
+            attempt_id("host/1/100", 5, "r/2"),
+        ] {
+            assert_ne!(other, id);
+        }
+    }
 
     /// `n` rows whose `text` column is `width(i)` bytes long at row `i`, and
     /// a dictionary column of `n / 8` distinct values.

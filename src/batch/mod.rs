@@ -1,10 +1,13 @@
 //! Arrow batching: the Arrow schemas of scored rollouts and advantages,
 //! reading scored columns from whatever encoding a producer chose, building
 //! batches, the IPC stream framing used on the wire, and chunked steps (a
-//! step as several IPC messages under a byte bound), and synthetic steps for
-//! benchmarks.
+//! step as several IPC messages under a byte bound), the decoded size of
+//! untrusted batches (`bound`), and synthetic steps for benchmarks (and
+//! hostile ones for tests).
 
+pub mod bound;
 pub mod chunk;
+pub mod hostile;
 pub mod ipc;
 pub mod synthetic;
 
@@ -42,6 +45,16 @@ pub enum BatchError {
         row: usize,
         reason: String,
     },
+    /// Decoding would copy more bytes than allowed (`batch::bound`).
+    #[error(
+        "column `{column}` would decode to {bytes} bytes (with the columns before it), over \
+         limits.max_decoded_bytes = {limit}"
+    )]
+    DecodedTooLarge {
+        column: &'static str,
+        bytes: u64,
+        limit: usize,
+    },
     #[error("arrow: {0}")]
     Arrow(#[from] ArrowError),
 }
@@ -54,6 +67,7 @@ impl BatchError {
             BatchError::WrongType { .. } => "wrong_type",
             BatchError::Nulls { .. } => "null_values",
             BatchError::InvalidValue { .. } => "invalid_value",
+            BatchError::DecodedTooLarge { .. } => "bad_arrow",
             BatchError::Arrow(_) => "arrow",
         }
     }

@@ -14,6 +14,19 @@ pub struct LimitsConfig {
     pub max_message_bytes: usize,
     /// JSON nested deeper than this goes to the DLQ (`too_deep`).
     pub max_json_depth: usize,
+    /// An Arrow message whose string columns would decode to more bytes than
+    /// this (views and dictionary keys resolved, plus a fixed cost a row:
+    /// `batch::bound`) goes to the DLQ (`bad_arrow`) before it is decoded.
+    #[serde(default = "default_max_decoded_bytes")]
+    pub max_decoded_bytes: usize,
+}
+
+/// 64 MiB: far above what a message of `max_message_bytes` holds in plain
+/// strings, far below what a worker can afford per message.
+const DEFAULT_MAX_DECODED_BYTES: usize = 64 << 20;
+
+fn default_max_decoded_bytes() -> usize {
+    DEFAULT_MAX_DECODED_BYTES
 }
 
 /// The decoder's own bound on payload bytes.
@@ -31,6 +44,7 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_message_bytes: default_max_message_bytes(),
             max_json_depth: default_max_json_depth(),
+            max_decoded_bytes: default_max_decoded_bytes(),
         }
     }
 }
@@ -40,6 +54,9 @@ impl LimitsConfig {
         if self.max_message_bytes == 0 || self.max_json_depth == 0 {
             return invalid("limits.max_message_bytes and limits.max_json_depth must be > 0");
         }
+        if self.max_decoded_bytes == 0 {
+            return invalid("limits.max_decoded_bytes must be > 0");
+        }
         Ok(())
     }
 
@@ -48,5 +65,22 @@ impl LimitsConfig {
             max_bytes: self.max_message_bytes,
             max_depth: self.max_json_depth,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_decoded_bytes_defaults_to_64_mib_and_must_be_positive() {
+        let limits: LimitsConfig = toml::from_str("max_message_bytes = 100\nmax_json_depth = 4").unwrap();
+        assert_eq!(limits.max_decoded_bytes, 64 << 20);
+        assert!(limits.validate().is_ok());
+        let zero = LimitsConfig {
+            max_decoded_bytes: 0,
+            ..LimitsConfig::default()
+        };
+        assert!(zero.validate().is_err());
     }
 }

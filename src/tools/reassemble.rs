@@ -5,16 +5,24 @@
 //! The rules are the Python client's (`TrainerClient.wait_advantages`), so
 //! both readers see the same steps:
 //!
-//! - a step's chunks are gathered by message key (`run_id/step`);
-//!   `batch::chunk::ChunkInfo::from_headers` reads where a message sits (no
-//!   chunk headers: a whole step, chunk 0 of 1);
-//! - a chunk with a different `chunks` or `rows` than the chunks gathered
-//!   so far for its key starts the set over (the step was republished in
-//!   another shape); a chunk index seen before keeps its first copy (a
+//! - a step's chunks are gathered by message key (`run_id/step`) and
+//!   attempt (header `hintstream.attempt`: one publication of the step),
+//!   never mixing two attempts; `batch::chunk::ChunkInfo::from_headers`
+//!   reads where a message sits (no chunk headers: a whole step, chunk 0 of
+//!   1);
+//! - chunks without an attempt header (older writers) are one attempt of
+//!   their own, where a chunk with a different `chunks` or `rows` than the
+//!   chunks gathered so far starts the set over (the step was republished
+//!   in another shape) and a chunk index seen before keeps its first copy (a
 //!   republished step's chunks are equal to the first copy's);
-//! - once all `chunks` are in, they are concatenated in index order; when
-//!   the rows differ from the `rows` header the step is discarded as
-//!   unreadable;
+//! - at most [`MAX_ATTEMPTS_PER_STEP`] attempts of a key are gathered at
+//!   once; a further one drops the oldest;
+//! - once all `chunks` of an attempt are in, they are concatenated in index
+//!   order and the step is returned; when the rows differ from the `rows`
+//!   header the step is discarded as unreadable. When several attempts of
+//!   a step complete, each is returned when it does, so the last one
+//!   returned (the highest offset) is the one that wins
+//!   ([`Reassembled::latest`]);
 //! - a message whose headers, key or Arrow payload cannot be read is
 //!   reported and skipped.
 
@@ -23,7 +31,7 @@ use std::collections::HashMap;
 use arrow_array::RecordBatch;
 
 use super::RecordedMessage;
-use crate::batch::chunk::ChunkInfo;
+use crate::batch::chunk::{ChunkInfo, ATTEMPT_HEADER};
 use crate::batch::ipc;
 
 /// One whole step.
@@ -61,18 +69,34 @@ pub struct Partial {
     pub count: usize,
 }
 
-/// The chunks of one step gathered so far.
+/// How many attempts of one step a reader gathers at once (a step
+/// republished over and over by crashing workers must not grow a reader
+/// without bound); a further attempt drops the oldest one.
+pub const MAX_ATTEMPTS_PER_STEP: usize = 4;
+
+/// The chunks of one attempt of a step gathered so far.
 struct ChunkSet {
+    /// Its `hintstream.attempt`, `None` for chunks without one.
+    attempt: Option<Vec<u8>>,
     count: usize,
     rows: Option<usize>,
     parts: HashMap<usize, Vec<RecordBatch>>,
+}
+
+/// The attempts of one step being gathered, oldest first.
+#[derive(Default)]
+struct StepSets {
+    attempts: Vec<ChunkSet>,
+    /// Whether an attempt of the step completed already: the others left
+    /// over are not reported as partial.
+    completed: bool,
 }
 
 /// Gathers messages into whole steps, one message at a time, in the order
 /// they were read.
 #[derive(Default)]
 pub struct Reassembler {
-    partial: HashMap<String, ChunkSet>,
+    partial: HashMap<String, StepSets>,
 }
 
 impl Reassembler {
@@ -91,28 +115,47 @@ impl Reassembler {
         let key = std::str::from_utf8(key.unwrap_or_default())
             .map_err(|_| "the key is not UTF-8".to_string())?
             .to_string();
-        let info = ChunkInfo::from_headers(header).map_err(|e| e.to_string())?;
+        let info = ChunkInfo::from_headers(&header).map_err(|e| e.to_string())?;
         let batches = ipc::decode_stream(payload.unwrap_or_default())
             .map_err(|e| format!("not an Arrow IPC stream: {e}"))?;
-        let set = match self.partial.get_mut(&key) {
-            Some(set) if set.count == info.count && set.rows == info.rows => set,
-            _ => self
-                .partial
-                .entry(key.clone())
-                .insert_entry(ChunkSet {
+        let attempt = header(ATTEMPT_HEADER).map(<[u8]>::to_vec);
+        let sets = self.partial.entry(key.clone()).or_default();
+        let at = match sets.attempts.iter().position(|s| s.attempt == attempt) {
+            // Within an attempt (or among chunks without one), another shape
+            // starts the set over.
+            Some(at) if sets.attempts[at].count == info.count && sets.attempts[at].rows == info.rows => at,
+            found => {
+                let fresh = ChunkSet {
+                    attempt,
                     count: info.count,
                     rows: info.rows,
                     parts: HashMap::new(),
-                })
-                .into_mut(),
+                };
+                match found {
+                    Some(at) => {
+                        sets.attempts[at] = fresh;
+                        at
+                    }
+                    None => {
+                        if sets.attempts.len() >= MAX_ATTEMPTS_PER_STEP {
+                            sets.attempts.remove(0);
+                        }
+                        sets.attempts.push(fresh);
+                        sets.attempts.len() - 1
+                    }
+                }
+            }
         };
+        let set = &mut sets.attempts[at];
         set.parts.entry(info.index).or_insert(batches);
         if set.parts.len() < set.count {
             return Ok(None);
         }
-        let Some(mut set) = self.partial.remove(&key) else {
-            return Ok(None);
-        };
+        let mut set = sets.attempts.remove(at);
+        sets.completed = true;
+        if sets.attempts.is_empty() {
+            self.partial.remove(&key);
+        }
         let batches: Vec<RecordBatch> = (0..set.count)
             .flat_map(|i| set.parts.remove(&i).unwrap_or_default())
             .collect();
@@ -136,10 +179,18 @@ impl Reassembler {
         let mut partial: Vec<Partial> = self
             .partial
             .iter()
-            .map(|(key, set)| Partial {
-                key: key.clone(),
-                arrived: set.parts.len(),
-                count: set.count,
+            .filter(|(_, sets)| !sets.completed)
+            .filter_map(|(key, sets)| {
+                // The attempt closest to complete.
+                let set = sets
+                    .attempts
+                    .iter()
+                    .max_by_key(|s| s.parts.len() * 1_000_000 / s.count.max(1))?;
+                Some(Partial {
+                    key: key.clone(),
+                    arrived: set.parts.len(),
+                    count: set.count,
+                })
             })
             .collect();
         partial.sort_by(|a, b| a.key.cmp(&b.key));
@@ -156,6 +207,25 @@ pub struct Reassembled {
     /// Steps still missing chunks at the end of the recording.
     pub partial: Vec<Partial>,
     pub unreadable: Vec<Unreadable>,
+}
+
+impl Reassembled {
+    /// The last whole copy of each step (the attempt completed at the
+    /// highest offset), in the order of `steps`.
+    pub fn latest(&self) -> Vec<&Step> {
+        let last: HashMap<&str, usize> = self
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.key.as_str(), i))
+            .collect();
+        self.steps
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| last.get(s.key.as_str()) == Some(i))
+            .map(|(_, s)| s)
+            .collect()
+    }
 }
 
 /// Reassembles the messages of a recorded advantages topic (in recorded
@@ -191,7 +261,7 @@ mod tests {
     use arrow_array::{Array, ArrayRef, Int64Array};
 
     use super::*;
-    use crate::batch::chunk::{chunk_header_values, encode_chunks};
+    use crate::batch::chunk::{chunk_header_values, encode_chunks, ATTEMPT_HEADER};
     use crate::tools::recorded::{Bytes, RecordedHeader};
 
     fn batch(ids: std::ops::Range<i64>) -> RecordBatch {
@@ -311,6 +381,98 @@ mod tests {
         let out = reassemble_steps(&messages);
         assert_eq!(out.steps.len(), 1);
         assert_eq!(ids(&out.steps[0]), (100..1_100).collect::<Vec<_>>());
+    }
+
+    /// Chunk `index` of 3 of a 3,000-row step, rows `ids`, of `attempt`.
+    fn attempt_chunk(
+        key: &str,
+        offset: i64,
+        attempt: &str,
+        index: usize,
+        ids: std::ops::Range<i64>,
+    ) -> RecordedMessage {
+        let mut headers = chunk_header_values(index, 3, 3_000).to_vec();
+        headers.push((ATTEMPT_HEADER, attempt.to_string()));
+        message(key, offset, &headers, ipc::encode_stream(&[batch(ids)]).unwrap())
+    }
+
+    #[test]
+    fn interleaved_attempts_cut_at_other_boundaries_never_mix() {
+        // Attempt a: rows 0..3000 cut at 1000 and 2000; attempt b: other
+        // values (10_000..13_000) cut at 500 and 2500. Same count, same rows.
+        let a = [0..1_000, 1_000..2_000, 2_000..3_000];
+        let b = [10_000..10_500, 10_500..12_500, 12_500..13_000];
+        let order = [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)];
+        let messages: Vec<RecordedMessage> = order
+            .iter()
+            .enumerate()
+            .map(|(offset, &(attempt, i))| {
+                let ids = if attempt == "a" {
+                    a[i].clone()
+                } else {
+                    b[i].clone()
+                };
+                attempt_chunk("r/10", offset as i64, attempt, i, ids)
+            })
+            .collect();
+        let out = reassemble_steps(&messages);
+        assert!(out.unreadable.is_empty() && out.partial.is_empty(), "{out:?}");
+        assert_eq!(out.steps.len(), 2, "each attempt whole, when it completes");
+        assert_eq!(ids(&out.steps[0]), (0..3_000).collect::<Vec<_>>());
+        assert_eq!(ids(&out.steps[1]), (10_000..13_000).collect::<Vec<_>>());
+        // The attempt completed last (highest offset) wins.
+        let latest = out.latest();
+        assert_eq!(latest.len(), 1);
+        assert_eq!(ids(latest[0]), (10_000..13_000).collect::<Vec<_>>());
+
+        // The same chunks without attempt headers (older writers) mix,
+        // as they always did: what the header is for.
+        let legacy: Vec<RecordedMessage> = messages
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                m.headers.retain(|h| h.key != ATTEMPT_HEADER);
+                m
+            })
+            .collect();
+        let out = reassemble_steps(&legacy);
+        assert!(out.steps.iter().all(|s| ids(s) != (0..3_000).collect::<Vec<_>>()));
+    }
+
+    #[test]
+    fn an_interrupted_attempt_is_not_reported_once_another_completes() {
+        // Attempt a killed after two chunks, attempt b published whole.
+        let mut messages = vec![
+            attempt_chunk("r/11", 0, "a", 0, 0..1_000),
+            attempt_chunk("r/11", 1, "a", 1, 1_000..2_000),
+        ];
+        let out = reassemble_steps(&messages);
+        assert_eq!(out.partial.len(), 1);
+        for (i, ids) in [0..500, 500..2_500, 2_500..3_000].into_iter().enumerate() {
+            messages.push(attempt_chunk("r/11", 2 + i as i64, "b", i, ids));
+        }
+        let out = reassemble_steps(&messages);
+        assert_eq!(out.steps.len(), 1);
+        assert_eq!(ids(&out.steps[0]), (0..3_000).collect::<Vec<_>>());
+        assert!(out.partial.is_empty(), "{:?}", out.partial);
+        // And attempts are gathered at most MAX_ATTEMPTS_PER_STEP at once.
+        let many: Vec<RecordedMessage> = (0..10)
+            .map(|n| attempt_chunk("r/12", n, &format!("x{n}"), 0, 0..1_000))
+            .collect();
+        let mut reassembler = Reassembler::new();
+        for m in &many {
+            let header = |name: &str| {
+                m.headers
+                    .iter()
+                    .find(|h| h.key == name)
+                    .map(|h| h.value.bytes.as_deref().unwrap_or_default())
+            };
+            assert!(reassembler
+                .push(m.key_bytes(), header, m.value_bytes())
+                .unwrap()
+                .is_none());
+        }
+        assert_eq!(reassembler.partial["r/12"].attempts.len(), MAX_ATTEMPTS_PER_STEP);
     }
 
     #[test]

@@ -86,11 +86,29 @@ class WaitTimeout(HintstreamError, TimeoutError):
 
 @dataclass
 class _ChunkSet:
-    """The chunks of one step's advantages received so far."""
+    """The chunks of one attempt of a step's advantages received so far."""
 
     count: int
     rows: Optional[int]
     parts: Dict[int, pa.Table] = field(default_factory=dict)
+
+
+#: Header naming the publication (attempt) a chunk belongs to.
+ATTEMPT_HEADER = "hintstream.attempt"
+
+#: How many attempts of one step are gathered at once; a further one drops
+#: the oldest (``tools/reassemble.rs`` has the same bound).
+MAX_ATTEMPTS_PER_STEP = 4
+
+
+@dataclass
+class _StepAttempts:
+    """The attempts of one step being gathered, by attempt header (``None``:
+    chunks without one), oldest first."""
+
+    sets: Dict[Optional[bytes], _ChunkSet] = field(default_factory=dict)
+    #: An attempt of the step completed already: the others are not reported.
+    completed: bool = False
 
 
 class _Bounded(collections.OrderedDict):  # type: ignore[type-arg]
@@ -333,18 +351,36 @@ class TrainerClient:
             entry[hint_id] = hint
 
     def _add_advantages(self, m: Message) -> None:
+        """Gathers one advantages message by key and attempt (header
+        ``hintstream.attempt``: one publication of the step), never mixing
+        two attempts, by the rules of ``tools/reassemble.rs``: chunks
+        without the header are one attempt of their own, where another shape
+        starts the set over and a chunk index seen before keeps its first
+        copy; at most ``MAX_ATTEMPTS_PER_STEP`` attempts of a key at once;
+        each attempt that completes replaces the step buffered under its key,
+        so the last completed (highest offset) wins."""
         key = (m.key() or b"").decode("utf-8")
         info = wire.chunk_info(m.headers())
+        attempt = wire.header(m.headers(), ATTEMPT_HEADER)
         table = wire.read_ipc_stream(m.value() or b"")
-        state = self._partial.get(key)
+        attempts = self._partial.get(key)
+        if attempts is None:
+            attempts = self._partial[key] = _StepAttempts()
+            self._partial.trim()
+        state = attempts.sets.get(attempt)
         if state is None or state.count != info.count or state.rows != info.rows:
             # A first chunk, or a chunk set that restarted with another shape.
-            state = self._partial[key] = _ChunkSet(info.count, info.rows)
-            self._partial.trim()
+            if state is None and len(attempts.sets) >= MAX_ATTEMPTS_PER_STEP:
+                del attempts.sets[next(iter(attempts.sets))]
+            attempts.sets.pop(attempt, None)
+            state = attempts.sets[attempt] = _ChunkSet(info.count, info.rows)
         state.parts.setdefault(info.index, table)
         if len(state.parts) < state.count:
             return
-        del self._partial[key]
+        del attempts.sets[attempt]
+        attempts.completed = True
+        if not attempts.sets:
+            self._partial.pop(key, None)
         whole = pa.concat_tables([state.parts[i] for i in range(state.count)]) if state.count > 1 else state.parts[0]
         if state.rows is not None and whole.num_rows != state.rows:
             raise ValueError(f"chunks of {key} hold {whole.num_rows} rows, headers say {state.rows}; step discarded")
@@ -475,8 +511,9 @@ class TrainerClient:
             unencoded = [k for k in buffered if k != key and decode_id(k) == decode_id(key)]
         if unencoded:
             text += f"; it arrived under the key {unencoded[0]!r}, whose ids are not percent-encoded (a publisher older than the key encoding?)"
-        if partial is not None:
-            text += f" ({len(partial.parts)} of {partial.count} chunks arrived)"
+        if partial is not None and not partial.completed and partial.sets:
+            best = max(partial.sets.values(), key=lambda s: len(s.parts) / max(s.count, 1))
+            text += f" ({len(best.parts)} of {best.count} chunks arrived)"
         if note is not None:
             text += f"; a message for it could not be read: {note}"
         return text

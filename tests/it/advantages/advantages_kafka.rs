@@ -146,7 +146,8 @@ async fn drops_duplicate_rows_and_dead_letters_rows_after_step_end() {
         .iter()
         .find(|h| h.key == DlqHeaders::ERROR_KIND)
         .unwrap();
-    assert_eq!(kind.value.bytes.as_deref(), Some(&b"step_incomplete"[..]));
+    // Dead-lettered at once as late (issue 21, item 7), not after step_timeout.
+    assert_eq!(kind.value.bytes.as_deref(), Some(&b"step_already_published"[..]));
     assert!(String::from_utf8_lossy(dead[0].value_bytes().unwrap()).contains("\"late\""));
 }
 

@@ -346,7 +346,7 @@ fn corpus() -> Vec<Input> {
         "run-b/5",
         json(row_json(&late)),
         false,
-        Some("step_incomplete"),
+        Some("step_already_published"),
     );
     c
 }
