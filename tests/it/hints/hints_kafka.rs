@@ -292,7 +292,10 @@ async fn two_processes(bootstrap: &str, kill: bool) {
     // rebalance takes partitions from one before it gives them the other).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let (on_a, on_b) = (a_metrics.value(assigned, &[]).await, b_metrics.value(assigned, &[]).await);
+        let (on_a, on_b) = (
+            a_metrics.value(assigned, &[]).await,
+            b_metrics.value(assigned, &[]).await,
+        );
         if on_a > 0.0 && on_b > 0.0 && on_a + on_b == 6.0 {
             break;
         }
@@ -328,8 +331,15 @@ async fn two_processes(bootstrap: &str, kill: bool) {
     send_steps(&[1]).await;
     let hints = wait_hints(&config, &h.output_topic, 90, |h| h.len() >= 60).await;
     // Step 1 committed to its end: a duplicate hint would be on the topic.
-    common::waits::wait_committed_to_end(&config, &h.group_id, &h.input_topic, 6, Duration::from_secs(60), logs)
-        .await;
+    common::waits::wait_committed_to_end(
+        &config,
+        &h.group_id,
+        &h.input_topic,
+        6,
+        Duration::from_secs(60),
+        logs,
+    )
+    .await;
     let hints_settled = hints_in(&config, &h.output_topic).await;
     let step1: Vec<&Hint> = hints_settled.iter().filter(|h| h.step == 1).collect();
     assert_eq!(

@@ -538,7 +538,10 @@ async fn a_dead_letter_topic_that_refuses_writes_stops_the_stage_with_exit_1() {
     let summary = tokio::time::timeout(Duration::from_secs(60), stage.run(std::future::pending()))
         .await
         .expect("still running with a dead-letter topic that refuses writes");
-    assert!(summary.failure.is_some(), "stopped without a failure: {summary:?}");
+    assert!(
+        summary.failure.is_some(),
+        "stopped without a failure: {summary:?}"
+    );
     assert_eq!(summary.rejected, 1, "{summary:?}");
     // As a process: exit 1.
     let dir = tempfile::tempdir().unwrap();
