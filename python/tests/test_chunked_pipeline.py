@@ -9,13 +9,14 @@ it whole."""
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
+from confluent_kafka import Consumer, TopicPartition
 
-from harness import Pipeline, Stage, make_topics, unique_topics
+from harness import Pipeline, Stage, free_port, make_topics, unique_topics
 from hintstream import WaitTimeout
 from reference import grpo_advantages
 
@@ -38,6 +39,30 @@ def _rows(n: int) -> List[Dict[str, Any]]:
         }
         for i in range(n)
     ]
+
+
+def _metric(port: int, name: str) -> float:
+    """The sum of ``name``'s series on a stage's ``/metrics``; 0 while
+    nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if not line.startswith("#") and line.split("{", 1)[0].split(" ", 1)[0] == name
+    )
+
+
+def _messages_on(bootstrap: str, topic: str, partitions: int) -> int:
+    """How many messages ``topic`` holds (the sum of its end offsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"py-ends-{uuid.uuid4().hex[:8]}"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
+    finally:
+        consumer.close()
 
 
 def _assert_close(got: List[float], want: List[float]) -> None:
@@ -88,28 +113,40 @@ def test_a_worker_killed_between_chunks_never_yields_a_partial_step(broker, make
         "kafka": {"session.timeout.ms": "6000"},
         "hints": {"drain_timeout_secs": 2},
     }
-    # The first worker's producer holds each record 400 ms: its chunks go
-    # out slowly enough to be killed between two.
-    slow = {**common, "kafka": {**common["kafka"], "linger.ms": "400"}}
+    # The first worker's producer holds each record 400 ms (pacing, not a
+    # wait): its chunks go out slowly enough to be killed between two.
+    port = free_port()
+    slow = {
+        **common,
+        "kafka": {**common["kafka"], "linger.ms": "400"},
+        "advantages": {**common["advantages"], "metrics_addr": f"127.0.0.1:{port}"},
+    }
     first = Stage("advantages", broker.bootstrap, topics, None, tmp_path, slow)
     second = None
     try:
         run = f"py-kill-{uuid.uuid4().hex[:6]}"
         rows = _rows(n)
         client.publish_scored(run, 3, rows, arrow=True)
-        # Wait until some chunks, not all, arrived: the client says so.
+        # Kill it once the broker acknowledged two chunks: the stage counts them.
         deadline = time.monotonic() + 90
-        while True:
-            try:
-                client.wait_advantages(run, 3, timeout=0.2)
-                raise AssertionError("the whole step arrived before the kill")
-            except WaitTimeout as e:
-                if "chunks arrived" in str(e):
-                    break
+        while _metric(port, "hintstream_advantages_chunks_published_total") < 2:
             assert first.running() and time.monotonic() < deadline, first.log_text()[-4000:]
+            time.sleep(0.1)
         first.kill()
-        with pytest.raises(WaitTimeout, match="chunks arrived"):
-            client.wait_advantages(run, 3, timeout=3)
+        # What the killed worker got out is all the topic will hold from it;
+        # once the client received every one of those chunks, it must not
+        # make a step of them.
+        on_topic = _messages_on(broker.bootstrap, topics.advantages, 2)
+        assert on_topic >= 2, on_topic
+        deadline = time.monotonic() + 60
+        while client.stats.get(topics.advantages, 0) < on_topic:
+            assert time.monotonic() < deadline, f"the client received {client.stats} of {on_topic} chunks"
+            time.sleep(0.1)
+        try:
+            client.wait_advantages(run, 3, timeout=0)
+            raise AssertionError(f"a step of the {on_topic} chunks on the topic at the kill")
+        except WaitTimeout:
+            pass
         # It rejoins the group and gets the partitions once the killed
         # member's session (6 s) expired.
         second = Stage("advantages", broker.bootstrap, topics, None, tmp_path, common, tag=first.tag)

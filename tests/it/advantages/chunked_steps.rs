@@ -440,21 +440,22 @@ async fn a_worker_killed_between_chunks_republishes_the_whole_step() {
 
     // The restarted worker publishes the whole step again: it gets the
     // partitions once the killed member's session (6 s) expired.
+    // It counts the step once its chunks and its metrics were acknowledged
+    // (on the same metrics address the killed worker had).
     let second = start_worker(&file, "chunks-restarted");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (all, metrics) = loop {
-        let metrics = common::read_topic(&config, &config.topics.metrics).await;
-        if !metrics.is_empty() {
-            break (common::read_topic(&config, &a.output_topic).await, metrics);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no step after the restart\n--- killed\n{}\n--- restarted\n{}",
-            first.log(),
-            second.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    endpoint
+        .wait_for(
+            "hintstream_advantages_steps_published_total",
+            &[],
+            |n| n >= 1.0,
+            Duration::from_secs(120),
+            || format!("--- killed\n{}\n--- restarted\n{}", first.log(), second.log()),
+        )
+        .await;
+    let (all, metrics) = (
+        common::read_topic(&config, &a.output_topic).await,
+        common::read_topic(&config, &config.topics.metrics).await,
+    );
     let republished = &all[interrupted.len()..];
     assert_eq!(republished.len(), count, "the whole step again, every chunk");
     for (i, m) in republished.iter().enumerate() {

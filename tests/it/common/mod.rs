@@ -8,6 +8,7 @@
 
 pub mod kafka;
 pub mod llm_server;
+pub mod waits;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

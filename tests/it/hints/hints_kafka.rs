@@ -116,7 +116,17 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
     let stage = HintStage::build(config.clone(), &env).await.unwrap();
     let running = common::spawn_stage(|stop| stage.run(stop));
     let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| h.len() >= 5).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every input committed: each one's hint (or dead letter) was
+    // acknowledged, so a second hint for a group would be on the topic now.
+    common::waits::wait_committed_to_end(
+        &config,
+        &config.hints.group_id,
+        &topic,
+        partitions,
+        Duration::from_secs(60),
+        String::new,
+    )
+    .await;
     let hints_again = hints_in(&config, &config.hints.output_topic).await;
     running.stop().await;
 
@@ -278,7 +288,24 @@ async fn two_processes(bootstrap: &str, kill: bool) {
     for endpoint in [a_metrics, b_metrics] {
         endpoint.wait_assigned("hints", logs).await;
     }
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Settled: both hold partitions and together all six (a cooperative
+    // rebalance takes partitions from one before it gives them the other).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (on_a, on_b) = (
+            a_metrics.value(assigned, &[]).await,
+            b_metrics.value(assigned, &[]).await,
+        );
+        if on_a > 0.0 && on_b > 0.0 && on_a + on_b == 6.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the group did not settle: a holds {on_a}, b {on_b} of 6 partitions\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // The kill below makes the survivor resume from committed offsets.
     let producer = hintstream::kafka::create_producer(&config).unwrap();
@@ -303,7 +330,16 @@ async fn two_processes(bootstrap: &str, kill: bool) {
     };
     send_steps(&[1]).await;
     let hints = wait_hints(&config, &h.output_topic, 90, |h| h.len() >= 60).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Step 1 committed to its end: a duplicate hint would be on the topic.
+    common::waits::wait_committed_to_end(
+        &config,
+        &h.group_id,
+        &h.input_topic,
+        6,
+        Duration::from_secs(60),
+        logs,
+    )
+    .await;
     let hints_settled = hints_in(&config, &h.output_topic).await;
     let step1: Vec<&Hint> = hints_settled.iter().filter(|h| h.step == 1).collect();
     assert_eq!(
@@ -413,7 +449,16 @@ async fn groups_above_the_reward_threshold_get_no_hint() {
         )
         .await;
     let hints = wait_hints(&config, &config.hints.output_topic, 60, |h| !h.is_empty()).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Both groups' messages committed: a hint for P would be on the topic.
+    common::waits::wait_committed_to_end(
+        &config,
+        &config.hints.group_id,
+        &topic,
+        partitions,
+        Duration::from_secs(60),
+        String::new,
+    )
+    .await;
     let hints_again = hints_in(&config, &config.hints.output_topic).await;
     let in_flight = endpoint.value("hintstream_hints_in_flight_messages", &[]).await;
     running.stop().await;

@@ -97,6 +97,7 @@ async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers()
     for (k, fault) in storm.into_iter().enumerate() {
         server.default(fault);
         produce(k * per_phase, (k + 1) * per_phase).await;
+        // Paces the storm: each fault holds the LLM for a while; not a wait.
         tokio::time::sleep(Duration::from_millis(800)).await;
     }
     produce(7 * per_phase, 200).await;

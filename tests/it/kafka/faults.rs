@@ -212,6 +212,7 @@ async fn workers_ride_out_a_broker_restart() {
     let before = hints_metrics.value(published, &[]).await as usize;
     broker.kill9();
     let killed = Instant::now();
+    // An outage of 3 s on purpose (the broker stays down), not a wait.
     tokio::time::sleep(Duration::from_secs(3)).await;
     broker.start_again();
     // Second halves, after the restart.

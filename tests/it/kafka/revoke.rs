@@ -70,22 +70,52 @@ async fn wait_assigned(metrics: &StageMetrics, until: impl Fn(i64) -> bool, with
     started.elapsed()
 }
 
+/// The payload of the messages put at the end of every partition once the
+/// work is done: the group committing past them means every message below
+/// was finished by its partition's owner, a redone one included.
+const MARKER: &str = "marker";
+
+/// Produces one [`MARKER`] on each partition of `topic`.
+async fn mark_the_ends(config: &Config, topic: &str) {
+    let producer = hintstream::kafka::create_producer(config).unwrap();
+    for p in 0..PARTITIONS {
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::<str, str>::to(topic)
+                    .partition(p)
+                    .payload(MARKER),
+                Duration::from_secs(60),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_work_of_revoked_partitions_finishes_and_is_not_redone() {
     let (_broker, config, topic, group) = setup().await;
     // Who processed what: (member, payload).
     let done: Arc<Mutex<Vec<(u8, String)>>> = Arc::default();
+    // Work waits for A's revoke to begin: it is in flight when the second
+    // member's join takes partitions from A.
+    let (revoking, gate) = tokio::sync::watch::channel(false);
     let run = |member: u8, metrics: Arc<StageMetrics>| {
         let stage = stage_loop(&config, &group, &topic, metrics, Duration::from_secs(20));
-        let done = done.clone();
+        if member == 0 {
+            let revoking = revoking.clone();
+            stage.on_revoke(Box::new(move |_| {
+                revoking.send_replace(true);
+            }));
+        }
+        let (done, gate) = (done.clone(), gate.clone());
         common::spawn_stage(move |stop| {
             stage.run(
                 |bytes: &[u8], _: &RecordMeta| Ok(String::from_utf8_lossy(bytes).into_owned()),
                 move |work: Work<String>| {
-                    let done = done.clone();
+                    let (done, mut gate) = (done.clone(), gate.clone());
                     async move {
-                        // Slow work: in flight when the second member joins.
-                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        let _ = gate.wait_for(|open| *open).await;
                         done.lock().unwrap().push((member, work.input));
                         work.message.ack();
                     }
@@ -125,10 +155,26 @@ async fn in_flight_work_of_revoked_partitions_finishes_and_is_not_redone() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Whatever B would redo comes before the markers on its partitions.
+    mark_the_ends(&config, &topic).await;
+    common::waits::wait_committed_to_end(
+        &config,
+        &group,
+        &topic,
+        PARTITIONS,
+        Duration::from_secs(60),
+        || format!("done: {:?}", done.lock().unwrap()),
+    )
+    .await;
     a.stop().await;
     b.stop().await;
-    let done = done.lock().unwrap();
+    let done: Vec<(u8, String)> = done
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, payload)| payload != MARKER)
+        .cloned()
+        .collect();
     let by_member: BTreeMap<u8, usize> = done.iter().fold(BTreeMap::new(), |mut m, (who, _)| {
         *m.entry(*who).or_default() += 1;
         m
