@@ -263,7 +263,7 @@ cluster() {
       say "cluster node $2 is back on 127.0.0.1:$(node_port "$2")"
       cluster_bootstrap
       ;;
-    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,21p' "$0" >&2; exit 2 ;;
   esac
 }
 
@@ -273,5 +273,5 @@ case "${1:-}" in
   start) start "${2:-9092}" ;;
   stop) stop "${2:-9092}" ;;
   cluster) shift; cluster "$@" ;;
-  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
 esac
