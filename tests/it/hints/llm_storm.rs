@@ -57,7 +57,11 @@ async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers()
     server.default(Behavior::Status(429, "rate_limit_error", Some(1)));
     let env = llm_server::anthropic_env(&server, "sk-k");
     let stage = HintStage::build(config.clone(), &env).await.unwrap();
+    let metrics = common::MetricsEndpoint(stage.metrics_addr);
     let running = common::spawn_stage(|stop| stage.run(stop));
+    // The storm's phases are paced: it starts once the stage holds its
+    // partitions, or a slow group join would see only its last faults.
+    metrics.wait_assigned("hints", String::new).await;
 
     let producer = create_producer(&config).unwrap();
     let produce = |from: usize, to: usize| {
