@@ -101,8 +101,10 @@ async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers()
     for (k, fault) in storm.into_iter().enumerate() {
         server.default(fault);
         produce(k * per_phase, (k + 1) * per_phase).await;
-        // Paces the storm: each fault holds the LLM for a while; not a wait.
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // Each fault holds the LLM until the groups that arrived under it
+        // are answered, so that every fault meets groups however fast the
+        // stage starts or runs.
+        wait_groups(&config, (k + 1) * per_phase, Duration::from_secs(60)).await;
     }
     produce(7 * per_phase, 200).await;
     server.default(ok);
