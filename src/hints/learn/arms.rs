@@ -2,7 +2,6 @@
 //! static hints as the control), the `[hints]` options that steer them, their
 //! validation, and the `hint_id` an arm gives a group.
 
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::config::arms::{default_min_share, default_prior, default_weight};
@@ -21,38 +20,29 @@ pub const MAX_ARM_NAME_BYTES: usize = 64;
 /// (see [`super::state::MAX_HINTS_PER_TASK`]).
 pub const MAX_REFINE_MAX: usize = super::state::MAX_HINTS_PER_TASK;
 
-/// An arm as the stage runs it: a `[[hints.arms]]` entry with its prompt
-/// version resolved.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// An arm as the stage runs it: a `[[hints.arms]]` entry
+/// ([`ArmEntry`], where the file's fields, defaults and rules are written)
+/// with its prompt version resolved.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ArmSpec {
     /// Unique; letters, digits, `_`, `-` and `.` only (it names metrics).
     pub name: String,
-    /// The prompt version the arm's LLM calls use (default: this build's
-    /// current one). A refined hint is stamped `<prompt_version>+refine`.
-    #[serde(default = "default_prompt_version")]
+    /// The prompt version the arm's LLM calls use. A refined hint is
+    /// stamped `<prompt_version>+refine`.
     pub prompt_version: String,
     /// The model chain, tried in order (then the static fallback). Empty for
     /// the static arm.
-    #[serde(default)]
     pub models: Vec<String>,
     /// The control: static hints built from the verifier feedback, no LLM.
-    /// At most one arm is static.
-    #[serde(default, rename = "static")]
     pub is_static: bool,
-    /// The arm's share under `arm_selection = "fixed"` (relative to the
-    /// other arms' weights); unused by Thompson sampling.
-    #[serde(default = "default_weight")]
+    /// The arm's share under `arm_selection = "fixed"`.
     pub weight: f64,
     /// A floor on the probability that a group goes to this arm (see
-    /// [`super::select`]). The floors of all arms add up to at most 1.
-    #[serde(default = "default_min_share")]
+    /// [`super::select`]).
     pub min_share: f64,
-    /// The Beta prior of the arm's rescue rate: pseudo-rescues ...
-    #[serde(default = "default_prior")]
+    /// The Beta prior of the arm's rescue rate: pseudo-rescues and
+    /// pseudo-failures.
     pub prior_alpha: f64,
-    /// ... and pseudo-failures.
-    #[serde(default = "default_prior")]
     pub prior_beta: f64,
 }
 
@@ -347,6 +337,7 @@ fn check_spec(spec: &ArmSpec) -> Result<(), ArmConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     #[test]
     fn the_default_arm_keeps_todays_hint_id() {
@@ -391,7 +382,7 @@ mod tests {
     fn arm_entries_parse_with_their_defaults_and_refuse_unknown_fields() {
         #[derive(Deserialize)]
         struct Section {
-            arms: Vec<ArmSpec>,
+            arms: Vec<ArmEntry>,
         }
         let text = r#"
             [[arms]]
@@ -403,13 +394,15 @@ mod tests {
             min_share = 0.1
         "#;
         let section: Section = toml::from_str(text).unwrap();
-        assert_eq!(section.arms[0].prompt_version, PROMPT_VERSION);
-        assert_eq!(
-            (section.arms[0].min_share, section.arms[0].prior_alpha),
-            (0.05, 1.0)
-        );
-        assert!(section.arms[1].is_static);
-        let arms = Arms::new(section.arms, LearnOptions::default()).unwrap();
+        let specs: Vec<ArmSpec> = section
+            .arms
+            .iter()
+            .map(|e| ArmSpec::from_entry(e, PROMPT_VERSION))
+            .collect();
+        assert_eq!(specs[0].prompt_version, PROMPT_VERSION);
+        assert_eq!((specs[0].min_share, specs[0].prior_alpha), (0.05, 1.0));
+        assert!(specs[1].is_static);
+        let arms = Arms::new(specs, LearnOptions::default()).unwrap();
         assert_eq!(arms.control().map(|c| c.name.as_str()), Some("control"));
         let err = toml::from_str::<Section>("[[arms]]\nname = \"x\"\nmodel = \"m\"")
             .err()
