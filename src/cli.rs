@@ -66,6 +66,13 @@ pub struct StageArgs {
     /// Prometheus endpoint HOST:PORT (port 0 picks a free one and logs it).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// This worker's stable id, required by `kafka.delivery = "exactly_once"`
+    /// (its `transactional.id` is `<kafka.transactional_id_prefix>-<stage>-<id>`):
+    /// the same across restarts of this worker, unique among the stage's
+    /// workers. On Kubernetes, a StatefulSet's pod name (`hints-0`) through
+    /// the downward API.
+    #[arg(long, env = "HINTSTREAM_WORKER_ID", value_name = "ID")]
+    pub worker_id: Option<String>,
 }
 
 impl StageArgs {
@@ -88,6 +95,13 @@ impl StageArgs {
                 )
             })
         })
+        .chain(self.worker_id.as_ref().map(|id| {
+            (
+                "kafka".to_string(),
+                "worker_id".to_string(),
+                serde_json::Value::String(id.clone()),
+            )
+        }))
         .collect()
     }
 }

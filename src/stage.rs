@@ -18,9 +18,10 @@ use thiserror::Error;
 
 use crate::config::{Config, ConfigError, StageConfig};
 use crate::health::{Lifecycle, Readiness, Signal};
+use crate::kafka::dlq::dlq_message_max_bytes;
 use crate::kafka::{
-    check_cluster, create_stage_producer, ConnectError, Delivery, RunOptions, RunSummary, Stage, StageLoop,
-    StageProducer,
+    check_cluster, create_stage_producer, create_transactional_producer, ConnectError, Delivery, RunOptions,
+    RunSummary, Stage, StageLoop, StageProducer,
 };
 use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
@@ -86,6 +87,10 @@ impl StageShell {
         bytes_on_intake: bool,
     ) -> Result<Self, StageError> {
         let metrics_socket = stage.metrics_socket()?;
+        // Under exactly_once, `hintstream_hints` is a worker of `hints`.
+        let transactional_id = config
+            .kafka
+            .transactional_id(prefix.strip_prefix("hintstream_").unwrap_or(prefix))?;
         let mut topics = vec![
             stage.input_topic.as_str(),
             stage.output_topic.as_str(),
@@ -95,7 +100,7 @@ impl StageShell {
         check_cluster(config, &topics, Duration::from_secs(config.connect_timeout_secs)).await?;
         let mut registry = Registry::with_prefix(prefix);
         let metrics = Arc::new(StageMetrics::register(&mut registry));
-        let intake = StageLoop::create(
+        let mut intake = StageLoop::create(
             config,
             &stage.group_id,
             &stage.input_topic,
@@ -110,7 +115,22 @@ impl StageShell {
         let connected = Arc::new(Signal::new(
             "the output producer has not reported a broker connection yet",
         ));
-        let producer = create_stage_producer(config, connected.clone())?;
+        // Under exactly_once, one transactional producer carries the outputs
+        // and the dead letters.
+        let producer = match &transactional_id {
+            Some(id) => {
+                let producer = create_transactional_producer(
+                    config,
+                    id,
+                    dlq_message_max_bytes(config),
+                    connected.clone(),
+                )?;
+                let within = Duration::from_secs(config.connect_timeout_secs);
+                intake.exactly_once(config, &producer, id, within).await?;
+                producer
+            }
+            None => create_stage_producer(config, connected.clone())?,
+        };
         // Connected now, rather than at its first statistics: a metadata
         // request through it answers.
         let client = producer.clone();

@@ -41,7 +41,7 @@ use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
-use crate::kafka::{send, Outgoing, SendError, StageProducer, Taken};
+use crate::kafka::{send_output, Outgoing, SendError, StageProducer, Taken};
 use crate::messages::{step_key, HintOutcome};
 use crate::normalize::{AdvantageOptions, Device, Ran};
 
@@ -236,7 +236,7 @@ impl StepOutput {
         };
         let duplicates = step.duplicates;
         let (rows, parked) = step.into_rows();
-        match self.compute_and_send(&id, rows, duplicates).await {
+        match self.compute_and_send(&id, rows, duplicates, &parked).await {
             Ok(()) => {
                 for p in parked {
                     p.ack();
@@ -251,11 +251,14 @@ impl StepOutput {
     }
 
     /// The steps of publishing, in order: the first failure ends them.
+    /// `parked`: the step's messages, the inputs of every output (under
+    /// exactly_once they join a transaction with their offsets).
     async fn compute_and_send(
         &self,
         id: &StepId,
         rows: ScoredRows,
         duplicates: usize,
+        parked: &[Taken],
     ) -> Result<(), Unpublished> {
         let result = self.compute(id, rows).await?;
         let mut encoded = self.encode(id, result, duplicates).await?;
@@ -264,9 +267,9 @@ impl StepOutput {
             .step_metrics(&id.run_id, id.step, &encoded.outcomes)
             .await;
         encoded.metrics.extend(learned);
-        self.send_chunks(id, &encoded).await?;
-        self.send_outcomes(id, &encoded.outcomes).await?;
-        self.send_metrics(id, &encoded).await?;
+        self.send_chunks(id, &encoded, parked).await?;
+        self.send_outcomes(id, &encoded.outcomes, parked).await?;
+        self.send_metrics(id, &encoded, parked).await?;
         self.metrics.step_published(encoded.rows, encoded.extreme);
         tracing::info!(
             run_id = %id.run_id, step = id.step, rows = encoded.rows, chunks = encoded.chunks.len(),
@@ -366,11 +369,11 @@ impl StepOutput {
 
     /// Sends the chunks one after another, each acknowledged before the
     /// next, so that they sit in order on the key's partition.
-    async fn send_chunks(&self, id: &StepId, encoded: &Encoded) -> Result<(), Unpublished> {
+    async fn send_chunks(&self, id: &StepId, encoded: &Encoded, parked: &[Taken]) -> Result<(), Unpublished> {
         let count = encoded.chunks.len();
         for (index, chunk) in encoded.chunks.chunks.iter().enumerate() {
             let chunk_headers = chunk_header_values(index, count, encoded.rows);
-            let published = send(
+            let published = send_output(
                 &self.producer,
                 &Outgoing {
                     topic: &self.output_topic,
@@ -386,6 +389,7 @@ impl StepOutput {
                         .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
                     ),
                 },
+                parked,
                 &self.lifecycle,
             )
             .await;
@@ -418,7 +422,12 @@ impl StepOutput {
     /// the metrics are: a rejection is a broker or ACL problem, reported and
     /// not worth withholding the step for (stage 1 learns from one outcome
     /// fewer).
-    async fn send_outcomes(&self, id: &StepId, outcomes: &[HintOutcome]) -> Result<(), Unpublished> {
+    async fn send_outcomes(
+        &self,
+        id: &StepId,
+        outcomes: &[HintOutcome],
+        parked: &[Taken],
+    ) -> Result<(), Unpublished> {
         let Some(topic) = self.learning.outcomes_topic() else {
             return Ok(());
         };
@@ -438,7 +447,7 @@ impl StepOutput {
             .collect();
         let sends = records
             .iter()
-            .map(|record| send(&self.producer, record, &self.lifecycle));
+            .map(|record| send_output(&self.producer, record, parked, &self.lifecycle));
         let mut stopped = false;
         for (sent, outcome) in futures::future::join_all(sends).await.into_iter().zip(outcomes) {
             match sent {
@@ -462,10 +471,15 @@ impl StepOutput {
     /// Sends the step's metrics, after its last chunk and its outcomes.
     /// They are a small JSON object: a rejection here is a broker or ACL
     /// problem, reported and not worth withholding the step for.
-    async fn send_metrics(&self, id: &StepId, encoded: &Encoded) -> Result<(), Unpublished> {
+    async fn send_metrics(
+        &self,
+        id: &StepId,
+        encoded: &Encoded,
+        parked: &[Taken],
+    ) -> Result<(), Unpublished> {
         // A map of names to finite numbers always serialises.
         let metrics_json = serde_json::to_vec(&encoded.metrics).unwrap_or_default();
-        let sent = send(
+        let sent = send_output(
             &self.producer,
             &Outgoing {
                 topic: &self.metrics_topic,
@@ -473,6 +487,7 @@ impl StepOutput {
                 payload: Some(&metrics_json),
                 headers: headers([("content-type", "application/json")]),
             },
+            parked,
             &self.lifecycle,
         )
         .await;

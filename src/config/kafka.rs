@@ -3,7 +3,9 @@
 //! one client kind only. Values may be TOML strings, integers, floats or
 //! booleans; librdkafka gets them as strings. The two properties other
 //! settings are checked against, `session.timeout.ms` and the producers'
-//! `message.max.bytes`, are read here.
+//! `message.max.bytes`, are read here. A few keys of `[kafka]` are ours, not
+//! librdkafka's ([`OUR_KEYS`]: the delivery guarantee and its transactions);
+//! they never reach a client.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,6 +20,59 @@ pub const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
 const LIBRDKAFKA_SESSION_TIMEOUT_MS: u64 = 45_000;
 /// librdkafka's range of `session.timeout.ms`.
 const SESSION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=3_600_000;
+
+/// The keys of `[kafka]` that are hintstream's own settings: never passed
+/// to librdkafka.
+pub const OUR_KEYS: &[&str] = &[
+    "delivery",
+    "transaction_interval_ms",
+    "transactional_id_prefix",
+    "transaction_timeout_ms",
+    "worker_id",
+];
+
+/// librdkafka properties that hintstream sets itself from its own keys; a
+/// passthrough table may not set them.
+const RESERVED_PROPERTIES: &[(&str, &str)] = &[
+    (
+        "transactional.id",
+        "kafka.transactional_id_prefix and --worker-id",
+    ),
+    ("transaction.timeout.ms", "kafka.transaction_timeout_ms"),
+];
+
+/// The range of `transaction_interval_ms`.
+const TRANSACTION_INTERVAL_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=60_000;
+/// The range of `transaction_timeout_ms` (the broker's default
+/// `transaction.max.timeout.ms` is 900000: a longer one is refused by it).
+const TRANSACTION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=900_000;
+/// The longest transactional-id prefix and worker id accepted.
+const MAX_ID_PART_CHARS: usize = 100;
+
+/// The delivery guarantee of both stages (`kafka.delivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// Outputs are produced, then the inputs' offsets committed: a crash
+    /// may publish an output twice, never lose one.
+    #[default]
+    AtLeastOnce,
+    /// Outputs and the inputs' offsets go in one Kafka transaction per
+    /// `transaction_interval_ms`: a `read_committed` reader sees each once.
+    ExactlyOnce,
+}
+
+fn default_transaction_interval_ms() -> u64 {
+    100
+}
+
+fn default_transactional_id_prefix() -> String {
+    "hintstream".into()
+}
+
+fn default_transaction_timeout_ms() -> u64 {
+    60_000
+}
 
 /// One property value, as TOML wrote it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,9 +129,28 @@ pub enum ClientKind {
     Other,
 }
 
-/// librdkafka properties by client kind.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// librdkafka properties by client kind, and our own keys of `[kafka]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KafkaConfig {
+    /// `at_least_once` (the default) or `exactly_once`.
+    #[serde(default)]
+    pub delivery: DeliveryMode,
+    /// Under exactly_once: how often the open transaction commits (the
+    /// latency an output waits for at most, besides its inputs).
+    #[serde(default = "default_transaction_interval_ms")]
+    pub transaction_interval_ms: u64,
+    /// Under exactly_once: `transactional.id` is
+    /// `<prefix>-<stage>-<worker id>`.
+    #[serde(default = "default_transactional_id_prefix")]
+    pub transactional_id_prefix: String,
+    /// Under exactly_once: the longest one transaction may stay open
+    /// (librdkafka's `transaction.timeout.ms`); the broker aborts it after.
+    #[serde(default = "default_transaction_timeout_ms")]
+    pub transaction_timeout_ms: u64,
+    /// This worker's stable id (`--worker-id`, env `HINTSTREAM_WORKER_ID`):
+    /// required under exactly_once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
     /// Properties of the consumers only (`[kafka.consumer]`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub consumer: BTreeMap<String, KafkaValue>,
@@ -88,7 +162,45 @@ pub struct KafkaConfig {
     pub common: BTreeMap<String, KafkaValue>,
 }
 
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            delivery: DeliveryMode::default(),
+            transaction_interval_ms: default_transaction_interval_ms(),
+            transactional_id_prefix: default_transactional_id_prefix(),
+            transaction_timeout_ms: default_transaction_timeout_ms(),
+            worker_id: None,
+            consumer: BTreeMap::new(),
+            producer: BTreeMap::new(),
+            common: BTreeMap::new(),
+        }
+    }
+}
+
 impl KafkaConfig {
+    /// Whether the stages run under exactly-once delivery.
+    pub fn exactly_once(&self) -> bool {
+        self.delivery == DeliveryMode::ExactlyOnce
+    }
+
+    /// The `transactional.id` of a worker of `stage` (`hints` or
+    /// `advantages`): `<prefix>-<stage>-<worker id>`; `None` under
+    /// at_least_once. Under exactly_once without a worker id, an error that
+    /// says what to set.
+    pub fn transactional_id(&self, stage: &str) -> Result<Option<String>, ConfigError> {
+        if !self.exactly_once() {
+            return Ok(None);
+        }
+        match self.worker_id.as_deref().map(str::trim) {
+            Some(id) if !id.is_empty() => Ok(Some(format!("{}-{stage}-{id}", self.transactional_id_prefix))),
+            _ => invalid(
+                "kafka.delivery = \"exactly_once\" needs a stable worker id: set --worker-id or \
+                 HINTSTREAM_WORKER_ID (on Kubernetes, a StatefulSet's pod name, e.g. hints-0, through \
+                 the downward API), the same across restarts of this worker and unique among its stage's workers",
+            ),
+        }
+    }
+
     /// Sets a property of every client.
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<KafkaValue>) {
         self.common.insert(key.into(), value.into());
@@ -115,6 +227,7 @@ impl KafkaConfig {
         self.common
             .iter()
             .chain(own.into_iter().flatten())
+            .filter(|(k, _)| !OUR_KEYS.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect()
     }
@@ -124,6 +237,59 @@ impl KafkaConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.session_timeout_ms()?;
         self.producer_message_max_bytes()?;
+        self.validate_our_keys()
+    }
+
+    /// Our own keys: in range, in `[kafka]` only, and the librdkafka
+    /// properties they set not set in the passthrough tables as well.
+    fn validate_our_keys(&self) -> Result<(), ConfigError> {
+        for (table, map) in [
+            ("kafka.consumer", &self.consumer),
+            ("kafka.producer", &self.producer),
+        ] {
+            if let Some(key) = OUR_KEYS.iter().find(|k| map.contains_key(**k)) {
+                return invalid(format!(
+                    "{table}.{key} is not a librdkafka property: set kafka.{key} in [kafka] itself"
+                ));
+            }
+        }
+        for (property, ours) in RESERVED_PROPERTIES {
+            for (table, map) in [
+                ("kafka", &self.common),
+                ("kafka.consumer", &self.consumer),
+                ("kafka.producer", &self.producer),
+            ] {
+                if map.contains_key(*property) {
+                    return invalid(format!(
+                        "{table}.\"{property}\" is set by hintstream from {ours}; remove it"
+                    ));
+                }
+            }
+        }
+        if !TRANSACTION_INTERVAL_MS_RANGE.contains(&self.transaction_interval_ms) {
+            return invalid(format!(
+                "kafka.transaction_interval_ms = {} must be within 10..=60000",
+                self.transaction_interval_ms
+            ));
+        }
+        if !TRANSACTION_TIMEOUT_MS_RANGE.contains(&self.transaction_timeout_ms) {
+            return invalid(format!(
+                "kafka.transaction_timeout_ms = {} must be within 1000..=900000 (the broker's default \
+                 transaction.max.timeout.ms is 900000)",
+                self.transaction_timeout_ms
+            ));
+        }
+        if self.transaction_interval_ms * 2 > self.transaction_timeout_ms {
+            return invalid(format!(
+                "kafka.transaction_interval_ms = {} must be at most half of kafka.transaction_timeout_ms = {}: \
+                 a transaction stays open for about one interval",
+                self.transaction_interval_ms, self.transaction_timeout_ms
+            ));
+        }
+        check_id_part("kafka.transactional_id_prefix", &self.transactional_id_prefix)?;
+        if let Some(id) = &self.worker_id {
+            check_id_part("the worker id (--worker-id, HINTSTREAM_WORKER_ID)", id)?;
+        }
         Ok(())
     }
 
@@ -163,6 +329,18 @@ impl KafkaConfig {
     }
 }
 
+/// A part of the `transactional.id`: 1 to [`MAX_ID_PART_CHARS`] of
+/// `[A-Za-z0-9._-]` (what Kafka's resource names and a pod name allow).
+fn check_id_part(what: &str, value: &str) -> Result<(), ConfigError> {
+    let fine = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if value.is_empty() || value.chars().count() > MAX_ID_PART_CHARS || !value.chars().all(fine) {
+        return invalid(format!(
+            "{what} = {value:?} must be 1 to {MAX_ID_PART_CHARS} characters of A-Z, a-z, 0-9, '.', '_' or '-'"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +375,89 @@ mod tests {
             config.get(ClientKind::Producer, "security.protocol").as_deref(),
             Some("SASL_SSL")
         );
+    }
+
+    #[test]
+    fn our_keys_of_kafka_never_reach_a_client_config() {
+        let config: KafkaConfig = toml::from_str(
+            r#"
+            delivery = "exactly_once"
+            transaction_interval_ms = 50
+            transactional_id_prefix = "rl"
+            transaction_timeout_ms = 10000
+            worker_id = "hints-0"
+            "security.protocol" = "SASL_SSL"
+            "#,
+        )
+        .unwrap();
+        assert!(config.exactly_once());
+        assert_eq!(config.transaction_interval_ms, 50);
+        assert_eq!(config.transaction_timeout_ms, 10_000);
+        config.validate().unwrap();
+        for kind in [ClientKind::Consumer, ClientKind::Producer, ClientKind::Other] {
+            let properties = config.properties(kind);
+            for key in OUR_KEYS {
+                assert!(!properties.contains_key(*key), "{key} reached a {kind:?} config");
+            }
+            assert_eq!(properties["security.protocol"], "SASL_SSL");
+        }
+        assert_eq!(
+            config.transactional_id("hints").unwrap().as_deref(),
+            Some("rl-hints-hints-0")
+        );
+        // Even one put in the passthrough map by hand stays out.
+        let mut by_hand = KafkaConfig::default();
+        by_hand.insert("delivery", "exactly_once");
+        assert!(!by_hand.properties(ClientKind::Producer).contains_key("delivery"));
+    }
+
+    #[test]
+    fn delivery_defaults_to_at_least_once_and_exactly_once_needs_a_worker_id() {
+        let config = KafkaConfig::default();
+        assert_eq!(config.delivery, DeliveryMode::AtLeastOnce);
+        assert_eq!(config.transactional_id("hints").unwrap(), None);
+        let eos = KafkaConfig {
+            delivery: DeliveryMode::ExactlyOnce,
+            ..KafkaConfig::default()
+        };
+        let e = eos.transactional_id("advantages").unwrap_err().to_string();
+        assert!(
+            e.contains("--worker-id") && e.contains("HINTSTREAM_WORKER_ID"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_transaction_settings_are_refused_with_the_key_named() {
+        let cases = [
+            ("transaction_interval_ms = 0", "kafka.transaction_interval_ms"),
+            (
+                "transaction_timeout_ms = 999999999",
+                "kafka.transaction_timeout_ms",
+            ),
+            (
+                "transaction_interval_ms = 6000\ntransaction_timeout_ms = 10000",
+                "at most half",
+            ),
+            (
+                "transactional_id_prefix = \"a b\"",
+                "kafka.transactional_id_prefix",
+            ),
+            ("worker_id = \"\"", "--worker-id"),
+            ("\"transactional.id\" = \"x\"", "transactional.id"),
+            (
+                "[producer]\ndelivery = \"exactly_once\"",
+                "kafka.producer.delivery",
+            ),
+            ("delivery = \"twice\"", ""),
+        ];
+        for (toml_text, named) in cases {
+            let parsed: Result<KafkaConfig, _> = toml::from_str(toml_text);
+            let e = match parsed {
+                Err(e) => e.to_string(),
+                Ok(c) => c.validate().unwrap_err().to_string(),
+            };
+            assert!(e.contains(named), "{toml_text}: {e}");
+        }
     }
 }

@@ -18,7 +18,8 @@ pub const DEFAULT_CONFIG_FILE: &str = "hintstream.toml";
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "HINTSTREAM_";
 /// Environment variables with our prefix that are not settings.
-const ENV_NOT_SETTINGS: &[&str] = &["test_bootstrap", "log", "log_format"];
+/// (`HINTSTREAM_WORKER_ID` is the `--worker-id` flag's, read by clap.)
+const ENV_NOT_SETTINGS: &[&str] = &["test_bootstrap", "log", "log_format", "worker_id"];
 
 /// Values from the command line, applied last. `None` leaves the layer below.
 #[derive(Debug, Clone, Default)]

@@ -43,7 +43,7 @@ pub use arms::{ArmEntry, ArmSelection, LearnOptions};
 pub use env_refs::{EnvRefError, KeyPath};
 pub use error::ConfigError;
 pub use hints::{HintsConfig, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SECS};
-pub use kafka::{ClientKind, KafkaConfig, KafkaValue, LIBRDKAFKA_MESSAGE_MAX_BYTES};
+pub use kafka::{ClientKind, DeliveryMode, KafkaConfig, KafkaValue, LIBRDKAFKA_MESSAGE_MAX_BYTES};
 pub use limits::LimitsConfig;
 pub use llm::{
     LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion, DEFAULT_REQUESTS_PER_MINUTE,

@@ -26,8 +26,8 @@ use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    send, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage, StageProducer,
-    Taken, Work,
+    send_output, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage,
+    StageProducer, Taken, Work,
 };
 use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
@@ -249,8 +249,9 @@ impl GroupHinter {
             "Hint [{}] for instance {} (best_reward={}): {}",
             hint.category.as_str(), hint.instance_id, trajectory.reward, truncate_chars(&hint.hint, 500)
         );
-        // The hint's `traceparent` is its produce span's (`send`).
-        let published = send(
+        // The hint's `traceparent` is its produce span's (`send`). Under
+        // exactly_once it joins a transaction with its members' offsets.
+        let published = send_output(
             &self.producer,
             &Outgoing {
                 topic: &self.output_topic,
@@ -262,6 +263,7 @@ impl GroupHinter {
                     (PROMPT_VERSION_HEADER, hint.prompt_version.as_str()),
                 ]),
             },
+            &members,
             &self.lifecycle,
         )
         .await;

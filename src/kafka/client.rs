@@ -5,7 +5,7 @@
 //! contexts keep their part of the stage's readiness current (in its group;
 //! connected to a broker) from rebalances and librdkafka's statistics.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
@@ -19,6 +19,7 @@ use rdkafka::TopicPartitionList;
 
 use super::commit::lock;
 use super::tracker::OffsetTracker;
+use super::transaction::Transactions;
 use crate::config::{ClientKind, Config};
 use crate::health::Lifecycle;
 use crate::health::Signal;
@@ -74,6 +75,9 @@ pub struct StageContext {
     /// Whether the consumer is in its group (readiness): held on an
     /// assignment and while statistics say the group is up and steady.
     group: Arc<Signal>,
+    /// Under exactly_once: the worker's transactions, committed for the
+    /// revoked partitions before they go, and told of every reset.
+    pub(crate) transactions: OnceLock<Transactions>,
 }
 
 impl StageContext {
@@ -85,6 +89,7 @@ impl StageContext {
             drain_timeout,
             revoke_hooks: Mutex::new(Vec::new()),
             group: Arc::new(Signal::new("the consumer has not joined its group yet")),
+            transactions: OnceLock::new(),
         }
     }
 
@@ -101,11 +106,41 @@ impl StageContext {
             .push(hook);
     }
 
-    fn reset(&self, partitions: &[Partition]) {
-        let mut tracker = lock(&self.tracker);
-        for (topic, partition) in partitions {
-            tracker.reset(topic, *partition);
+    pub(crate) fn reset(&self, partitions: &[Partition]) {
+        {
+            let mut tracker = lock(&self.tracker);
+            for (topic, partition) in partitions {
+                tracker.reset(topic, *partition);
+            }
         }
+        // After the tracker: what registers meanwhile is stale already.
+        if let Some(transactions) = self.transactions.get() {
+            transactions.forget(partitions);
+        }
+    }
+
+    /// Calls the revoke hooks: the stage releases what it parks for
+    /// `partitions`.
+    pub(crate) fn release_parked(&self, partitions: &[Partition]) {
+        for hook in self.revoke_hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            hook(partitions);
+        }
+    }
+
+    /// Under exactly_once, commits the open transaction (what the revoked
+    /// partitions finished goes with it), so that their next owner starts
+    /// after it. Blocking, bounded by the transaction calls' timeout.
+    fn commit_before_revoke(&self, consumer: &BaseConsumer<Self>) {
+        let Some(transactions) = self.transactions.get() else {
+            return;
+        };
+        let group = consumer.group_metadata();
+        let commit = || transactions.cycle(group.as_ref());
+        let cycle = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(commit),
+            _ => commit(),
+        };
+        tracing::info!(?cycle, "transaction committed before the revoke");
     }
 
     /// Drain on revoke: the revoked partitions' in-flight work gets up to
@@ -122,9 +157,7 @@ impl StageContext {
                 tracker.mark_revoking(topic, *partition);
             }
         }
-        for hook in self.revoke_hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            hook(partitions);
-        }
+        self.release_parked(partitions);
         let started = Instant::now();
         let live = || {
             let tracker = lock(&self.tracker);
@@ -235,6 +268,7 @@ impl ConsumerContext for StageContext {
             // At shutdown the stage drained already; the close revokes all.
             if !self.lifecycle.is_stopping() {
                 self.drain(consumer, &partitions);
+                self.commit_before_revoke(consumer);
             }
             self.reset(&partitions);
         }
@@ -317,11 +351,20 @@ pub fn create_consumer(
     apply(&mut client, config, ClientKind::Consumer);
     ensure_statistics(&mut client);
     client.set("group.id", group_id);
-    // The two settings the delivery contract rests on; set after the
-    // passthrough table so that it cannot turn them off.
+    // The settings the delivery contract rests on; set after the passthrough
+    // table so that it cannot turn them off. Under exactly_once offsets are
+    // committed only through the transactions, never by the consumer.
+    let auto_commit = if config.kafka.exactly_once() {
+        "false"
+    } else {
+        "true"
+    };
     client
-        .set("enable.auto.commit", "true")
-        .set("enable.auto.offset.store", "false");
+        .set("enable.auto.commit", auto_commit)
+        .set("enable.auto.offset.store", "false")
+        // Inputs written in transactions are read once committed (also
+        // librdkafka's default; set so that a passthrough cannot change it).
+        .set("isolation.level", "read_committed");
     client.create_with_context(context)
 }
 
@@ -397,6 +440,41 @@ impl ClientContext for OutputContext {
             ));
         }
     }
+}
+
+/// Under exactly_once, the worker's one producer, for its outputs and its
+/// dead letters: [`create_stage_producer`]'s settings with
+/// `transactional.id` and `transaction.timeout.ms`, and a
+/// `message.max.bytes` of at least `message_max_bytes` (the dead letters'
+/// need; a larger one set in `[kafka]` stays). Transactions are
+/// initialised by [`Transactions::init`].
+pub fn create_transactional_producer(
+    config: &Config,
+    transactional_id: &str,
+    message_max_bytes: usize,
+    connected: Arc<Signal>,
+) -> KafkaResult<StageProducer> {
+    let mut client = producer_config(config);
+    ensure_statistics(&mut client);
+    let configured = client
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    // librdkafka refuses a message timeout longer than the transaction's.
+    let message_timeout = client
+        .get("message.timeout.ms")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX)
+        .min(config.kafka.transaction_timeout_ms);
+    client
+        .set("message.max.bytes", configured.max(message_max_bytes).to_string())
+        .set("message.timeout.ms", message_timeout.to_string())
+        .set("transactional.id", transactional_id)
+        .set(
+            "transaction.timeout.ms",
+            config.kafka.transaction_timeout_ms.to_string(),
+        );
+    client.create_with_context(OutputContext { connected })
 }
 
 /// The stage's output producer: [`create_producer`]'s settings, with

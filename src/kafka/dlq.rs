@@ -18,6 +18,8 @@ use rdkafka::producer::FutureProducer;
 
 use super::client::create_dlq_producer;
 use super::produce::{headers, send, Outgoing, SendError};
+use super::tracker::Ticket;
+use super::transaction::Transactions;
 use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::metrics::StageMetrics;
@@ -168,13 +170,28 @@ impl DeadLetters {
                 other?;
             }
         }
+        self.counted(letter, reason);
+        Ok(())
+    }
+
+    /// Under exactly_once: the dead letter joins the worker's transactions
+    /// (held until its input's offset is passed, see
+    /// [`transaction`](super::transaction)); `ticket` is its input's.
+    pub(crate) fn register(&self, transactions: &Transactions, letter: &DeadLetter<'_>, ticket: Ticket) {
+        let reason = truncate(letter.reason, MAX_REASON_BYTES);
+        let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
+        let record = self.record(letter, reason, self.max_payload, &partition, &offset);
+        transactions.register(&record, vec![ticket]);
+        self.counted(letter, reason);
+    }
+
+    fn counted(&self, letter: &DeadLetter<'_>, reason: &str) {
         self.metrics.dead_lettered(letter.kind);
         tracing::warn!(
             topic = letter.source_topic, partition = letter.partition, offset = letter.offset,
             kind = letter.kind, reason, dlq = %self.topic,
             "input sent to dead-letter topic"
         );
-        Ok(())
     }
 
     /// Sends the letter with its payload cut to `max_payload` bytes and its
@@ -186,8 +203,21 @@ impl DeadLetters {
         max_payload: usize,
         lifecycle: &Lifecycle,
     ) -> Result<(i32, i64), SendError> {
-        let partition = letter.partition.to_string();
-        let offset = letter.offset.to_string();
+        let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
+        let record = self.record(letter, reason, max_payload, &partition, &offset);
+        send(&self.producer, &record, lifecycle).await
+    }
+
+    /// The dead letter's record: its payload cut to `max_payload` bytes and
+    /// its key to [`MAX_DLQ_KEY_BYTES`], what was cut marked.
+    fn record<'b>(
+        &'b self,
+        letter: &DeadLetter<'b>,
+        reason: &str,
+        max_payload: usize,
+        partition: &str,
+        offset: &str,
+    ) -> Outgoing<'b> {
         let payload_len = letter.payload.map_or(0, <[u8]>::len);
         let payload = letter.payload.map(|p| &p[..p.len().min(max_payload)]);
         let key_len = letter.key.map_or(0, <[u8]>::len);
@@ -197,8 +227,8 @@ impl DeadLetters {
             (DlqHeaders::ERROR_KIND, letter.kind),
             (DlqHeaders::REASON, reason),
             (DlqHeaders::SOURCE_TOPIC, letter.source_topic),
-            (DlqHeaders::SOURCE_PARTITION, partition.as_str()),
-            (DlqHeaders::SOURCE_OFFSET, offset.as_str()),
+            (DlqHeaders::SOURCE_PARTITION, partition),
+            (DlqHeaders::SOURCE_OFFSET, offset),
         ];
         if payload_len > max_payload {
             pairs.push((DlqHeaders::TRUNCATED_FROM, payload_from.as_str()));
@@ -206,13 +236,12 @@ impl DeadLetters {
         if key_len > MAX_DLQ_KEY_BYTES {
             pairs.push((DlqHeaders::KEY_TRUNCATED_FROM, key_from.as_str()));
         }
-        let record = Outgoing {
+        Outgoing {
             topic: &self.topic,
             key,
             payload,
             headers: headers(pairs),
-        };
-        send(&self.producer, &record, lifecycle).await
+        }
     }
 }
 

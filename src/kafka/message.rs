@@ -19,6 +19,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::commit::{Committer, Ticket};
 use super::dlq::{DeadLetter, DeadLetters};
 use super::produce::SendError;
+use super::transaction::Transactions;
 use crate::health::Lifecycle;
 use crate::messages::DecodeError;
 use crate::metrics::StageMetrics;
@@ -102,13 +103,15 @@ impl From<DecodeError> for Rejected {
 }
 
 /// What finishing a taken message needs: the commit point, the dead-letter
-/// topic, the stage's lifecycle and its counters.
+/// topic, the stage's lifecycle and its counters; under exactly_once, the
+/// worker's transactions, which carry its outputs and dead letters.
 #[derive(Clone)]
 pub struct Delivery {
     pub(crate) committer: Committer,
     pub(crate) dlq: DeadLetters,
     pub(crate) lifecycle: Lifecycle,
     pub(crate) metrics: Arc<StageMetrics>,
+    pub(crate) transactions: Option<Transactions>,
 }
 
 impl Delivery {
@@ -123,6 +126,7 @@ impl Delivery {
             dlq,
             lifecycle,
             metrics,
+            transactions: None,
         }
     }
 
@@ -191,6 +195,23 @@ struct Pending {
     reported: bool,
 }
 
+impl Pending {
+    /// Finishes the message: under exactly_once its intake holds stay with
+    /// the worker's transactions until a commit passes its offset.
+    fn finish(self) {
+        let Pending {
+            ticket,
+            delivery,
+            _holds,
+            ..
+        } = self;
+        if let Some(transactions) = &delivery.transactions {
+            transactions.keep(&ticket, _holds);
+        }
+        delivery.committer.finish(ticket);
+    }
+}
+
 /// One message taken off the input topic. See the module docs.
 pub struct Taken {
     payload: Vec<u8>,
@@ -236,11 +257,23 @@ impl Taken {
         self.payload.len() + self.meta.footprint()
     }
 
-    /// Its output was acknowledged: the offset may commit.
+    /// Its output was acknowledged (under exactly_once: registered, see
+    /// [`send_output`](super::transaction::send_output)): the offset may
+    /// commit.
     pub fn ack(mut self) {
         if let Some(pending) = self.pending.take() {
-            pending.delivery.committer.finish(pending.ticket);
+            pending.finish();
         }
+    }
+
+    /// The worker's transactions, under exactly_once.
+    pub(crate) fn transactions(&self) -> Option<&Transactions> {
+        self.pending.as_ref()?.delivery.transactions.as_ref()
+    }
+
+    /// Its ticket, while unfinished.
+    pub(crate) fn ticket(&self) -> Option<Ticket> {
+        self.pending.as_ref().map(|p| p.ticket.clone())
     }
 
     /// It can never be processed: dead-letters it with `kind` and `reason`,
@@ -263,12 +296,20 @@ impl Taken {
             kind,
             reason,
         };
-        let sent = delivery.dlq.send(&letter, &delivery.lifecycle).await;
+        let sent = match &delivery.transactions {
+            Some(transactions) => {
+                delivery
+                    .dlq
+                    .register(transactions, &letter, pending.ticket.clone());
+                Ok(())
+            }
+            None => delivery.dlq.send(&letter, &delivery.lifecycle).await,
+        };
         let Some(pending) = self.pending.take() else {
             return;
         };
         match sent {
-            Ok(()) => delivery.committer.finish(pending.ticket),
+            Ok(()) => pending.finish(),
             Err(SendError::Stopped) => {
                 delivery.committer.abandon(&pending.ticket);
                 delivery.metrics.abandoned();

@@ -51,6 +51,18 @@ impl PartitionState {
     }
 }
 
+/// Where a taken message stands against its partition's committable offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passage {
+    /// It and every offset below it finished: the committable offset passed it.
+    Passed,
+    /// It, or an offset below it, is unfinished.
+    Waiting,
+    /// Its partition was reset (revoked, re-assigned or rewound) since it
+    /// was taken: it is redone, so what it made must be dropped.
+    Stale,
+}
+
 #[derive(Debug, Default)]
 pub struct OffsetTracker {
     partitions: HashMap<(Arc<str>, i32), PartitionState>,
@@ -159,6 +171,37 @@ impl OffsetTracker {
         self.partitions
             .get(&(Arc::from(topic), partition))
             .and_then(PartitionState::committable)
+    }
+
+    /// Where `ticket`'s message stands against its partition's committable
+    /// offset (the exactly-once rule: an output joins a transaction only
+    /// once every one of its inputs is [`Passage::Passed`]).
+    pub fn passage(&self, ticket: &Ticket) -> Passage {
+        match self.partitions.get(&(ticket.topic.clone(), ticket.partition)) {
+            Some(state) if state.epoch == ticket.epoch => match state.committable() {
+                Some(next) if next > ticket.offset && !state.in_flight.contains(&ticket.offset) => {
+                    Passage::Passed
+                }
+                _ => Passage::Waiting,
+            },
+            _ => Passage::Stale,
+        }
+    }
+
+    /// Whether `ticket` is of its partition's current epoch (not reset
+    /// since it was issued).
+    pub fn is_current(&self, ticket: &Ticket) -> bool {
+        self.partitions
+            .get(&(ticket.topic.clone(), ticket.partition))
+            .is_some_and(|s| s.epoch == ticket.epoch)
+    }
+
+    /// Every partition's committable offset, where it has one.
+    pub fn committable_all(&self) -> Vec<((Arc<str>, i32), i64)> {
+        self.partitions
+            .iter()
+            .filter_map(|(key, state)| state.committable().map(|next| (key.clone(), next)))
+            .collect()
     }
 
     /// Messages in flight over all partitions.

@@ -3,7 +3,9 @@
 //! concurrent task and bad input to the dead-letter topic (also as a task,
 //! so a slow broker never blocks intake or shutdown), with bounds on
 //! messages and bytes in flight. On shutdown it stops fetching, drains
-//! in-flight work up to a deadline and commits.
+//! in-flight work up to a deadline and commits. Under exactly_once it also
+//! runs the worker's transactions on their timer and rewinds after an abort
+//! (see [`transaction`](super::transaction)).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,17 +14,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
-use super::client::{create_consumer, RevokeHook, StageContext};
+use super::client::{create_consumer, Partition, RevokeHook, StageContext, StageProducer};
 use super::commit::Committer;
 use super::contract::{Closures, Stage, Work};
 use super::dlq::DeadLetters;
 use super::message::{Delivery, Hold, RecordMeta, Rejected, Taken};
+use super::transaction::Transactions;
 use super::StageConsumer;
 use crate::config::Config;
 use crate::health::Lifecycle;
@@ -101,6 +105,32 @@ impl StageLoop {
         &self.delivery.lifecycle
     }
 
+    /// Switches the loop to exactly-once delivery: initialises the
+    /// transactions of `producer` (made by
+    /// [`create_transactional_producer`](super::create_transactional_producer)),
+    /// which then carries every output and dead letter, within `within`.
+    pub async fn exactly_once(
+        &mut self,
+        config: &Config,
+        producer: &StageProducer,
+        transactional_id: &str,
+        within: Duration,
+    ) -> Result<(), KafkaError> {
+        let (producer, tracker) = (producer.clone(), self.consumer.context().tracker.clone());
+        let (lifecycle, id) = (self.lifecycle().clone(), transactional_id.to_string());
+        let interval = Duration::from_millis(config.kafka.transaction_interval_ms);
+        let call_timeout = Duration::from_millis(config.kafka.transaction_timeout_ms);
+        let transactions = tokio::task::spawn_blocking(move || {
+            Transactions::init(producer, tracker, lifecycle, id, interval, call_timeout, within)
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)??;
+        // Set before any message is taken: every handle carries them.
+        let _ = self.consumer.context().transactions.set(transactions.clone());
+        self.delivery.transactions = Some(transactions);
+        Ok(())
+    }
+
     /// Whether the consumer is in its group, for the stage's readiness.
     pub fn group_signal(&self) -> Arc<Signal> {
         self.consumer.context().group_signal()
@@ -174,6 +204,11 @@ impl StageLoop {
             }
             .in_current_span(),
         ));
+        let _transactions = intake.transactions.clone().map(|t| {
+            AbortOnDrop(tokio::spawn(
+                run_transactions(t, Arc::downgrade(&consumer), intake.lifecycle.clone()).in_current_span(),
+            ))
+        });
         intake.consume(&consumer, &stage).await;
         intake.drain_and_close(consumer).await
     }
@@ -210,6 +245,8 @@ struct Intake {
     messages: Arc<Semaphore>,
     bytes: Option<ByteBound>,
     summary: RunSummary,
+    /// Under exactly_once.
+    transactions: Option<Transactions>,
 }
 
 impl Intake {
@@ -222,6 +259,7 @@ impl Intake {
                 held: Arc::new(AtomicUsize::new(0)),
             }
         });
+        let delivery_transactions = delivery.transactions.clone();
         Intake {
             _abandon_on_drop: AbandonOnDrop(delivery.lifecycle.clone()),
             tasks: JoinSet::new(),
@@ -232,6 +270,7 @@ impl Intake {
             messages: Arc::new(Semaphore::new(options.max_in_flight.min(Semaphore::MAX_PERMITS))),
             bytes,
             summary: RunSummary::default(),
+            transactions: delivery_transactions,
         }
     }
 
@@ -260,19 +299,35 @@ impl Intake {
         consumer: &StageConsumer,
         mut stop: Pin<&mut impl Future<Output = ()>>,
     ) -> Option<Next> {
+        let transactions = self.transactions.clone();
+        // Never resolves at_least_once.
+        let rewind = || async {
+            match &transactions {
+                Some(t) => t.rewind_requested().await,
+                None => std::future::pending().await,
+            }
+        };
         loop {
             while let Some(joined) = self.tasks.try_join_next() {
                 self.reap(joined);
             }
+            if let Some(t) = transactions.as_ref().filter(|t| t.is_rewinding()) {
+                // What was taken and not begun is dropped: the seek
+                // redelivers it.
+                self.rewind(consumer, t).await;
+                continue;
+            }
             let slot = tokio::select! {
                 biased;
                 _ = stop.as_mut() => return None,
+                _ = rewind() => continue,
                 // The semaphore is never closed.
                 permit = self.messages.clone().acquire_owned() => permit.ok()?,
             };
             let message = tokio::select! {
                 biased;
                 _ = stop.as_mut() => return None,
+                _ = rewind() => continue,
                 message = consumer.recv() => message,
             };
             let message = match message {
@@ -297,6 +352,7 @@ impl Intake {
                 let permit = tokio::select! {
                     biased;
                     _ = stop.as_mut() => return None,
+                    _ = rewind() => continue,
                     permit = bound.permits.clone().acquire_many_owned(need) => permit.ok()?,
                 };
                 let held = bound.held.clone();
@@ -378,7 +434,14 @@ impl Intake {
             self.tasks.abort_all();
             while self.tasks.join_next().await.is_some() {}
         }
-        if let Err(e) = self.delivery.committer.commit_sync(FINAL_COMMIT_TIMEOUT).await {
+        if let Some(transactions) = self.transactions.clone() {
+            let group = consumer.group_metadata();
+            let commit = tokio::task::spawn_blocking(move || transactions.cycle(group.as_ref()));
+            match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {
+                Ok(Ok(cycle)) => tracing::info!(?cycle, "final transaction"),
+                _ => tracing::warn!("the final transaction did not commit in time; its work is redone"),
+            }
+        } else if let Err(e) = self.delivery.committer.commit_sync(FINAL_COMMIT_TIMEOUT).await {
             tracing::warn!(error = %e, "final commit failed; the last stored offsets may be redelivered");
         }
         close(consumer).await;
@@ -391,6 +454,65 @@ impl Intake {
         while let Some(joined) = self.tasks.join_next().await {
             self.reap(joined);
         }
+    }
+
+    /// After an aborted transaction: resets every assigned partition (its
+    /// unfinished work is cancelled, its held outputs dropped), releases the
+    /// stage's parked work, and seeks back to the committed offsets. A seek
+    /// that fails stops the stage (exit 1): its restart resumes from them.
+    async fn rewind(&mut self, consumer: &StageConsumer, transactions: &Transactions) {
+        let partitions: Vec<Partition> = consumer.assignment().map_or_else(
+            |_| Vec::new(),
+            |tpl| {
+                tpl.elements()
+                    .iter()
+                    .map(|e| (Arc::from(e.topic()), e.partition()))
+                    .collect()
+            },
+        );
+        // The tracker first: what the released work drops is abandoned.
+        consumer.context().reset(&partitions);
+        consumer.context().release_parked(&partitions);
+        let timeout = Duration::from_secs(10);
+        let mut unknown = TopicPartitionList::new();
+        let mut targets = Vec::new();
+        for partition in &partitions {
+            match transactions.committed(partition) {
+                Some(next) => targets.push((partition.clone(), Offset::Offset(next))),
+                None => {
+                    let _ = unknown.add_partition(&partition.0, partition.1);
+                }
+            }
+        }
+        if unknown.count() > 0 {
+            match consumer.committed_offsets(unknown.clone(), timeout) {
+                Ok(tpl) => targets.extend(tpl.elements().iter().map(|e| {
+                    let offset = match e.offset() {
+                        Offset::Offset(o) => Offset::Offset(o),
+                        // Nothing committed yet: auto.offset.reset (earliest).
+                        _ => Offset::Beginning,
+                    };
+                    ((Arc::from(e.topic()), e.partition()), offset)
+                })),
+                Err(e) => {
+                    self.lifecycle.fail(format!(
+                        "after an aborted transaction, the committed offsets could not be read ({e});                          a restart resumes from them"
+                    ));
+                    return;
+                }
+            }
+        }
+        for ((topic, partition), offset) in &targets {
+            if let Err(e) = consumer.seek(topic, *partition, *offset, timeout) {
+                self.lifecycle.fail(format!(
+                    "after an aborted transaction, {topic}[{partition}] could not seek back to {offset:?} ({e}); \
+                     a restart resumes from the committed offsets"
+                ));
+                return;
+            }
+        }
+        tracing::info!(partitions = targets.len(), "rewound to the committed offsets");
+        transactions.rewound();
     }
 
     /// Logs and counts a handler task that panicked. Its message was
@@ -439,6 +561,33 @@ async fn close(consumer: Arc<StageConsumer>) {
             timeout_s = CLOSE_TIMEOUT.as_secs(),
             "the consumer did not close in time; the group will notice this member left at its session timeout"
         );
+    }
+}
+
+/// Commits the worker's transactions every `transaction_interval_ms` until
+/// the stage stops (the drain's final commit is the last).
+async fn run_transactions(
+    transactions: Transactions,
+    consumer: std::sync::Weak<StageConsumer>,
+    lifecycle: Lifecycle,
+) {
+    let mut tick = tokio::time::interval(transactions.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if lifecycle.is_stopping() {
+            return;
+        }
+        let Some(group) = consumer.upgrade().and_then(|c| c.group_metadata()) else {
+            continue;
+        };
+        let t = transactions.clone();
+        if tokio::task::spawn_blocking(move || t.cycle(Some(&group)))
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 
