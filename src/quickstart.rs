@@ -121,7 +121,9 @@ fn reader(config: &Config, topic: &str) -> Result<StreamConsumer, QuickstartErro
             format!("hintstream-quickstart-reader-{}", rand::random::<u64>()),
         )
         .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false");
+        .set("enable.auto.commit", "false")
+        // Only committed transactional records (see `tools::record`).
+        .set("isolation.level", "read_committed");
     let consumer: StreamConsumer = client.create()?;
     consumer.subscribe(&[topic])?;
     Ok(consumer)

@@ -53,7 +53,11 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
     client
         .set("group.id", format!("hintstream-record-{}", rand::random::<u64>()))
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true");
+        .set("enable.partition.eof", "true")
+        // Only committed transactional records (librdkafka's default too;
+        // set after the passthrough table so that it cannot change it): under
+        // exactly_once an aborted output is never recorded.
+        .set("isolation.level", "read_committed");
     let consumer: StreamConsumer<EofIsNotAnError> = client.create_with_context(EofIsNotAnError)?;
     let ends = end_offsets(&client, &options.topic).await?;
     let mut tpl = TopicPartitionList::new();

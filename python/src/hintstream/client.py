@@ -234,6 +234,10 @@ class TrainerClient:
                 "fetch.wait.max.ms": 100,
                 **base,
                 **dict(consumer_config or {}),
+                # Only committed transactional records (the stages under
+                # kafka.delivery = "exactly_once"): librdkafka's default,
+                # set after consumer_config so that it cannot change it.
+                "isolation.level": "read_committed",
                 # Offsets are assigned explicitly and never committed.
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,

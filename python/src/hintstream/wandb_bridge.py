@@ -138,6 +138,8 @@ def bridge(
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
             **dict(config or {}),
+            # Only committed transactional records (see client.py).
+            "isolation.level": "read_committed",
         }
     )
     consumer.subscribe([topic])
