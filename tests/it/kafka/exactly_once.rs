@@ -7,8 +7,9 @@
 //! one attempt, each chunk once) and metrics exactly once: 0 duplicates,
 //! 0 lost, and no dead letters.
 //!
-//! On a node of the test's own. EOS_KILLS (default 6 per stage; the issue's
-//! 10 with EOS_KILLS=10) sets the kills.
+//! On a node of the test's own. EOS_KILLS (default 10 per stage) sets the
+//! kills. The same run under at_least_once (measured once, not a test) showed
+//! 332 duplicate hints and 95 duplicate advantage chunks for 6 kills.
 
 use crate::common;
 
@@ -163,7 +164,7 @@ fn spawn(stage: &str, file: &std::path::Path, id: &str) -> common::Process {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed() {
-    let kills = env_or("EOS_KILLS", 6);
+    let kills = env_or("EOS_KILLS", 10);
     let node = common::own_kafka();
     let mut config = common::config_for(&node.bootstrap);
     common::own_topics(&mut config.hints, "eos-trajectories", "eos-hints");
