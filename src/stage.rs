@@ -35,6 +35,18 @@ pub enum StageError {
     Connect(#[from] ConnectError),
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
+    /// Under exactly_once, `init_transactions` failed (no transactional-id
+    /// ACL, a broker without transactions, or none reached in time).
+    #[error(
+        "kafka.delivery = \"exactly_once\": cannot initialise the transactions of transactional.id {id}: \
+         {source}{hint}"
+    )]
+    Transactions {
+        id: String,
+        #[source]
+        source: KafkaError,
+        hint: &'static str,
+    },
     #[error("metrics endpoint {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -63,7 +75,10 @@ impl StageError {
 /// A stage's Kafka clients and metrics, built and checked.
 pub struct StageShell {
     intake: StageLoop,
-    /// For the stage's outputs.
+    /// For the stage's outputs, through
+    /// [`send_output`](crate::kafka::send_output): under exactly_once they
+    /// join the worker's transactions instead, and this producer stays plain
+    /// (a transactional one refuses a send outside a transaction).
     pub producer: StageProducer,
     /// Where the stage registers its own metrics before serving them.
     pub registry: Registry,
@@ -115,22 +130,34 @@ impl StageShell {
         let connected = Arc::new(Signal::new(
             "the output producer has not reported a broker connection yet",
         ));
-        // Under exactly_once, one transactional producer carries the outputs
-        // and the dead letters.
-        let producer = match &transactional_id {
-            Some(id) => {
-                let producer = create_transactional_producer(
-                    config,
-                    id,
-                    dlq_message_max_bytes(config),
-                    connected.clone(),
-                )?;
-                let within = Duration::from_secs(config.connect_timeout_secs);
-                intake.exactly_once(config, &producer, id, within).await?;
-                producer
-            }
-            None => create_stage_producer(config, connected.clone())?,
+        // Under exactly_once, one transactional producer of the worker's
+        // transactions carries the outputs and the dead letters (and says
+        // whether the stage is connected); this one stays plain, for what a
+        // stage writes that no input made.
+        let plain_connected = match transactional_id {
+            Some(_) => Arc::new(Signal::new("unused under exactly_once")),
+            None => connected.clone(),
         };
+        let producer = create_stage_producer(config, plain_connected)?;
+        if let Some(id) = &transactional_id {
+            let transactional =
+                create_transactional_producer(config, id, dlq_message_max_bytes(config), connected.clone())?;
+            let within = Duration::from_secs(config.connect_timeout_secs);
+            intake
+                .exactly_once(config, &transactional, id, within)
+                .await
+                .map_err(|source| StageError::Transactions {
+                    id: id.clone(),
+                    hint: match source.rdkafka_error_code() {
+                        Some(rdkafka::types::RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => {
+                            " (grant this principal WRITE and DESCRIBE on the transactional id, \
+                             e.g. kafka-acls --transactional-id <prefix>-<stage>- --resource-pattern-type prefixed)"
+                        }
+                        _ => "",
+                    },
+                    source,
+                })?;
+        }
         // Connected now, rather than at its first statistics: a metadata
         // request through it answers.
         let client = producer.clone();

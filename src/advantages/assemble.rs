@@ -108,16 +108,17 @@ pub struct LateMessage<P> {
 /// `step_timeout` as before.
 pub const COMPLETED_STEPS_REMEMBERED: usize = 4096;
 
-/// The last completed steps, with how many late messages each has had.
+/// The last completed steps, with how many late messages each has had and
+/// the partitions its messages came from.
 #[derive(Default)]
 struct CompletedSteps {
-    late: HashMap<(String, i64), u64>,
+    late: HashMap<(String, i64), (u64, BTreeSet<i32>)>,
     order: VecDeque<(String, i64)>,
 }
 
 impl CompletedSteps {
-    fn insert(&mut self, key: (String, i64)) {
-        if self.late.insert(key.clone(), 0).is_none() {
+    fn insert(&mut self, key: (String, i64), partitions: BTreeSet<i32>) {
+        if self.late.insert(key.clone(), (0, partitions)).is_none() {
             self.order.push_back(key);
         }
         while self.order.len() > COMPLETED_STEPS_REMEMBERED {
@@ -129,9 +130,17 @@ impl CompletedSteps {
 
     /// Counts a late message of `key`; `Some(first)` when `key` completed.
     fn late(&mut self, key: &(String, i64)) -> Option<bool> {
-        let seen = self.late.get_mut(key)?;
+        let (seen, _) = self.late.get_mut(key)?;
         *seen += 1;
         Some(*seen == 1)
+    }
+
+    /// Forgets the steps whose messages came from any of `partitions`.
+    fn forget(&mut self, partitions: &[i32]) {
+        self.late
+            .retain(|_, (_, from)| !partitions.iter().any(|p| from.contains(p)));
+        let late = &self.late;
+        self.order.retain(|key| late.contains_key(key));
     }
 }
 
@@ -321,6 +330,14 @@ impl<P> StepAssembler<P> {
         keys.iter().filter_map(|k| self.remove(k)).collect()
     }
 
+    /// Forgets that the steps of `partitions` completed: under exactly_once
+    /// a step completed here but not committed is redone when its partition
+    /// is rewound or comes back, and must then be assembled again, not taken
+    /// for a late message.
+    pub fn forget_completed(&mut self, partitions: &[i32]) {
+        self.completed.forget(partitions);
+    }
+
     fn check(&mut self, key: (String, i64)) -> StepStatus<P> {
         let state = self
             .steps
@@ -329,7 +346,8 @@ impl<P> StepAssembler<P> {
         match state {
             Some(std::cmp::Ordering::Equal) => {
                 let step = self.remove(&key);
-                self.completed.insert(key);
+                let partitions = step.as_ref().map(|s| s.partitions.clone()).unwrap_or_default();
+                self.completed.insert(key, partitions);
                 step.map_or(StepStatus::Pending, StepStatus::Complete)
             }
             Some(std::cmp::Ordering::Greater) => self
@@ -492,6 +510,31 @@ mod tests {
         assert!(matches!(
             a.add_rows(rows("r", 2, &["a"]), (0, 5), 5, 10, now),
             StepStatus::Pending
+        ));
+    }
+
+    #[test]
+    fn a_completed_step_of_a_rewound_partition_is_assembled_again() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        for (partition, run) in [(0, "r"), (1, "s")] {
+            a.add_rows(rows(run, 1, &["a"]), (partition, 0), 0, 10, now);
+            assert!(matches!(
+                a.end(run, 1, 1, (partition, 1, 10), now),
+                StepStatus::Complete(_)
+            ));
+        }
+        a.forget_completed(&[0]);
+        // Redelivered after the rewind: a step again, not a late message.
+        a.add_rows(rows("r", 1, &["a"]), (0, 0), 0, 10, now);
+        assert!(matches!(
+            a.end("r", 1, 1, (0, 1, 10), now),
+            StepStatus::Complete(_)
+        ));
+        // The other partition's step is still remembered.
+        assert!(matches!(
+            a.add_rows(rows("s", 1, &["a"]), (1, 2), 2, 10, now),
+            StepStatus::AlreadyPublished(_)
         ));
     }
 

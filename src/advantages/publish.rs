@@ -14,6 +14,12 @@
 //! uncommitted, and the step is published whole again (its outcomes too: the
 //! latest outcome of a `hint_id` wins downstream).
 //!
+//! Under `kafka.delivery = "exactly_once"` ([`crate::kafka::transaction`])
+//! every one of these is held instead, in this order, and joins the worker's
+//! transaction once the offsets of all the step's messages are passed; the
+//! messages are acknowledged at once, and a read_committed reader sees the
+//! step's chunks, outcomes and metrics once.
+//!
 //! Every chunk of one publication carries the same `hintstream.attempt`
 //! (`batch::chunk::attempt_id` of this process's identity, the time the
 //! publication started and the step's key), so that readers never mix its

@@ -39,6 +39,10 @@ struct StepPublisher {
     max_decoded_bytes: usize,
     step_timeout: Duration,
     max_bytes: usize,
+    /// Under exactly_once: a release (a revoke, or a rewind after an aborted
+    /// transaction) also forgets which steps of those partitions completed,
+    /// since their uncommitted publications are redone.
+    forget_completed_on_release: bool,
 }
 
 /// What adding one message to its step led to.
@@ -202,6 +206,9 @@ impl Stage for StepPublisher {
         let released = {
             let mut assembler = self.assembler();
             let released = assembler.release(&numbers);
+            if self.forget_completed_on_release {
+                assembler.forget_completed(&numbers);
+            }
             self.update_pending(&assembler);
             released
         };
@@ -253,6 +260,7 @@ impl AdvantageStage {
             max_decoded_bytes: config.limits.max_decoded_bytes,
             step_timeout: Duration::from_secs(stage.step_timeout_secs),
             max_bytes: stage.max_in_flight_bytes(),
+            forget_completed_on_release: config.kafka.exactly_once(),
         });
         Ok(AdvantageStage {
             config,

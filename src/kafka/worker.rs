@@ -485,7 +485,7 @@ impl Intake {
             }
         }
         if unknown.count() > 0 {
-            match consumer.committed_offsets(unknown.clone(), timeout) {
+            match blocking(|| consumer.committed_offsets(unknown.clone(), timeout)) {
                 Ok(tpl) => targets.extend(tpl.elements().iter().map(|e| {
                     let offset = match e.offset() {
                         Offset::Offset(o) => Offset::Offset(o),
@@ -503,7 +503,7 @@ impl Intake {
             }
         }
         for ((topic, partition), offset) in &targets {
-            if let Err(e) = consumer.seek(topic, *partition, *offset, timeout) {
+            if let Err(e) = blocking(|| consumer.seek(topic, *partition, *offset, timeout)) {
                 self.lifecycle.fail(format!(
                     "after an aborted transaction, {topic}[{partition}] could not seek back to {offset:?} ({e}); \
                      a restart resumes from the committed offsets"
@@ -561,6 +561,15 @@ async fn close(consumer: Arc<StageConsumer>) {
             timeout_s = CLOSE_TIMEOUT.as_secs(),
             "the consumer did not close in time; the group will notice this member left at its session timeout"
         );
+    }
+}
+
+/// Runs a blocking consumer call (bounded by its own timeout) from the loop:
+/// on a multi-thread runtime its worker's other tasks move off meanwhile.
+fn blocking<T>(call: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(call),
+        _ => call(),
     }
 }
 

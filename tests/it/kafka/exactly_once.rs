@@ -145,6 +145,14 @@ fn follow(
     })
 }
 
+/// What the reader saw of one step's advantages: the attempts they came
+/// from and their (chunk, chunks) headers.
+#[derive(Default)]
+struct Published {
+    attempts: HashSet<String>,
+    chunks: Vec<(String, String)>,
+}
+
 fn header<'a>(m: &'a RecordedMessage, name: &str) -> Option<&'a str> {
     m.headers
         .iter()
@@ -315,19 +323,21 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
     }
     let hint_duplicates = hint_messages.len() - per_group.len();
     let advantage_messages = common::read_topic(&config, &a.output_topic).await;
-    let mut per_step: BTreeMap<String, (HashSet<String>, Vec<(String, String)>)> = BTreeMap::new();
+    let mut per_step: BTreeMap<String, Published> = BTreeMap::new();
     for m in &advantage_messages {
         let key = String::from_utf8(m.key_bytes().unwrap().to_vec()).unwrap();
         let entry = per_step.entry(key).or_default();
-        entry.0.insert(header(m, ATTEMPT_HEADER).unwrap().to_string());
-        entry.1.push((
+        entry
+            .attempts
+            .insert(header(m, ATTEMPT_HEADER).unwrap().to_string());
+        entry.chunks.push((
             header(m, CHUNK_HEADER).unwrap().to_string(),
             header(m, CHUNKS_HEADER).unwrap().to_string(),
         ));
     }
     let chunks_expected: usize = per_step
         .values()
-        .map(|(_, chunks)| chunks[0].1.parse::<usize>().unwrap())
+        .map(|p| p.chunks[0].1.parse::<usize>().unwrap())
         .sum();
     let advantage_duplicates = advantage_messages.len() - chunks_expected;
     let metrics_messages = common::read_topic(&config, &config.topics.metrics).await;
@@ -350,7 +360,7 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
     assert_eq!(per_group.len(), GROUPS, "every group hinted");
     assert_eq!(hint_duplicates, 0, "no group hinted twice");
     assert_eq!(per_step.len(), STEPS, "every step published");
-    for (step, (attempts, chunks)) in &per_step {
+    for (step, Published { attempts, chunks }) in &per_step {
         assert_eq!(attempts.len(), 1, "step {step} published by {attempts:?}");
         let distinct: HashSet<&(String, String)> = chunks.iter().collect();
         assert_eq!(
