@@ -47,7 +47,7 @@ use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
-use crate::kafka::{send_output, Outgoing, SendError, StageProducer, Taken};
+use crate::kafka::{finish_together, send_output, Outgoing, SendError, StageProducer, Taken};
 use crate::messages::{step_key, HintOutcome};
 use crate::normalize::{AdvantageOptions, Device, Ran};
 
@@ -242,6 +242,8 @@ impl StepOutput {
         };
         let duplicates = step.duplicates;
         let (rows, parked) = step.into_rows();
+        // Under exactly_once the step's messages commit together.
+        finish_together(&parked);
         match self.compute_and_send(&id, rows, duplicates, &parked).await {
             Ok(()) => {
                 for p in parked {
@@ -521,6 +523,7 @@ impl StepOutput {
             messages = parked.len(),
             "step sent to the dead-letter topic"
         );
+        finish_together(&parked);
         futures::future::join_all(parked.into_iter().map(|p| p.reject(kind, reason))).await;
         self.metrics.step_dead_lettered(kind);
     }

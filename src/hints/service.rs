@@ -26,8 +26,8 @@ use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    send_output, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError, Stage,
-    StageProducer, Taken, Work,
+    finish_together, send_output, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError,
+    Stage, StageProducer, Taken, Work,
 };
 use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
@@ -179,8 +179,10 @@ impl GroupHinter {
                 "best reward above hints.reward_threshold; no hint"
             );
             self.metrics.skipped("above_reward_threshold");
-            for m in group.members {
-                m.message.ack();
+            let members: Vec<Taken> = group.members.into_iter().map(|m| m.message).collect();
+            finish_together(&members);
+            for m in members {
+                m.ack();
             }
             return;
         }
@@ -197,6 +199,9 @@ impl GroupHinter {
     /// Publishes the hint of a gathered group (`members[0]` is its best
     /// trajectory) and finishes every member.
     async fn hint_group(&self, group_key: &str, members: Vec<Taken>) {
+        // Under exactly_once the group's members commit together, whatever
+        // becomes of them.
+        finish_together(&members);
         let best = &members[0];
         // It decoded when it arrived; decoding is deterministic.
         let trajectory = match decode_trajectory(best.payload(), self.limits) {

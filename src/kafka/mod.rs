@@ -32,5 +32,5 @@ pub use message::{Delivery, RecordMeta, Rejected, Taken, HANDLER_PANIC};
 pub use produce::{send, Outgoing, SendError};
 pub use tail::{TailError, TopicTail};
 pub use tracker::OffsetTracker;
-pub use transaction::{send_output, Transactions};
+pub use transaction::{finish_together, send_output, Transactions};
 pub use worker::{shutdown_signal, RunOptions, RunSummary, StageLoop};

@@ -57,13 +57,20 @@ use crate::telemetry;
 /// How long one produce may wait for room in the producer's queue.
 const QUEUE_WAIT: Duration = Duration::from_secs(10);
 
-/// An output waiting for its inputs to be passed by the committable offset.
+/// An output waiting for its inputs to be passed by the committable offset
+/// (no record: inputs finished together with no output, which must not be
+/// split by a commit either).
 struct Held {
+    record: Option<Record>,
+    inputs: Vec<Ticket>,
+}
+
+/// An output's record, owned.
+struct Record {
     topic: String,
     key: Option<Vec<u8>>,
     payload: Option<Vec<u8>>,
     headers: OwnedHeaders,
-    inputs: Vec<Ticket>,
 }
 
 #[derive(Default)]
@@ -153,13 +160,26 @@ impl Transactions {
     pub(crate) fn register(&self, record: &Outgoing<'_>, inputs: Vec<Ticket>) {
         // The record carries the trace of the span registering it.
         let headers = telemetry::with_traceparent(record.headers.clone(), &tracing::Span::current());
-        let held = Held {
-            topic: record.topic.to_string(),
-            key: record.key.map(<[u8]>::to_vec),
-            payload: record.payload.map(<[u8]>::to_vec),
-            headers,
+        self.hold(Held {
+            record: Some(Record {
+                topic: record.topic.to_string(),
+                key: record.key.map(<[u8]>::to_vec),
+                payload: record.payload.map(<[u8]>::to_vec),
+                headers,
+            }),
             inputs,
-        };
+        });
+    }
+
+    /// Binds inputs that finish together without an output (a group not
+    /// hinted): no commit passes some of them but not the others.
+    pub(crate) fn bind(&self, inputs: Vec<Ticket>) {
+        if inputs.len() > 1 {
+            self.hold(Held { record: None, inputs });
+        }
+    }
+
+    fn hold(&self, held: Held) {
         let tracker = lock(&self.0.tracker);
         if !held.inputs.iter().all(|t| tracker.is_current(t)) {
             return;
@@ -235,21 +255,17 @@ impl Transactions {
             if state.rewinding {
                 return Cycle::Idle;
             }
+            let (ready, waiting, caps) = select(&tracker, std::mem::take(&mut state.held));
+            state.held = waiting;
             let offsets: Vec<(Partition, i64)> = tracker
                 .committable_all()
                 .into_iter()
+                .map(|(p, next)| {
+                    let next = caps.get(&p).map_or(next, |cap| next.min(*cap));
+                    (p, next)
+                })
                 .filter(|(p, next)| state.committed.get(p).is_none_or(|c| c < next))
                 .collect();
-            let mut ready = Vec::new();
-            let mut waiting = Vec::new();
-            for held in std::mem::take(&mut state.held) {
-                match passage_of(&tracker, &held.inputs) {
-                    Passage::Passed => ready.push(held),
-                    Passage::Waiting => waiting.push(held),
-                    Passage::Stale => {}
-                }
-            }
-            state.held = waiting;
             (ready, offsets)
         };
         if ready.is_empty() && offsets.is_empty() {
@@ -312,8 +328,8 @@ impl Transactions {
             .begin_transaction()
             .map_err(|e| self.failure("begin", &e))?;
         let mut deliveries: Vec<(&str, DeliveryFuture)> = Vec::with_capacity(ready.len());
-        for held in ready {
-            deliveries.push((&held.topic, self.produce(held)?));
+        for record in ready.iter().filter_map(|h| h.record.as_ref()) {
+            deliveries.push((&record.topic, self.produce(record)?));
         }
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), next) in offsets {
@@ -345,7 +361,7 @@ impl Transactions {
 
     /// Produces one held output into the open transaction, waiting for room
     /// in the queue at most [`QUEUE_WAIT`].
-    fn produce(&self, held: &Held) -> Result<DeliveryFuture, Failure> {
+    fn produce(&self, held: &Record) -> Result<DeliveryFuture, Failure> {
         let started = Instant::now();
         loop {
             let mut record: FutureRecord<'_, [u8], [u8]> =
@@ -406,6 +422,57 @@ enum Failure {
     Fatal(String),
 }
 
+/// Splits the held outputs into those that join this transaction and those
+/// that wait, and returns, per partition, the offset a commit may not pass:
+/// the lowest input of a waiting output. An output is ready when every input
+/// is passed by the committable offset AND below that cap, so that no commit
+/// ever splits an output's inputs (steps interleave on a partition: a step
+/// whose rows sit below and above an unfinished one waits whole, and the
+/// offset stays below its first row). Stale outputs (of a reset partition)
+/// are dropped.
+fn select(tracker: &OffsetTracker, held: Vec<Held>) -> (Vec<Held>, Vec<Held>, HashMap<Partition, i64>) {
+    let mut ready = Vec::new();
+    let mut waiting = Vec::new();
+    for h in held {
+        match passage_of(tracker, &h.inputs) {
+            Passage::Passed => ready.push(h),
+            Passage::Waiting => waiting.push(h),
+            Passage::Stale => {}
+        }
+    }
+    let mut caps: HashMap<Partition, i64> = HashMap::new();
+    fn lower(caps: &mut HashMap<Partition, i64>, h: &Held) {
+        for t in &h.inputs {
+            let cap = caps.entry((t.topic.clone(), t.partition)).or_insert(t.offset);
+            *cap = (*cap).min(t.offset);
+        }
+    }
+    for h in &waiting {
+        lower(&mut caps, h);
+    }
+    // A ready output above a cap waits too, which may lower the cap: until
+    // nothing moves (each round moves at least one, so at most n rounds).
+    loop {
+        let (stay, held_back): (Vec<Held>, Vec<Held>) = ready.into_iter().partition(|h| {
+            h.inputs.iter().all(|t| {
+                caps.get(&(t.topic.clone(), t.partition))
+                    .is_none_or(|cap| t.offset < *cap)
+            })
+        });
+        ready = stay;
+        if held_back.is_empty() {
+            break;
+        }
+        for h in &held_back {
+            lower(&mut caps, h);
+        }
+        waiting.extend(held_back);
+    }
+    // Outputs of one input set (a step's chunks, outcomes, metrics) move
+    // together, so their registration order holds in every transaction.
+    (ready, waiting, caps)
+}
+
 /// Where an output stands: [`Passage::Passed`] once all its inputs are,
 /// [`Passage::Stale`] when any was reset, [`Passage::Waiting`] otherwise.
 fn passage_of(tracker: &OffsetTracker, inputs: &[Ticket]) -> Passage {
@@ -418,6 +485,17 @@ fn passage_of(tracker: &OffsetTracker, inputs: &[Ticket]) -> Passage {
         }
     }
     all
+}
+
+/// Under exactly_once, binds `inputs` that finish together (a group's
+/// members, a step's messages), whatever becomes of them (an output, dead
+/// letters, nothing): no commit then passes some of them but not the others,
+/// so a kill never leaves a part of them to be redone alone. Does nothing
+/// under at_least_once.
+pub fn finish_together(inputs: &[Taken]) {
+    if let Some(transactions) = inputs.first().and_then(Taken::transactions) {
+        transactions.bind(inputs.iter().filter_map(Taken::ticket).collect());
+    }
 }
 
 /// Produces a stage's output made from `inputs`. Under exactly_once (the
@@ -489,6 +567,39 @@ mod tests {
             Passage::Passed
         );
         assert_eq!(passage_of(&tracker, &[other, b]), Passage::Waiting);
+    }
+
+    fn marker(inputs: &[&Ticket]) -> Held {
+        Held {
+            record: None,
+            inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+        }
+    }
+
+    #[test]
+    fn no_commit_splits_the_inputs_of_an_output_across_interleaved_steps() {
+        let mut tracker = OffsetTracker::new();
+        let t: Vec<Ticket> = (0..10).map(|o| tracker.begin("in", 0, o).0).collect();
+        // Step Y: offsets 3 and 9, finished together; step X: offset 5;
+        // offset 7 (another step) unfinished; the rest finished alone.
+        for (o, ticket) in t.iter().enumerate() {
+            if o != 7 {
+                tracker.finish(ticket);
+            }
+        }
+        assert_eq!(tracker.committable("in", 0), Some(7));
+        let held = vec![marker(&[&t[3], &t[9]]), marker(&[&t[5]]), marker(&[&t[1]])];
+        let (ready, waiting, caps) = select(&tracker, held);
+        let key = (t[0].topic.clone(), 0);
+        assert_eq!(caps.get(&key), Some(&3), "a commit stops below Y's first input");
+        assert_eq!(ready.len(), 1, "only the output of 1 joins");
+        assert_eq!(ready[0].inputs[0].offset, 1);
+        assert_eq!(waiting.len(), 2, "X (5) waits behind Y's cap, Y behind 7");
+        tracker.finish(&t[7]);
+        let (ready, waiting, caps) = select(&tracker, waiting);
+        assert_eq!((ready.len(), waiting.len()), (2, 0));
+        assert!(caps.is_empty());
+        assert_eq!(tracker.committable("in", 0), Some(10));
     }
 
     #[test]
