@@ -8,7 +8,8 @@
 //! 0 lost, and no dead letters.
 //!
 //! On a node of the test's own. EOS_KILLS (default 10 per stage) sets the
-//! kills. The same run under at_least_once (measured once, not a test) showed
+//! kills, EOS_PARTITIONS (default 6) the partitions of every topic (2: the
+//! two steps produced at a time often share one, interleaved). The same run under at_least_once (measured once, not a test) showed
 //! 332 duplicate hints and 95 duplicate advantage chunks for 6 kills.
 
 use crate::common;
@@ -28,7 +29,6 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-const PARTITIONS: i32 = 6;
 /// Failed groups of two trajectories each.
 const GROUPS: usize = 900;
 /// Steps of 8 rows and a `step_end`, produced two at a time interleaved.
@@ -114,6 +114,7 @@ struct Seen {
 fn follow(
     config: &Config,
     topics: Vec<String>,
+    partitions: i32,
     seen: Arc<Mutex<Seen>>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
@@ -126,7 +127,7 @@ fn follow(
         let consumer: BaseConsumer = client.create().unwrap();
         let mut tpl = TopicPartitionList::new();
         for topic in &topics {
-            for p in 0..PARTITIONS {
+            for p in 0..partitions {
                 tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
             }
         }
@@ -173,6 +174,7 @@ fn spawn(stage: &str, file: &std::path::Path, id: &str) -> common::Process {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed() {
     let kills = env_or("EOS_KILLS", 10);
+    let partitions = env_or("EOS_PARTITIONS", 6) as i32;
     let node = common::own_kafka();
     let mut config = common::config_for(&node.bootstrap);
     common::own_topics(&mut config.hints, "eos-trajectories", "eos-hints");
@@ -190,7 +192,7 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
             &a.dlq_topic,
             &config.topics.metrics,
         ],
-        PARTITIONS,
+        partitions,
     )
     .await;
     let mut stage_config = config.clone();
@@ -215,6 +217,7 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
     let reader = follow(
         &config,
         vec![h.output_topic.clone(), a.output_topic.clone()],
+        partitions,
         seen.clone(),
         stop_reader.clone(),
     );
@@ -289,7 +292,7 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
         &config,
         &h.group_id,
         &h.input_topic,
-        PARTITIONS,
+        partitions,
         Duration::from_secs(60),
         context,
     )
@@ -298,7 +301,7 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
         &config,
         &a.group_id,
         &a.input_topic,
-        PARTITIONS,
+        partitions,
         Duration::from_secs(60),
         context,
     )
