@@ -19,7 +19,7 @@ use hintstream::config::Config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-pub use kafka::{KafkaNode, NodeSettings};
+pub use kafka::{KafkaCluster, KafkaNode, NodeSettings};
 
 /// The broker a test shares with the other tests of its binary.
 #[derive(Clone)]

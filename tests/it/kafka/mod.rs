@@ -1,10 +1,11 @@
-//! The Kafka plumbing under both stages: at-least-once, delivery, dead letters, revoke, faults, chaos, codecs, secured clusters, record/replay.
+//! The Kafka plumbing under both stages: at-least-once, delivery, dead letters, revoke, failover, faults, chaos, codecs, secured clusters, record/replay.
 
 mod at_least_once;
 mod chaos;
 mod codecs;
 mod dead_letters;
 mod delivery;
+mod failover;
 mod faults;
 mod record_replay;
 mod revoke;
