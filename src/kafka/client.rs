@@ -19,7 +19,7 @@ use rdkafka::TopicPartitionList;
 
 use super::commit::lock;
 use super::tracker::OffsetTracker;
-use crate::config::{ClientKind, Config};
+use crate::config::{ClientKind, Config, GroupProtocol};
 use crate::health::Lifecycle;
 use crate::health::Signal;
 use crate::metrics::StageMetrics;
@@ -302,11 +302,15 @@ pub fn create_consumer(
     client.set_log_level(RDKafkaLogLevel::Warning);
     client
         .set("auto.offset.reset", "earliest")
-        // Incremental rebalances: a member joining or leaving moves only the
-        // partitions that change owner, so in-flight work elsewhere is not
-        // revoked and redone.
-        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("auto.commit.interval.ms", "1000");
+    // Incremental rebalances: a member joining or leaving moves only the
+    // partitions that change owner, so in-flight work elsewhere is not
+    // revoked and redone. Under KIP-848 (`group.protocol = "consumer"`) the
+    // broker assigns, always incrementally, and librdkafka refuses a client
+    // assignor; the config check refused one set there already.
+    if config.kafka.group_protocol().unwrap_or(GroupProtocol::Classic) == GroupProtocol::Classic {
+        client.set("partition.assignment.strategy", "cooperative-sticky");
+    }
     if let Some(bytes) = prefetch_bytes {
         // librdkafka's default (64 MiB) would let prefetched messages alone
         // exceed a small in-flight byte bound.

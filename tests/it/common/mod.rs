@@ -6,6 +6,7 @@
 //! never skips.
 #![allow(dead_code)]
 
+pub mod arrivals;
 pub mod kafka;
 pub mod llm_server;
 pub mod waits;

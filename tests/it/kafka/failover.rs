@@ -10,8 +10,8 @@
 //!     cargo test --test it kafka::failover -- --nocapture
 
 use crate::common;
+use crate::common::arrivals::{read_outputs, wait_progress, Arrivals};
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 use hintstream::config::Config;
 use hintstream::kafka::create_producer;
 use hintstream::messages::keys::{group_key, step_key};
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 const PARTITIONS: i32 = 6;
@@ -29,75 +27,8 @@ const PARTITIONS: i32 = 6;
 const GROUPS_PER_TICK: usize = 4;
 const TICK: Duration = Duration::from_millis(50);
 const ROWS_PER_STEP: i64 = 4;
-
-/// When each output record arrived at the test's reader, by topic.
-#[derive(Default)]
-struct Arrivals {
-    by_topic: HashMap<String, Vec<(String, Instant)>>,
-}
-
-impl Arrivals {
-    fn count(&self, topic: &str) -> usize {
-        self.by_topic.get(topic).map_or(0, Vec::len)
-    }
-
-    fn distinct(&self, topic: &str) -> usize {
-        let keys: std::collections::HashSet<&str> = self
-            .by_topic
-            .get(topic)
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k.as_str())
-            .collect();
-        keys.len()
-    }
-
-    /// The longest time between two arrivals on `topic` within `window`.
-    fn longest_stall(&self, topic: &str, window: (Instant, Instant)) -> Duration {
-        let mut times: Vec<Instant> = self
-            .by_topic
-            .get(topic)
-            .into_iter()
-            .flatten()
-            .map(|(_, t)| *t)
-            .filter(|t| *t >= window.0 && *t <= window.1)
-            .collect();
-        times.sort();
-        times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
-    }
-}
-
-/// Reads both outputs from the start, recording each arrival, until the
-/// returned flag is set.
-fn read_outputs(config: &Config, topics: &[String], arrivals: Arc<Mutex<Arrivals>>) -> Arc<AtomicBool> {
-    let mut client = hintstream::kafka::base_config(config);
-    client
-        .set("group.id", common::unique("failover-reader"))
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed");
-    let consumer: StreamConsumer = client.create().unwrap();
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    consumer.subscribe(&names).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let stop = done.clone();
-    tokio::spawn(async move {
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(Ok(message)) = tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
-            else {
-                continue;
-            };
-            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
-            arrivals
-                .lock()
-                .unwrap()
-                .by_topic
-                .entry(message.topic().to_string())
-                .or_default()
-                .push((key, Instant::now()));
-        }
-    });
-    done
-}
+/// How long the outputs may stall before the test fails.
+const PROGRESS_WITHIN: Duration = Duration::from_secs(90);
 
 /// Produces groups and steps every tick until `stop` is set; returns how many
 /// of each it produced once every send was acknowledged.
@@ -153,23 +84,6 @@ async fn produce_load(producer: FutureProducer, config: Config, stop: Arc<Atomic
     (groups, steps as usize)
 }
 
-/// Waits until `topic` has `more` arrivals past `from`, failing after 90 s.
-async fn wait_progress(arrivals: &Mutex<Arrivals>, topic: &str, from: usize, more: usize, after: &str) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let now = arrivals.lock().unwrap().count(topic);
-        if now >= from + more {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{topic}: no progress after {after} ({now} records, waiting for {})",
-            from + more
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn logs(hints: &common::Process, advantages: &common::Process) -> String {
     format!("hints:\n{}\nadvantages:\n{}", hints.log(), advantages.log())
 }
@@ -223,8 +137,8 @@ async fn both_stages_ride_out_leader_failover_without_losing_anything() {
         stop.clone(),
     ));
     let load_started = Instant::now();
-    wait_progress(&arrivals, &hints_out, 0, 40, "the start").await;
-    wait_progress(&arrivals, &advantages_out, 0, 10, "the start").await;
+    wait_progress(&arrivals, &hints_out, 0, 40, PROGRESS_WITHIN, "the start").await;
+    wait_progress(&arrivals, &advantages_out, 0, 10, PROGRESS_WITHIN, "the start").await;
 
     // The leader of an input partition, then of an output partition: each
     // killed mid-load, the stages moved on without it, then restarted.
@@ -243,8 +157,8 @@ async fn both_stages_ride_out_leader_failover_without_losing_anything() {
         eprintln!("failover: killing node {leader}, the leader of {what} partition {topic}[0]");
         cluster.kill9(leader);
         let after = format!("the kill of node {leader} ({what} leader)");
-        wait_progress(&arrivals, &hints_out, before.0, 40, &after).await;
-        wait_progress(&arrivals, &advantages_out, before.1, 10, &after).await;
+        wait_progress(&arrivals, &hints_out, before.0, 40, PROGRESS_WITHIN, &after).await;
+        wait_progress(&arrivals, &advantages_out, before.1, 10, PROGRESS_WITHIN, &after).await;
         cluster.start_again(leader);
         assert!(
             hints.running() && advantages.running(),

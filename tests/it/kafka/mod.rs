@@ -1,4 +1,4 @@
-//! The Kafka plumbing under both stages: at-least-once, delivery, dead letters, revoke, failover, faults, chaos, codecs, secured clusters, record/replay.
+//! The Kafka plumbing under both stages: at-least-once, delivery, dead letters, revoke, failover, faults, group protocols (classic and KIP-848), chaos, codecs, secured clusters, record/replay.
 
 mod at_least_once;
 mod chaos;
@@ -7,6 +7,7 @@ mod dead_letters;
 mod delivery;
 mod failover;
 mod faults;
+mod group_protocol;
 mod record_replay;
 mod revoke;
 mod secure_cluster;
