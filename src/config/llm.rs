@@ -77,12 +77,15 @@ pub struct LlmConfig {
     pub concurrency: usize,
     /// Retries of one model on 429/529/5xx/timeouts/broken connections.
     pub max_retries: u32,
-    /// Requests per minute (0 = no limit). The default caps what a flood of
-    /// input can buy at 600 calls a minute.
+    /// Requests per minute (0 = no limit), the consumer group's: each
+    /// worker takes the share of the input partitions it holds. The default
+    /// caps what a flood of input can buy at 600 calls a minute.
     pub requests_per_minute: u32,
-    /// Tokens per minute, input + output, from the real `usage` (0 = no limit).
+    /// Tokens per minute, input + output, from the real `usage` (0 = no
+    /// limit), the consumer group's like `requests_per_minute`.
     pub tokens_per_minute: u32,
-    /// Dollars of LLM calls per rolling hour (0 = no budget). When spent,
+    /// Dollars of LLM calls per rolling hour (0 = no budget), the consumer
+    /// group's (counted over `[topics] spend`). When spent,
     /// hints are static with `failure_reason = "budget_exhausted"` until
     /// older spend leaves the window.
     pub budget_usd_per_hour: f64,

@@ -19,8 +19,10 @@
 //! - The overspend bound: a worker does not see the others' calls in
 //!   flight, nor what they settled since their last record (one interval,
 //!   plus a produce and a fetch). So the group spends at most the budget
-//!   plus, for each worker, `llm.concurrency` worst-case calls and what it
-//!   settles within one interval (README, "The budget is the group's").
+//!   plus, for each worker but the one that admits the last call,
+//!   `llm.concurrency` worst-case calls and what it settles within one
+//!   interval (README, "The budget and the rate limits are the group's").
+//!   A worker alone: the budget itself.
 //! - Without a budget there is no ledger. Without the topic, a warning says
 //!   the budget is each worker's (as before the ledger).
 //! - Record times are the writers' wall clocks: a skew between hosts moves
