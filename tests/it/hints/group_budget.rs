@@ -115,17 +115,27 @@ async fn run(config: &Config, server: &LlmServer, workers: usize, groups: usize,
         endpoints.push(common::MetricsEndpoint(stage.metrics_addr));
         running.push(common::spawn_stage(|stop| stage.run(stop)));
     }
-    // Every partition held, by every worker: the group is settled.
+    // Every partition held, by every worker: the group is settled, and the
+    // rate limits are split by the partitions each holds.
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let mut held = Vec::new();
+        let (mut held, mut shares) = (Vec::new(), Vec::new());
         for e in &endpoints {
             held.push(e.value("hintstream_hints_assigned_partitions", &[]).await);
+            shares.push(e.value("hintstream_hints_llm_rate_share", &[]).await);
         }
-        if held.iter().all(|&n| n > 0.0) && held.iter().sum::<f64>() == f64::from(PARTITIONS) {
+        let settled = held.iter().all(|&n| n > 0.0) && held.iter().sum::<f64>() == f64::from(PARTITIONS);
+        let split = held
+            .iter()
+            .zip(&shares)
+            .all(|(h, s)| (s - h / f64::from(PARTITIONS)).abs() < 1e-9);
+        if settled && split {
             break;
         }
-        assert!(Instant::now() < deadline, "partitions held: {held:?}");
+        assert!(
+            Instant::now() < deadline,
+            "partitions held: {held:?}, rate shares {shares:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let producer = hintstream::kafka::create_producer(config).unwrap();
