@@ -19,8 +19,8 @@ use thiserror::Error;
 use crate::config::{Config, ConfigError, StageConfig};
 use crate::health::{Lifecycle, Readiness, Signal};
 use crate::kafka::{
-    check_cluster, create_stage_producer, ConnectError, Delivery, RunOptions, RunSummary, Stage, StageLoop,
-    StageProducer,
+    check_cluster, create_stage_producer, AssignmentHook, ConnectError, Delivery, RunOptions, RunSummary,
+    Stage, StageLoop, StageProducer,
 };
 use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
@@ -44,6 +44,8 @@ pub enum StageError {
     Llm(#[from] LlmError),
     #[error("reading what the hints learn from: {0}")]
     Learn(String),
+    #[error("the spend ledger: {0}")]
+    Ledger(String),
 }
 
 impl StageError {
@@ -146,6 +148,12 @@ impl StageShell {
 
     pub fn lifecycle(&self) -> Lifecycle {
         self.intake.lifecycle().clone()
+    }
+
+    /// Registers a hook called after every rebalance with the consumer's
+    /// whole assignment.
+    pub fn on_assignment(&self, hook: AssignmentHook) {
+        self.intake.on_assignment(hook);
     }
 
     /// Serves the registry as it is now, `/healthz` and `/readyz` on the

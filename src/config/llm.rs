@@ -39,6 +39,10 @@ pub const MAX_LLM_CONCURRENCY: usize = 10_000;
 /// low enough that a flood of input cannot buy unlimited calls.
 pub const DEFAULT_REQUESTS_PER_MINUTE: u32 = 600;
 
+/// The range of `llm.ledger_interval_ms`: often enough for a budget that
+/// others see within a minute, seldom enough that the ledger stays small.
+pub const LEDGER_INTERVAL_MS: std::ops::RangeInclusive<u64> = 50..=60_000;
+
 /// The default `llm.max_hint_chars`.
 pub const DEFAULT_MAX_HINT_CHARS: usize = 4_000;
 
@@ -73,17 +77,25 @@ pub struct LlmConfig {
     pub concurrency: usize,
     /// Retries of one model on 429/529/5xx/timeouts/broken connections.
     pub max_retries: u32,
-    /// Requests per minute (0 = no limit). The default caps what a flood of
-    /// input can buy at 600 calls a minute.
+    /// Requests per minute (0 = no limit), the consumer group's: each
+    /// worker takes the share of the input partitions it holds. The default
+    /// caps what a flood of input can buy at 600 calls a minute.
     pub requests_per_minute: u32,
-    /// Tokens per minute, input + output, from the real `usage` (0 = no limit).
+    /// Tokens per minute, input + output, from the real `usage` (0 = no
+    /// limit), the consumer group's like `requests_per_minute`.
     pub tokens_per_minute: u32,
-    /// Dollars of LLM calls per rolling hour (0 = no budget). When spent,
+    /// Dollars of LLM calls per rolling hour (0 = no budget), the consumer
+    /// group's (counted over `[topics] spend`). When spent,
     /// hints are static with `failure_reason = "budget_exhausted"` until
     /// older spend leaves the window.
     pub budget_usd_per_hour: f64,
     /// Tokens (input + output) per rolling hour (0 = no budget).
     pub budget_tokens_per_hour: u64,
+    /// How often each worker publishes its settled spend to `[topics]
+    /// spend` (milliseconds, within [`LEDGER_INTERVAL_MS`]): the group's
+    /// budget sees another worker's spend this late at most (plus a
+    /// produce and a fetch).
+    pub ledger_interval_ms: u64,
     /// Dollars per million input / output tokens, by model.
     pub prices: BTreeMap<String, ModelPrice>,
     /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
@@ -163,6 +175,10 @@ fn default_concurrency() -> usize {
     20
 }
 
+fn default_ledger_interval_ms() -> u64 {
+    1000
+}
+
 fn default_max_retries() -> u32 {
     4
 }
@@ -204,6 +220,7 @@ impl Default for LlmConfig {
             tokens_per_minute: 0,
             budget_usd_per_hour: 0.0,
             budget_tokens_per_hour: 0,
+            ledger_interval_ms: default_ledger_interval_ms(),
             prices: default_prices(),
             prompt_version: PromptVersion::default(),
             allowed_models: Vec::new(),
@@ -256,6 +273,14 @@ impl LlmConfig {
             return invalid(format!(
                 "llm.budget_usd_per_hour = {} must be a finite number >= 0 (0 = no budget)",
                 self.budget_usd_per_hour
+            ));
+        }
+        if !LEDGER_INTERVAL_MS.contains(&self.ledger_interval_ms) {
+            return invalid(format!(
+                "llm.ledger_interval_ms = {} must be within {}..={} milliseconds",
+                self.ledger_interval_ms,
+                LEDGER_INTERVAL_MS.start(),
+                LEDGER_INTERVAL_MS.end()
             ));
         }
         if self.budget_usd_per_hour > 0.0 {

@@ -49,7 +49,7 @@ pub use kafka::{
 pub use limits::LimitsConfig;
 pub use llm::{
     LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion, DEFAULT_REQUESTS_PER_MINUTE,
-    MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS,
+    LEDGER_INTERVAL_MS, MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS,
 };
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};

@@ -35,6 +35,11 @@ pub type Partition = (Arc<str>, i32);
 /// could never finish on this member.
 pub type RevokeHook = Box<dyn Fn(&[Partition]) + Send + Sync>;
 
+/// Called after every rebalance (partitions assigned or revoked) with the
+/// consumer's whole assignment then: stage 1 re-splits the group's rate
+/// limits by the share of partitions it holds.
+pub type AssignmentHook = Box<dyn Fn(&[Partition]) + Send + Sync>;
+
 /// Client configuration every client starts from: bootstrap servers, then the
 /// `[kafka]` passthrough table, which may override anything below it.
 pub fn base_config(config: &Config) -> ClientConfig {
@@ -71,6 +76,7 @@ pub struct StageContext {
     /// How long a revoked partition's in-flight work may take to finish.
     drain_timeout: Duration,
     revoke_hooks: Mutex<Vec<RevokeHook>>,
+    assignment_hooks: Mutex<Vec<AssignmentHook>>,
     /// Whether the consumer is in its group (readiness): held on an
     /// assignment and while statistics say the group is up and steady.
     group: Arc<Signal>,
@@ -84,6 +90,7 @@ impl StageContext {
             lifecycle,
             drain_timeout,
             revoke_hooks: Mutex::new(Vec::new()),
+            assignment_hooks: Mutex::new(Vec::new()),
             group: Arc::new(Signal::new("the consumer has not joined its group yet")),
         }
     }
@@ -96,6 +103,15 @@ impl StageContext {
     /// Registers a hook called when partitions are revoked.
     pub fn on_revoke(&self, hook: RevokeHook) {
         self.revoke_hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hook);
+    }
+
+    /// Registers a hook called after every rebalance with the whole
+    /// assignment.
+    pub fn on_assignment(&self, hook: AssignmentHook) {
+        self.assignment_hooks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(hook);
@@ -254,8 +270,21 @@ impl ConsumerContext for StageContext {
             }
             Rebalance::Revoke(_) => {}
         }
-        self.metrics
-            .set_assigned(consumer.assignment().map_or(0, |a| a.count()));
+        let assignment = consumer
+            .assignment()
+            .map(|a| partitions_of(&a))
+            .unwrap_or_default();
+        self.metrics.set_assigned(assignment.len());
+        if !matches!(rebalance, Rebalance::Error(_)) {
+            for hook in self
+                .assignment_hooks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                hook(&assignment);
+            }
+        }
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::cassette::Cassette;
 use super::client::{LlmError, Provider};
 use super::limits::budget::Remaining;
-use super::limits::CallLimits;
+use super::limits::{CallLimits, GroupLimits};
 use super::routing::{self, Link};
 use crate::config::{LlmConfig, PromptVersion};
 use crate::messages::{HintCategory, Usage};
@@ -120,6 +120,12 @@ impl Synthesizer {
             cassette: self.cassette.clone(),
             answered: AtomicBool::new(false),
         })
+    }
+
+    /// Its limits (shared with every arm's synthesizer), for stage 1 to
+    /// make them the consumer group's.
+    pub fn group_limits(&self) -> GroupLimits {
+        GroupLimits::new(self.limits.clone())
     }
 
     /// The prompt version this synthesizer sends.

@@ -11,15 +11,21 @@
 //! calls billed at that worst case stay within the budget plus one call).
 //! A reply that reports more (framing beyond [`FRAMING_TOKENS`]) is
 //! recorded as it is: the budget is then overshot by that excess alone.
+//!
+//! Every limit is the consumer group's ([`GroupLimits`], which stage 1
+//! feeds): the budget counts the other workers' spend from the spend
+//! ledger, the rates are split by the share of partitions each worker holds.
 
 pub mod budget;
 mod rate;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use self::budget::{Remaining, Reservation, SpendBudget};
+use self::budget::{GroupSpend, Remaining, Reservation, SpendBudget};
+pub use self::rate::share_of;
 use self::rate::RateLimits;
 use super::client::{Completion, LlmError, Reply};
 use super::pricing::{cost_usd, worst_case_cost_usd};
@@ -147,6 +153,62 @@ impl CallLimits {
 
     pub(super) fn has_budget(&self) -> bool {
         self.budget.is_some()
+    }
+}
+
+/// What stage 1 uses to make a synthesizer's limits the group's: the
+/// rebalance sets the rate share, the spend ledger brings the other
+/// workers' spend in and takes this worker's out.
+#[derive(Clone)]
+pub struct GroupLimits {
+    limits: Arc<CallLimits>,
+}
+
+impl GroupLimits {
+    pub(super) fn new(limits: Arc<CallLimits>) -> Self {
+        GroupLimits { limits }
+    }
+
+    /// Takes the rate share of `assigned` of the input topic's `total`
+    /// partitions (see [`share_of`]).
+    pub fn set_rate_share(&self, assigned: usize, total: usize) {
+        self.limits.rate.set_share(assigned, total);
+    }
+
+    /// This worker's (requests, tokens) per minute now; 0 = unlimited.
+    pub fn rate_per_minute(&self) -> (u32, u32) {
+        self.limits.rate.per_minute()
+    }
+
+    /// Whether a spend budget is set (without one there is no ledger).
+    pub fn has_budget(&self) -> bool {
+        self.limits.budget.is_some()
+    }
+
+    /// Counts another worker's spend of `age` ago.
+    pub fn observe_peer_spend(&self, age: Duration, usd: f64, tokens: u64) {
+        if let Some(budget) = &self.limits.budget {
+            budget.observe_peer(age, usd, tokens);
+        }
+    }
+
+    /// This worker's spend settled since the last call (see
+    /// [`SpendBudget::take_unpublished`]).
+    pub fn take_unpublished(&self) -> Option<(f64, u64)> {
+        self.limits.budget.as_ref()?.take_unpublished()
+    }
+
+    /// Puts back spend whose record was not written.
+    pub fn restore_unpublished(&self, usd: f64, tokens: u64) {
+        if let Some(budget) = &self.limits.budget {
+            budget.restore_unpublished(usd, tokens);
+        }
+    }
+
+    /// The group's settled spend in the rolling hour; `None` without a
+    /// budget.
+    pub fn group_spend(&self) -> Option<GroupSpend> {
+        self.limits.budget.as_ref().map(SpendBudget::group_spend)
     }
 }
 

@@ -1,9 +1,10 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, long replies, hints that learn.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, the group's budget, long replies, hints that learn.
 
 mod bad_input;
 mod budget_bound;
 mod byte_bounds;
 mod eval;
+mod group_budget;
 mod hints_kafka;
 mod learning;
 mod learning_stage;
