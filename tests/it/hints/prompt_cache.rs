@@ -1,0 +1,362 @@
+//! Provider prompt caching against the loopback LLM, which reports cache
+//! usage as the providers do: a 2,000-token `system_context_file` is
+//! written to the cache on the first call and read at the cache-read price
+//! after; `cost_usd` is what the usage fields cost by hand; nothing under
+//! 1,024 tokens is cached; a recurring task gets its own breakpoint; the
+//! OpenAI dialect gets `prompt_cache_key` and its `cached_tokens` are taken
+//! out of the input.
+
+use crate::common::llm_server;
+
+use std::path::Path;
+
+use hintstream::config::{CacheTtl, LlmConfig};
+use hintstream::llm::synth::LlmEnv;
+use hintstream::llm::{LlmError, Synthesis, Synthesizer};
+use hintstream::messages::{FailedTrajectory, HintCategory, Usage};
+use llm_server::{LlmServer, CACHE_MIN_TOKENS};
+use serde_json::Value;
+
+const KEY: &str = "sk-cache-test";
+/// Claude Sonnet 4's list prices, dollars per million tokens, and its
+/// cache rates (0.1x the input for a read, 1.25x for a 5-minute write, 2x
+/// for a 1-hour one).
+const INPUT: f64 = 3.0;
+const OUTPUT: f64 = 15.0;
+const READ: f64 = 0.3;
+const WRITE_5M: f64 = 3.75;
+const WRITE_1H: f64 = 6.0;
+
+fn trajectory(task: &str) -> FailedTrajectory {
+    serde_json::from_value(serde_json::json!({
+        "schema_version": 1, "run_id": "r", "step": 1, "instance_id": "i", "trajectory_id": "t",
+        "task_prompt": task,
+        "chat_history": [{"role": "assistant", "content": "I ran the tests."}],
+        "reward": 0.0,
+        "verifier_stdout": ">>> ERROR_ACCUMULATOR >>>\n['test_parse failed']\n<<< ERROR_ACCUMULATOR <<<",
+        "verifier_error": null, "tool_error_messages": ["bash: exit status 1"]
+    }))
+    .unwrap()
+}
+
+/// A context file of about `tokens` tokens (a token per 4 bytes, as the
+/// loopback counts them).
+fn context_file(dir: &Path, tokens: usize) -> String {
+    let line = "Tool `bash`: runs one shell command; quote paths with spaces.\n";
+    let text = line.repeat(tokens * 4 / line.len() + 1);
+    let path = dir.join("tools.md");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn config(context: &str) -> LlmConfig {
+    LlmConfig {
+        timeout_secs: 10.0,
+        max_retries: 0,
+        system_context_file: context.into(),
+        ..LlmConfig::default()
+    }
+}
+
+/// What `usage` costs by hand at the Sonnet prices, writes at `write`.
+fn hand_cost(u: &Usage, write: f64) -> f64 {
+    (u.input_tokens as f64 * INPUT
+        + u.cache_read_input_tokens.unwrap_or(0) as f64 * READ
+        + u.cache_creation_input_tokens.unwrap_or(0) as f64 * write
+        + u.output_tokens as f64 * OUTPUT)
+        / 1e6
+}
+
+fn assert_costs_its_usage(s: &Synthesis, write: f64) {
+    assert_eq!(s.category, HintCategory::LlmSynthesized, "{:?}", s.failure_reason);
+    let want = hand_cost(&s.usage, write);
+    assert!(
+        (s.cost_usd - want).abs() < 1e-12,
+        "cost_usd {} is not the usage's {want}: {:?}",
+        s.cost_usd,
+        s.usage
+    );
+}
+
+/// The `cache_control` markers of a request body.
+fn markers(body: &Value) -> Vec<Value> {
+    let mut found = Vec::new();
+    let mut collect = |v: &Value| {
+        for b in v.as_array().into_iter().flatten() {
+            if let Some(c) = b.get("cache_control") {
+                found.push(c.clone());
+            }
+        }
+    };
+    collect(&body["system"]);
+    for m in body["messages"].as_array().into_iter().flatten() {
+        collect(&m["content"]);
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_2000_token_context_is_written_once_then_billed_at_the_cache_read_price() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let synth = Synthesizer::new(
+        &config(&context_file(dir.path(), 2000)),
+        &llm_server::anthropic_env(&server, KEY),
+    )
+    .unwrap();
+    let mut hints = Vec::new();
+    for i in 0..5 {
+        hints.push(
+            synth
+                .synthesize(&trajectory(&format!("Fix parser bug #{i}.")))
+                .await,
+        );
+    }
+    let first = &hints[0];
+    assert_costs_its_usage(first, WRITE_5M);
+    let written = first.usage.cache_creation_input_tokens.unwrap();
+    assert!(written >= 2000, "the context was written: {:?}", first.usage);
+    assert_eq!(first.usage.cache_read_input_tokens, Some(0));
+    for later in &hints[1..] {
+        assert_costs_its_usage(later, WRITE_5M);
+        assert_eq!(
+            later.usage.cache_read_input_tokens,
+            Some(written),
+            "the context is read from the cache"
+        );
+        assert_eq!(later.usage.cache_creation_input_tokens, Some(0));
+        assert!(later.cost_usd < first.cost_usd);
+        // Saved: the cached tokens at the input price less the read price.
+        let saved = written as f64 * (INPUT - READ) / 1e6;
+        assert!(
+            (later.cache_saved_usd - saved).abs() < 1e-12,
+            "{}",
+            later.cache_saved_usd
+        );
+    }
+    assert!(first.cache_saved_usd < 0.0, "the write costs a premium");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 5);
+    for r in &seen {
+        let system = r.body["system"].as_array().expect("system blocks");
+        assert_eq!(system.len(), 1, "one block: the prompt with its context");
+        assert_eq!(
+            system[0]["cache_control"],
+            serde_json::json!({"type": "ephemeral"})
+        );
+        assert!(system[0]["text"].as_str().unwrap().contains("Tool `bash`"));
+        assert!(
+            r.body["messages"][0]["content"].is_string(),
+            "no task recurred: no task breakpoint"
+        );
+    }
+}
+
+#[tokio::test]
+async fn below_1024_tokens_nothing_is_marked_or_cached() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let synth = Synthesizer::new(
+        &config(&context_file(dir.path(), 500)),
+        &llm_server::anthropic_env(&server, KEY),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let s = synth.synthesize(&trajectory("Fix the parser.")).await;
+        assert_costs_its_usage(&s, WRITE_5M);
+        assert_eq!(s.usage.cache_read_input_tokens, None);
+        assert_eq!(s.usage.cache_creation_input_tokens, None);
+        assert_eq!(s.cache_saved_usd, 0.0);
+    }
+    for r in server.seen() {
+        assert!(markers(&r.body).is_empty(), "{}", r.body);
+        assert!(r.body["system"].as_str().unwrap().contains("Tool `bash`"));
+    }
+}
+
+#[tokio::test]
+async fn the_loopback_caches_nothing_under_1024_tokens_even_when_marked() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A low minimum makes the client mark a 500-token prefix.
+    let config = LlmConfig {
+        cache_min_tokens: 100,
+        ..config(&context_file(dir.path(), 500))
+    };
+    let synth = Synthesizer::new(&config, &llm_server::anthropic_env(&server, KEY)).unwrap();
+    for _ in 0..2 {
+        let s = synth.synthesize(&trajectory("Fix the parser.")).await;
+        assert_costs_its_usage(&s, WRITE_5M);
+        assert_eq!(s.usage.cache_read_input_tokens, Some(0));
+        assert_eq!(s.usage.cache_creation_input_tokens, Some(0));
+    }
+    let seen = server.seen();
+    assert!(
+        seen.iter().all(|r| !markers(&r.body).is_empty()),
+        "the requests were marked"
+    );
+    assert!(llm_server::prompt_text_bytes(&seen[0].body) / 4 < CACHE_MIN_TOKENS);
+}
+
+#[tokio::test]
+async fn a_recurring_task_gets_its_own_breakpoint_and_is_read_the_third_time() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = LlmConfig {
+        cache_ttl: CacheTtl::OneHour,
+        ..config(&context_file(dir.path(), 2000))
+    };
+    let synth = Synthesizer::new(&config, &llm_server::anthropic_env(&server, KEY)).unwrap();
+    let task = format!(
+        "Make the date parser accept ISO weeks. {}",
+        "Details. ".repeat(200)
+    );
+    let t = trajectory(&task);
+    let runs = [
+        synth.synthesize(&t).await,
+        synth.synthesize(&t).await,
+        synth.synthesize(&t).await,
+    ];
+    for s in &runs {
+        assert_costs_its_usage(s, WRITE_1H);
+    }
+    let system = runs[0].usage.cache_creation_input_tokens.unwrap();
+    // Second: the system is read, the task section written.
+    assert_eq!(runs[1].usage.cache_read_input_tokens, Some(system));
+    let task_tokens = runs[1].usage.cache_creation_input_tokens.unwrap();
+    assert!(
+        task_tokens >= 400,
+        "the task section was written: {:?}",
+        runs[1].usage
+    );
+    // Third: both are read.
+    assert_eq!(runs[2].usage.cache_read_input_tokens, Some(system + task_tokens));
+    assert_eq!(runs[2].usage.cache_creation_input_tokens, Some(0));
+    let seen = server.seen();
+    assert_eq!(markers(&seen[0].body).len(), 1);
+    assert_eq!(markers(&seen[1].body).len(), 2, "{}", seen[1].body);
+    let ttl = serde_json::json!({"type": "ephemeral", "ttl": "1h"});
+    assert!(markers(&seen[2].body).iter().all(|m| *m == ttl));
+    let content = &seen[1].body["messages"][0]["content"];
+    assert!(content[0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("## Task\nMake the date parser"));
+    assert!(content[1]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("\n\n## Conversation"));
+}
+
+#[tokio::test]
+async fn the_openai_dialect_gets_a_prompt_cache_key_and_its_cached_tokens_are_not_input() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = LlmEnv {
+        openai_api_key: Some(KEY.into()),
+        openai_base_url: Some(format!("{}/v1", server.base_url())),
+        ..LlmEnv::default()
+    };
+    let synth = Synthesizer::new(&config(&context_file(dir.path(), 2000)), &env).unwrap();
+    let first = synth.synthesize(&trajectory("Fix parser bug #1.")).await;
+    let second = synth.synthesize(&trajectory("Fix parser bug #2.")).await;
+    assert_eq!(first.usage.cache_read_input_tokens, Some(0));
+    let cached = second.usage.cache_read_input_tokens.unwrap();
+    assert!(cached >= 2000 && cached % 128 == 0, "{:?}", second.usage);
+    assert_eq!(
+        second.usage.cache_creation_input_tokens, None,
+        "OpenAI bills no write"
+    );
+    // gpt-4o-mini: $0.15 input, $0.075 cached, $0.60 output.
+    for s in [&first, &second] {
+        let u = &s.usage;
+        let want = (u.input_tokens as f64 * 0.15
+            + u.cache_read_input_tokens.unwrap_or(0) as f64 * 0.075
+            + u.output_tokens as f64 * 0.6)
+            / 1e6;
+        assert!((s.cost_usd - want).abs() < 1e-12, "{} vs {want}", s.cost_usd);
+    }
+    // The input is prompt_tokens less the cached ones.
+    assert_eq!(
+        first.usage.input_tokens,
+        second.usage.input_tokens + cached,
+        "the two prompts are of one length"
+    );
+    let seen = server.seen();
+    let keys: Vec<&str> = seen
+        .iter()
+        .map(|r| r.body["prompt_cache_key"].as_str().unwrap())
+        .collect();
+    assert!(keys.iter().all(|k| k.starts_with("hintstream-v2-")), "{keys:?}");
+    assert_ne!(keys[0], keys[1], "one key per task");
+}
+
+#[tokio::test]
+async fn caching_off_sends_no_marker_and_no_key() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = LlmConfig {
+        prompt_cache: false,
+        ..config(&context_file(dir.path(), 2000))
+    };
+    let synth = Synthesizer::new(&config, &llm_server::anthropic_env(&server, KEY)).unwrap();
+    let t = trajectory("Fix the parser.");
+    for _ in 0..3 {
+        let s = synth.synthesize(&t).await;
+        assert_costs_its_usage(&s, WRITE_5M);
+        assert_eq!(s.usage.cache_read_input_tokens, None);
+    }
+    for r in server.seen() {
+        assert!(r.body["system"].is_string() && markers(&r.body).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn an_env_class_gets_its_own_text_after_the_common_one() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let classes = dir.path().join("classes");
+    std::fs::create_dir(&classes).unwrap();
+    std::fs::write(
+        classes.join("sql.md"),
+        "SQL: always ROLLBACK after a failed statement.",
+    )
+    .unwrap();
+    let config = LlmConfig {
+        system_context_dir: classes.display().to_string(),
+        ..config(&context_file(dir.path(), 2000))
+    };
+    let synth = Synthesizer::new(&config, &llm_server::anthropic_env(&server, KEY)).unwrap();
+    let mut sql = trajectory("Fix the query.");
+    sql.env_class = Some("sql".into());
+    let mut other = trajectory("Fix the query.");
+    other.env_class = Some("web".into());
+    synth.synthesize(&sql).await;
+    let s = synth.synthesize(&other).await;
+    // The common part was cached by the sql request and read by the other.
+    assert!(s.usage.cache_read_input_tokens.unwrap() >= 2000, "{:?}", s.usage);
+    let seen = server.seen();
+    let text = |r: &llm_server::Seen| {
+        r.body["system"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["text"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let sql_system = text(&seen[0]);
+    assert_eq!(sql_system.len(), 2, "the common part, then the class's");
+    assert!(sql_system[1].contains("ROLLBACK"));
+    assert!(!text(&seen[1]).concat().contains("ROLLBACK"));
+}
+
+#[test]
+fn a_missing_context_file_stops_the_start_up_naming_it() {
+    let env = LlmEnv::default();
+    let err = Synthesizer::new(&config("/nonexistent/tools.md"), &env).unwrap_err();
+    assert!(
+        matches!(err, LlmError::Context { .. }) && err.is_config(),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("/nonexistent/tools.md"), "{err}");
+}
