@@ -65,6 +65,28 @@ impl SystemContext {
             .map(String::as_str)
     }
 
+    /// [`SystemContext::describe`] with a digest of the texts, which tells
+    /// two contexts of one size apart (the eval report's `system_context`).
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        if self.is_empty() {
+            return "none".into();
+        }
+        let mut hasher = Sha256::new();
+        for text in self.common.iter().chain(self.by_env_class.values()) {
+            hasher.update(text.len().to_le_bytes());
+            hasher.update(text.as_bytes());
+        }
+        for class in self.by_env_class.keys() {
+            hasher.update(class.as_bytes());
+        }
+        let hex: String = hasher.finalize()[..6]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{} (sha256 {hex})", self.describe())
+    }
+
     /// A one-line description for the eval report and the start-up log:
     /// the bytes of each part, no text.
     pub fn describe(&self) -> String {

@@ -613,6 +613,7 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         return r;
     }
     let behavior = pick(&state, &String::from_utf8_lossy(&body));
+    let cache_bill = state.cache.lock().unwrap().arrive(api, &value);
     if let Some(r) = misbehave(api, &headers, &behavior).await {
         return r;
     }
@@ -641,7 +642,7 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         _ => unreachable!("handled by misbehave"),
     };
     let mut reply = api.success(&value["model"], &text, body.len());
-    state.cache.lock().unwrap().bill(api, &value, &mut reply);
+    state.cache.lock().unwrap().answer(cache_bill, &mut reply);
     json_response(200, reply, None)
 }
 
@@ -748,21 +749,58 @@ fn blocks(v: &Value) -> Vec<(String, Option<Duration>)> {
     }
 }
 
+/// What a request reads from and writes to the cache, decided when it
+/// arrives (a prefix written by a request still in flight is not yet
+/// readable, as on the real APIs); its entries go in when it is answered.
+pub struct CacheBill {
+    api: Api,
+    read: u64,
+    written: u64,
+    /// Whether the reply reports cache fields.
+    report: bool,
+    /// Prefixes cached by this request, and how long they live.
+    entries: Vec<(u64, Duration)>,
+}
+
 impl PromptCacheSim {
-    fn live(&mut self, hash: u64, now: Instant) -> bool {
+    fn live(&self, hash: u64, now: Instant) -> bool {
         self.entries.get(&hash).is_some_and(|until| *until > now)
     }
 
-    /// Sets the cache fields of a success `reply` to the request `body`.
-    fn bill(&mut self, api: Api, body: &Value, reply: &mut Value) {
+    /// What the request `body` reads and writes, by the cache as it is now.
+    fn arrive(&self, api: Api, body: &Value) -> CacheBill {
         let now = Instant::now();
         match api {
-            Api::Anthropic => self.bill_anthropic(body, reply, now),
-            Api::OpenAi => self.bill_openai(body, reply, now),
+            Api::Anthropic => self.arrive_anthropic(body, now),
+            Api::OpenAi => self.arrive_openai(body, now),
         }
     }
 
-    fn bill_anthropic(&mut self, body: &Value, reply: &mut Value, now: Instant) {
+    /// Stores `bill`'s prefixes and sets the cache fields of the success
+    /// `reply`.
+    fn answer(&mut self, bill: CacheBill, reply: &mut Value) {
+        let now = Instant::now();
+        for (hash, ttl) in &bill.entries {
+            self.entries.insert(*hash, now + *ttl);
+        }
+        if !bill.report {
+            return;
+        }
+        let usage = &mut reply["usage"];
+        match bill.api {
+            Api::Anthropic => {
+                let total = usage["input_tokens"].as_u64().unwrap_or(0);
+                usage["input_tokens"] = json!(total.saturating_sub(bill.read + bill.written));
+                usage["cache_read_input_tokens"] = json!(bill.read);
+                usage["cache_creation_input_tokens"] = json!(bill.written);
+            }
+            Api::OpenAi => {
+                usage["prompt_tokens_details"] = json!({"cached_tokens": bill.read});
+            }
+        }
+    }
+
+    fn arrive_anthropic(&self, body: &Value, now: Instant) -> CacheBill {
         let model = body["model"].as_str().unwrap_or_default();
         let mut parts = blocks(&body["system"]);
         for m in body["messages"].as_array().into_iter().flatten() {
@@ -782,9 +820,6 @@ impl PromptCacheSim {
                 });
             }
         }
-        if marks.is_empty() {
-            return;
-        }
         let cacheable: Vec<&Breakpoint> = marks.iter().filter(|b| b.tokens >= CACHE_MIN_TOKENS).collect();
         let read = cacheable
             .iter()
@@ -792,18 +827,16 @@ impl PromptCacheSim {
             .find(|b| self.live(b.hash, now))
             .map_or(0, |b| b.tokens);
         let last = cacheable.last().map_or(0, |b| b.tokens);
-        let written = last.saturating_sub(read);
-        for b in &cacheable {
-            self.entries.insert(b.hash, now + b.ttl);
+        CacheBill {
+            api: Api::Anthropic,
+            read,
+            written: last.saturating_sub(read),
+            report: !marks.is_empty(),
+            entries: cacheable.iter().map(|b| (b.hash, b.ttl)).collect(),
         }
-        let total = reply["usage"]["input_tokens"].as_u64().unwrap_or(0);
-        let usage = &mut reply["usage"];
-        usage["input_tokens"] = json!(total.saturating_sub(read + written));
-        usage["cache_read_input_tokens"] = json!(read);
-        usage["cache_creation_input_tokens"] = json!(written);
     }
 
-    fn bill_openai(&mut self, body: &Value, reply: &mut Value, now: Instant) {
+    fn arrive_openai(&self, body: &Value, now: Instant) -> CacheBill {
         let model = body["model"].as_str().unwrap_or_default();
         let mut text = Vec::new();
         for m in body["messages"].as_array().into_iter().flatten() {
@@ -814,21 +847,25 @@ impl PromptCacheSim {
             }
             text.push(0);
         }
-        let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
         let text_tokens = text.len() as u64 / CACHE_BYTES_PER_TOKEN;
-        let mut cached = 0;
+        let mut read = 0;
+        let mut entries = Vec::new();
         let mut step = CACHE_MIN_TOKENS;
-        while step <= text_tokens.min(prompt_tokens) {
+        while step <= text_tokens {
             let end = (step * CACHE_BYTES_PER_TOKEN) as usize;
             let hash = fnv(&[model.as_bytes(), &[0], &text[..end]].concat());
             if self.live(hash, now) {
-                cached = step;
+                read = step;
             }
-            self.entries.insert(hash, now + OPENAI_CACHE_TTL);
+            entries.push((hash, OPENAI_CACHE_TTL));
             step += OPENAI_CACHE_STEP_TOKENS;
         }
-        if cached > 0 || body.get("prompt_cache_key").is_some() {
-            reply["usage"]["prompt_tokens_details"] = json!({"cached_tokens": cached});
+        CacheBill {
+            api: Api::OpenAi,
+            read,
+            written: 0,
+            report: read > 0 || body.get("prompt_cache_key").is_some(),
+            entries,
         }
     }
 }

@@ -360,3 +360,100 @@ fn a_missing_context_file_stops_the_start_up_naming_it() {
     );
     assert!(err.to_string().contains("/nonexistent/tools.md"), "{err}");
 }
+
+/// `hintstream eval` with a config without context and one with it, over
+/// a recorded topic of `groups` groups: the report says which context each
+/// config carried and how many hints changed with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eval_report_shows_the_context_and_the_hints_it_changed() {
+    use hintstream::eval::report::Report;
+    use hintstream::tools::recorded::Bytes;
+    use hintstream::tools::RecordedMessage;
+
+    let server = LlmServer::start(Some(KEY)).await;
+    server.default(llm_server::Behavior::Derived(std::time::Duration::ZERO));
+    let dir = tempfile::tempdir().unwrap();
+    let groups = 4;
+    let lines: Vec<String> = (0..groups)
+        .map(|i| {
+            let t = serde_json::to_value(trajectory(&format!("Fix bug #{i}."))).unwrap();
+            let mut t = t.as_object().unwrap().clone();
+            t.insert("instance_id".into(), format!("inst-{i}").into());
+            RecordedMessage {
+                topic: "rl.trajectories.failed".into(),
+                partition: 0,
+                offset: i,
+                timestamp: Some(1_764_000_000_000),
+                key: Bytes::new(Some(format!("r/1/inst-{i}").into_bytes())),
+                value: Bytes::new(Some(Value::Object(t).to_string().into_bytes())),
+                headers: vec![],
+            }
+            .to_line()
+        })
+        .collect();
+    let input = dir.path().join("failed.jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let llm = format!(
+        // One call at a time: a prefix is readable once its write is answered.
+        "[llm]\nprovider = \"anthropic\"\nbase_url = \"{}\"\nmax_retries = 0\nconcurrency = 1\n",
+        server.base_url()
+    );
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, &llm).unwrap();
+    let with_context = dir.path().join("context.toml");
+    let context = context_file(dir.path(), 2000);
+    std::fs::write(
+        &with_context,
+        format!("{llm}system_context_file = \"{context}\"\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let args: Vec<String> = [
+        "eval",
+        "--input",
+        &input.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--config",
+        &plain.display().to_string(),
+        "--config",
+        &with_context.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let output = tokio::task::spawn_blocking(move || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hintstream"));
+        crate::common::without_llm_env(&mut command)
+            .env_remove("ANTHROPIC_BASE_URL")
+            .env("ANTHROPIC_API_KEY", KEY)
+            .args(&args);
+        command.output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let (a, b) = (&report.configs[0], &report.configs[1]);
+    assert_eq!(a.system_context, "none");
+    assert!(
+        b.system_context.starts_with("file: ") && b.system_context.contains("sha256"),
+        "{}",
+        b.system_context
+    );
+    assert_eq!(a.hints_changed, None);
+    assert_eq!(
+        b.hints_changed,
+        Some(groups as u64),
+        "the loopback's hints follow the prompt"
+    );
+    assert_eq!(a.cache_read_input_tokens + a.cache_creation_input_tokens, 0);
+    assert!(b.cache_read_input_tokens >= 2000 * (groups as u64 - 1), "{b:?}");
+    assert!(b.cache_creation_input_tokens >= 2000, "{b:?}");
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("hints changed vs the first config") && html.contains("system context"));
+}
