@@ -457,3 +457,49 @@ async fn the_eval_report_shows_the_context_and_the_hints_it_changed() {
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(html.contains("hints changed vs the first config") && html.contains("system context"));
 }
+
+/// The spend budget reserves a request that marks a breakpoint at the
+/// cache write price: a budget that fits one plain request's worst case
+/// (every prompt byte a token at the input price) refuses the same request
+/// with caching on.
+#[tokio::test]
+async fn the_budget_reserves_a_marked_request_at_the_cache_write_price() {
+    use hintstream::llm::limits::FRAMING_TOKENS;
+
+    let server = LlmServer::start(Some(KEY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let context = context_file(dir.path(), 2000);
+    let t = trajectory("Fix the parser.");
+    let probe = Synthesizer::new(
+        &LlmConfig {
+            prompt_cache: false,
+            ..config(&context)
+        },
+        &llm_server::anthropic_env(&server, KEY),
+    )
+    .unwrap();
+    probe.synthesize(&t).await;
+    let bytes = llm_server::prompt_text_bytes(&server.seen()[0].body);
+    let max_tokens = f64::from(LlmConfig::default().max_tokens);
+    let plain_worst = ((bytes + FRAMING_TOKENS) as f64 * INPUT + max_tokens * OUTPUT) / 1e6;
+    let marked_worst = ((bytes + FRAMING_TOKENS) as f64 * WRITE_5M + max_tokens * OUTPUT) / 1e6;
+    let budget = plain_worst * 1.05;
+    assert!(marked_worst > budget);
+    for (prompt_cache, reason) in [(false, None), (true, Some("budget_exhausted"))] {
+        let synth = Synthesizer::new(
+            &LlmConfig {
+                prompt_cache,
+                budget_usd_per_hour: budget,
+                ..config(&context)
+            },
+            &llm_server::anthropic_env(&server, KEY),
+        )
+        .unwrap();
+        let s = synth.synthesize(&t).await;
+        assert_eq!(
+            s.failure_reason.as_deref(),
+            reason,
+            "prompt_cache = {prompt_cache}"
+        );
+    }
+}
