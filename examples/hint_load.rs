@@ -193,7 +193,7 @@ mod caching {
     const CONCURRENCY: usize = 20;
     /// The loopback's latency: a request arriving while the one that writes
     /// its prefix is in flight misses the cache, as on the real APIs.
-    const LATENCY: Duration = Duration::from_millis(20);
+    const LATENCY: Duration = Duration::from_millis(200);
 
     /// A failed trajectory of task `task`: a task of about `task_len`
     /// characters and a short conversation, as a coding environment sends.
