@@ -13,8 +13,10 @@
 //!    after), for today's prompt, a 2,000-token `system_context_file`
 //!    (5-minute and 1-hour TTL), tasks that recur, and the OpenAI dialect.
 //!
-//!     cargo run --release --example hint_load [-- C L_MS N]
-//!     cargo run --example hint_load -- caching [N]    # the caching part alone
+//! ```text
+//! cargo run --release --example hint_load [-- C L_MS N]
+//! cargo run --example hint_load -- caching [N]    # the caching part alone
+//! ```
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
