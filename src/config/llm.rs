@@ -95,8 +95,9 @@ pub struct LlmConfig {
     /// request uses the configured chain (and is counted as ignored).
     pub allowed_models: Vec<String>,
     /// A text file appended to the system prompt of every call (an
-    /// environment's tool documentation, a rubric); empty = none. Read once
-    /// at start-up, at most `llm::context::MAX_CONTEXT_FILE_BYTES`.
+    /// environment's tool documentation, a rubric); empty = none. A relative
+    /// path is from the working directory. Read once at start-up, at most
+    /// `llm::context::MAX_CONTEXT_FILE_BYTES`.
     pub system_context_file: String,
     /// A directory of one file per `env_class`, `<dir>/<env_class>.md`,
     /// appended after `system_context_file` for a trajectory of that

@@ -4,7 +4,9 @@
 //! after; `cost_usd` is what the usage fields cost by hand; nothing under
 //! 1,024 tokens is cached; a recurring task gets its own breakpoint; the
 //! OpenAI dialect gets `prompt_cache_key` and its `cached_tokens` are taken
-//! out of the input.
+//! out of the input; requests in flight together on a cold cache each
+//! write; the budget reserves a marked request at the write price; the
+//! eval report shows the context and the hints it changed.
 
 use crate::common::llm_server;
 
@@ -502,4 +504,38 @@ async fn the_budget_reserves_a_marked_request_at_the_cache_write_price() {
             "prompt_cache = {prompt_cache}"
         );
     }
+}
+
+/// As on the real APIs, a prefix is readable once the request that wrote
+/// it is answered: requests in flight together on a cold cache each write
+/// it, and the next one reads it.
+#[tokio::test]
+async fn requests_in_flight_together_on_a_cold_cache_each_write() {
+    let server = LlmServer::start(Some(KEY)).await;
+    server.default(llm_server::Behavior::Text(
+        "Check the week numbering.".into(),
+        std::time::Duration::from_millis(300),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let synth = Synthesizer::new(
+        &config(&context_file(dir.path(), 2000)),
+        &llm_server::anthropic_env(&server, KEY),
+    )
+    .unwrap();
+    let tasks: Vec<FailedTrajectory> = (0..5).map(|i| trajectory(&format!("Fix bug #{i}."))).collect();
+    let burst = futures::future::join_all(tasks.iter().map(|t| synth.synthesize(t))).await;
+    for s in &burst {
+        assert_costs_its_usage(s, WRITE_5M);
+        assert!(
+            s.usage.cache_creation_input_tokens.unwrap() >= 2000,
+            "{:?}",
+            s.usage
+        );
+        assert_eq!(s.usage.cache_read_input_tokens, Some(0));
+    }
+    let after = synth.synthesize(&trajectory("Fix bug #5.")).await;
+    assert_eq!(
+        after.usage.cache_read_input_tokens,
+        burst[0].usage.cache_creation_input_tokens
+    );
 }
