@@ -134,7 +134,8 @@ impl PromptCache {
         }
         let task = prompt
             .task_end
-            .map_or(prompt.user.as_str(), |end| &prompt.user[..end]);
+            .and_then(|end| prompt.user.get(..end))
+            .unwrap_or(&prompt.user);
         match provider {
             Provider::Openai => {
                 let hash = digest(&[task]);
@@ -145,9 +146,11 @@ impl PromptCache {
                 }
             }
             Provider::Anthropic => {
+                // An offset off a character boundary (a hand-built
+                // `PromptText`) counts as no text: it gets no breakpoint.
+                let tokens = |text: &str, end: usize| text.get(..end).map_or(0, estimate_tokens);
                 let reaches = |system_end: usize, user_end: usize| {
-                    estimate_tokens(&prompt.system[..system_end]) + estimate_tokens(&prompt.user[..user_end])
-                        >= self.min_tokens
+                    tokens(&prompt.system, system_end) + tokens(&prompt.user, user_end) >= self.min_tokens
                 };
                 let system_breaks = prompt
                     .system_parts
