@@ -400,6 +400,13 @@ impl HintStage {
         ));
         let synth = Arc::new(synth.with_observer(metrics.clone()));
         tracing::info!("hints: {}", synth.describe());
+        if !synth.system_context().is_empty() {
+            tracing::info!(
+                prompt_cache = llm.prompt_cache,
+                "hints: system context {}",
+                synth.system_context().describe()
+            );
+        }
         if synth.has_model() && llm.budget_usd_per_hour == 0.0 && llm.budget_tokens_per_hour == 0 {
             tracing::warn!(
                 requests_per_minute = llm.requests_per_minute,

@@ -60,10 +60,10 @@ pub const FRAMING_TOKENS: u64 = 64;
 /// can be far denser), and the whole output allowance. A reply that used
 /// more leaves the excess as a debt (`charge_overrun`).
 pub(super) fn estimate(request: &Completion<'_>) -> Usage {
-    Usage {
-        input_tokens: ((request.user.len() + request.system.len()) / 3) as u64,
-        output_tokens: u64::from(request.max_tokens),
-    }
+    Usage::new(
+        ((request.user.len() + request.system.len()) / 3) as u64,
+        u64::from(request.max_tokens),
+    )
 }
 
 /// An attempt's worst-case tokens, for the spend budget: one input token
@@ -71,14 +71,15 @@ pub(super) fn estimate(request: &Completion<'_>) -> Usage {
 /// bytes it reads) plus [`FRAMING_TOKENS`], and the whole output allowance
 /// (`max_tokens`, which the API never exceeds).
 pub fn worst_case(system: &str, user: &str, max_tokens: u32) -> Usage {
-    Usage {
-        input_tokens: (system.len() + user.len()) as u64 + FRAMING_TOKENS,
-        output_tokens: u64::from(max_tokens),
-    }
+    Usage::new(
+        (system.len() + user.len()) as u64 + FRAMING_TOKENS,
+        u64::from(max_tokens),
+    )
 }
 
+/// Every token of `usage`, the cached input included.
 fn total(usage: &Usage) -> u64 {
-    usage.input_tokens + usage.output_tokens
+    usage.total_tokens()
 }
 
 impl CallLimits {
@@ -123,7 +124,10 @@ impl CallLimits {
                 let worst = worst_case(request.system, request.user, request.max_tokens);
                 Some(
                     budget
-                        .reserve(worst_case_cost_usd(price, &worst), total(&worst))
+                        .reserve(
+                            worst_case_cost_usd(price, &worst, request.cache.writes_cache()),
+                            total(&worst),
+                        )
                         .map_err(|_| LlmError::BudgetExhausted)?,
                 )
             }
@@ -236,10 +240,7 @@ pub(super) fn settle(
 mod tests {
     use super::*;
 
-    const PRICE: ModelPrice = ModelPrice {
-        input_per_mtok: 3.0,
-        output_per_mtok: 15.0,
-    };
+    const PRICE: ModelPrice = ModelPrice::new(3.0, 15.0);
 
     #[test]
     fn the_reservation_is_the_worst_case_of_the_prompt_and_output() {
@@ -247,7 +248,7 @@ mod tests {
         // 3 + 14 bytes, each a token at most, plus framing.
         assert_eq!(worst.input_tokens, 17 + FRAMING_TOKENS);
         assert_eq!(worst.output_tokens, 300);
-        let usd = worst_case_cost_usd(Some(&PRICE), &worst);
+        let usd = worst_case_cost_usd(Some(&PRICE), &worst, false);
         assert!((usd - ((17 + FRAMING_TOKENS) as f64 * 3.0 + 300.0 * 15.0) / 1e6).abs() < 1e-15);
     }
 

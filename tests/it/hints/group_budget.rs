@@ -76,10 +76,7 @@ async fn group_config(bootstrap: &str, with_ledger: bool) -> Config {
     config.llm.budget_usd_per_hour = BUDGET_USD;
     config.llm.prices.insert(
         hintstream::llm::synth::DEFAULT_ANTHROPIC_MODEL.into(),
-        ModelPrice {
-            input_per_mtok: INPUT_PER_MTOK,
-            output_per_mtok: OUTPUT_PER_MTOK,
-        },
+        ModelPrice::new(INPUT_PER_MTOK, OUTPUT_PER_MTOK),
     );
     let h = config.hints.clone();
     common::create_topics(&config, &[&h.input_topic], PARTITIONS).await;
