@@ -7,7 +7,16 @@
 //!    baseline at the same C, which gathers C requests, waits for all, then
 //!    starts the next C (goal >= 1.5).
 //!
-//!     cargo run --release --example hint_load [-- C L_MS N]
+//! 3. Prompt caching off vs on (`caching_comparison`): dollars per 1,000
+//!    hints from the usage the tests' loopback LLM reports (a cache write
+//!    on the first request of a marked prefix of 1,024+ tokens, reads
+//!    after), for today's prompt, a 2,000-token `system_context_file`
+//!    (5-minute and 1-hour TTL), tasks that recur, and the OpenAI dialect.
+//!
+//! ```text
+//! cargo run --release --example hint_load [-- C L_MS N]
+//! cargo run --example hint_load -- caching [N]    # the caching part alone
+//! ```
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -104,6 +113,14 @@ async fn batch_barrier(synth: Arc<Synthesizer>, n: usize, c: usize) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    if std::env::args().nth(1).as_deref() == Some("caching") {
+        let n = std::env::args()
+            .nth(2)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(1000);
+        caching::comparison(n).await;
+        return;
+    }
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let c = args.first().copied().unwrap_or(20);
     let l_ms = args.get(1).copied().unwrap_or(100);
@@ -151,4 +168,239 @@ async fn main() {
         heavy,
         heavy / barrier
     );
+    println!();
+    caching::comparison(n).await;
+}
+
+/// The tests' loopback LLM, which reports prompt cache usage as the
+/// providers do.
+#[path = "../tests/it/common/llm_server.rs"]
+mod llm_server;
+
+/// Prompt caching off vs on, in dollars per 1,000 hints.
+mod caching {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use hintstream::config::{CacheTtl, LlmConfig};
+    use hintstream::llm::synth::LlmEnv;
+    use hintstream::llm::{Synthesis, Synthesizer};
+    use hintstream::messages::{FailedTrajectory, HintCategory};
+
+    use super::llm_server::{Behavior, LlmServer};
+
+    const KEY: &str = "load-test";
+    /// Calls in flight (the default `llm.concurrency`).
+    const CONCURRENCY: usize = 20;
+    /// The loopback's latency: a request arriving while the one that writes
+    /// its prefix is in flight misses the cache, as on the real APIs.
+    const LATENCY: Duration = Duration::from_millis(200);
+
+    /// A failed trajectory of task `task`: a task of about `task_len`
+    /// characters and a short conversation, as a coding environment sends.
+    fn trajectory(task: usize, i: usize, task_len: usize) -> FailedTrajectory {
+        serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "run_id": "load", "step": 1, "instance_id": format!("g{i}"),
+            "trajectory_id": format!("t{i}"),
+            "task_prompt": format!("Task {task:05}: {}", "Make the date parser accept ISO week dates and keep the old formats working. ".repeat(task_len / 78)),
+            "chat_history": [
+                {"role": "assistant", "content": [{"type": "tool_use", "name": "bash", "input": {"cmd": "pytest -x tests/test_dates.py"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "content": format!("FAILED tests/test_dates.py::test_iso_week_{i} - AssertionError")}]},
+            ],
+            "reward": 0.0,
+            "verifier_stdout": ">>> ERROR_ACCUMULATOR >>>\n['test_iso_week failed', 'test_roundtrip failed']\n<<< ERROR_ACCUMULATOR <<<",
+            "tool_error_messages": ["bash: exit status 1"]
+        }))
+        .expect("valid trajectory")
+    }
+
+    /// About 2,000 tokens of tool documentation (8,000 bytes).
+    fn context_file(dir: &Path) -> String {
+        let line =
+            "Tool `bash`: runs one shell command in the repository; quote paths, check the exit status.\n";
+        let path = dir.join("tools.md");
+        std::fs::write(&path, line.repeat(8_000 / line.len() + 1)).expect("write the context");
+        path.display().to_string()
+    }
+
+    struct Scenario {
+        name: &'static str,
+        context: bool,
+        ttl: CacheTtl,
+        openai: bool,
+        /// Hints per distinct task: 1 = every task once; 4 = four epochs.
+        repeats: usize,
+        /// Characters of each task prompt.
+        task_len: usize,
+        /// Hints between cache expiries (0: none expires): a training step
+        /// whose hints come more than the TTL after the last step's finds
+        /// the cache cold.
+        per_step: usize,
+    }
+
+    /// `n` hints with caching `on`, a cold cache every `per_step` hints.
+    async fn run(s: &Scenario, on: bool, n: usize, context: &str) -> Vec<Synthesis> {
+        if s.per_step == 0 {
+            return run_cold(s, on, n, context).await;
+        }
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            out.extend(run_cold(s, on, s.per_step.min(n - out.len()), context).await);
+        }
+        out
+    }
+
+    /// `n` hints with caching `on` from a cold cache, each its own task (C
+    /// at once).
+    async fn run_cold(s: &Scenario, on: bool, n: usize, context: &str) -> Vec<Synthesis> {
+        // A fresh server per run: a cold cache.
+        let server = LlmServer::start(Some(KEY)).await;
+        // ~400 characters: ~100 output tokens, as a 2-5 sentence hint.
+        server.default(Behavior::Text(
+            "Run the failing test alone first. ".repeat(12).trim().to_string(),
+            LATENCY,
+        ));
+        let config = LlmConfig {
+            concurrency: CONCURRENCY,
+            timeout_secs: 120.0,
+            requests_per_minute: 0,
+            prompt_cache: on,
+            cache_ttl: s.ttl,
+            system_context_file: if s.context { context.into() } else { String::new() },
+            ..LlmConfig::default()
+        };
+        let env = if s.openai {
+            LlmEnv {
+                openai_api_key: Some(KEY.into()),
+                openai_base_url: Some(format!("{}/v1", server.base_url())),
+                ..LlmEnv::default()
+            }
+        } else {
+            super::llm_server::anthropic_env(&server, KEY)
+        };
+        let synth = Arc::new(Synthesizer::new(&config, &env).expect("synthesizer"));
+        let tasks = n.div_ceil(s.repeats);
+        // Epoch after epoch: every task once, then again.
+        let mut out = Vec::with_capacity(n);
+        for epoch in 0..s.repeats {
+            let handles: Vec<_> = (0..tasks)
+                .map(|task| {
+                    let synth = synth.clone();
+                    let t = trajectory(task, epoch * tasks + task, s.task_len);
+                    tokio::spawn(async move { synth.synthesize(&t).await })
+                })
+                .collect();
+            for h in handles {
+                let s = h.await.expect("task");
+                assert_eq!(s.category, HintCategory::LlmSynthesized, "{:?}", s.failure_reason);
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// Dollars per 1,000 hints, and the share of prompt tokens read from
+    /// the cache.
+    fn figures(hints: &[Synthesis]) -> (f64, f64) {
+        let cost: f64 = hints.iter().map(|h| h.cost_usd).sum();
+        let read: u64 = hints.iter().filter_map(|h| h.usage.cache_read_input_tokens).sum();
+        let prompt: u64 = hints.iter().map(|h| h.usage.prompt_tokens()).sum();
+        (
+            cost / hints.len() as f64 * 1000.0,
+            read as f64 / prompt.max(1) as f64,
+        )
+    }
+
+    pub async fn comparison(n: usize) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let context = context_file(dir.path());
+        let five = CacheTtl::FiveMinutes;
+        let scenario = |name, context, ttl, openai, repeats, task_len, per_step| Scenario {
+            name,
+            context,
+            ttl,
+            openai,
+            repeats,
+            task_len,
+            per_step,
+        };
+        let hour = CacheTtl::OneHour;
+        let scenarios = [
+            scenario(
+                "Sonnet, today's prompt (no context)",
+                false,
+                five,
+                false,
+                1,
+                1_200,
+                0,
+            ),
+            scenario("Sonnet, 2,000-token context", true, five, false, 1, 1_200, 0),
+            scenario(
+                "Sonnet, 2,000-token context, ttl 1h",
+                true,
+                hour,
+                false,
+                1,
+                1_200,
+                0,
+            ),
+            scenario(
+                "Sonnet, context, cold cache every 100",
+                true,
+                five,
+                false,
+                1,
+                1_200,
+                100,
+            ),
+            scenario(
+                "Sonnet, context, cold cache every 20",
+                true,
+                five,
+                false,
+                1,
+                1_200,
+                20,
+            ),
+            scenario(
+                "Sonnet, 4,700-char tasks, 4 epochs",
+                false,
+                five,
+                false,
+                4,
+                4_700,
+                0,
+            ),
+            scenario(
+                "Sonnet, 2,000-token context, 4 epochs",
+                true,
+                five,
+                false,
+                4,
+                1_200,
+                0,
+            ),
+            scenario("gpt-4o-mini, 2,000-token context", true, five, true, 1, 1_200, 0),
+        ];
+        println!("prompt caching, {n} hints a run, {CONCURRENCY} calls in flight, dollars per 1,000 hints");
+        println!(
+            "{:<40} {:>9} {:>9} {:>8} {:>15}",
+            "scenario", "off $", "on $", "saved", "read off / on"
+        );
+        for s in &scenarios {
+            let (off, off_share) = figures(&run(s, false, n, &context).await);
+            let (on, share) = figures(&run(s, true, n, &context).await);
+            println!(
+                "{:<40} {:>9.4} {:>9.4} {:>7.1}% {:>6.1}% / {:>4.1}%",
+                s.name,
+                off,
+                on,
+                (off - on) / off * 100.0,
+                off_share * 100.0,
+                share * 100.0
+            );
+        }
+    }
 }

@@ -409,13 +409,9 @@ fn stage_config(args: &SimArgs, arms: &[SimArm], id: &str, base_url: &str) -> Co
     c.llm.timeout_secs = 10.0;
     for a in arms.iter().filter(|a| !a.is_static) {
         c.llm.models.push(a.model());
-        c.llm.prices.insert(
-            a.model(),
-            ModelPrice {
-                input_per_mtok: INPUT_PER_MTOK,
-                output_per_mtok: OUTPUT_PER_MTOK,
-            },
-        );
+        c.llm
+            .prices
+            .insert(a.model(), ModelPrice::new(INPUT_PER_MTOK, OUTPUT_PER_MTOK));
     }
     c.hints.arms = arms
         .iter()

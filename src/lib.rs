@@ -29,7 +29,8 @@
 //!   the limits (rate, spend budget), the cassette.
 //! - [`hints`]: stage 1, `hintstream hints`: decode, group, choose the
 //!   group's arm and refinement from what earlier hints did (hints that
-//!   learn), synthesize (at most one LLM call per group: the hint cache),
+//!   learn), synthesize (at most one LLM call per group: the hint cache;
+//!   the LLM limits the consumer group's through the spend ledger),
 //!   publish.
 //! - [`batch`]: Arrow schemas, columnar scored rows, IPC framing,
 //!   chunked steps (a step as several IPC messages under a byte bound) and

@@ -20,8 +20,8 @@ use crate::config::{Config, ConfigError, StageConfig};
 use crate::health::{Lifecycle, Readiness, Signal};
 use crate::kafka::dlq::dlq_message_max_bytes;
 use crate::kafka::{
-    check_cluster, create_stage_producer, create_transactional_producer, ConnectError, Delivery, RunOptions,
-    RunSummary, Stage, StageLoop, StageProducer,
+    check_cluster, create_stage_producer, create_transactional_producer, AssignmentHook, ConnectError,
+    Delivery, RunOptions, RunSummary, Stage, StageLoop, StageProducer,
 };
 use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
@@ -57,6 +57,8 @@ pub enum StageError {
     Llm(#[from] LlmError),
     #[error("reading what the hints learn from: {0}")]
     Learn(String),
+    #[error("the spend ledger: {0}")]
+    Ledger(String),
 }
 
 impl StageError {
@@ -193,6 +195,12 @@ impl StageShell {
 
     pub fn lifecycle(&self) -> Lifecycle {
         self.intake.lifecycle().clone()
+    }
+
+    /// Registers a hook called after every rebalance with the consumer's
+    /// whole assignment.
+    pub fn on_assignment(&self, hook: AssignmentHook) {
+        self.intake.on_assignment(hook);
     }
 
     /// Serves the registry as it is now, `/healthz` and `/readyz` on the

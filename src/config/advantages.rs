@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
-use super::kafka::{KafkaConfig, LIBRDKAFKA_MESSAGE_MAX_BYTES};
+use super::kafka::{DrainBound, KafkaConfig, LIBRDKAFKA_MESSAGE_MAX_BYTES};
 use super::limits::LimitsConfig;
 use super::stage::{deny_unknown, StageConfig, UnknownKeys};
 use super::topics;
@@ -97,13 +97,13 @@ impl Default for AdvantagesConfig {
 impl AdvantagesConfig {
     /// The section's rules, with the bounds it must agree with: every input
     /// message must fit `max_in_flight_bytes`, and every output message the
-    /// producer's `message.max.bytes`. `session_ms` as for
+    /// producer's `message.max.bytes`. `drain` as for
     /// [`StageConfig::validate`].
     pub fn validate(
         &self,
         limits: &LimitsConfig,
         kafka: &KafkaConfig,
-        session_ms: u64,
+        drain: &DrainBound,
     ) -> Result<(), ConfigError> {
         if self.pass_at_k.contains(&0) || self.step_timeout_secs == 0 {
             return invalid("advantages.pass_at_k values and advantages.step_timeout_secs must be >= 1");
@@ -121,7 +121,7 @@ impl AdvantagesConfig {
         }
         self.validate_message_bytes(kafka)?;
         deny_unknown("advantages", &self.unknown)?;
-        self.stage.validate("advantages", session_ms)
+        self.stage.validate("advantages", drain)
     }
 
     /// `max_message_bytes` is at least the minimum and fits the producer.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::arms::{default_refine_max, ArmEntry, ArmSelection, LearnOptions};
 use super::error::{invalid, ConfigError};
+use super::kafka::DrainBound;
 use super::stage::{deny_unknown, StageConfig, UnknownKeys};
 use super::topics;
 
@@ -106,8 +107,8 @@ impl HintsConfig {
         !self.arms.is_empty()
     }
 
-    /// The section's rules; `session_ms` as for [`StageConfig::validate`].
-    pub fn validate(&self, session_ms: u64) -> Result<(), ConfigError> {
+    /// The section's rules; `drain` as for [`StageConfig::validate`].
+    pub fn validate(&self, drain: &DrainBound) -> Result<(), ConfigError> {
         if !self.reward_threshold.is_finite() {
             return invalid("hints.reward_threshold must be finite");
         }
@@ -118,7 +119,7 @@ impl HintsConfig {
             ));
         }
         deny_unknown("hints", &self.unknown)?;
-        self.stage.validate("hints", session_ms)
+        self.stage.validate("hints", drain)
     }
 }
 

@@ -20,6 +20,50 @@ pub const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
 const LIBRDKAFKA_SESSION_TIMEOUT_MS: u64 = 45_000;
 /// librdkafka's range of `session.timeout.ms`.
 const SESSION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=3_600_000;
+/// librdkafka's default `max.poll.interval.ms`, when `[kafka]` does not set it.
+const LIBRDKAFKA_MAX_POLL_INTERVAL_MS: u64 = 300_000;
+/// The consumer properties the broker owns under `group.protocol=consumer`
+/// (librdkafka refuses them there), with what to set instead.
+const CLASSIC_ONLY: [(&str, &str); 4] = [
+    (
+        "session.timeout.ms",
+        "the broker's group.consumer.session.timeout.ms",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "the broker's group.consumer.heartbeat.interval.ms",
+    ),
+    (
+        "partition.assignment.strategy",
+        "group.remote.assignor (or the broker's group.consumer.assignors)",
+    ),
+    (
+        "group.protocol.type",
+        "nothing: the consumer protocol has one type",
+    ),
+];
+
+/// The consumer group protocol (`group.protocol`): the `classic` one, whose
+/// members assign partitions among themselves (we ask for
+/// `cooperative-sticky`) and keep their session with `session.timeout.ms`;
+/// or KIP-848's `consumer`, where the broker assigns partitions and owns the
+/// session timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    Classic,
+    Consumer,
+}
+
+/// What a stage's drain on revoke must stay shorter than, and its name for
+/// the error that says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainBound {
+    pub ms: u64,
+    /// The setting, as the config names it.
+    pub setting: &'static str,
+    /// What happens past it.
+    pub consequence: &'static str,
+}
 
 /// The keys of `[kafka]` that are hintstream's own settings: never passed
 /// to librdkafka.
@@ -235,7 +279,17 @@ impl KafkaConfig {
     /// The properties other settings are checked against must be numbers
     /// in librdkafka's range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.session_timeout_ms()?;
+        if self.group_protocol()? == GroupProtocol::Consumer {
+            for (key, instead) in CLASSIC_ONLY {
+                if self.get(ClientKind::Consumer, key).is_some() {
+                    return invalid(format!(
+                        "kafka.\"{key}\" is not supported with kafka.\"group.protocol\" = \"consumer\" \
+                         (the broker owns it under KIP-848): remove it and set {instead}"
+                    ));
+                }
+            }
+        }
+        self.drain_bound()?;
         self.producer_message_max_bytes()?;
         self.validate_our_keys()
     }
@@ -293,8 +347,54 @@ impl KafkaConfig {
         Ok(())
     }
 
+    /// The consumers' `group.protocol` (librdkafka's default: classic).
+    pub fn group_protocol(&self) -> Result<GroupProtocol, ConfigError> {
+        match self
+            .get(ClientKind::Consumer, "group.protocol")
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("classic") => Ok(GroupProtocol::Classic),
+            Some("consumer") => Ok(GroupProtocol::Consumer),
+            Some(other) => invalid(format!(
+                "kafka.\"group.protocol\" = {other:?} must be \"classic\" or \"consumer\" (KIP-848)"
+            )),
+        }
+    }
+
+    /// What a stage's drain on revoke must stay under. Classic: the
+    /// session timeout, which the group evicts a member past. KIP-848: the
+    /// member acknowledges a revocation by finishing its callback, and the
+    /// broker waits for that up to the rebalance timeout,
+    /// `max.poll.interval.ms` (the session timeout is the broker's, and
+    /// heartbeats go on during the drain).
+    pub fn drain_bound(&self) -> Result<DrainBound, ConfigError> {
+        Ok(match self.group_protocol()? {
+            GroupProtocol::Classic => DrainBound {
+                ms: self.session_timeout_ms()?,
+                setting: "kafka.\"session.timeout.ms\"",
+                consequence: "or the group evicts the member while it drains",
+            },
+            GroupProtocol::Consumer => DrainBound {
+                ms: self.max_poll_interval_ms()?,
+                setting: "kafka.\"max.poll.interval.ms\"",
+                consequence: "the rebalance timeout under group.protocol = consumer, or the broker fences the member while it drains",
+            },
+        })
+    }
+
+    /// The consumers' `max.poll.interval.ms`.
+    fn max_poll_interval_ms(&self) -> Result<u64, ConfigError> {
+        match self.get(ClientKind::Consumer, "max.poll.interval.ms") {
+            Some(v) => v.trim().parse().map_err(|_| {
+                ConfigError::Invalid(format!("kafka.\"max.poll.interval.ms\" = {v:?} is not a number"))
+            }),
+            None => Ok(LIBRDKAFKA_MAX_POLL_INTERVAL_MS),
+        }
+    }
+
     /// The consumers' `session.timeout.ms`, which a stage's drain must stay
-    /// under.
+    /// under with the classic protocol.
     pub fn session_timeout_ms(&self) -> Result<u64, ConfigError> {
         let session_ms: u64 = match self.get(ClientKind::Consumer, "session.timeout.ms") {
             Some(v) => v.parse().map_err(|_| {
@@ -459,5 +559,32 @@ mod tests {
             };
             assert!(e.contains(named), "{toml_text}: {e}");
         }
+    }
+
+    #[test]
+    fn the_consumer_protocol_refuses_what_the_broker_owns_and_bounds_the_drain_by_the_rebalance_timeout() {
+        let config: KafkaConfig = toml::from_str("\"group.protocol\" = \"consumer\"").unwrap();
+        assert_eq!(config.group_protocol().unwrap(), GroupProtocol::Consumer);
+        let bound = config.drain_bound().unwrap();
+        assert_eq!(
+            (bound.ms, bound.setting),
+            (300_000, "kafka.\"max.poll.interval.ms\"")
+        );
+        config.validate().unwrap();
+        for key in [
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "partition.assignment.strategy",
+        ] {
+            let text = format!("\"group.protocol\" = \"consumer\"\n[consumer]\n\"{key}\" = \"1000\"");
+            let config: KafkaConfig = toml::from_str(&text).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains("KIP-848"), "{err}");
+        }
+        let classic: KafkaConfig = toml::from_str("\"session.timeout.ms\" = 6000").unwrap();
+        assert_eq!(classic.group_protocol().unwrap(), GroupProtocol::Classic);
+        assert_eq!(classic.drain_bound().unwrap().ms, 6000);
+        let wrong: KafkaConfig = toml::from_str("\"group.protocol\" = \"eager\"").unwrap();
+        assert!(wrong.validate().unwrap_err().to_string().contains("classic"));
     }
 }

@@ -39,6 +39,10 @@ pub const MAX_LLM_CONCURRENCY: usize = 10_000;
 /// low enough that a flood of input cannot buy unlimited calls.
 pub const DEFAULT_REQUESTS_PER_MINUTE: u32 = 600;
 
+/// The range of `llm.ledger_interval_ms`: often enough for a budget that
+/// others see within a minute, seldom enough that the ledger stays small.
+pub const LEDGER_INTERVAL_MS: std::ops::RangeInclusive<u64> = 50..=60_000;
+
 /// The default `llm.max_hint_chars`.
 pub const DEFAULT_MAX_HINT_CHARS: usize = 4_000;
 
@@ -73,17 +77,25 @@ pub struct LlmConfig {
     pub concurrency: usize,
     /// Retries of one model on 429/529/5xx/timeouts/broken connections.
     pub max_retries: u32,
-    /// Requests per minute (0 = no limit). The default caps what a flood of
-    /// input can buy at 600 calls a minute.
+    /// Requests per minute (0 = no limit), the consumer group's: each
+    /// worker takes the share of the input partitions it holds. The default
+    /// caps what a flood of input can buy at 600 calls a minute.
     pub requests_per_minute: u32,
-    /// Tokens per minute, input + output, from the real `usage` (0 = no limit).
+    /// Tokens per minute, input + output, from the real `usage` (0 = no
+    /// limit), the consumer group's like `requests_per_minute`.
     pub tokens_per_minute: u32,
-    /// Dollars of LLM calls per rolling hour (0 = no budget). When spent,
+    /// Dollars of LLM calls per rolling hour (0 = no budget), the consumer
+    /// group's (counted over `[topics] spend`). When spent,
     /// hints are static with `failure_reason = "budget_exhausted"` until
     /// older spend leaves the window.
     pub budget_usd_per_hour: f64,
     /// Tokens (input + output) per rolling hour (0 = no budget).
     pub budget_tokens_per_hour: u64,
+    /// How often each worker publishes its settled spend to `[topics]
+    /// spend` (milliseconds, within [`LEDGER_INTERVAL_MS`]): the group's
+    /// budget sees another worker's spend this late at most (plus a
+    /// produce and a fetch).
+    pub ledger_interval_ms: u64,
     /// Dollars per million input / output tokens, by model.
     pub prices: BTreeMap<String, ModelPrice>,
     /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
@@ -94,7 +106,58 @@ pub struct LlmConfig {
     /// alone when it is listed here and its API has a key. Empty: every
     /// request uses the configured chain (and is counted as ignored).
     pub allowed_models: Vec<String>,
+    /// A text file appended to the system prompt of every call (an
+    /// environment's tool documentation, a rubric); empty = none. A relative
+    /// path is from the working directory. Read once at start-up, at most
+    /// `llm::context::MAX_CONTEXT_FILE_BYTES`.
+    pub system_context_file: String,
+    /// A directory of one file per `env_class`, `<dir>/<env_class>.md`,
+    /// appended after `system_context_file` for a trajectory of that
+    /// class; empty = none. Read once at start-up.
+    pub system_context_dir: String,
+    /// Provider prompt caching: Anthropic `cache_control` breakpoints on
+    /// the system prompt (once it reaches `cache_min_tokens`) and on a task
+    /// prompt that recurs; OpenAI's `prompt_cache_key`.
+    pub prompt_cache: bool,
+    /// How long an Anthropic cache entry lives: `"5m"` (a write costs 1.25x
+    /// the input price) or `"1h"` (2x).
+    pub cache_ttl: CacheTtl,
+    /// The shortest prefix, in estimated tokens (a token per 4 bytes, which
+    /// undercounts), that gets a cache breakpoint: the provider caches
+    /// nothing shorter (1,024 for Claude Sonnet and Opus, 2,048 for Haiku).
+    pub cache_min_tokens: u32,
 }
+
+/// `llm.cache_ttl`: the lifetime of an Anthropic prompt cache entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CacheTtl {
+    #[default]
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+impl CacheTtl {
+    /// The lifetime.
+    pub fn duration(self) -> std::time::Duration {
+        match self {
+            CacheTtl::FiveMinutes => std::time::Duration::from_secs(300),
+            CacheTtl::OneHour => std::time::Duration::from_secs(3600),
+        }
+    }
+
+    /// What a cache write costs, as a multiple of the input price.
+    pub fn write_multiplier(self) -> f64 {
+        match self {
+            CacheTtl::FiveMinutes => 1.25,
+            CacheTtl::OneHour => 2.0,
+        }
+    }
+}
+
+/// The default `llm.cache_min_tokens`: Claude Sonnet's minimum.
+pub const DEFAULT_CACHE_MIN_TOKENS: u32 = 1024;
 
 /// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
 /// default) or the reference trainer's own, byte for byte (`reference`).
@@ -145,6 +208,28 @@ impl std::str::FromStr for PromptVersion {
 pub struct ModelPrice {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    /// Dollars per million input tokens read from the prompt cache. Unset:
+    /// 0.1x `input_per_mtok` on the Anthropic API, 0.5x on an
+    /// OpenAI-compatible one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_per_mtok: Option<f64>,
+    /// Dollars per million input tokens written to the prompt cache. Unset:
+    /// 1.25x `input_per_mtok` on the Anthropic API with `cache_ttl = "5m"`,
+    /// 2x with `"1h"`; 1x on an OpenAI-compatible one (no write premium).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<f64>,
+}
+
+impl ModelPrice {
+    /// A price without cache rates (their defaults apply).
+    pub const fn new(input_per_mtok: f64, output_per_mtok: f64) -> Self {
+        ModelPrice {
+            input_per_mtok,
+            output_per_mtok,
+            cache_read_per_mtok: None,
+            cache_write_per_mtok: None,
+        }
+    }
 }
 
 fn default_max_tokens() -> u32 {
@@ -163,20 +248,28 @@ fn default_concurrency() -> usize {
     20
 }
 
+fn default_ledger_interval_ms() -> u64 {
+    1000
+}
+
 fn default_max_retries() -> u32 {
     4
 }
 
 /// The list prices of the default models and of the reference trainer's.
 fn default_prices() -> BTreeMap<String, ModelPrice> {
-    let price = |input_per_mtok, output_per_mtok| ModelPrice {
-        input_per_mtok,
-        output_per_mtok,
-    };
+    let price = ModelPrice::new;
     [
         ("claude-sonnet-4-20250514".to_string(), price(3.0, 15.0)),
         ("claude-3-5-haiku-20241022".to_string(), price(0.8, 4.0)),
-        ("gpt-4o-mini".to_string(), price(0.15, 0.6)),
+        // OpenAI's published cached-input price: 0.5x.
+        (
+            "gpt-4o-mini".to_string(),
+            ModelPrice {
+                cache_read_per_mtok: Some(0.075),
+                ..price(0.15, 0.6)
+            },
+        ),
         // The reference trainer's model, through OpenRouter.
         (
             "openrouter/anthropic/claude-sonnet-4".to_string(),
@@ -204,9 +297,15 @@ impl Default for LlmConfig {
             tokens_per_minute: 0,
             budget_usd_per_hour: 0.0,
             budget_tokens_per_hour: 0,
+            ledger_interval_ms: default_ledger_interval_ms(),
             prices: default_prices(),
             prompt_version: PromptVersion::default(),
             allowed_models: Vec::new(),
+            system_context_file: String::new(),
+            system_context_dir: String::new(),
+            prompt_cache: true,
+            cache_ttl: CacheTtl::default(),
+            cache_min_tokens: DEFAULT_CACHE_MIN_TOKENS,
         }
     }
 }
@@ -241,6 +340,9 @@ impl LlmConfig {
                 self.concurrency
             ));
         }
+        if self.cache_min_tokens == 0 {
+            return invalid("llm.cache_min_tokens must be > 0 (the provider's minimum cacheable prefix)");
+        }
         if !(0.0..=2.0).contains(&self.temperature) {
             return invalid(format!(
                 "llm.temperature {} must be within 0..=2",
@@ -258,6 +360,14 @@ impl LlmConfig {
                 self.budget_usd_per_hour
             ));
         }
+        if !LEDGER_INTERVAL_MS.contains(&self.ledger_interval_ms) {
+            return invalid(format!(
+                "llm.ledger_interval_ms = {} must be within {}..={} milliseconds",
+                self.ledger_interval_ms,
+                LEDGER_INTERVAL_MS.start(),
+                LEDGER_INTERVAL_MS.end()
+            ));
+        }
         if self.budget_usd_per_hour > 0.0 {
             if let Some(model) = self.models.iter().find(|m| !self.prices.contains_key(*m)) {
                 return invalid(format!(
@@ -268,7 +378,11 @@ impl LlmConfig {
             }
         }
         for (model, price) in &self.prices {
-            if !(non_negative(price.input_per_mtok) && non_negative(price.output_per_mtok)) {
+            let cache_ok = [price.cache_read_per_mtok, price.cache_write_per_mtok]
+                .into_iter()
+                .flatten()
+                .all(non_negative);
+            if !(non_negative(price.input_per_mtok) && non_negative(price.output_per_mtok) && cache_ok) {
                 return invalid(format!("llm.prices.\"{model}\" must have finite prices >= 0"));
             }
         }
@@ -304,6 +418,8 @@ mod tests {
             usage: Usage {
                 input_tokens: u64::MAX,
                 output_tokens: u64::MAX,
+                cache_read_input_tokens: Some(u64::MAX),
+                cache_creation_input_tokens: Some(u64::MAX),
             },
             cost_usd: f64::MAX,
             failure_reason: Some("f".repeat(64)),

@@ -43,11 +43,15 @@ pub use arms::{ArmEntry, ArmSelection, LearnOptions};
 pub use env_refs::{EnvRefError, KeyPath};
 pub use error::ConfigError;
 pub use hints::{HintsConfig, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SECS};
-pub use kafka::{ClientKind, DeliveryMode, KafkaConfig, KafkaValue, LIBRDKAFKA_MESSAGE_MAX_BYTES};
+pub use kafka::{
+    ClientKind, DeliveryMode, DrainBound, GroupProtocol, KafkaConfig, KafkaValue,
+    LIBRDKAFKA_MESSAGE_MAX_BYTES,
+};
 pub use limits::LimitsConfig;
 pub use llm::{
-    LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion, DEFAULT_REQUESTS_PER_MINUTE,
-    MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS,
+    CacheTtl, LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion,
+    DEFAULT_CACHE_MIN_TOKENS, DEFAULT_REQUESTS_PER_MINUTE, LEDGER_INTERVAL_MS, MAX_LLM_CONCURRENCY,
+    MAX_LLM_TIMEOUT_SECS,
 };
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};
@@ -134,11 +138,11 @@ impl Config {
         self.topics.validate()?;
         self.limits.validate()?;
         self.kafka.validate()?;
-        let session_ms = self.kafka.session_timeout_ms()?;
+        let drain = self.kafka.drain_bound()?;
         self.llm.validate()?;
         self.normalize.validate()?;
-        self.hints.validate(session_ms)?;
-        self.advantages.validate(&self.limits, &self.kafka, session_ms)
+        self.hints.validate(&drain)?;
+        self.advantages.validate(&self.limits, &self.kafka, &drain)
     }
 
     pub fn decode_limits(&self) -> DecodeLimits {

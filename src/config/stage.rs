@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
+use super::kafka::DrainBound;
 
 /// The most `max_in_flight` accepted: beyond it the value is a typo, and
 /// exits 2 instead of failing at start-up.
@@ -88,9 +89,9 @@ impl StageConfig {
         })
     }
 
-    /// The rules of section `[name]`; `session_ms` is the consumers'
-    /// `session.timeout.ms`, which a drain must stay under.
-    pub fn validate(&self, name: &str, session_ms: u64) -> Result<(), ConfigError> {
+    /// The rules of section `[name]`; `drain` is what a drain on revoke
+    /// must stay under ([`KafkaConfig::drain_bound`](super::KafkaConfig::drain_bound)).
+    pub fn validate(&self, name: &str, drain: &DrainBound) -> Result<(), ConfigError> {
         for (key, value) in [
             ("input_topic", &self.input_topic),
             ("output_topic", &self.output_topic),
@@ -109,10 +110,10 @@ impl StageConfig {
         }
         self.validate_bounds(name)?;
         let drain_ms = self.drain_timeout_secs.saturating_mul(1000);
-        if drain_ms >= session_ms {
+        if drain_ms >= drain.ms {
             return invalid(format!(
-                "{name}.drain_timeout_secs ({}s) must be shorter than kafka.\"session.timeout.ms\" ({session_ms} ms), or the group evicts the member while it drains",
-                self.drain_timeout_secs
+                "{name}.drain_timeout_secs ({}s) must be shorter than {} ({} ms), {}",
+                self.drain_timeout_secs, drain.setting, drain.ms, drain.consequence
             ));
         }
         self.metrics_socket().map(drop)

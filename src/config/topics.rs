@@ -18,6 +18,10 @@ pub struct TopicsConfig {
     /// written by stage 2 (or the trainer client) and read back by stage 1
     /// to learn which arm rescues more.
     pub outcomes: String,
+    /// Stage 1's spend ledger: each worker's settled LLM spend about every
+    /// `llm.ledger_interval_ms`, read back by every worker of its group so
+    /// that the hourly budgets are the group's.
+    pub spend: String,
     /// Partitions of every topic created by `topics create`.
     pub partitions: i32,
     /// Replication factor of every topic created by `topics create`.
@@ -48,6 +52,10 @@ pub(super) fn default_outcomes() -> String {
     "rl.hints.outcomes".into()
 }
 
+pub(super) fn default_spend() -> String {
+    "rl.hints.spend".into()
+}
+
 fn default_partitions() -> i32 {
     6
 }
@@ -65,6 +73,7 @@ impl Default for TopicsConfig {
             advantages: default_advantages(),
             metrics: default_metrics(),
             outcomes: default_outcomes(),
+            spend: default_spend(),
             partitions: default_partitions(),
             replication_factor: default_replication_factor(),
         }

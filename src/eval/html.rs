@@ -138,6 +138,12 @@ fn summary_table(report: &Report, page: &mut String) {
     row("source", &|c| c.source.clone(), false);
     row("prompt version", &|c| c.prompt_version.clone(), false);
     row("concurrency", &|c| c.concurrency.to_string(), true);
+    row("system context", &|c| c.system_context.clone(), false);
+    row(
+        "hints changed vs the first config",
+        &|c| c.hints_changed.map_or_else(|| "-".to_string(), |n| n.to_string()),
+        true,
+    );
     for cat in CATEGORIES {
         let name = cat.as_str();
         row(
@@ -171,6 +177,16 @@ fn summary_table(report: &Report, page: &mut String) {
     row(
         "tokens in / out",
         &|c| format!("{} / {}", c.input_tokens, c.output_tokens),
+        true,
+    );
+    row(
+        "cached tokens read / written",
+        &|c| {
+            format!(
+                "{} / {}",
+                c.cache_read_input_tokens, c.cache_creation_input_tokens
+            )
+        },
         true,
     );
     row("cost (USD)", &|c| format!("{:.4}", c.cost_usd), true);

@@ -173,7 +173,10 @@ async fn synthesis_report(
     let mut summaries = Vec::new();
     let mut per_config: Vec<Vec<EvalHint>> = Vec::new();
     for c in configs {
-        let ConfigPass { summary, hints } = run_config(c, &failed, &cassette, options, env).await?;
+        let ConfigPass { mut summary, hints } = run_config(c, &failed, &cassette, options, env).await?;
+        if let Some(first) = per_config.first() {
+            summary.hints_changed = Some(report::hints_changed(first, &hints));
+        }
         summaries.push(summary);
         per_config.push(hints);
     }

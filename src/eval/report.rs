@@ -46,6 +46,16 @@ pub struct ConfigSummary {
     pub models: Vec<String>,
     pub prompt_version: String,
     pub concurrency: usize,
+    /// The system context its prompts carried (`llm.system_context_file`
+    /// and `_dir`): the bytes of each part and a digest of their text, or
+    /// `none`.
+    #[serde(default)]
+    pub system_context: String,
+    /// Groups whose hint text differs from the first config's (`None` for
+    /// the first config): whether a context, prompt or model changed the
+    /// hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hints_changed: Option<u64>,
     /// Groups per category (`llm_synthesized`, ...).
     pub categories: BTreeMap<String, u64>,
     /// Share of groups whose hint is a static fallback.
@@ -56,6 +66,11 @@ pub struct ConfigSummary {
     pub latency_histogram: Vec<Bin>,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input tokens read from and written to the provider's prompt cache.
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
     pub cost_usd: f64,
     pub hint_chars: Spread,
     /// Wall time of this config's run.
@@ -105,6 +120,10 @@ pub struct EvalHint {
     pub latency_ms: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
     pub cost_usd: f64,
     pub hint: String,
 }
@@ -120,6 +139,8 @@ impl EvalHint {
             latency_ms: h.latency_ms,
             input_tokens: h.usage.input_tokens,
             output_tokens: h.usage.output_tokens,
+            cache_read_input_tokens: h.usage.cache_read_input_tokens,
+            cache_creation_input_tokens: h.usage.cache_creation_input_tokens,
             cost_usd: h.cost_usd,
             hint: h.hint.clone(),
         }
@@ -199,7 +220,15 @@ pub struct HintStats {
     pub hint_chars: Spread,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
     pub cost_usd: f64,
+}
+
+/// How many of `hints` differ in text from `first`, the same groups under
+/// the first config.
+pub fn hints_changed(first: &[EvalHint], hints: &[EvalHint]) -> u64 {
+    first.iter().zip(hints).filter(|(a, b)| a.hint != b.hint).count() as u64
 }
 
 /// Category mix, fallback rate, failure reasons, latencies, tokens, cost and
@@ -233,6 +262,8 @@ pub fn summarize(hints: &[&EvalHint]) -> HintStats {
         hint_chars: Spread::of(&lengths),
         input_tokens: hints.iter().map(|h| h.input_tokens).sum(),
         output_tokens: hints.iter().map(|h| h.output_tokens).sum(),
+        cache_read_input_tokens: hints.iter().filter_map(|h| h.cache_read_input_tokens).sum(),
+        cache_creation_input_tokens: hints.iter().filter_map(|h| h.cache_creation_input_tokens).sum(),
         cost_usd: hints.iter().map(|h| h.cost_usd).sum(),
     }
 }

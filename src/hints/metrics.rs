@@ -24,6 +24,7 @@ pub struct HintMetrics {
     hint_latency: Family<Labels, Histogram>,
     tokens: Family<Labels, Counter>,
     cost: FloatCounter,
+    cache_saved: FloatGauge,
     llm_in_flight: Gauge,
     groups_open: Gauge,
     cache_hits: Counter,
@@ -46,6 +47,7 @@ impl HintMetrics {
             hint_latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.05, 2.0, 12))),
             tokens: Family::default(),
             cost: FloatCounter::default(),
+            cache_saved: FloatGauge::default(),
             llm_in_flight: Gauge::default(),
             groups_open: Gauge::default(),
             cache_hits: Counter::default(),
@@ -75,8 +77,18 @@ impl HintMetrics {
             "Time to synthesize a hint, by category",
             m.hint_latency.clone(),
         );
-        registry.register("llm_tokens", "Tokens used, by direction", m.tokens.clone());
+        registry.register(
+            "llm_tokens",
+            "Tokens used, by direction: input (uncached), cache_read, cache_write, output",
+            m.tokens.clone(),
+        );
         registry.register("llm_cost_usd", "Dollars spent on LLM calls", m.cost.clone());
+        registry.register(
+            "llm_cache_saved_usd",
+            "Net dollars the prompt cache saved since start: the hints' cost with every prompt token at the input \
+             price, less what they cost (negative while cache writes outweigh reads)",
+            m.cache_saved.clone(),
+        );
         registry.register("llm_in_flight", "LLM calls in flight", m.llm_in_flight.clone());
         registry.register(
             "groups_open",
@@ -121,7 +133,18 @@ impl HintMetrics {
         self.tokens
             .get_or_create(&vec![("direction", "output".into())])
             .inc_by(s.usage.output_tokens);
+        for (direction, tokens) in [
+            ("cache_read", s.usage.cache_read_input_tokens),
+            ("cache_write", s.usage.cache_creation_input_tokens),
+        ] {
+            if let Some(tokens) = tokens {
+                self.tokens
+                    .get_or_create(&vec![("direction", direction.into())])
+                    .inc_by(tokens);
+            }
+        }
         self.cost.inc_by(s.cost_usd);
+        self.cache_saved.inc_by(s.cache_saved_usd);
     }
 
     /// A hint was published (synthesized or from the cache).

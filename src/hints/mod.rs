@@ -10,6 +10,8 @@
 //!   state rebuilt from the hints and outcomes topics, refinement;
 //! - [`learning`]: that core in the stage: the arms' synthesizers, the
 //!   topic readers, the read barrier, what a group's hint is written with;
+//! - [`ledger`]: the group's spend ledger and rate share, which make the
+//!   LLM limits the consumer group's;
 //! - [`metrics`]: the stage's Prometheus metrics;
 //! - [`service`]: build and run.
 
@@ -19,6 +21,7 @@ pub mod group;
 pub mod hint;
 pub mod learn;
 pub mod learning;
+pub mod ledger;
 pub mod metrics;
 pub mod service;
 

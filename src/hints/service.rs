@@ -21,13 +21,14 @@ use super::decode::{decode_arrival, decode_trajectory, Arrival};
 use super::group::{best_index, Groups, Joined};
 use super::hint::{build_hint, HintLabels};
 use super::learning::Learner;
+use super::ledger::{rate_share_hook, Ledger, LedgerMetrics};
 use super::metrics::HintMetrics;
 use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    finish_together, send_output, Outgoing, Parked, Partition, RecordMeta, Rejected, RunSummary, SendError,
-    Stage, StageProducer, Taken, Work,
+    finish_together, partition_count, send_output, Outgoing, Parked, Partition, RecordMeta, Rejected,
+    RunSummary, SendError, Stage, StageProducer, Taken, Work,
 };
 use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
@@ -38,6 +39,9 @@ use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
 /// How often the budget gauges are refreshed while no call changes them.
 const BUDGET_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long the last spend record may take at shutdown.
+const LEDGER_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long one probe of the LLM provider (readiness) may take, and the
 /// longest pause between probes until one is answered.
@@ -383,6 +387,8 @@ pub struct HintStage {
     config: Config,
     shell: StageShell,
     hinter: Arc<GroupHinter>,
+    /// The group's spend ledger; `None` without a budget or its topic.
+    ledger: Option<Ledger>,
     pub metrics_addr: SocketAddr,
 }
 
@@ -401,6 +407,13 @@ impl HintStage {
         ));
         let synth = Arc::new(synth.with_observer(metrics.clone()));
         tracing::info!("hints: {}", synth.describe());
+        if !synth.system_context().is_empty() {
+            tracing::info!(
+                prompt_cache = llm.prompt_cache,
+                "hints: system context {}",
+                synth.system_context().describe()
+            );
+        }
         if synth.has_model() && llm.budget_usd_per_hour == 0.0 && llm.budget_tokens_per_hour == 0 {
             tracing::warn!(
                 requests_per_minute = llm.requests_per_minute,
@@ -412,6 +425,20 @@ impl HintStage {
         let learner = Learner::build(&config, env, synth.clone(), &mut shell.registry)
             .await
             .map_err(learn_error)?;
+        // The limits are the group's: the rates split by partitions held,
+        // the budget counted over the group's spend ledger.
+        let group_limits = synth.group_limits();
+        let ledger_metrics = LedgerMetrics::register(&mut shell.registry);
+        let within = Duration::from_secs(config.connect_timeout_secs);
+        let input = &config.hints.input_topic;
+        let total = partition_count(&config, input, within).await?.unwrap_or(0);
+        shell.on_assignment(rate_share_hook(
+            input,
+            total,
+            group_limits.clone(),
+            ledger_metrics.clone(),
+        ));
+        let ledger = Ledger::start(&config, group_limits, shell.producer.clone(), ledger_metrics).await?;
         let metrics_addr = shell.serve_metrics().await?;
         let hints = &config.hints;
         let hinter = Arc::new(GroupHinter {
@@ -462,6 +489,7 @@ impl HintStage {
             config,
             shell,
             hinter,
+            ledger,
             metrics_addr,
         })
     }
@@ -471,6 +499,12 @@ impl HintStage {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> RunSummary {
         let stage = &self.config.hints;
         tracing::info!(input = %stage.input_topic, output = %stage.output_topic, group = %stage.group_id, "hint stage running");
-        self.shell.run(self.hinter, shutdown).await
+        let summary = self.shell.run(self.hinter, shutdown).await;
+        // What settled since the last record, for the group's budget (an
+        // unreachable broker delays the exit by this bound at most).
+        if let Some(ledger) = &self.ledger {
+            let _ = tokio::time::timeout(LEDGER_FLUSH_TIMEOUT, ledger.flush()).await;
+        }
+        summary
     }
 }

@@ -19,6 +19,11 @@ use crate::config::Config;
 /// outcomes at a restart). Other topics keep the broker's default.
 pub const OUTCOMES_RETENTION_MS: i64 = 30 * 24 * 60 * 60 * 1000;
 
+/// `retention.ms` the spend ledger is created with: 2 hours, the rolling
+/// hour the budgets count plus an hour's margin (a worker reads the ledger
+/// from an hour ago; older records count for nothing).
+pub const SPEND_RETENTION_MS: i64 = 2 * 60 * 60 * 1000;
+
 /// What happened to one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopicOutcome {
@@ -37,6 +42,7 @@ pub fn design_topics(config: &Config) -> Vec<String> {
         t.advantages.clone(),
         t.metrics.clone(),
         t.outcomes.clone(),
+        t.spend.clone(),
         config.hints.dlq_topic.clone(),
         config.advantages.dlq_topic.clone(),
     ];
@@ -56,6 +62,7 @@ pub async fn create_topics(
 ) -> Result<Vec<(String, TopicOutcome)>, KafkaError> {
     let dlq_bytes = dlq_message_max_bytes(config).to_string();
     let outcomes_retention = OUTCOMES_RETENTION_MS.to_string();
+    let spend_retention = SPEND_RETENTION_MS.to_string();
     let topics: Vec<(String, Vec<(&str, &str)>)> = names
         .iter()
         .map(|n| {
@@ -64,6 +71,8 @@ pub async fn create_topics(
                 vec![("max.message.bytes", dlq_bytes.as_str())]
             } else if *n == config.topics.outcomes {
                 vec![("retention.ms", outcomes_retention.as_str())]
+            } else if *n == config.topics.spend {
+                vec![("retention.ms", spend_retention.as_str())]
             } else {
                 vec![]
             };

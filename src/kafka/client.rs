@@ -20,7 +20,7 @@ use rdkafka::TopicPartitionList;
 use super::commit::lock;
 use super::tracker::OffsetTracker;
 use super::transaction::Transactions;
-use crate::config::{ClientKind, Config};
+use crate::config::{ClientKind, Config, GroupProtocol};
 use crate::health::Lifecycle;
 use crate::health::Signal;
 use crate::metrics::StageMetrics;
@@ -35,6 +35,11 @@ pub type Partition = (Arc<str>, i32);
 /// work it parks outside handler tasks (stage 2's incomplete steps), which
 /// could never finish on this member.
 pub type RevokeHook = Box<dyn Fn(&[Partition]) + Send + Sync>;
+
+/// Called after every rebalance (partitions assigned or revoked) with the
+/// consumer's whole assignment then: stage 1 re-splits the group's rate
+/// limits by the share of partitions it holds.
+pub type AssignmentHook = Box<dyn Fn(&[Partition]) + Send + Sync>;
 
 /// Client configuration every client starts from: bootstrap servers, then the
 /// `[kafka]` passthrough table, which may override anything below it.
@@ -72,6 +77,7 @@ pub struct StageContext {
     /// How long a revoked partition's in-flight work may take to finish.
     drain_timeout: Duration,
     revoke_hooks: Mutex<Vec<RevokeHook>>,
+    assignment_hooks: Mutex<Vec<AssignmentHook>>,
     /// Whether the consumer is in its group (readiness): held on an
     /// assignment and while statistics say the group is up and steady.
     group: Arc<Signal>,
@@ -88,6 +94,7 @@ impl StageContext {
             lifecycle,
             drain_timeout,
             revoke_hooks: Mutex::new(Vec::new()),
+            assignment_hooks: Mutex::new(Vec::new()),
             group: Arc::new(Signal::new("the consumer has not joined its group yet")),
             transactions: OnceLock::new(),
         }
@@ -101,6 +108,15 @@ impl StageContext {
     /// Registers a hook called when partitions are revoked.
     pub fn on_revoke(&self, hook: RevokeHook) {
         self.revoke_hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hook);
+    }
+
+    /// Registers a hook called after every rebalance with the whole
+    /// assignment.
+    pub fn on_assignment(&self, hook: AssignmentHook) {
+        self.assignment_hooks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(hook);
@@ -288,8 +304,21 @@ impl ConsumerContext for StageContext {
             }
             Rebalance::Revoke(_) => {}
         }
-        self.metrics
-            .set_assigned(consumer.assignment().map_or(0, |a| a.count()));
+        let assignment = consumer
+            .assignment()
+            .map(|a| partitions_of(&a))
+            .unwrap_or_default();
+        self.metrics.set_assigned(assignment.len());
+        if !matches!(rebalance, Rebalance::Error(_)) {
+            for hook in self
+                .assignment_hooks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                hook(&assignment);
+            }
+        }
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
@@ -336,11 +365,15 @@ pub fn create_consumer(
     client.set_log_level(RDKafkaLogLevel::Warning);
     client
         .set("auto.offset.reset", "earliest")
-        // Incremental rebalances: a member joining or leaving moves only the
-        // partitions that change owner, so in-flight work elsewhere is not
-        // revoked and redone.
-        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("auto.commit.interval.ms", "1000");
+    // Incremental rebalances: a member joining or leaving moves only the
+    // partitions that change owner, so in-flight work elsewhere is not
+    // revoked and redone. Under KIP-848 (`group.protocol = "consumer"`) the
+    // broker assigns, always incrementally, and librdkafka refuses a client
+    // assignor; the config check refused one set there already.
+    if config.kafka.group_protocol().unwrap_or(GroupProtocol::Classic) == GroupProtocol::Classic {
+        client.set("partition.assignment.strategy", "cooperative-sticky");
+    }
     if let Some(bytes) = prefetch_bytes {
         // librdkafka's default (64 MiB) would let prefetched messages alone
         // exceed a small in-flight byte bound.

@@ -139,6 +139,24 @@ pub async fn topic_exists(config: &Config, topic: &str, within: Duration) -> Res
         .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
+/// The partitions of `topic` from the cluster's metadata within `within`;
+/// `None` when it does not exist.
+pub async fn partition_count(
+    config: &Config,
+    topic: &str,
+    within: Duration,
+) -> Result<Option<usize>, ConnectError> {
+    let probe_config = config.clone();
+    let metadata = tokio::task::spawn_blocking(move || probe(&probe_config, ClientKind::Consumer, within))
+        .await
+        .map_err(|_| KafkaError::Canceled)??;
+    Ok(metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len()))
+}
+
 /// Checks that the principal may READ `topics[0]` (as the consumer) and
 /// WRITE the rest (as the producer), from the topics' authorized operations.
 /// A broker that cannot answer leaves the ACLs unchecked (a warning): the
@@ -147,12 +165,25 @@ async fn check_access(config: &Config, topics: &[&str], within: Duration) -> Res
     let Some((input, writes)) = topics.split_first() else {
         return Ok(());
     };
+    check_topic_access(config, &[*input], writes, within).await
+}
+
+/// Checks that the principal may READ `reads` (as the consumer) and WRITE
+/// `writes` (as the producer), as [`check_cluster`] does for a stage's
+/// input and outputs; for a topic a stage uses besides those (stage 1's
+/// spend ledger, which it reads and writes).
+pub async fn check_topic_access(
+    config: &Config,
+    reads: &[&str],
+    writes: &[&str],
+    within: Duration,
+) -> Result<(), ConnectError> {
     let mut missing = vec![];
     let mut principal = String::new();
     let separate = !config.kafka.producer.is_empty();
     let mut asks = vec![(
         ClientKind::Consumer,
-        vec![*input],
+        reads.to_vec(),
         if separate { vec![] } else { writes.to_vec() },
     )];
     if separate && !writes.is_empty() {

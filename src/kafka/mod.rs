@@ -22,10 +22,11 @@ pub mod worker;
 
 pub use client::{
     base_config, client_config, create_consumer, create_producer, create_stage_producer,
-    create_transactional_producer, OutputContext, Partition, StageConsumer, StageContext, StageProducer,
+    create_transactional_producer, AssignmentHook, OutputContext, Partition, StageConsumer, StageContext,
+    StageProducer,
 };
 pub use commit::{Committer, Ticket};
-pub use connect::{check_cluster, ConnectError};
+pub use connect::{check_cluster, check_topic_access, partition_count, ConnectError};
 pub use contract::{Parked, Stage, Work};
 pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};
 pub use message::{Delivery, RecordMeta, Rejected, Taken, HANDLER_PANIC};

@@ -13,7 +13,8 @@
 //! caught up when the barrier taken at its start has passed.
 //!
 //! Partitions added to a topic after the tail started are not read (a
-//! restart picks them up).
+//! restart picks them up). [`TopicTail::start_since`] starts at a time
+//! instead of the beginning (stage 1's spend ledger: the last hour).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -108,18 +109,75 @@ impl TopicTail {
     /// Assigns every partition of `topic` from the beginning and starts
     /// handing each record (key, payload) to `on_record`, on a task of its
     /// own. A topic that does not exist is an error.
-    pub async fn start<F>(config: &Config, topic: &str, mut on_record: F) -> Result<TopicTail, TailError>
+    pub async fn start<F>(config: &Config, topic: &str, on_record: F) -> Result<TopicTail, TailError>
+    where
+        F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
+    {
+        Self::start_at(config, topic, None, on_record).await
+    }
+
+    /// As [`TopicTail::start`], from the first record of each partition
+    /// written at or after `since` (the partition's end when none is).
+    pub async fn start_since<F>(
+        config: &Config,
+        topic: &str,
+        since: std::time::SystemTime,
+        on_record: F,
+    ) -> Result<TopicTail, TailError>
+    where
+        F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
+    {
+        Self::start_at(config, topic, Some(since), on_record).await
+    }
+
+    async fn start_at<F>(
+        config: &Config,
+        topic: &str,
+        since: Option<std::time::SystemTime>,
+        mut on_record: F,
+    ) -> Result<TopicTail, TailError>
     where
         F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
     {
         let consumer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
         let partitions = partitions_of(consumer.clone(), topic.to_string()).await?;
         let mut assignment = TopicPartitionList::new();
+        let start = match since {
+            None => Offset::Beginning,
+            Some(at) => {
+                let ms = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                Offset::Offset(ms)
+            }
+        };
         for partition in &partitions {
-            assignment.add_partition_offset(topic, *partition, Offset::Beginning)?;
+            assignment.add_partition_offset(topic, *partition, start)?;
+        }
+        let mut progress = Progress::default();
+        if since.is_some() {
+            // The offsets of those timestamps (a blocking request, off the
+            // runtime); `End` where nothing was written since, which is
+            // placed at the end offset now so that `sync` counts the
+            // partition read up to where it starts.
+            let c = consumer.clone();
+            let found =
+                tokio::task::spawn_blocking(move || c.offsets_for_times(assignment, METADATA_TIMEOUT))
+                    .await
+                    .map_err(|_| TailError::Stopped(String::from("offsets for times")))??;
+            let ends = end_offsets(consumer.clone(), topic.to_string(), partitions.clone()).await?;
+            assignment = TopicPartitionList::new();
+            for e in found.elements() {
+                let offset = match e.offset() {
+                    Offset::Offset(n) => n,
+                    _ => ends.get(&e.partition()).copied().unwrap_or(0),
+                };
+                assignment.add_partition_offset(topic, e.partition(), Offset::Offset(offset))?;
+                progress.position.insert(e.partition(), offset);
+            }
         }
         consumer.assign(&assignment)?;
-        let progress = Arc::new(Mutex::new(Progress::default()));
+        let progress = Arc::new(Mutex::new(progress));
         let moved = Arc::new(Notify::new());
         let task = {
             let (consumer, progress, moved) = (consumer.clone(), progress.clone(), moved.clone());

@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
-use super::client::{create_consumer, Partition, RevokeHook, StageContext, StageProducer};
+use super::client::{create_consumer, AssignmentHook, Partition, RevokeHook, StageContext, StageProducer};
 use super::commit::Committer;
 use super::contract::{Closures, Stage, Work};
 use super::dlq::DeadLetters;
@@ -140,6 +140,12 @@ impl StageLoop {
     /// drain (see [`RevokeHook`]).
     pub fn on_revoke(&self, hook: RevokeHook) {
         self.consumer.context().on_revoke(hook);
+    }
+
+    /// Registers a hook called after every rebalance with the whole
+    /// assignment (see [`AssignmentHook`]).
+    pub fn on_assignment(&self, hook: AssignmentHook) {
+        self.consumer.context().on_assignment(hook);
     }
 
     /// Runs `stage` (see [`Stage`]) until `shutdown` resolves or the stage

@@ -8,17 +8,25 @@ use std::time::{Duration, Instant};
 use super::cassette::{request_key, AttemptOutcome, Call, Cassette, CassetteMode};
 use super::chain::Tally;
 use super::client::{Completion, LlmError};
+use super::prompt_cache::PromptText;
 use super::routing::Link;
 use super::synth::Synthesizer;
 
 impl Synthesizer {
-    fn request<'a>(&'a self, model: &'a str, user: &'a str) -> Completion<'a> {
+    /// The request for `prompt` to `link`'s model, with its cache marks.
+    fn request<'a>(&'a self, link: &'a Link, prompt: &'a PromptText) -> Completion<'a> {
         Completion {
-            model,
-            system: self.prompt.system_prompt(),
-            user,
+            model: &link.api_model,
+            system: &prompt.system,
+            user: &prompt.user,
             max_tokens: self.config.max_tokens,
             temperature: self.config.temperature,
+            cache: self.prompt_cache.marks(
+                link.client.provider(),
+                &link.api_model,
+                self.prompt.as_str(),
+                prompt,
+            ),
         }
     }
 
@@ -29,12 +37,12 @@ impl Synthesizer {
     pub(super) async fn call_model(
         &self,
         link: &Link,
-        user: &str,
+        prompt: &PromptText,
         first: bool,
         deadline: Instant,
         tally: &mut Tally,
     ) -> Option<Result<String, LlmError>> {
-        let request = self.request(&link.api_model, user);
+        let request = self.request(link, prompt);
         let Some(cassette) = &self.cassette else {
             tally.live = true;
             return Some(
@@ -101,8 +109,7 @@ impl Synthesizer {
             }
             match &attempt.outcome {
                 AttemptOutcome::Reply { text, usage, .. } => {
-                    tally.usage.input_tokens += usage.input_tokens;
-                    tally.usage.output_tokens += usage.output_tokens;
+                    tally.usage.add(usage);
                     return Ok(text.clone());
                 }
                 AttemptOutcome::Error(e) => {

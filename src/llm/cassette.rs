@@ -274,6 +274,7 @@ mod tests {
             user,
             max_tokens: 300,
             temperature: 0.3,
+            cache: Default::default(),
         }
     }
 
@@ -296,10 +297,7 @@ mod tests {
                 Attempt {
                     outcome: AttemptOutcome::Reply {
                         text: text.into(),
-                        usage: Usage {
-                            input_tokens: 10,
-                            output_tokens: 3,
-                        },
+                        usage: Usage::new(10, 3),
                         stop_reason: Some("end_turn".into()),
                     },
                     latency_ms: 7,

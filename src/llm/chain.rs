@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::cap::cap_hint;
 use super::client::LlmError;
-use super::pricing::{cost_usd, price_of};
+use super::pricing::{cost_usd, price_of, uncached_cost_usd};
+use super::prompt_cache::PromptText;
 use super::routing::Link;
 use super::synth::{Synthesis, Synthesizer};
 use crate::messages::{FailedTrajectory, HintCategory, Usage};
@@ -71,18 +72,15 @@ impl Synthesizer {
                 failure_reason: None,
                 latency_ms: started.elapsed().as_millis() as u64,
                 hint_truncated: false,
+                cache_saved_usd: 0.0,
             };
         };
         let deadline = started + self.time_budget();
-        let mut user = self.prompt.user_message(t);
-        if let Some(extra) = extra {
-            user.push_str("\n\n");
-            user.push_str(extra);
-        }
+        let prompt = self.prompt_text(t, extra);
         let mut tally = Tally::default();
         let mut last_error = LlmError::Timeout;
         for (i, link) in self.chain.iter().enumerate() {
-            let Some(result) = self.call_model(link, &user, i == 0, deadline, &mut tally).await else {
+            let Some(result) = self.call_model(link, &prompt, i == 0, deadline, &mut tally).await else {
                 break;
             };
             match result {
@@ -99,6 +97,25 @@ impl Synthesizer {
         self.fell_back(t, last_error, tally, started)
     }
 
+    /// The prompt for `t`: the version's system prompt with the context
+    /// files (the common one, then `t`'s `env_class` one), and its user
+    /// message with `extra` after it.
+    fn prompt_text(&self, t: &FailedTrajectory, extra: Option<&str>) -> PromptText {
+        let mut user = self.prompt.user_message(t);
+        if let Some(extra) = extra {
+            user.push_str("\n\n");
+            user.push_str(extra);
+        }
+        let contexts: Vec<&str> = self
+            .context
+            .common
+            .as_deref()
+            .into_iter()
+            .chain(self.context.for_env_class(t.env_class.as_deref()))
+            .collect();
+        PromptText::new(self.prompt.system_prompt(), &contexts, user)
+    }
+
     /// The time budget of one hint.
     fn time_budget(&self) -> Duration {
         // The config bounds timeout_secs; a value past Duration's range
@@ -108,11 +125,14 @@ impl Synthesizer {
 
     /// The hint `link`'s model wrote.
     fn synthesized(&self, link: &Link, text: String, tally: Tally, started: Instant) -> Synthesis {
+        let price = price_of(&self.config, link);
+        let cost = cost_usd(price.as_ref(), &tally.usage);
         Synthesis {
             hint: text,
             category: HintCategory::LlmSynthesized,
             model: Some(link.id.clone()),
-            cost_usd: cost_usd(price_of(&self.config.prices, link), &tally.usage),
+            cost_usd: cost,
+            cache_saved_usd: uncached_cost_usd(price.as_ref(), &tally.usage) - cost,
             latency_ms: tally.latency_ms(started),
             usage: tally.usage,
             failure_reason: None,
@@ -123,12 +143,14 @@ impl Synthesizer {
     /// The static hint, after every model tried failed; what was spent is
     /// priced at the first model's price.
     fn fell_back(&self, t: &FailedTrajectory, error: LlmError, tally: Tally, started: Instant) -> Synthesis {
-        let price = self.chain.first().and_then(|l| price_of(&self.config.prices, l));
+        let price = self.chain.first().and_then(|l| price_of(&self.config, l));
+        let cost = cost_usd(price.as_ref(), &tally.usage);
         Synthesis {
             hint: self.prompt.static_hint(t),
             category: HintCategory::LlmFailedStaticFallback,
             model: None,
-            cost_usd: cost_usd(price, &tally.usage),
+            cost_usd: cost,
+            cache_saved_usd: uncached_cost_usd(price.as_ref(), &tally.usage) - cost,
             latency_ms: tally.latency_ms(started),
             usage: tally.usage,
             failure_reason: Some(error.failure_reason()),

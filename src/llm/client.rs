@@ -16,6 +16,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use thiserror::Error;
 
+use super::prompt_cache::CacheMarks;
 use crate::messages::Usage;
 
 /// The Anthropic API version header every request carries.
@@ -82,6 +83,9 @@ pub struct Completion<'a> {
     pub user: &'a str,
     pub max_tokens: u32,
     pub temperature: f64,
+    /// Where the request asks for prompt caching (none by default). Not
+    /// part of the cassette key: the text sent is the same.
+    pub cache: CacheMarks,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -128,6 +132,25 @@ pub enum LlmError {
     /// client is not built (a start-up error, never a hint's).
     #[error("SSL_CERT_FILE {path}: {reason}")]
     CertFile { path: PathBuf, reason: String },
+    /// `llm.system_context_file` or `llm.system_context_dir` cannot be
+    /// used: the synthesizer is not built (a start-up error, never a
+    /// hint's).
+    #[error("{setting} {path}: {reason}")]
+    Context {
+        setting: String,
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+impl From<super::context::ContextError> for LlmError {
+    fn from(e: super::context::ContextError) -> Self {
+        LlmError::Context {
+            setting: e.setting.to_string(),
+            path: e.path,
+            reason: e.reason,
+        }
+    }
 }
 
 impl LlmError {
@@ -149,6 +172,7 @@ impl LlmError {
             LlmError::NotInCassette { .. } => "cassette_miss".into(),
             LlmError::BudgetExhausted => "budget_exhausted".into(),
             LlmError::CertFile { .. } => "cert_file".into(),
+            LlmError::Context { .. } => "system_context".into(),
         }
     }
 
@@ -164,7 +188,8 @@ impl LlmError {
             | LlmError::Empty
             | LlmError::NotInCassette { .. }
             | LlmError::BudgetExhausted
-            | LlmError::CertFile { .. } => false,
+            | LlmError::CertFile { .. }
+            | LlmError::Context { .. } => false,
         }
     }
 
@@ -179,7 +204,7 @@ impl LlmError {
 
     /// A mistake in the set-up the user fixes (exit 2), not a runtime one.
     pub fn is_config(&self) -> bool {
-        matches!(self, LlmError::CertFile { .. })
+        matches!(self, LlmError::CertFile { .. } | LlmError::Context { .. })
     }
 
     /// The server's `retry-after`, when it sent one.
@@ -311,13 +336,12 @@ impl LlmClient {
                     "model": request.model,
                     "max_tokens": request.max_tokens,
                     "temperature": request.temperature,
-                    "system": request.system,
-                    "messages": [{"role": "user", "content": request.user}],
+                    "system": anthropic_system(request),
+                    "messages": [{"role": "user", "content": anthropic_user(request)}],
                 }),
             ),
-            Provider::Openai => (
-                "/chat/completions",
-                json!({
+            Provider::Openai => {
+                let mut body = json!({
                     "model": request.model,
                     "max_tokens": request.max_tokens,
                     "temperature": request.temperature,
@@ -325,8 +349,12 @@ impl LlmClient {
                         {"role": "system", "content": request.system},
                         {"role": "user", "content": request.user},
                     ],
-                }),
-            ),
+                });
+                if let Some(key) = &request.cache.key {
+                    body["prompt_cache_key"] = json!(key);
+                }
+                ("/chat/completions", body)
+            }
         }
     }
 
@@ -500,10 +528,60 @@ fn status_error(status: u16, body: &[u8], retry_after: Option<Duration>, secret:
 }
 
 fn usage_field(v: &Value, path: &[&str]) -> u64 {
-    path.iter()
-        .try_fold(v, |v, k| v.get(k))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
+    reported(v, path).unwrap_or(0)
+}
+
+/// A usage field when the API reported it (absent or `null`: `None`).
+fn reported(v: &Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_u64)
+}
+
+/// Anthropic's `cache_control` for a breakpoint of `request`.
+fn cache_control(request: &Completion<'_>) -> Value {
+    if request.cache.one_hour {
+        json!({"type": "ephemeral", "ttl": "1h"})
+    } else {
+        json!({"type": "ephemeral"})
+    }
+}
+
+/// The `system` of a Messages request: the string, or text blocks split at
+/// the breakpoints, each marked block ending at one.
+fn anthropic_system(request: &Completion<'_>) -> Value {
+    let breaks = &request.cache.system_breaks;
+    if breaks.is_empty() {
+        return json!(request.system);
+    }
+    let mut blocks = Vec::new();
+    let mut start = 0;
+    for &end in breaks {
+        let Some(text) = request.system.get(start..end).filter(|t| !t.is_empty()) else {
+            continue;
+        };
+        blocks.push(json!({"type": "text", "text": text, "cache_control": cache_control(request)}));
+        start = end;
+    }
+    if let Some(rest) = request.system.get(start..).filter(|t| !t.is_empty()) {
+        blocks.push(json!({"type": "text", "text": rest}));
+    }
+    Value::Array(blocks)
+}
+
+/// The user message's `content`: the string, or the task section as a
+/// marked block and the rest after it.
+fn anthropic_user(request: &Completion<'_>) -> Value {
+    let split = request
+        .cache
+        .task_break
+        .and_then(|end| Some((request.user.get(..end)?, request.user.get(end..)?)))
+        .filter(|(task, rest)| !task.is_empty() && !rest.is_empty());
+    match split {
+        None => json!(request.user),
+        Some((task, rest)) => json!([
+            {"type": "text", "text": task, "cache_control": cache_control(request)},
+            {"type": "text", "text": rest},
+        ]),
+    }
 }
 
 fn anthropic_reply(v: &Value) -> Result<Reply, LlmError> {
@@ -519,9 +597,12 @@ fn anthropic_reply(v: &Value) -> Result<Reply, LlmError> {
         .join("");
     Ok(Reply {
         text: text.trim().to_string(),
+        // `input_tokens` is the uncached input; the cache parts are apart.
         usage: Usage {
             input_tokens: usage_field(v, &["usage", "input_tokens"]),
             output_tokens: usage_field(v, &["usage", "output_tokens"]),
+            cache_read_input_tokens: reported(v, &["usage", "cache_read_input_tokens"]),
+            cache_creation_input_tokens: reported(v, &["usage", "cache_creation_input_tokens"]),
         },
         stop_reason: v.get("stop_reason").and_then(Value::as_str).map(str::to_string),
     })
@@ -540,15 +621,26 @@ fn openai_reply(v: &Value) -> Result<Reply, LlmError> {
         .unwrap_or_default();
     Ok(Reply {
         text: text.trim().to_string(),
-        usage: Usage {
-            input_tokens: usage_field(v, &["usage", "prompt_tokens"]),
-            output_tokens: usage_field(v, &["usage", "completion_tokens"]),
-        },
+        usage: openai_usage(v),
         stop_reason: choice
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string),
     })
+}
+
+/// OpenAI's usage: `prompt_tokens` includes the cached
+/// `prompt_tokens_details.cached_tokens`, which is taken out as a read.
+/// OpenAI bills no cache write.
+fn openai_usage(v: &Value) -> Usage {
+    let prompt = usage_field(v, &["usage", "prompt_tokens"]);
+    let cached = reported(v, &["usage", "prompt_tokens_details", "cached_tokens"]).map(|c| c.min(prompt));
+    Usage {
+        input_tokens: prompt - cached.unwrap_or(0),
+        output_tokens: usage_field(v, &["usage", "completion_tokens"]),
+        cache_read_input_tokens: cached,
+        cache_creation_input_tokens: None,
+    }
 }
 
 #[cfg(test)]
@@ -740,5 +832,67 @@ mod tests {
             anthropic_reply(&json!({"id": 1})),
             Err(LlmError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn cache_usage_is_read_as_each_provider_reports_it() {
+        let a = anthropic_reply(&json!({"content": [{"type": "text", "text": "hi"}], "usage": {"input_tokens": 50, "output_tokens": 2, "cache_read_input_tokens": 2000, "cache_creation_input_tokens": 0}})).unwrap();
+        assert_eq!(a.usage.input_tokens, 50);
+        assert_eq!(a.usage.cache_read_input_tokens, Some(2000));
+        assert_eq!(
+            a.usage.cache_creation_input_tokens,
+            Some(0),
+            "a reported 0 stays 0"
+        );
+        let unreported = anthropic_reply(&json!({"content": [{"type": "text", "text": "hi"}], "usage": {"input_tokens": 5, "output_tokens": 2}})).unwrap();
+        assert_eq!(
+            unreported.usage.cache_read_input_tokens, None,
+            "absent is unknown, not 0"
+        );
+        let o = openai_reply(&json!({"choices": [{"message": {"content": "yo"}}], "usage": {"prompt_tokens": 1500, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 1280}}})).unwrap();
+        assert_eq!(o.usage.input_tokens, 220, "prompt_tokens less the cached ones");
+        assert_eq!(o.usage.cache_read_input_tokens, Some(1280));
+        assert_eq!(o.usage.cache_creation_input_tokens, None);
+    }
+
+    fn completion<'a>(system: &'a str, user: &'a str, cache: CacheMarks) -> Completion<'a> {
+        Completion {
+            model: "m",
+            system,
+            user,
+            max_tokens: 10,
+            temperature: 0.0,
+            cache,
+        }
+    }
+
+    #[test]
+    fn breakpoints_split_the_system_and_the_task_into_marked_blocks() {
+        let plain = completion("sys", "## Task\nx\n\n## Rest", CacheMarks::default());
+        assert_eq!(anthropic_system(&plain), json!("sys"));
+        assert_eq!(anthropic_user(&plain), json!("## Task\nx\n\n## Rest"));
+        let marks = CacheMarks {
+            system_breaks: vec![4, 9],
+            task_break: Some(9),
+            one_hour: true,
+            key: None,
+        };
+        let marked = completion("base ctx env", "## Task\nx\n\n## Rest", marks);
+        let ephemeral = json!({"type": "ephemeral", "ttl": "1h"});
+        assert_eq!(
+            anthropic_system(&marked),
+            json!([
+                {"type": "text", "text": "base", "cache_control": ephemeral},
+                {"type": "text", "text": " ctx ", "cache_control": ephemeral},
+                {"type": "text", "text": "env"},
+            ])
+        );
+        assert_eq!(
+            anthropic_user(&marked),
+            json!([
+                {"type": "text", "text": "## Task\nx", "cache_control": ephemeral},
+                {"type": "text", "text": "\n\n## Rest"},
+            ])
+        );
     }
 }

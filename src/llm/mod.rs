@@ -7,7 +7,10 @@
 //! - [`routing`]: which API, endpoint and key serve each model of the chain.
 //! - [`limits`]: what bounds an attempt: rate limits, calls in flight and
 //!   the spend budget ([`limits::budget`]).
-//! - `pricing`: what a model's tokens cost.
+//! - [`pricing`]: what a model's tokens cost, cache reads and writes
+//!   included.
+//! - [`context`]: the system context files, read at start-up.
+//! - [`prompt_cache`]: where requests ask for provider prompt caching.
 //! - [`synth`]: the [`Synthesizer`]: the chain, its limits, readiness, hint
 //!   ids, the metrics observer.
 //! - `chain`: the chain walk, model after model, then the static hint.
@@ -25,10 +28,12 @@ pub mod cap;
 pub mod cassette;
 mod chain;
 pub mod client;
+pub mod context;
 pub mod env;
 pub mod limits;
-mod pricing;
+pub mod pricing;
 pub mod prompt;
+pub mod prompt_cache;
 pub mod pyliteral;
 mod retry;
 pub mod routing;

@@ -101,6 +101,22 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
     }
 }
 
+/// The bytes of the task section that starts a user message (`## Task`
+/// and the task's text, up to the blank line before the next `## `
+/// heading), when it starts with one. Both prompt versions open with it,
+/// so the section depends on the task alone: a prompt cache breakpoint
+/// after it matches every request for the same task.
+pub fn task_section_len(user: &str) -> Option<usize> {
+    const HEADING: &str = "## Task\n";
+    if !user.starts_with(HEADING) {
+        return None;
+    }
+    user[HEADING.len()..]
+        .find("\n\n## ")
+        .map(|end| HEADING.len() + end)
+        .filter(|&end| end > HEADING.len())
+}
+
 /// The list printed between `>>> NAME >>>` and its closing line
 /// `<<< NAME <<<` (or the end), parsed as a Python literal; `None` when the
 /// block is absent or garbage. A `<<<` inside a check's text does not end it.
@@ -307,6 +323,17 @@ mod tests {
             "tool_error_messages": ["bash: exit 1", "bash: exit 1", "edit: no such file"]
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_task_section_of_both_prompt_versions_is_found() {
+        let t = trajectory("");
+        for version in [PromptVersion::V2, PromptVersion::Reference] {
+            let user = version.user_message(&t);
+            let end = task_section_len(&user).unwrap();
+            assert_eq!(&user[..end], "## Task\nFix the parser", "{version}");
+        }
+        assert_eq!(task_section_len("no heading"), None);
     }
 
     #[test]

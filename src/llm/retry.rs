@@ -79,8 +79,7 @@ impl Synthesizer {
             self.report_attempt(link, &result, started, &span, attempts.as_deref_mut());
             let error = match result {
                 Ok(reply) => {
-                    usage.input_tokens += reply.usage.input_tokens;
-                    usage.output_tokens += reply.usage.output_tokens;
+                    usage.add(&reply.usage);
                     self.limits.charge_overrun(&reply.usage, request);
                     return Ok(reply.text);
                 }
@@ -103,8 +102,8 @@ impl Synthesizer {
         request: &Completion<'_>,
         deadline: Instant,
     ) -> Result<Admission<'_>, LlmError> {
-        let price = price_of(&self.config.prices, link);
-        let admitted = self.limits.admit(request, price, deadline).await;
+        let price = price_of(&self.config, link);
+        let admitted = self.limits.admit(request, price.as_ref(), deadline).await;
         if let Err(LlmError::BudgetExhausted) = admitted {
             self.observe_budget();
         }
@@ -137,7 +136,7 @@ impl Synthesizer {
             self.answered.store(true, Ordering::Relaxed);
         }
         if let Some(reservation) = reservation {
-            settle(reservation, &result, price_of(&self.config.prices, link));
+            settle(reservation, &result, price_of(&self.config, link).as_ref());
             self.observe_budget();
         }
         result

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use super::cassette::Cassette;
 use super::client::{LlmError, Provider};
+use super::context::SystemContext;
 use super::limits::budget::Remaining;
-use super::limits::CallLimits;
+use super::limits::{CallLimits, GroupLimits};
+use super::prompt_cache::PromptCache;
 use super::routing::{self, Link};
 use crate::config::{LlmConfig, PromptVersion};
 use crate::messages::{HintCategory, Usage};
@@ -43,6 +45,10 @@ pub struct Synthesis {
     pub latency_ms: u64,
     /// Whether `hint` was cut to `llm.max_hint_chars`.
     pub hint_truncated: bool,
+    /// What the prompt cache saved on this hint, in dollars: its cost with
+    /// every prompt token at the input rate, less `cost_usd` (negative
+    /// when cache writes outweighed reads; 0 without cache usage).
+    pub cache_saved_usd: f64,
 }
 
 pub struct Synthesizer {
@@ -58,6 +64,11 @@ pub struct Synthesizer {
     pub(super) limits: Arc<CallLimits>,
     pub(super) observer: Option<Arc<dyn SynthObserver>>,
     pub(super) cassette: Option<Arc<Cassette>>,
+    /// `llm.system_context_file` and `_dir`, read at start-up; shared by
+    /// every arm.
+    pub(super) context: Arc<SystemContext>,
+    /// Where requests ask for prompt caching, and the tasks sent recently.
+    pub(super) prompt_cache: Arc<PromptCache>,
     /// Set once a model API answered anything (readiness).
     pub(super) answered: AtomicBool,
 }
@@ -81,9 +92,12 @@ impl Synthesizer {
     /// the config and env. With `provider = "auto"`, litellm-style ids pick
     /// their API (`openrouter/…`, `anthropic/…`, `openai/…`); with a named
     /// provider every id goes to it as written. A model whose API has no key
-    /// is left out with a warning; an empty chain means static hints.
+    /// is left out with a warning; an empty chain means static hints. The
+    /// context files are read here: one that cannot be used is
+    /// `LlmError::Context` (a config error).
     pub fn new(config: &LlmConfig, env: &LlmEnv) -> Result<Self, LlmError> {
         let resolved = routing::resolve(config, env)?;
+        let context = SystemContext::load(config)?;
         Ok(Synthesizer {
             chain: resolved.links,
             models: resolved.models,
@@ -92,8 +106,15 @@ impl Synthesizer {
             limits: Arc::new(CallLimits::new(config)),
             observer: None,
             cassette: None,
+            context: Arc::new(context),
+            prompt_cache: Arc::new(PromptCache::new(config)),
             answered: AtomicBool::new(false),
         })
+    }
+
+    /// The system context read at start-up.
+    pub fn system_context(&self) -> &SystemContext {
+        &self.context
     }
 
     /// A synthesizer for one arm: its own model chain (empty: static hints)
@@ -118,8 +139,16 @@ impl Synthesizer {
             limits: self.limits.clone(),
             observer: self.observer.clone(),
             cassette: self.cassette.clone(),
+            context: self.context.clone(),
+            prompt_cache: self.prompt_cache.clone(),
             answered: AtomicBool::new(false),
         })
+    }
+
+    /// Its limits (shared with every arm's synthesizer), for stage 1 to
+    /// make them the consumer group's.
+    pub fn group_limits(&self) -> GroupLimits {
+        GroupLimits::new(self.limits.clone())
     }
 
     /// The prompt version this synthesizer sends.

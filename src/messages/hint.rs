@@ -27,10 +27,61 @@ impl HintCategory {
     }
 }
 
+/// A hint's tokens. `input_tokens` is the input billed at the plain rate:
+/// with prompt caching, the part neither read from nor written to the
+/// cache. The cache fields are what the provider reported (Anthropic's
+/// `cache_read_input_tokens` and `cache_creation_input_tokens`; OpenAI's
+/// `prompt_tokens_details.cached_tokens` as a read), absent when it
+/// reported none: absent is unknown, never 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Plain input and output tokens, no cache fields.
+    pub const fn new(input_tokens: u64, output_tokens: u64) -> Self {
+        Usage {
+            input_tokens,
+            output_tokens,
+            cache_read_input_tokens: None,
+            cache_creation_input_tokens: None,
+        }
+    }
+
+    /// Adds `other`'s tokens; a cache field stays absent only when both
+    /// are.
+    pub fn add(&mut self, other: &Usage) {
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_input_tokens = sum(self.cache_read_input_tokens, other.cache_read_input_tokens);
+        self.cache_creation_input_tokens = sum(
+            self.cache_creation_input_tokens,
+            other.cache_creation_input_tokens,
+        );
+    }
+
+    /// Every input token the prompt took: plain, read from and written to
+    /// the cache.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_read_input_tokens.unwrap_or(0))
+            .saturating_add(self.cache_creation_input_tokens.unwrap_or(0))
+    }
+
+    /// Every token, input (cached or not) and output.
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens().saturating_add(self.output_tokens)
+    }
 }
 
 /// The failed-trajectory record a hint was built from.

@@ -8,6 +8,12 @@
 //! released. When a reservation does not fit, the
 //! attempt is not sent: the hint falls back to the static one with
 //! `failure_reason = "budget_exhausted"` until older spend leaves the window.
+//!
+//! The budgets are the consumer group's: besides its own spend, the window
+//! holds the other workers' (their records of the spend ledger, see
+//! `hints::ledger`, entered with [`SpendBudget::observe_peer`]), and
+//! [`SpendBudget::take_unpublished`] hands out what this worker settled
+//! since its last record. A worker alone has no peers: nothing changes.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -25,31 +31,76 @@ pub struct Remaining {
     pub tokens: Option<u64>,
 }
 
+/// Spend over the rolling window: (when, dollars, tokens), oldest first,
+/// and their sums.
+#[derive(Debug, Default)]
+struct Rolling {
+    entries: VecDeque<(Instant, f64, u64)>,
+    usd: f64,
+    tokens: u64,
+}
+
+impl Rolling {
+    /// Adds spend at `at`, in time order (peers' records arrive from several
+    /// partitions, not quite in order).
+    fn add(&mut self, at: Instant, usd: f64, tokens: u64) {
+        let i = self.entries.partition_point(|&(t, _, _)| t <= at);
+        self.entries.insert(i, (at, usd, tokens));
+        self.usd += usd;
+        self.tokens += tokens;
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some(&(at, usd, tokens)) = self.entries.front() {
+            if now.saturating_duration_since(at) < BUDGET_WINDOW {
+                break;
+            }
+            self.entries.pop_front();
+            self.usd -= usd;
+            self.tokens -= tokens;
+        }
+        if self.entries.is_empty() {
+            // No drift from float subtraction when the window empties.
+            self.usd = 0.0;
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Window {
-    /// (when, dollars, tokens) of settled spend, oldest first.
-    spent: VecDeque<(Instant, f64, u64)>,
-    spent_usd: f64,
-    spent_tokens: u64,
+    /// This worker's settled spend.
+    spent: Rolling,
+    /// The other workers' of its group, as their ledger records said.
+    peers: Rolling,
     reserved_usd: f64,
     reserved_tokens: u64,
+    /// Settled here since the last ledger record: not yet published.
+    unpublished_usd: f64,
+    unpublished_tokens: u64,
 }
 
 impl Window {
     fn expire(&mut self, now: Instant) {
-        while let Some(&(at, usd, tokens)) = self.spent.front() {
-            if now.duration_since(at) < BUDGET_WINDOW {
-                break;
-            }
-            self.spent.pop_front();
-            self.spent_usd -= usd;
-            self.spent_tokens -= tokens;
-        }
-        if self.spent.is_empty() {
-            // No drift from float subtraction when the window empties.
-            self.spent_usd = 0.0;
-        }
+        self.spent.expire(now);
+        self.peers.expire(now);
     }
+
+    /// Settled and reserved, the group's.
+    fn used(&self) -> (f64, u64) {
+        (
+            self.spent.usd + self.peers.usd + self.reserved_usd,
+            self.spent.tokens + self.peers.tokens + self.reserved_tokens,
+        )
+    }
+}
+
+/// The group's settled spend in the rolling window, and this worker's part.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GroupSpend {
+    pub usd: f64,
+    pub tokens: u64,
+    pub own_usd: f64,
+    pub own_tokens: u64,
 }
 
 /// The hourly budgets; `None` fields are unset.
@@ -86,12 +137,9 @@ impl SpendBudget {
     pub fn reserve(&self, usd: f64, tokens: u64) -> Result<Reservation<'_>, Exhausted> {
         let mut w = self.window();
         w.expire(Instant::now());
-        let over_usd = self
-            .usd
-            .is_some_and(|budget| w.spent_usd + w.reserved_usd + usd > budget);
-        let over_tokens = self
-            .tokens
-            .is_some_and(|budget| w.spent_tokens + w.reserved_tokens + tokens > budget);
+        let (used_usd, used_tokens) = w.used();
+        let over_usd = self.usd.is_some_and(|budget| used_usd + usd > budget);
+        let over_tokens = self.tokens.is_some_and(|budget| used_tokens + tokens > budget);
         if over_usd || over_tokens {
             return Err(Exhausted);
         }
@@ -109,11 +157,58 @@ impl SpendBudget {
     pub fn remaining(&self) -> Remaining {
         let mut w = self.window();
         w.expire(Instant::now());
+        let (used_usd, used_tokens) = w.used();
         Remaining {
-            usd: self.usd.map(|b| (b - w.spent_usd - w.reserved_usd).max(0.0)),
-            tokens: self
-                .tokens
-                .map(|b| b.saturating_sub(w.spent_tokens + w.reserved_tokens)),
+            usd: self.usd.map(|b| (b - used_usd).max(0.0)),
+            tokens: self.tokens.map(|b| b.saturating_sub(used_tokens)),
+        }
+    }
+
+    /// Counts another worker's spend of `age` ago (from its ledger record)
+    /// in the window; spend older than the window counts for nothing.
+    pub fn observe_peer(&self, age: Duration, usd: f64, tokens: u64) {
+        if age >= BUDGET_WINDOW || !(usd.is_finite() && usd >= 0.0) {
+            return;
+        }
+        let now = Instant::now();
+        // A clock younger than `age` (just booted): counted as of now,
+        // which keeps it in the window longer, never shorter.
+        let at = now.checked_sub(age).unwrap_or(now);
+        let mut w = self.window();
+        w.peers.add(at, usd, tokens);
+        w.expire(now);
+    }
+
+    /// What this worker settled since the last call, for its next ledger
+    /// record; `None` when nothing was. Put it back with
+    /// [`SpendBudget::restore_unpublished`] if the record was not written.
+    pub fn take_unpublished(&self) -> Option<(f64, u64)> {
+        let mut w = self.window();
+        let taken = (
+            std::mem::take(&mut w.unpublished_usd),
+            std::mem::take(&mut w.unpublished_tokens),
+        );
+        (taken.0 > 0.0 || taken.1 > 0).then_some(taken)
+    }
+
+    /// Returns spend taken for a record that was not written: the next
+    /// record carries it.
+    pub fn restore_unpublished(&self, usd: f64, tokens: u64) {
+        let mut w = self.window();
+        w.unpublished_usd += usd;
+        w.unpublished_tokens += tokens;
+    }
+
+    /// The group's settled spend in the window now (reservations in flight
+    /// not included).
+    pub fn group_spend(&self) -> GroupSpend {
+        let mut w = self.window();
+        w.expire(Instant::now());
+        GroupSpend {
+            usd: w.spent.usd + w.peers.usd,
+            tokens: w.spent.tokens + w.peers.tokens,
+            own_usd: w.spent.usd,
+            own_tokens: w.spent.tokens,
         }
     }
 }
@@ -155,9 +250,9 @@ impl Reservation<'_> {
         w.reserved_usd = (w.reserved_usd - self.usd).max(0.0);
         w.reserved_tokens = w.reserved_tokens.saturating_sub(self.tokens);
         if let Some((usd, tokens)) = spent {
-            w.spent.push_back((Instant::now(), usd, tokens));
-            w.spent_usd += usd;
-            w.spent_tokens += tokens;
+            w.spent.add(Instant::now(), usd, tokens);
+            w.unpublished_usd += usd;
+            w.unpublished_tokens += tokens;
         }
     }
 }
@@ -198,6 +293,44 @@ mod tests {
         tokio::time::advance(BUDGET_WINDOW).await;
         assert_eq!(budget.remaining().usd, Some(0.05));
         assert!(budget.reserve(0.01, 100).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_group_spend_is_the_rolling_hour_of_own_and_peer_records() {
+        let budget = SpendBudget::new(1.0, 0).unwrap();
+        // A peer's record from 50 minutes ago, and one from just now; one
+        // from over an hour ago counts for nothing.
+        budget.observe_peer(Duration::from_secs(50 * 60), 0.30, 3000);
+        budget.observe_peer(Duration::from_secs(2), 0.20, 2000);
+        budget.observe_peer(BUDGET_WINDOW + Duration::from_secs(1), 5.0, 50_000);
+        budget.reserve(0.1, 1000).unwrap().settle(0.10, 1000);
+        let group = budget.group_spend();
+        assert!((group.usd - 0.60).abs() < 1e-12, "{group:?}");
+        assert_eq!((group.tokens, group.own_tokens), (6000, 1000));
+        assert!((budget.remaining().usd.unwrap() - 0.40).abs() < 1e-12);
+        // The group's spend bounds this worker: 0.6 spent + 0.5 > 1.0.
+        assert!(budget.reserve(0.5, 0).is_err());
+        // Ten minutes on, the 50-minute-old record leaves the hour.
+        tokio::time::advance(Duration::from_secs(10 * 60)).await;
+        let group = budget.group_spend();
+        assert!((group.usd - 0.30).abs() < 1e-12, "{group:?}");
+        assert!(budget.reserve(0.5, 0).is_ok());
+    }
+
+    #[test]
+    fn own_spend_is_published_once_and_restored_when_its_record_fails() {
+        let budget = SpendBudget::new(1.0, 0).unwrap();
+        assert_eq!(budget.take_unpublished(), None, "nothing settled yet");
+        budget.reserve(0.2, 100).unwrap().settle(0.15, 90);
+        budget.reserve(0.2, 100).unwrap().release();
+        assert_eq!(budget.take_unpublished(), Some((0.15, 90)));
+        assert_eq!(budget.take_unpublished(), None, "taken once");
+        budget.restore_unpublished(0.15, 90);
+        budget.reserve(0.2, 100).unwrap().settle(0.05, 10);
+        let (usd, tokens) = budget.take_unpublished().unwrap();
+        assert!((usd - 0.20).abs() < 1e-12 && tokens == 100);
+        // Publishing is bookkeeping: the own window still holds both.
+        assert!((budget.group_spend().own_usd - 0.20).abs() < 1e-12);
     }
 
     #[test]

@@ -11,15 +11,21 @@
 //! calls billed at that worst case stay within the budget plus one call).
 //! A reply that reports more (framing beyond [`FRAMING_TOKENS`]) is
 //! recorded as it is: the budget is then overshot by that excess alone.
+//!
+//! Every limit is the consumer group's ([`GroupLimits`], which stage 1
+//! feeds): the budget counts the other workers' spend from the spend
+//! ledger, the rates are split by the share of partitions each worker holds.
 
 pub mod budget;
 mod rate;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use self::budget::{Remaining, Reservation, SpendBudget};
+use self::budget::{GroupSpend, Remaining, Reservation, SpendBudget};
+pub use self::rate::share_of;
 use self::rate::RateLimits;
 use super::client::{Completion, LlmError, Reply};
 use super::pricing::{cost_usd, worst_case_cost_usd};
@@ -54,10 +60,10 @@ pub const FRAMING_TOKENS: u64 = 64;
 /// can be far denser), and the whole output allowance. A reply that used
 /// more leaves the excess as a debt (`charge_overrun`).
 pub(super) fn estimate(request: &Completion<'_>) -> Usage {
-    Usage {
-        input_tokens: ((request.user.len() + request.system.len()) / 3) as u64,
-        output_tokens: u64::from(request.max_tokens),
-    }
+    Usage::new(
+        ((request.user.len() + request.system.len()) / 3) as u64,
+        u64::from(request.max_tokens),
+    )
 }
 
 /// An attempt's worst-case tokens, for the spend budget: one input token
@@ -65,14 +71,15 @@ pub(super) fn estimate(request: &Completion<'_>) -> Usage {
 /// bytes it reads) plus [`FRAMING_TOKENS`], and the whole output allowance
 /// (`max_tokens`, which the API never exceeds).
 pub fn worst_case(system: &str, user: &str, max_tokens: u32) -> Usage {
-    Usage {
-        input_tokens: (system.len() + user.len()) as u64 + FRAMING_TOKENS,
-        output_tokens: u64::from(max_tokens),
-    }
+    Usage::new(
+        (system.len() + user.len()) as u64 + FRAMING_TOKENS,
+        u64::from(max_tokens),
+    )
 }
 
+/// Every token of `usage`, the cached input included.
 fn total(usage: &Usage) -> u64 {
-    usage.input_tokens + usage.output_tokens
+    usage.total_tokens()
 }
 
 impl CallLimits {
@@ -117,7 +124,10 @@ impl CallLimits {
                 let worst = worst_case(request.system, request.user, request.max_tokens);
                 Some(
                     budget
-                        .reserve(worst_case_cost_usd(price, &worst), total(&worst))
+                        .reserve(
+                            worst_case_cost_usd(price, &worst, request.cache.writes_cache()),
+                            total(&worst),
+                        )
                         .map_err(|_| LlmError::BudgetExhausted)?,
                 )
             }
@@ -150,6 +160,62 @@ impl CallLimits {
     }
 }
 
+/// What stage 1 uses to make a synthesizer's limits the group's: the
+/// rebalance sets the rate share, the spend ledger brings the other
+/// workers' spend in and takes this worker's out.
+#[derive(Clone)]
+pub struct GroupLimits {
+    limits: Arc<CallLimits>,
+}
+
+impl GroupLimits {
+    pub(super) fn new(limits: Arc<CallLimits>) -> Self {
+        GroupLimits { limits }
+    }
+
+    /// Takes the rate share of `assigned` of the input topic's `total`
+    /// partitions (see [`share_of`]).
+    pub fn set_rate_share(&self, assigned: usize, total: usize) {
+        self.limits.rate.set_share(assigned, total);
+    }
+
+    /// This worker's (requests, tokens) per minute now; 0 = unlimited.
+    pub fn rate_per_minute(&self) -> (u32, u32) {
+        self.limits.rate.per_minute()
+    }
+
+    /// Whether a spend budget is set (without one there is no ledger).
+    pub fn has_budget(&self) -> bool {
+        self.limits.budget.is_some()
+    }
+
+    /// Counts another worker's spend of `age` ago.
+    pub fn observe_peer_spend(&self, age: Duration, usd: f64, tokens: u64) {
+        if let Some(budget) = &self.limits.budget {
+            budget.observe_peer(age, usd, tokens);
+        }
+    }
+
+    /// This worker's spend settled since the last call (see
+    /// [`SpendBudget::take_unpublished`]).
+    pub fn take_unpublished(&self) -> Option<(f64, u64)> {
+        self.limits.budget.as_ref()?.take_unpublished()
+    }
+
+    /// Puts back spend whose record was not written.
+    pub fn restore_unpublished(&self, usd: f64, tokens: u64) {
+        if let Some(budget) = &self.limits.budget {
+            budget.restore_unpublished(usd, tokens);
+        }
+    }
+
+    /// The group's settled spend in the rolling hour; `None` without a
+    /// budget.
+    pub fn group_spend(&self) -> Option<GroupSpend> {
+        self.limits.budget.as_ref().map(SpendBudget::group_spend)
+    }
+}
+
 /// Settles an attempt's reservation from how it ended: the real cost of a
 /// reply, nothing for a request the API refused or never got, the
 /// reservation (the worst case) otherwise.
@@ -174,10 +240,7 @@ pub(super) fn settle(
 mod tests {
     use super::*;
 
-    const PRICE: ModelPrice = ModelPrice {
-        input_per_mtok: 3.0,
-        output_per_mtok: 15.0,
-    };
+    const PRICE: ModelPrice = ModelPrice::new(3.0, 15.0);
 
     #[test]
     fn the_reservation_is_the_worst_case_of_the_prompt_and_output() {
@@ -185,7 +248,7 @@ mod tests {
         // 3 + 14 bytes, each a token at most, plus framing.
         assert_eq!(worst.input_tokens, 17 + FRAMING_TOKENS);
         assert_eq!(worst.output_tokens, 300);
-        let usd = worst_case_cost_usd(Some(&PRICE), &worst);
+        let usd = worst_case_cost_usd(Some(&PRICE), &worst, false);
         assert!((usd - ((17 + FRAMING_TOKENS) as f64 * 3.0 + 300.0 * 15.0) / 1e6).abs() < 1e-15);
     }
 

@@ -1,7 +1,8 @@
 //! Apache Kafka nodes for integration tests, run from the jars that
 //! `scripts/kafka.sh` resolves: one node shared by every test of a test
 //! binary ([`shared`]), or a node of a test's own ([`KafkaNode::start`]) for
-//! tests that kill, restart or secure their broker. Each node is a KRaft
+//! tests that kill, restart or secure their broker, or three of them in one
+//! quorum ([`KafkaCluster`]) for failover. Each node is a KRaft
 //! broker and controller in one JVM on 127.0.0.1, with
 //! `scripts/kafka/node.properties` as every node's base settings.
 //!
@@ -114,6 +115,34 @@ pub struct NodeSettings {
     pub client: Vec<(String, String)>,
 }
 
+/// Where a node sits in its KRaft quorum.
+struct Quorum {
+    id: u32,
+    /// The node's controller port.
+    controller: u16,
+    /// `controller.quorum.voters`.
+    voters: String,
+    /// Replicas of every topic and internal topic; `min.insync.replicas` is
+    /// one less (at least 1).
+    replication: u32,
+    cluster_id: String,
+}
+
+impl Quorum {
+    fn replication_lines(&self) -> Vec<String> {
+        let (rf, isr) = (self.replication, self.replication.saturating_sub(1).max(1));
+        vec![
+            format!("default.replication.factor={rf}"),
+            format!("min.insync.replicas={isr}"),
+            format!("offsets.topic.replication.factor={rf}"),
+            format!("transaction.state.log.replication.factor={rf}"),
+            format!("transaction.state.log.min.isr={isr}"),
+            format!("share.coordinator.state.topic.replication.factor={rf}"),
+            format!("share.coordinator.state.topic.min.isr={isr}"),
+        ]
+    }
+}
+
 /// A Kafka node of a test's own, killed on drop. Its data folder survives
 /// [`KafkaNode::kill9`] and [`KafkaNode::start_again`].
 pub struct KafkaNode {
@@ -152,6 +181,28 @@ impl KafkaNode {
     fn create(dir: PathBuf, owned: Option<tempfile::TempDir>, settings: NodeSettings) -> KafkaNode {
         let port = super::free_port();
         let controller = super::free_port();
+        let quorum = Quorum {
+            id: 1,
+            controller,
+            voters: format!("1@127.0.0.1:{controller}"),
+            replication: 1,
+            cluster_id: cluster_id(),
+        };
+        let mut node = KafkaNode::format(dir, owned, settings, port, &quorum);
+        node.launch();
+        node
+    }
+
+    /// Writes the node's `server.properties` for its place in `quorum` and
+    /// formats its storage; does not start it.
+    fn format(
+        dir: PathBuf,
+        owned: Option<tempfile::TempDir>,
+        settings: NodeSettings,
+        port: u16,
+        quorum: &Quorum,
+    ) -> KafkaNode {
+        let controller = quorum.controller;
         let or_plain = |p: &str| {
             if p.is_empty() {
                 "PLAINTEXT".to_string()
@@ -186,24 +237,26 @@ impl KafkaNode {
         let mut lines = vec![
             base,
             "process.roles=broker,controller".into(),
-            "node.id=1".into(),
+            format!("node.id={}", quorum.id),
             format!("listeners={}", listeners.join(",")),
             format!("advertised.listeners={}", advertised.join(",")),
             format!("listener.security.protocol.map={}", protocols.join(",")),
             "inter.broker.listener.name=CLIENT".into(),
-            format!("controller.quorum.voters=1@127.0.0.1:{controller}"),
+            format!("controller.quorum.voters={}", quorum.voters),
             format!("log.dirs={}", dir.join("data").display()),
-            "offsets.topic.replication.factor=1".into(),
-            "transaction.state.log.replication.factor=1".into(),
-            "transaction.state.log.min.isr=1".into(),
-            "share.coordinator.state.topic.replication.factor=1".into(),
-            "share.coordinator.state.topic.min.isr=1".into(),
         ];
+        lines.extend(quorum.replication_lines());
         lines.extend(settings.properties.iter().cloned());
         let properties = dir.join("server.properties");
         std::fs::write(&properties, lines.join("\n") + "\n").unwrap();
         let out = kafka_java("WARN")
-            .args(["kafka.tools.StorageTool", "format", "-t", &cluster_id(), "-c"])
+            .args([
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                &quorum.cluster_id,
+                "-c",
+            ])
             .arg(&properties)
             .args(&settings.format_args)
             .output()
@@ -215,7 +268,7 @@ impl KafkaNode {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut node = KafkaNode {
+        KafkaNode {
             bootstrap: format!("127.0.0.1:{port}"),
             port,
             listener_ports,
@@ -224,13 +277,17 @@ impl KafkaNode {
             _owned: owned,
             guard: None,
             settings,
-        };
-        node.launch();
-        node
+        }
     }
 
     /// Starts the JVM under its guard and waits until the node answers.
     fn launch(&mut self) {
+        self.spawn();
+        self.wait_ready();
+    }
+
+    /// Starts the JVM under its guard.
+    fn spawn(&mut self) {
         // The guard: the JVM is its child; it SIGKILLs the JVM once the test
         // process is gone, then removes the node's folder. It exits when the
         // JVM does.
@@ -264,6 +321,11 @@ kill -0 "$TEST_PID" 2>/dev/null || rm -rf "$NODE_DIR"
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         self.guard = Some(command.spawn().expect("cannot start sh for the Kafka node"));
+    }
+
+    /// Waits until the node answers metadata; panics with its log when it
+    /// exits first or takes longer than [`READY_WITHIN`].
+    fn wait_ready(&mut self) {
         let client = self.settings.client.clone();
         let started = Instant::now();
         let deadline = started + READY_WITHIN;
@@ -388,4 +450,113 @@ pub fn shared() -> &'static str {
             (node.bootstrap.clone(), Some(node))
         })
         .0
+}
+
+/// Three Kafka nodes of a test's own in one KRaft quorum (each a broker and a
+/// controller), as `scripts/kafka.sh cluster` runs them: topics at
+/// replication factor 3 and `min.insync.replicas=2`, so one node may die
+/// without losing an acknowledged (`acks=all`) record. Nodes are numbered
+/// 1 to 3, as their `node.id`s.
+pub struct KafkaCluster {
+    /// All three nodes' bootstrap servers.
+    pub bootstrap: String,
+    nodes: Vec<KafkaNode>,
+}
+
+impl KafkaCluster {
+    /// Formats three nodes and starts them; waits until each answers.
+    pub fn start() -> KafkaCluster {
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (super::free_port(), super::free_port())).collect();
+        let voters = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let id = cluster_id();
+        let mut nodes: Vec<KafkaNode> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &(port, controller))| {
+                let dir = tempfile::Builder::new()
+                    .prefix(&format!("hintstream-kafka-cluster-{}-", i + 1))
+                    .tempdir()
+                    .unwrap();
+                let quorum = Quorum {
+                    id: i as u32 + 1,
+                    controller,
+                    voters: voters.clone(),
+                    replication: 3,
+                    cluster_id: id.clone(),
+                };
+                KafkaNode::format(
+                    dir.path().to_path_buf(),
+                    Some(dir),
+                    NodeSettings::default(),
+                    port,
+                    &quorum,
+                )
+            })
+            .collect();
+        // A node answers only once the quorum has a leader: start all first.
+        let started = Instant::now();
+        nodes.iter_mut().for_each(KafkaNode::spawn);
+        nodes.iter_mut().for_each(KafkaNode::wait_ready);
+        eprintln!(
+            "kafka: three-node cluster answered {:.1?} after launch",
+            started.elapsed()
+        );
+        let bootstrap = nodes
+            .iter()
+            .map(|n| n.bootstrap.clone())
+            .collect::<Vec<_>>()
+            .join(",");
+        KafkaCluster { bootstrap, nodes }
+    }
+
+    /// Node `id` (1 to 3).
+    pub fn node(&mut self, id: i32) -> &mut KafkaNode {
+        assert!(
+            (1..=3).contains(&id),
+            "the cluster's nodes are 1, 2 and 3 (got {id})"
+        );
+        &mut self.nodes[id as usize - 1]
+    }
+
+    /// SIGKILL of node `id`: it stops at once, mid-request; its data stays.
+    pub fn kill9(&mut self, id: i32) {
+        self.node(id).kill9();
+    }
+
+    /// Starts node `id` again on its ports and data; waits until it answers.
+    pub fn start_again(&mut self, id: i32) {
+        self.node(id).start_again();
+    }
+
+    /// The node leading `topic`'s `partition` now, from a metadata request
+    /// to the nodes that run; `None` while it has no leader.
+    pub fn leader(&self, topic: &str, partition: i32) -> Option<i32> {
+        let live: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.guard.is_some())
+            .map(|n| n.bootstrap.as_str())
+            .collect();
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", live.join(","))
+            .create()
+            .ok()?;
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .ok()?;
+        let leader = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)?
+            .partitions()
+            .iter()
+            .find(|p| p.id() == partition)?
+            .leader();
+        (leader >= 1).then_some(leader)
+    }
 }

@@ -7,7 +7,9 @@
 //! What it does is chosen per request by a
 //! marker found in the request body (e.g. the trajectory's task prompt), in
 //! sequence: the n-th request carrying a marker gets the n-th behaviour (the
-//! last one repeats).
+//! last one repeats). Prompt caching is reported as the providers do (see
+//! `PromptCacheSim`): a cache write on the first request of a marked
+//! prefix of 1,024+ tokens, reads after.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -98,6 +100,7 @@ struct AppState {
     script: Arc<Mutex<Script>>,
     seen: Arc<Mutex<Vec<Seen>>>,
     api_key: Option<String>,
+    cache: Arc<Mutex<PromptCacheSim>>,
 }
 
 pub struct LlmServer {
@@ -165,6 +168,7 @@ impl LlmServer {
             script: Arc::new(Mutex::new(Script::default())),
             seen: Arc::new(Mutex::new(Vec::new())),
             api_key: api_key.map(str::to_string),
+            cache: Arc::default(),
         };
         let app = Router::new()
             .route("/v1/messages", post(anthropic))
@@ -609,6 +613,7 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         return r;
     }
     let behavior = pick(&state, &String::from_utf8_lossy(&body));
+    let cache_bill = state.cache.lock().unwrap().arrive(api, &value);
     if let Some(r) = misbehave(api, &headers, &behavior).await {
         return r;
     }
@@ -636,7 +641,9 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         }
         _ => unreachable!("handled by misbehave"),
     };
-    json_response(200, api.success(&value["model"], &text, body.len()), None)
+    let mut reply = api.success(&value["model"], &text, body.len());
+    state.cache.lock().unwrap().answer(cache_bill, &mut reply);
+    json_response(200, reply, None)
 }
 
 /// The bytes of a request's prompt text: its system prompt and the text of
@@ -671,5 +678,194 @@ pub fn anthropic_env(server: &LlmServer, key: &str) -> hintstream::llm::synth::L
         anthropic_api_key: Some(key.into()),
         anthropic_base_url: Some(server.base_url()),
         ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Prompt caching, as the providers report it.
+// ---------------------------------------------------------------------------
+
+/// The shortest cacheable prefix, in tokens (Claude Sonnet's, and
+/// OpenAI's): a breakpoint on a shorter prefix caches nothing.
+pub const CACHE_MIN_TOKENS: u64 = 1024;
+/// OpenAI caches prefixes in steps of this many tokens past the minimum.
+pub const OPENAI_CACHE_STEP_TOKENS: u64 = 128;
+/// How long an OpenAI cache entry lives without use.
+const OPENAI_CACHE_TTL: Duration = Duration::from_secs(600);
+/// Bytes per token, in the server's count of prefixes.
+const CACHE_BYTES_PER_TOKEN: u64 = 4;
+
+/// The server's prompt cache. A request's input is `body bytes / 4`
+/// tokens, as without caching; its prefixes are counted at a token per 4
+/// bytes of text.
+///
+/// Anthropic: the prompt is the system blocks, then each message's
+/// blocks, in order; a block with `cache_control` ends a prefix. The
+/// longest marked prefix found in the cache is a read; from there to the
+/// last marked prefix of [`CACHE_MIN_TOKENS`]+ tokens is a write; both
+/// then live `ttl` (5 minutes, or 1 hour with `"ttl": "1h"`) from now.
+/// `usage` gets `cache_read_input_tokens` and
+/// `cache_creation_input_tokens` (the rest stays `input_tokens`) when the
+/// request marked any block. (The real API reports both on every reply;
+/// here unmarked requests keep the usage they had.)
+///
+/// OpenAI: every prompt of [`CACHE_MIN_TOKENS`]+ tokens is cached in
+/// [`OPENAI_CACHE_STEP_TOKENS`] steps, unasked; the longest step found is
+/// `prompt_tokens_details.cached_tokens`, included in `prompt_tokens`.
+/// Reported when some tokens were cached or the request set
+/// `prompt_cache_key`. No write is billed.
+#[derive(Default)]
+pub struct PromptCacheSim {
+    /// Prefix hash -> when the entry expires.
+    entries: HashMap<u64, Instant>,
+}
+
+/// A marked prefix of an Anthropic request.
+struct Breakpoint {
+    hash: u64,
+    tokens: u64,
+    ttl: Duration,
+}
+
+/// The text blocks of a `system` or `content` value (a string is one
+/// unmarked block).
+fn blocks(v: &Value) -> Vec<(String, Option<Duration>)> {
+    let ttl = |b: &Value| {
+        b.get("cache_control").filter(|c| c.is_object()).map(|c| {
+            if c["ttl"] == "1h" {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_secs(300)
+            }
+        })
+    };
+    match v {
+        Value::String(s) => vec![(s.clone(), None)],
+        Value::Array(items) => items
+            .iter()
+            .map(|b| (b["text"].as_str().unwrap_or_default().to_string(), ttl(b)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// What a request reads from and writes to the cache, decided when it
+/// arrives (a prefix written by a request still in flight is not yet
+/// readable, as on the real APIs); its entries go in when it is answered.
+pub struct CacheBill {
+    api: Api,
+    read: u64,
+    written: u64,
+    /// Whether the reply reports cache fields.
+    report: bool,
+    /// Prefixes cached by this request, and how long they live.
+    entries: Vec<(u64, Duration)>,
+}
+
+impl PromptCacheSim {
+    fn live(&self, hash: u64, now: Instant) -> bool {
+        self.entries.get(&hash).is_some_and(|until| *until > now)
+    }
+
+    /// What the request `body` reads and writes, by the cache as it is now.
+    fn arrive(&self, api: Api, body: &Value) -> CacheBill {
+        let now = Instant::now();
+        match api {
+            Api::Anthropic => self.arrive_anthropic(body, now),
+            Api::OpenAi => self.arrive_openai(body, now),
+        }
+    }
+
+    /// Stores `bill`'s prefixes and sets the cache fields of the success
+    /// `reply`.
+    fn answer(&mut self, bill: CacheBill, reply: &mut Value) {
+        let now = Instant::now();
+        for (hash, ttl) in &bill.entries {
+            self.entries.insert(*hash, now + *ttl);
+        }
+        if !bill.report {
+            return;
+        }
+        let usage = &mut reply["usage"];
+        match bill.api {
+            Api::Anthropic => {
+                let total = usage["input_tokens"].as_u64().unwrap_or(0);
+                usage["input_tokens"] = json!(total.saturating_sub(bill.read + bill.written));
+                usage["cache_read_input_tokens"] = json!(bill.read);
+                usage["cache_creation_input_tokens"] = json!(bill.written);
+            }
+            Api::OpenAi => {
+                usage["prompt_tokens_details"] = json!({"cached_tokens": bill.read});
+            }
+        }
+    }
+
+    fn arrive_anthropic(&self, body: &Value, now: Instant) -> CacheBill {
+        let model = body["model"].as_str().unwrap_or_default();
+        let mut parts = blocks(&body["system"]);
+        for m in body["messages"].as_array().into_iter().flatten() {
+            parts.extend(blocks(&m["content"]));
+        }
+        let mut hash = fnv(model.as_bytes());
+        let mut bytes = 0u64;
+        let mut marks = Vec::new();
+        for (text, ttl) in &parts {
+            hash = fnv(&[hash.to_le_bytes().as_slice(), text.as_bytes()].concat());
+            bytes += text.len() as u64;
+            if let Some(ttl) = ttl {
+                marks.push(Breakpoint {
+                    hash,
+                    tokens: bytes / CACHE_BYTES_PER_TOKEN,
+                    ttl: *ttl,
+                });
+            }
+        }
+        let cacheable: Vec<&Breakpoint> = marks.iter().filter(|b| b.tokens >= CACHE_MIN_TOKENS).collect();
+        let read = cacheable
+            .iter()
+            .rev()
+            .find(|b| self.live(b.hash, now))
+            .map_or(0, |b| b.tokens);
+        let last = cacheable.last().map_or(0, |b| b.tokens);
+        CacheBill {
+            api: Api::Anthropic,
+            read,
+            written: last.saturating_sub(read),
+            report: !marks.is_empty(),
+            entries: cacheable.iter().map(|b| (b.hash, b.ttl)).collect(),
+        }
+    }
+
+    fn arrive_openai(&self, body: &Value, now: Instant) -> CacheBill {
+        let model = body["model"].as_str().unwrap_or_default();
+        let mut text = Vec::new();
+        for m in body["messages"].as_array().into_iter().flatten() {
+            text.extend_from_slice(m["role"].as_str().unwrap_or_default().as_bytes());
+            text.push(0);
+            for (t, _) in blocks(&m["content"]) {
+                text.extend_from_slice(t.as_bytes());
+            }
+            text.push(0);
+        }
+        let text_tokens = text.len() as u64 / CACHE_BYTES_PER_TOKEN;
+        let mut read = 0;
+        let mut entries = Vec::new();
+        let mut step = CACHE_MIN_TOKENS;
+        while step <= text_tokens {
+            let end = (step * CACHE_BYTES_PER_TOKEN) as usize;
+            let hash = fnv(&[model.as_bytes(), &[0], &text[..end]].concat());
+            if self.live(hash, now) {
+                read = step;
+            }
+            entries.push((hash, OPENAI_CACHE_TTL));
+            step += OPENAI_CACHE_STEP_TOKENS;
+        }
+        CacheBill {
+            api: Api::OpenAi,
+            read,
+            written: 0,
+            report: read > 0 || body.get("prompt_cache_key").is_some(),
+            entries,
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! never skips.
 #![allow(dead_code)]
 
+pub mod arrivals;
 pub mod kafka;
 pub mod llm_server;
 pub mod waits;
@@ -19,7 +20,7 @@ use hintstream::config::Config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-pub use kafka::{KafkaNode, NodeSettings};
+pub use kafka::{KafkaCluster, KafkaNode, NodeSettings};
 
 /// The broker a test shares with the other tests of its binary.
 #[derive(Clone)]

@@ -592,6 +592,7 @@ fn exported_metrics() -> String {
         failure_reason: None,
         latency_ms: 1,
         hint_truncated: false,
+        cache_saved_usd: 0.0,
     });
     let arms = hintstream::hints::learning::ArmMetrics::register(&mut hints);
     arms.show(&hintstream::hints::learn::RunReport {
@@ -609,6 +610,7 @@ fn exported_metrics() -> String {
         fresh_rescue_rate: None,
         cost_per_rescue_usd: None,
     });
+    hintstream::hints::ledger::LedgerMetrics::register(&mut hints);
     let mut advantages = Registry::with_prefix("hintstream_advantages");
     hintstream::metrics::StageMetrics::register(&mut advantages).dead_lettered("not_json");
     let advantage_metrics = hintstream::advantages::metrics::AdvantageMetrics::register(&mut advantages);

@@ -1,15 +1,17 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, long replies, hints that learn.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, the group's budget, long replies, provider prompt caching, hints that learn.
 
 mod bad_input;
 mod budget_bound;
 mod byte_bounds;
 mod eval;
+mod group_budget;
 mod hints_kafka;
 mod learning;
 mod learning_stage;
 mod llm_hardening;
 mod llm_storm;
 mod long_replies;
+mod prompt_cache;
 mod reference_prompt;
 mod reference_prompt_loopback;
 mod synthesis;

@@ -375,13 +375,10 @@ async fn an_hourly_budget_stops_llm_requests_and_loses_nothing() {
     config.llm.concurrency = 4;
     let model = hintstream::llm::synth::DEFAULT_ANTHROPIC_MODEL;
     // $10 per million tokens both ways: a call costs about half a cent.
-    config.llm.prices.insert(
-        model.into(),
-        hintstream::config::ModelPrice {
-            input_per_mtok: 10.0,
-            output_per_mtok: 10.0,
-        },
-    );
+    config
+        .llm
+        .prices
+        .insert(model.into(), hintstream::config::ModelPrice::new(10.0, 10.0));
     let endpoint = common::MetricsEndpoint::free();
     config.hints.metrics_addr = endpoint.addr();
     let env = llm_server::anthropic_env(&server, "sk-k");

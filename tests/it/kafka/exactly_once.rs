@@ -1,16 +1,18 @@
-//! Exactly-once delivery on Apache Kafka: both stages under
-//! `kafka.delivery = "exactly_once"`, two workers each (`hintstream` child
-//! processes with stable worker ids), input produced at a steady pace while
-//! a worker of each stage is killed with SIGKILL again and again and
-//! restarted under the same id. A `read_committed` reader then sees every
-//! group's hint exactly once and every step's advantages (one publication:
-//! one attempt, each chunk once) and metrics exactly once: 0 duplicates,
-//! 0 lost, and no dead letters.
+//! Exactly-once delivery on a three-node Apache Kafka cluster
+//! (`common::KafkaCluster`: replication 3, `min.insync.replicas=2`): both
+//! stages under `kafka.delivery = "exactly_once"`, two workers each
+//! (`hintstream` child processes with stable worker ids), input produced at
+//! a steady pace while a worker of each stage is killed with SIGKILL again
+//! and again and restarted under the same id. A `read_committed` reader then
+//! sees every group's hint exactly once and every step's advantages (one
+//! publication: one attempt, each chunk once) and metrics exactly once: 0
+//! duplicates, 0 lost, and no dead letters.
 //!
-//! On a node of the test's own. EOS_KILLS (default 10 per stage) sets the
-//! kills, EOS_PARTITIONS (default 6) the partitions of every topic (2: the
-//! two steps produced at a time often share one, interleaved). The same run under at_least_once (measured once, not a test) showed
-//! 332 duplicate hints and 95 duplicate advantage chunks for 6 kills.
+//! EOS_KILLS (default 10 per stage) sets the kills, EOS_PARTITIONS (default
+//! 6) the partitions of every topic (2: the two steps produced at a time
+//! often share one, interleaved). The same run under at_least_once on one
+//! node (measured once, not a test) showed 332 duplicate hints and 95
+//! duplicate advantage chunks for 6 kills.
 
 use crate::common;
 
@@ -175,8 +177,11 @@ fn spawn(stage: &str, file: &std::path::Path, id: &str) -> common::Process {
 async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed() {
     let kills = env_or("EOS_KILLS", 10);
     let partitions = env_or("EOS_PARTITIONS", 6) as i32;
-    let node = common::own_kafka();
-    let mut config = common::config_for(&node.bootstrap);
+    // Three nodes, replication 3, min.insync.replicas 2: the transaction
+    // state and the offsets replicated as in production.
+    let cluster = common::KafkaCluster::start();
+    let mut config = common::config_for(&cluster.bootstrap);
+    config.topics.replication_factor = 3;
     common::own_topics(&mut config.hints, "eos-trajectories", "eos-hints");
     common::own_topics(&mut config.advantages, "eos-scored", "eos-advantages");
     config.topics.metrics = common::unique("eos-metrics");

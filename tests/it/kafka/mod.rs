@@ -1,4 +1,4 @@
-//! The Kafka plumbing under both stages: at-least-once, exactly-once, delivery, dead letters, revoke, faults, chaos, codecs, secured clusters, record/replay.
+//! The Kafka plumbing under both stages: at-least-once, exactly-once, delivery, dead letters, revoke, failover, faults, group protocols (classic and KIP-848), chaos, codecs, secured clusters, record/replay.
 
 mod at_least_once;
 mod chaos;
@@ -6,7 +6,9 @@ mod codecs;
 mod dead_letters;
 mod delivery;
 mod exactly_once;
+mod failover;
 mod faults;
+mod group_protocol;
 mod record_replay;
 mod revoke;
 mod secure_cluster;

@@ -428,6 +428,9 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     let ca = pki.path("ca.pem");
     let mut config = secure_config(broker, &ca);
     config.hints.group_wait_ms = 300;
+    // A budget: stage 1 reads and writes the spend ledger (rl.hints.spend)
+    // under the README's ACLs too.
+    config.llm.budget_usd_per_hour = 100.0;
     let (hints_metrics, advantages_metrics) =
         (common::MetricsEndpoint::free(), common::MetricsEndpoint::free());
     config.hints.metrics_addr = hints_metrics.addr();
@@ -499,6 +502,15 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
             &[("category", "llm_synthesized")],
             |n| n >= groups,
             Duration::from_secs(90),
+            context,
+        )
+        .await;
+    hints_metrics
+        .wait_for(
+            "hintstream_hints_llm_ledger_records_published_total",
+            &[],
+            |n| n >= 1.0,
+            Duration::from_secs(30),
             context,
         )
         .await;

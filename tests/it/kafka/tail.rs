@@ -1,13 +1,14 @@
 //! A whole topic read by assignment: every record of every partition reaches
 //! the callback, and the read barrier (`sync`) returns only once the reader
 //! has read up to the end offsets measured when it was called, on an empty
-//! topic too.
+//! topic too. A reader started at a time reads only what was written since,
+//! and its barrier counts a partition with nothing since as read.
 
 use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hintstream::kafka::{create_producer, TailError, TopicTail};
 
@@ -62,4 +63,49 @@ async fn the_barrier_passes_only_once_every_record_so_far_was_read() {
         "{:?}",
         missing.err()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_started_at_a_time_reads_only_what_was_written_since() {
+    use rdkafka::producer::FutureRecord;
+    let broker = common::shared_kafka();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("tail-since");
+    common::create_topics(&config, &[&topic], 3).await;
+    let producer = create_producer(&config).unwrap();
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let hour_ms = 3_600_000;
+    // Two hours old on every partition, then new records on one key (one
+    // partition): the others have nothing since the hour.
+    for (i, (key, at)) in (0..30)
+        .map(|i| (format!("k{i}"), now_ms - 2 * hour_ms))
+        .chain((0..5).map(|_| ("new".to_string(), now_ms)))
+        .enumerate()
+    {
+        let payload = format!("v{i}");
+        producer
+            .send(
+                FutureRecord::to(&topic).key(&key).payload(&payload).timestamp(at),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let tail = {
+        let seen = seen.clone();
+        let since = SystemTime::now() - Duration::from_secs(3600);
+        TopicTail::start_since(&config, &topic, since, move |_, payload| {
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(payload.unwrap_or_default()).into_owned());
+        })
+        .await
+        .unwrap()
+    };
+    tail.sync(Duration::from_secs(30)).await.unwrap();
+    let got = seen.lock().unwrap().clone();
+    let want: Vec<String> = (30..35).map(|i| format!("v{i}")).collect();
+    assert_eq!(got, want, "only the records of the last hour, in order");
 }
