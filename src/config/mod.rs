@@ -46,8 +46,9 @@ pub use hints::{HintsConfig, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SE
 pub use kafka::{ClientKind, KafkaConfig, KafkaValue, LIBRDKAFKA_MESSAGE_MAX_BYTES};
 pub use limits::LimitsConfig;
 pub use llm::{
-    LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion, DEFAULT_REQUESTS_PER_MINUTE,
-    MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS,
+    HedgeTo, LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion,
+    DEFAULT_REQUESTS_PER_MINUTE, MAX_HEDGE_WINDOW, MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS,
+    MIN_HEDGE_WINDOW,
 };
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};

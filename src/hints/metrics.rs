@@ -1,6 +1,7 @@
 //! Stage 1's Prometheus metrics (`hintstream_hints_*`), beside the consume
 //! loop's: hints by category, LLM attempts, retries and latency, tokens and
-//! cost, the spend budget left, open groups and the hint cache.
+//! cost, the spend budget left, hedged requests, open groups and the hint
+//! cache.
 
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ pub struct HintMetrics {
     budget_usd_left: FloatGauge,
     budget_tokens_left: Gauge,
     budgets: (bool, bool),
+    hedges_sent: Family<Labels, Counter>,
+    hedges_won: Family<Labels, Counter>,
+    hedge_extra_usd: Family<Labels, FloatCounter>,
 }
 
 impl HintMetrics {
@@ -53,6 +57,9 @@ impl HintMetrics {
             budget_usd_left: FloatGauge::default(),
             budget_tokens_left: Gauge::default(),
             budgets,
+            hedges_sent: Family::default(),
+            hedges_won: Family::default(),
+            hedge_extra_usd: Family::default(),
         };
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
         registry.register(
@@ -92,6 +99,21 @@ impl HintMetrics {
             "hints_skipped",
             "Groups that got no hint, by reason (above_reward_threshold: the best reward was above hints.reward_threshold)",
             m.skipped.clone(),
+        );
+        registry.register(
+            "llm_hedges_sent",
+            "Duplicates of slow LLM attempts sent (llm.hedge), by the model they went to",
+            m.hedges_sent.clone(),
+        );
+        registry.register(
+            "llm_hedges_won",
+            "Duplicates whose answer came first and wrote the hint, by model",
+            m.hedges_won.clone(),
+        );
+        registry.register(
+            "llm_hedge_extra_cost_usd",
+            "Estimated dollars of LLM attempts cancelled for the other's answer (the answer's usage at the cancelled model's price), by model",
+            m.hedge_extra_usd.clone(),
         );
         if budgets.0 {
             registry.register(
@@ -163,6 +185,24 @@ impl SynthObserver for HintMetrics {
 
     fn calls_in_flight(&self, n: usize) {
         self.llm_in_flight.set(n as i64);
+    }
+
+    fn hedge_sent(&self, model: &str) {
+        self.hedges_sent
+            .get_or_create(&vec![("model", model.into())])
+            .inc();
+    }
+
+    fn hedge_won(&self, model: &str) {
+        self.hedges_won
+            .get_or_create(&vec![("model", model.into())])
+            .inc();
+    }
+
+    fn hedge_extra_usd(&self, model: &str, usd: f64) {
+        self.hedge_extra_usd
+            .get_or_create(&vec![("model", model.into())])
+            .inc_by(usd);
     }
 
     fn budget(&self, remaining: Remaining) {

@@ -12,7 +12,8 @@ use super::routing::Link;
 use super::synth::Synthesizer;
 
 impl Synthesizer {
-    fn request<'a>(&'a self, model: &'a str, user: &'a str) -> Completion<'a> {
+    /// The request of `model` with `user` as its user message.
+    pub(super) fn request<'a>(&'a self, model: &'a str, user: &'a str) -> Completion<'a> {
         Completion {
             model,
             system: self.prompt.system_prompt(),
@@ -38,7 +39,7 @@ impl Synthesizer {
         let Some(cassette) = &self.cassette else {
             tally.live = true;
             return Some(
-                self.call_with_retries(link, &request, deadline, &mut tally.usage, None)
+                self.call_with_retries(link, &request, deadline, tally, None)
                     .await,
             );
         };
@@ -74,7 +75,7 @@ impl Synthesizer {
         let started = Instant::now();
         let mut attempts = Vec::new();
         let result = self
-            .call_with_retries(link, request, deadline, &mut tally.usage, Some(&mut attempts))
+            .call_with_retries(link, request, deadline, tally, Some(&mut attempts))
             .await;
         let call = Call {
             key,

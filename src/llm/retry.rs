@@ -12,16 +12,17 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::cassette::{Attempt, AttemptOutcome};
+use super::chain::Tally;
 use super::client::{Completion, LlmError, Reply};
+use super::hedge::Raced;
 use super::limits::{settle, Admission};
 use super::pricing::price_of;
 use super::routing::Link;
 use super::synth::Synthesizer;
-use crate::messages::Usage;
 
 /// The span of one HTTP attempt; `status` and `retry_wait_ms` are filled
-/// in as it ends.
-fn attempt_span(model: &str, attempt: u32) -> Span {
+/// in as it ends, `hedge` set on a hedged request's duplicate.
+pub(super) fn attempt_span(model: &str, attempt: u32) -> Span {
     tracing::info_span!(
         "llm_attempt",
         otel.kind = "client",
@@ -30,6 +31,7 @@ fn attempt_span(model: &str, attempt: u32) -> Span {
         attempt = i64::from(attempt),
         status = Empty,
         retry_wait_ms = Empty,
+        hedge = Empty,
     )
 }
 
@@ -54,13 +56,15 @@ fn retry_delay(
 impl Synthesizer {
     /// Calls `link`'s model until it answers, fails for good, runs out of
     /// retries or the deadline nears; the reply's tokens are added to
-    /// `usage`. When recording, every attempt is pushed onto `attempts`.
+    /// `tally`, and the model whose duplicate answered (hedging) noted
+    /// there. When recording, every attempt is pushed onto `attempts` (and
+    /// none is hedged).
     pub(super) async fn call_with_retries(
         &self,
         link: &Link,
         request: &Completion<'_>,
         deadline: Instant,
-        usage: &mut Usage,
+        tally: &mut Tally,
         mut attempts: Option<&mut Vec<Attempt>>,
     ) -> Result<String, LlmError> {
         let mut backoff = ExponentialBuilder::default()
@@ -75,12 +79,28 @@ impl Synthesizer {
             let started = Instant::now();
             attempt += 1;
             let span = attempt_span(&link.id, attempt);
-            let result = self.send(link, request, admission, &span).await;
-            self.report_attempt(link, &result, started, &span, attempts.as_deref_mut());
+            let hedge = attempts.is_none();
+            let raced = self
+                .send_hedged(link, request, admission, &span, deadline, (attempt, hedge))
+                .await;
+            let result = match raced {
+                Raced::First(result) => {
+                    self.report_attempt(link, &result, started, &span, attempts.as_deref_mut());
+                    result
+                }
+                Raced::Hedge { reply, index, first } => {
+                    // A cancelled first attempt was reported as such.
+                    if let Some(error) = first {
+                        self.report_attempt(link, &Err(error), started, &span, None);
+                    }
+                    tally.hedged_by = Some(index);
+                    Ok(reply)
+                }
+            };
             let error = match result {
                 Ok(reply) => {
-                    usage.input_tokens += reply.usage.input_tokens;
-                    usage.output_tokens += reply.usage.output_tokens;
+                    tally.usage.input_tokens += reply.usage.input_tokens;
+                    tally.usage.output_tokens += reply.usage.output_tokens;
                     self.limits.charge_overrun(&reply.usage, request);
                     return Ok(reply.text);
                 }
@@ -113,7 +133,7 @@ impl Synthesizer {
 
     /// Sends one admitted attempt, frees its call slot when the reply is in,
     /// and settles what it spent.
-    async fn send(
+    pub(super) async fn send(
         &self,
         link: &Link,
         request: &Completion<'_>,
@@ -145,7 +165,7 @@ impl Synthesizer {
 
     /// Records how an attempt ended: on its span, to the observer, and in
     /// the call being recorded.
-    fn report_attempt(
+    pub(super) fn report_attempt(
         &self,
         link: &Link,
         result: &Result<Reply, LlmError>,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::cassette::Cassette;
 use super::client::{LlmError, Provider};
+use super::hedge::Hedger;
 use super::limits::budget::Remaining;
 use super::limits::CallLimits;
 use super::routing::{self, Link};
@@ -29,6 +30,13 @@ pub trait SynthObserver: Send + Sync {
     fn calls_in_flight(&self, n: usize);
     /// What is left of the spend budgets, after each change.
     fn budget(&self, _remaining: Remaining) {}
+    /// A hedged request's duplicate was sent to `model`.
+    fn hedge_sent(&self, _model: &str) {}
+    /// A duplicate sent to `model` answered first; its answer is the hint's.
+    fn hedge_won(&self, _model: &str) {}
+    /// `model`'s attempt was cancelled for the other's answer: its cost,
+    /// estimated as that answer's usage at `model`'s price.
+    fn hedge_extra_usd(&self, _model: &str, _usd: f64) {}
 }
 
 /// The result of synthesis for one group.
@@ -43,6 +51,8 @@ pub struct Synthesis {
     pub latency_ms: u64,
     /// Whether `hint` was cut to `llm.max_hint_chars`.
     pub hint_truncated: bool,
+    /// Whether a hedged request's duplicate wrote `hint` (`llm.hedge`).
+    pub hedged: bool,
 }
 
 pub struct Synthesizer {
@@ -56,6 +66,9 @@ pub struct Synthesizer {
     /// Shared by every arm's synthesizer: the rate limits, the calls in
     /// flight and the budget bound the stage, not each arm.
     pub(super) limits: Arc<CallLimits>,
+    /// Shared by every arm's synthesizer, like `limits`; `None` when
+    /// `llm.hedge` is off.
+    pub(super) hedger: Option<Arc<Hedger>>,
     pub(super) observer: Option<Arc<dyn SynthObserver>>,
     pub(super) cassette: Option<Arc<Cassette>>,
     /// Set once a model API answered anything (readiness).
@@ -90,6 +103,7 @@ impl Synthesizer {
             config: config.clone(),
             prompt: config.prompt_version,
             limits: Arc::new(CallLimits::new(config)),
+            hedger: Hedger::new(config),
             observer: None,
             cassette: None,
             answered: AtomicBool::new(false),
@@ -116,6 +130,7 @@ impl Synthesizer {
             config,
             prompt,
             limits: self.limits.clone(),
+            hedger: self.hedger.clone(),
             observer: self.observer.clone(),
             cassette: self.cassette.clone(),
             answered: AtomicBool::new(false),

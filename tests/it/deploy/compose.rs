@@ -592,6 +592,7 @@ fn exported_metrics() -> String {
         failure_reason: None,
         latency_ms: 1,
         hint_truncated: false,
+        hedged: false,
     });
     let arms = hintstream::hints::learning::ArmMetrics::register(&mut hints);
     arms.show(&hintstream::hints::learn::RunReport {
