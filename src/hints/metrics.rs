@@ -34,6 +34,7 @@ pub struct HintMetrics {
     budgets: (bool, bool),
     hedges_sent: Family<Labels, Counter>,
     hedges_won: Family<Labels, Counter>,
+    hedges_skipped: Family<Labels, Counter>,
     hedge_extra_usd: Family<Labels, FloatCounter>,
 }
 
@@ -59,6 +60,7 @@ impl HintMetrics {
             budgets,
             hedges_sent: Family::default(),
             hedges_won: Family::default(),
+            hedges_skipped: Family::default(),
             hedge_extra_usd: Family::default(),
         };
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
@@ -109,6 +111,11 @@ impl HintMetrics {
             "llm_hedges_won",
             "Duplicates whose answer came first and wrote the hint, by model",
             m.hedges_won.clone(),
+        );
+        registry.register(
+            "llm_hedges_skipped",
+            "Duplicates due but not sent, by model and reason (share: llm.hedge_max_share was used up; limits: no call slot, rate-limit permit or budget at once)",
+            m.hedges_skipped.clone(),
         );
         registry.register(
             "llm_hedge_extra_cost_usd",
@@ -196,6 +203,12 @@ impl SynthObserver for HintMetrics {
     fn hedge_won(&self, model: &str) {
         self.hedges_won
             .get_or_create(&vec![("model", model.into())])
+            .inc();
+    }
+
+    fn hedge_skipped(&self, model: &str, reason: &str) {
+        self.hedges_skipped
+            .get_or_create(&vec![("model", model.into()), ("reason", reason.into())])
             .inc();
     }
 

@@ -10,7 +10,10 @@
 //!   each first attempt earns that share of a token, a duplicate takes a
 //!   whole one, and the bucket holds at most `share × window` tokens (at
 //!   least one). Over any run, duplicates never exceed the share of first
-//!   attempts plus that burst.
+//!   attempts plus that burst. When the bucket is empty, a duplicate that
+//!   is due waits for the next token while its attempt runs (the longest
+//!   waiter first): under pressure the tokens go to the attempts still in
+//!   flight, the slowest, instead of to whichever came due first.
 //! - A duplicate takes a call slot, the rate limits and a budget
 //!   reservation like any attempt, without waiting: one that cannot get
 //!   them at once is not sent (and its token is given back).
@@ -29,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use tokio::sync::Notify;
 use tracing::Span;
 
 use super::client::{Completion, LlmError, Reply};
@@ -74,6 +78,19 @@ struct Bucket {
     tokens: f64,
     share: f64,
     capacity: f64,
+    /// Duplicates due and waiting for a token: one due later does not
+    /// take a token before them.
+    waiting: usize,
+}
+
+/// A duplicate's place among the waiting ones; dropped, it leaves.
+struct Queued<'a>(&'a Hedger);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let mut bucket = lock(&self.0.bucket);
+        bucket.waiting = bucket.waiting.saturating_sub(1);
+    }
 }
 
 impl Bucket {
@@ -81,10 +98,14 @@ impl Bucket {
         self.tokens = (self.tokens + self.share).min(self.capacity);
     }
 
-    fn take(&mut self) -> bool {
+    fn has_token(&self) -> bool {
         // A hair under 1 still counts: `share` added 20 times may fall
         // short of 1.0 by rounding.
-        let whole = self.tokens >= 1.0 - 1e-9;
+        self.tokens >= 1.0 - 1e-9
+    }
+
+    fn take(&mut self) -> bool {
+        let whole = self.has_token();
         if whole {
             self.tokens = (self.tokens - 1.0).max(0.0);
         }
@@ -104,6 +125,8 @@ pub(super) struct Hedger {
     min_delay: Duration,
     latencies: Mutex<HashMap<String, LatencyWindow>>,
     bucket: Mutex<Bucket>,
+    /// Told when the bucket holds a whole token.
+    token: Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,7 +147,9 @@ impl Hedger {
                     tokens: 0.0,
                     share: config.hedge_max_share,
                     capacity: (config.hedge_max_share * config.hedge_window as f64).max(1.0),
+                    waiting: 0,
                 }),
+                token: Notify::new(),
             })
         })
     }
@@ -134,6 +159,22 @@ impl Hedger {
     fn delay(&self, model: &str) -> Option<Duration> {
         let p95 = lock(&self.latencies).get(model)?.p95()?;
         Some(p95.max(self.min_delay))
+    }
+
+    /// A first attempt was sent: it earns its share of a token, and a
+    /// duplicate waiting for one is told when there is.
+    fn earn(&self) {
+        let mut bucket = lock(&self.bucket);
+        bucket.earn();
+        if bucket.has_token() {
+            self.token.notify_one();
+        }
+    }
+
+    /// A taken token was not used.
+    fn refund(&self) {
+        lock(&self.bucket).refund();
+        self.token.notify_one();
     }
 
     /// A call of `model` took `latency` (or at least that long, when a
@@ -182,13 +223,16 @@ impl Synthesizer {
         let Some(hedger) = self.hedger.as_deref().filter(|_| hedge) else {
             return Raced::First(self.send(link, request, admission, span).await);
         };
-        lock(&hedger.bucket).earn();
+        hedger.earn();
         let started = Instant::now();
+        // The window's clock is Tokio's: the same as `started`'s in a
+        // stage, and the paused clock in tests.
+        let clock = tokio::time::Instant::now();
         // Boxed, so that dropping it aborts the request there and then.
         let mut first = Box::pin(self.send(link, request, admission, span));
         let ended = |result: Result<Reply, LlmError>| {
             if result.is_ok() {
-                hedger.record(&link.id, started.elapsed());
+                hedger.record(&link.id, clock.elapsed());
             }
             Raced::First(result)
         };
@@ -202,14 +246,37 @@ impl Synthesizer {
         let index = self.hedge_target(link, hedger.to);
         let target = &self.chain[index];
         let hedge_request = self.request(&target.api_model, request.user);
-        if !lock(&hedger.bucket).take() {
-            return ended(first.await);
+        // With the bucket empty (or others waiting), the duplicate waits
+        // for a token while the attempt runs; the longest waiter first.
+        let mut queued: Option<Queued<'_>> = None;
+        loop {
+            let token = hedger.token.notified();
+            {
+                let mut bucket = lock(&hedger.bucket);
+                if (queued.is_some() || bucket.waiting == 0) && bucket.take() {
+                    break;
+                }
+                if queued.is_none() {
+                    bucket.waiting += 1;
+                    queued = Some(Queued(hedger));
+                }
+            }
+            tokio::select! {
+                result = &mut first => {
+                    drop(queued);
+                    self.hedge_skipped(target, "share");
+                    return ended(result);
+                }
+                _ = token => {}
+            }
         }
+        drop(queued);
         let price = price_of(&self.config.prices, target);
         // Without waiting: a duplicate that would queue is not sent.
         let Some(Ok(hedge_admission)) = self.limits.admit(&hedge_request, price, deadline).now_or_never()
         else {
-            lock(&hedger.bucket).refund();
+            hedger.refund();
+            self.hedge_skipped(target, "limits");
             return ended(first.await);
         };
         if let Some(o) = &self.observer {
@@ -223,7 +290,7 @@ impl Synthesizer {
             biased;
             result = &mut first => match result {
                 Ok(reply) => {
-                    hedger.record(&link.id, started.elapsed());
+                    hedger.record(&link.id, clock.elapsed());
                     drop(second);
                     self.cancelled(target, &reply, hedge_started, &hedge_span);
                     Raced::First(Ok(reply))
@@ -243,7 +310,7 @@ impl Synthesizer {
                 match result {
                     Ok(reply) => {
                         // The first took at least this long.
-                        hedger.record(&link.id, started.elapsed());
+                        hedger.record(&link.id, clock.elapsed());
                         drop(first);
                         self.cancelled(link, &reply, started, span);
                         self.hedge_won(target, index, reply, None)
@@ -264,6 +331,13 @@ impl Synthesizer {
         match to {
             HedgeTo::Next if at + 1 < self.chain.len() => at + 1,
             _ => at,
+        }
+    }
+
+    /// A duplicate was due but not sent, for `reason`.
+    fn hedge_skipped(&self, target: &Link, reason: &str) {
+        if let Some(o) = &self.observer {
+            o.hedge_skipped(&target.id, reason);
         }
     }
 

@@ -32,6 +32,10 @@ pub trait SynthObserver: Send + Sync {
     fn budget(&self, _remaining: Remaining) {}
     /// A hedged request's duplicate was sent to `model`.
     fn hedge_sent(&self, _model: &str) {}
+    /// A duplicate for `model` was due but not sent: `share` (the
+    /// `llm.hedge_max_share` bucket was empty) or `limits` (no call slot,
+    /// rate-limit permit or budget reservation at once).
+    fn hedge_skipped(&self, _model: &str, _reason: &str) {}
     /// A duplicate sent to `model` answered first; its answer is the hint's.
     fn hedge_won(&self, _model: &str) {}
     /// `model`'s attempt was cancelled for the other's answer: its cost,

@@ -1,9 +1,10 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, long replies, hints that learn.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, long replies, hints that learn, hedged requests.
 
 mod bad_input;
 mod budget_bound;
 mod byte_bounds;
 mod eval;
+mod hedging;
 mod hints_kafka;
 mod learning;
 mod learning_stage;
