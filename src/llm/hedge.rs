@@ -28,6 +28,7 @@
 //! the winning answer's usage at the cancelled model's price.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -177,6 +178,33 @@ impl Hedger {
         self.token.notify_one();
     }
 
+    /// Takes a token for a duplicate; with the bucket empty (or others
+    /// waiting) waits for one while `first` runs, the longest waiter
+    /// first. `Err` with `first`'s result when it ends before.
+    async fn token_or<F>(&self, first: &mut F) -> Result<(), Result<Reply, LlmError>>
+    where
+        F: Future<Output = Result<Reply, LlmError>> + Unpin,
+    {
+        let mut queued: Option<Queued<'_>> = None;
+        loop {
+            let token = self.token.notified();
+            {
+                let mut bucket = lock(&self.bucket);
+                if (queued.is_some() || bucket.waiting == 0) && bucket.take() {
+                    return Ok(());
+                }
+                if queued.is_none() {
+                    bucket.waiting += 1;
+                    queued = Some(Queued(self));
+                }
+            }
+            tokio::select! {
+                result = &mut *first => return Err(result),
+                _ = token => {}
+            }
+        }
+    }
+
     /// A call of `model` took `latency` (or at least that long, when a
     /// duplicate's answer won first).
     fn record(&self, model: &str, latency: Duration) {
@@ -246,31 +274,10 @@ impl Synthesizer {
         let index = self.hedge_target(link, hedger.to);
         let target = &self.chain[index];
         let hedge_request = self.request(&target.api_model, request.user);
-        // With the bucket empty (or others waiting), the duplicate waits
-        // for a token while the attempt runs; the longest waiter first.
-        let mut queued: Option<Queued<'_>> = None;
-        loop {
-            let token = hedger.token.notified();
-            {
-                let mut bucket = lock(&hedger.bucket);
-                if (queued.is_some() || bucket.waiting == 0) && bucket.take() {
-                    break;
-                }
-                if queued.is_none() {
-                    bucket.waiting += 1;
-                    queued = Some(Queued(hedger));
-                }
-            }
-            tokio::select! {
-                result = &mut first => {
-                    drop(queued);
-                    self.hedge_skipped(target, "share");
-                    return ended(result);
-                }
-                _ = token => {}
-            }
+        if let Err(result) = hedger.token_or(&mut first).await {
+            self.hedge_skipped(target, "share");
+            return ended(result);
         }
-        drop(queued);
         let price = price_of(&self.config.prices, target);
         // Without waiting: a duplicate that would queue is not sent.
         let Some(Ok(hedge_admission)) = self.limits.admit(&hedge_request, price, deadline).now_or_never()
