@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hintstream::config::LlmConfig;
+use hintstream::config::{HedgeTo, LlmConfig, LlmProvider};
 use hintstream::llm::synth::SynthObserver;
 use hintstream::llm::Synthesizer;
 use hintstream::messages::{FailedTrajectory, HintCategory};
@@ -308,4 +308,54 @@ async fn no_hedge_is_sent_while_the_first_attempt_waits_on_a_retry_after() {
         .filter(|r| r.body.to_string().contains("[wait]"))
         .collect();
     assert_eq!(requests.len(), 2, "the 429 and its one retry, no duplicate");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_hedge_to_next_the_duplicate_goes_to_the_next_model_and_its_hint_names_it() {
+    tick();
+    let server = LlmServer::start(Some(KEY)).await;
+    // The second model's requests name it; the first's never do.
+    server.on(
+        "claude-second",
+        vec![Behavior::Text("From the second.".into(), Duration::ZERO)],
+    );
+    server.on(
+        "[slow]",
+        vec![Behavior::Text("Slow.".into(), Duration::from_secs(2))],
+    );
+    server.default(Behavior::Text("Warm.".into(), Duration::from_millis(100)));
+    let count = Arc::new(HedgeCount::default());
+    let config = LlmConfig {
+        provider: LlmProvider::Anthropic,
+        models: vec!["claude-first".into(), "claude-second".into()],
+        hedge_to: HedgeTo::Next,
+        hedge_max_share: 1.0,
+        ..config(true)
+    };
+    let synth = Arc::new(
+        Synthesizer::new(&config, &llm_server::anthropic_env(&server, KEY))
+            .unwrap()
+            .with_observer(count.clone()),
+    );
+    drive(&synth, 0..WARM_UP).await;
+    let won = count.won.load(Ordering::SeqCst);
+
+    let s = synth.synthesize(&trajectory(0, "[slow]")).await;
+    assert_eq!(s.category, HintCategory::LlmSynthesized, "{:?}", s.failure_reason);
+    assert_eq!(
+        (s.hint.as_str(), s.model.as_deref(), s.hedged),
+        ("From the second.", Some("claude-second"), true)
+    );
+    assert_eq!(count.won.load(Ordering::SeqCst), won + 1);
+    let slow: Vec<String> = server
+        .seen()
+        .iter()
+        .filter(|r| r.body.to_string().contains("[slow]"))
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        slow,
+        ["claude-first", "claude-second"],
+        "one duplicate, to the next model"
+    );
 }
