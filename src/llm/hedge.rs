@@ -136,9 +136,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Hedger {
-    /// `None` when `llm.hedge` is off.
+    /// `None` when `llm.hedge` is off (or its share is 0: no duplicate
+    /// could ever be sent).
     pub(super) fn new(config: &LlmConfig) -> Option<Arc<Hedger>> {
-        config.hedge.then(|| {
+        (config.hedge && config.hedge_max_share > 0.0).then(|| {
             Arc::new(Hedger {
                 to: config.hedge_to,
                 window: config.hedge_window,
@@ -442,11 +443,22 @@ mod tests {
 
     #[test]
     fn a_zero_share_never_hedges() {
-        let h = hedger(0.0, 200, 10);
+        let zero = LlmConfig {
+            hedge: true,
+            hedge_max_share: 0.0,
+            ..LlmConfig::default()
+        };
+        assert!(Hedger::new(&zero).is_none());
+    }
+
+    #[test]
+    fn a_small_share_earns_a_burst_of_one() {
+        let h = hedger(0.001, 200, 10);
         let mut bucket = lock(&h.bucket);
-        for _ in 0..1_000 {
+        for _ in 0..5_000 {
             bucket.earn();
         }
-        assert!(!bucket.take());
+        assert!(bucket.take(), "0.001 x 5,000 requests");
+        assert!(!bucket.take(), "at most one held");
     }
 }
