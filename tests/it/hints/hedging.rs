@@ -4,7 +4,9 @@
 //! σ 0.3): with hedging the p99 stays within 4x the p50 (about 20x without).
 //! A lognormal tail of σ 1.2: the p99 with hedging is at most 0.7x the p99
 //! without. Both with at most 6% extra requests. And no duplicate is sent
-//! while an attempt waits on a `retry-after`.
+//! while an attempt waits on a `retry-after`, nor without a rate-limit
+//! permit; with `hedge_to = "next"` it goes to the chain's next model. (The
+//! budget with hedging on: `budget_bound.rs`.)
 //!
 //! On paused Tokio time: latencies are the latency process's, not a
 //! loaded machine's scheduling. A ticker keeps the clock from jumping past
@@ -41,6 +43,8 @@ pub(crate) struct HedgeCount {
     pub(crate) sent: AtomicUsize,
     pub(crate) won: AtomicUsize,
     pub(crate) skipped: AtomicUsize,
+    /// Of `skipped`: for want of a call slot, rate-limit permit or budget.
+    pub(crate) skipped_for_limits: AtomicUsize,
 }
 
 impl SynthObserver for HedgeCount {
@@ -53,8 +57,11 @@ impl SynthObserver for HedgeCount {
     fn hedge_won(&self, _model: &str) {
         self.won.fetch_add(1, Ordering::SeqCst);
     }
-    fn hedge_skipped(&self, _model: &str, _reason: &str) {
+    fn hedge_skipped(&self, _model: &str, reason: &str) {
         self.skipped.fetch_add(1, Ordering::SeqCst);
+        if reason == "limits" {
+            self.skipped_for_limits.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -358,4 +365,41 @@ async fn with_hedge_to_next_the_duplicate_goes_to_the_next_model_and_its_hint_na
         ["claude-first", "claude-second"],
         "one duplicate, to the next model"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_duplicate_without_a_rate_limit_permit_is_not_sent() {
+    tick();
+    let server = LlmServer::start(Some(KEY)).await;
+    server.on(
+        "[slow]",
+        vec![Behavior::Text("Slow.".into(), Duration::from_secs(2))],
+    );
+    server.default(Behavior::Text("Warm.".into(), Duration::from_millis(100)));
+    let count = Arc::new(HedgeCount::default());
+    // A burst of 21 requests (the limiter runs on the real clock, which
+    // hardly moves here): the 20 calls that open the latency window and
+    // the slow call; none is left for its duplicate.
+    let config = LlmConfig {
+        requests_per_minute: 21,
+        hedge_max_share: 1.0,
+        ..config(true)
+    };
+    let synth = Synthesizer::new(&config, &llm_server::anthropic_env(&server, KEY))
+        .unwrap()
+        .with_observer(count.clone());
+    for i in 0..20 {
+        let s = synth.synthesize(&trajectory(i, "")).await;
+        assert_eq!(s.category, HintCategory::LlmSynthesized, "{:?}", s.failure_reason);
+    }
+    let s = synth.synthesize(&trajectory(20, "[slow]")).await;
+    assert_eq!((s.hint.as_str(), s.hedged), ("Slow.", false));
+    assert_eq!(count.sent.load(Ordering::SeqCst), 0);
+    assert_eq!(count.skipped_for_limits.load(Ordering::SeqCst), 1);
+    let slow = server
+        .seen()
+        .iter()
+        .filter(|r| r.body.to_string().contains("[slow]"))
+        .count();
+    assert_eq!(slow, 1, "no duplicate reached the server");
 }
