@@ -273,6 +273,8 @@ impl Synthesizer {
             _ = tokio::time::sleep(delay) => {}
         }
         let index = self.hedge_target(link, hedger.to);
+        // In range: `hedge_target` names a link of the chain, which holds
+        // `link`.
         let target = &self.chain[index];
         let hedge_request = self.request(&target.api_model, request.user);
         if let Err(result) = hedger.token_or(&mut first).await {
@@ -329,7 +331,8 @@ impl Synthesizer {
         }
     }
 
-    /// The chain index of the model a duplicate of `link`'s goes to.
+    /// The chain index of the model a duplicate of `link`'s goes to: its
+    /// own, or with `next` the one after it (its own when it is last).
     fn hedge_target(&self, link: &Link, to: HedgeTo) -> usize {
         let at = self
             .chain
