@@ -136,7 +136,7 @@ impl HintMetrics {
     fn register_hedges(&self, registry: &mut Registry) {
         registry.register(
             "llm_hedges_sent",
-            "Duplicates of slow LLM attempts sent (llself.hedge), by the model they went to",
+            "Duplicates of slow LLM attempts sent (llm.hedge), by the model they went to",
             self.hedges_sent.clone(),
         );
         registry.register(
@@ -146,7 +146,7 @@ impl HintMetrics {
         );
         registry.register(
             "llm_hedges_skipped",
-            "Duplicates due but not sent, by model and reason (share: llself.hedge_max_share was used up; limits: no call slot, rate-limit permit or budget at once)",
+            "Duplicates due but not sent, by model and reason (share: llm.hedge_max_share was used up; limits: no call slot, rate-limit permit or budget at once)",
             self.hedges_skipped.clone(),
         );
         registry.register(

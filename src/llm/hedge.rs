@@ -270,6 +270,8 @@ impl Synthesizer {
             return ended(first.await);
         };
         tokio::select! {
+            // An answer due on the tick the delay ends wins: no duplicate.
+            biased;
             result = &mut first => return ended(result),
             _ = tokio::time::sleep(delay) => {}
         }
@@ -293,6 +295,16 @@ impl Synthesizer {
             self.hedge_skipped(target, "limits");
             return ended(first.await);
         };
+        // The first answer may have come while the duplicate waited for its
+        // token: then the duplicate is never sent, its reservation freed
+        // (not charged) and its token returned.
+        if let Some(result) = (&mut first).now_or_never() {
+            if let Some(reservation) = hedge_admission.reservation {
+                reservation.release();
+            }
+            hedger.refund();
+            return ended(result);
+        }
         if let Some(o) = &self.observer {
             o.hedge_sent(&target.id);
         }
