@@ -6,21 +6,28 @@
 //! 2. Heavy-tailed latency (lognormal): hints/s against a batch-barrier
 //!    baseline at the same C, which gathers C requests, waits for all, then
 //!    starts the next C (goal >= 1.5).
+//! 3. Side by side, off vs on, each pair on one seeded latency process:
+//!    hedged requests (`llm.hedge`) on stragglers (3% of calls 20x slower
+//!    than a lognormal base of sigma 0.3) and on a lognormal tail of sigma
+//!    1.2: p50/p95/p99 hint latency, extra requests, and dollars per 1,000
+//!    hints from the usage the server reports (every request it received
+//!    billed, cancelled duplicates included). H hints a run, 100 in flight,
+//!    after 200 unmeasured ones that fill the latency window.
 //!
-//! 3. Prompt caching off vs on (`caching_comparison`): dollars per 1,000
+//! 4. Prompt caching off vs on (`caching_comparison`): dollars per 1,000
 //!    hints from the usage the tests' loopback LLM reports (a cache write
 //!    on the first request of a marked prefix of 1,024+ tokens, reads
 //!    after), for today's prompt, a 2,000-token `system_context_file`
 //!    (5-minute and 1-hour TTL), tasks that recur, and the OpenAI dialect.
 //!
 //! ```text
-//! cargo run --release --example hint_load [-- C L_MS N]
+//! cargo run --release --example hint_load [-- C L_MS N H]
 //! cargo run --example hint_load -- caching [N]    # the caching part alone
 //! ```
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::routing::post;
@@ -29,35 +36,104 @@ use hintstream::config::LlmConfig;
 use hintstream::llm::synth::LlmEnv;
 use hintstream::llm::Synthesizer;
 use hintstream::messages::{FailedTrajectory, HintCategory};
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
-/// 0: fixed latency; 1: lognormal.
-static MODE: AtomicU8 = AtomicU8::new(0);
-static LATENCY_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+/// The usage every reply reports.
+const INPUT_TOKENS: u64 = 900;
+const OUTPUT_TOKENS: u64 = 40;
+/// The default model's list price (dollars per million tokens).
+const INPUT_PER_MTOK: f64 = 3.0;
+const OUTPUT_PER_MTOK: f64 = 15.0;
 
-fn sample_latency() -> Duration {
-    let l = LATENCY_MS.load(Ordering::Relaxed) as f64;
-    if MODE.load(Ordering::Relaxed) == 0 {
-        return Duration::from_secs_f64(l / 1e3);
-    }
-    // Lognormal with median L and sigma 1.2: a p99 about 16x the median.
-    let mut rng = rand::rng();
-    let z: f64 = {
-        let (u1, u2): (f64, f64) = (rng.random_range(1e-12..1.0), rng.random());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    };
-    Duration::from_secs_f64(l / 1e3 * (1.2 * z).exp())
+/// The server's latency process.
+#[derive(Debug, Clone, Copy)]
+enum Process {
+    Fixed(Duration),
+    /// `median * exp(sigma * z)`.
+    Lognormal {
+        median: Duration,
+        sigma: f64,
+    },
+    /// Lognormal, and a `share` of the calls `factor` times slower.
+    Stragglers {
+        median: Duration,
+        sigma: f64,
+        share: f64,
+        factor: f64,
+    },
 }
+
+/// The latency draws, seeded, and the requests they served.
+struct Latency {
+    process: Process,
+    rng: StdRng,
+    requests: u64,
+}
+
+static LATENCY: Mutex<Option<Latency>> = Mutex::new(None);
+
+/// Sets the latency process, its draws restarted from `seed` and the
+/// request count zeroed.
+fn set_latency(process: Process, seed: u64) {
+    *LATENCY.lock().unwrap_or_else(|p| p.into_inner()) = Some(Latency {
+        process,
+        rng: StdRng::seed_from_u64(seed),
+        requests: 0,
+    });
+}
+
+/// Requests served since the process was last set.
+fn requests() -> u64 {
+    LATENCY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map_or(0, |l| l.requests)
+}
+
+fn lognormal(rng: &mut StdRng, median: Duration, sigma: f64) -> Duration {
+    // Box-Muller.
+    let (u1, u2): (f64, f64) = (rng.random_range(1e-12..1.0), rng.random());
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    median.mul_f64((sigma * z).exp())
+}
+
+/// One request: counted, and its latency drawn.
+fn sample_latency() -> Duration {
+    let mut guard = LATENCY.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(l) = guard.as_mut() else {
+        return Duration::ZERO;
+    };
+    l.requests += 1;
+    match l.process {
+        Process::Fixed(d) => d,
+        Process::Lognormal { median, sigma } => lognormal(&mut l.rng, median, sigma),
+        Process::Stragglers {
+            median,
+            sigma,
+            share,
+            factor,
+        } => {
+            let base = lognormal(&mut l.rng, median, sigma);
+            if l.rng.random_bool(share) {
+                base.mul_f64(factor)
+            } else {
+                base
+            }
+        }
+    }
+}
+
+/// Every reply: a hint and its usage ([`INPUT_TOKENS`], [`OUTPUT_TOKENS`]).
+const REPLY: &str = r#"{"id":"msg","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Check the output format first."}],"stop_reason":"end_turn","usage":{"input_tokens":900,"output_tokens":40}}"#;
 
 async fn server() -> SocketAddr {
     let app = Router::new().route(
         "/v1/messages",
         post(|| async {
             tokio::time::sleep(sample_latency()).await;
-            (
-                [("content-type", "application/json")],
-                r#"{"id":"msg","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Check the output format first."}],"stop_reason":"end_turn","usage":{"input_tokens":900,"output_tokens":40}}"#,
-            )
+            ([("content-type", "application/json")], REPLY)
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -111,6 +187,151 @@ async fn batch_barrier(synth: Arc<Synthesizer>, n: usize, c: usize) -> f64 {
     n as f64 / started.elapsed().as_secs_f64()
 }
 
+/// One run's figures.
+struct Figures {
+    p50_ms: u64,
+    p95_ms: u64,
+    p99_ms: u64,
+    /// Requests the server got per hint, minus one.
+    extra: f64,
+    /// From the usage the server reports, every request billed.
+    usd_per_1000_hints: f64,
+}
+
+/// Off vs on, one row per latency process.
+struct Comparison {
+    title: &'static str,
+    rows: Vec<(String, Figures, Figures)>,
+}
+
+impl Comparison {
+    fn print(&self) {
+        println!();
+        println!("{}", self.title);
+        println!(
+            "{:<34} {:>4} {:>8} {:>8} {:>8} {:>8} {:>10}",
+            "latency", "", "p50 ms", "p95 ms", "p99 ms", "extra", "$/1k hints"
+        );
+        for (name, off, on) in &self.rows {
+            for (label, f) in [("off", off), ("on", on)] {
+                println!(
+                    "{:<34} {:>4} {:>8} {:>8} {:>8} {:>7.2}% {:>10.3}",
+                    name,
+                    label,
+                    f.p50_ms,
+                    f.p95_ms,
+                    f.p99_ms,
+                    100.0 * f.extra,
+                    f.usd_per_1000_hints
+                );
+            }
+            println!(
+                "{:<34} {:>4} p99/p50 {:.2} -> {:.2}; p99 on/off {:.2}",
+                name,
+                "",
+                off.p99_ms as f64 / off.p50_ms as f64,
+                on.p99_ms as f64 / on.p50_ms as f64,
+                on.p99_ms as f64 / off.p99_ms as f64
+            );
+        }
+    }
+}
+
+/// Hints in flight in the side-by-side runs.
+const IN_FLIGHT: usize = 100;
+/// Unmeasured hints first: they fill the latency window, as a running
+/// stage has.
+const WARM_UP: usize = 200;
+
+/// Synthesizes `n` hints, [`IN_FLIGHT`] at a time; their latencies, sorted.
+async fn latencies(synth: Arc<Synthesizer>, n: usize) -> Vec<u64> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..IN_FLIGHT)
+        .map(|_| {
+            let (synth, next) = (synth.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                while next.fetch_add(1, Ordering::Relaxed) < n {
+                    let s = synth.synthesize(&trajectory(out.len())).await;
+                    assert_eq!(s.category, HintCategory::LlmSynthesized, "{:?}", s.failure_reason);
+                    out.push(s.latency_ms);
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await.expect("task"));
+    }
+    all.sort_unstable();
+    all
+}
+
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    let rank = (sorted.len() as f64 * q).ceil() as usize;
+    sorted[rank.saturating_sub(1).min(sorted.len() - 1)]
+}
+
+/// One run of `n` measured hints on `process` (seeded alike for every
+/// run) with `config`.
+async fn measure(config: &LlmConfig, env: &LlmEnv, process: Process, n: usize) -> Figures {
+    let synth = Arc::new(Synthesizer::new(config, env).expect("synthesizer"));
+    set_latency(process, 1);
+    latencies(synth.clone(), WARM_UP).await;
+    set_latency(process, 2);
+    let sorted = latencies(synth, n).await;
+    let requests = requests();
+    let usd_per_request =
+        (INPUT_TOKENS as f64 * INPUT_PER_MTOK + OUTPUT_TOKENS as f64 * OUTPUT_PER_MTOK) / 1e6;
+    Figures {
+        p50_ms: percentile(&sorted, 0.50),
+        p95_ms: percentile(&sorted, 0.95),
+        p99_ms: percentile(&sorted, 0.99),
+        extra: requests as f64 / n as f64 - 1.0,
+        usd_per_1000_hints: requests as f64 * usd_per_request / n as f64 * 1000.0,
+    }
+}
+
+/// Hedged requests off vs on, on stragglers and on a sigma 1.2 lognormal
+/// tail, median `l_ms`; `hedge_min_delay_ms` scaled down with it.
+async fn hedging(env: &LlmEnv, l_ms: u64, n: usize) -> Comparison {
+    let median = Duration::from_millis(l_ms);
+    let processes = [
+        (
+            "stragglers: 3% x20, sigma 0.3",
+            Process::Stragglers {
+                median,
+                sigma: 0.3,
+                share: 0.03,
+                factor: 20.0,
+            },
+        ),
+        ("lognormal sigma 1.2", Process::Lognormal { median, sigma: 1.2 }),
+    ];
+    let off = LlmConfig {
+        concurrency: 2 * IN_FLIGHT,
+        requests_per_minute: 0,
+        timeout_secs: 120.0,
+        hedge_min_delay_ms: l_ms / 2,
+        ..LlmConfig::default()
+    };
+    let on = LlmConfig {
+        hedge: true,
+        ..off.clone()
+    };
+    let mut rows = Vec::new();
+    for (name, process) in processes {
+        let without = measure(&off, env, process, n).await;
+        let with = measure(&on, env, process, n).await;
+        rows.push((format!("{name} (median {l_ms} ms)"), without, with));
+    }
+    Comparison {
+        title: "hedged requests (llm.hedge, p95 delay, hedge_max_share 0.05), off vs on",
+        rows,
+    }
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::args().nth(1).as_deref() == Some("caching") {
@@ -125,11 +346,13 @@ async fn main() {
     let c = args.first().copied().unwrap_or(20);
     let l_ms = args.get(1).copied().unwrap_or(100);
     let n = args.get(2).copied().unwrap_or(1000);
-    LATENCY_MS.store(l_ms as u64, Ordering::Relaxed);
+    let h = args.get(3).copied().unwrap_or(2000);
     let addr = server().await;
     let config = LlmConfig {
         concurrency: c,
         timeout_secs: 120.0,
+        // The default 600 a minute would bound the throughput measured.
+        requests_per_minute: 0,
         ..LlmConfig::default()
     };
     let env = LlmEnv {
@@ -138,14 +361,21 @@ async fn main() {
         ..LlmEnv::default()
     };
     let synth = Arc::new(Synthesizer::new(&config, &env).expect("synthesizer"));
+    let latency = Duration::from_millis(l_ms as u64);
     // Warm the connection pool.
+    set_latency(Process::Fixed(latency), 0);
     let _ = concurrent(synth.clone(), c).await;
 
-    MODE.store(0, Ordering::Relaxed);
     let fixed = concurrent(synth.clone(), n).await;
     let ideal = c as f64 / (l_ms as f64 / 1e3);
 
-    MODE.store(1, Ordering::Relaxed);
+    set_latency(
+        Process::Lognormal {
+            median: latency,
+            sigma: 1.2,
+        },
+        0,
+    );
     let tail_n = n / 2;
     let heavy = concurrent(synth.clone(), tail_n).await;
     let barrier = batch_barrier(synth.clone(), tail_n, c).await;
@@ -168,6 +398,14 @@ async fn main() {
         heavy,
         heavy / barrier
     );
+
+    // Side-by-side comparisons, off vs on; each prints its own table. (Prompt
+    // caching has its own table, below: it needs its own servers.)
+    let comparisons = [hedging(&env, l_ms as u64, h).await];
+    println!("\nH={h} hints a run, {IN_FLIGHT} in flight, after {WARM_UP} unmeasured");
+    for comparison in &comparisons {
+        comparison.print();
+    }
     println!();
     caching::comparison(n).await;
 }

@@ -126,6 +126,22 @@ pub struct LlmConfig {
     /// undercounts), that gets a cache breakpoint: the provider caches
     /// nothing shorter (1,024 for Claude Sonnet and Opus, 2,048 for Haiku).
     pub cache_min_tokens: u32,
+    // Hedged requests (`llm::hedge`).
+    /// Send one duplicate of a call still in flight after the model's
+    /// observed p95 latency (default false).
+    pub hedge: bool,
+    /// Where the duplicate goes: the same model (`"same"`) or the chain's
+    /// next model (`"next"`; the same model when there is none).
+    pub hedge_to: HedgeTo,
+    /// How many of a model's latest calls its p95 is taken over (at least
+    /// [`MIN_HEDGE_WINDOW`]).
+    pub hedge_window: usize,
+    /// The shortest wait before a duplicate is sent, in milliseconds,
+    /// whatever the observed p95.
+    pub hedge_min_delay_ms: u64,
+    /// The most duplicates, as a share of requests (0..=1): a token bucket
+    /// earns this much per request and a duplicate takes a whole token.
+    pub hedge_max_share: f64,
 }
 
 /// `llm.cache_ttl`: the lifetime of an Anthropic prompt cache entry.
@@ -158,6 +174,23 @@ impl CacheTtl {
 
 /// The default `llm.cache_min_tokens`: Claude Sonnet's minimum.
 pub const DEFAULT_CACHE_MIN_TOKENS: u32 = 1024;
+
+/// Where a hedged request's duplicate goes (`llm.hedge_to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HedgeTo {
+    /// The model of the first attempt.
+    #[default]
+    Same,
+    /// The chain's next model (the same model when it is the last).
+    Next,
+}
+
+/// The smallest `llm.hedge_window`: a p95 over fewer calls is noise.
+pub const MIN_HEDGE_WINDOW: usize = 20;
+
+/// The largest `llm.hedge_window` (a p95 is sorted out of it per call).
+pub const MAX_HEDGE_WINDOW: usize = 10_000;
 
 /// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
 /// default) or the reference trainer's own, byte for byte (`reference`).
@@ -256,6 +289,18 @@ fn default_max_retries() -> u32 {
     4
 }
 
+fn default_hedge_window() -> usize {
+    200
+}
+
+fn default_hedge_min_delay_ms() -> u64 {
+    500
+}
+
+fn default_hedge_max_share() -> f64 {
+    0.05
+}
+
 /// The list prices of the default models and of the reference trainer's.
 fn default_prices() -> BTreeMap<String, ModelPrice> {
     let price = ModelPrice::new;
@@ -306,6 +351,11 @@ impl Default for LlmConfig {
             prompt_cache: true,
             cache_ttl: CacheTtl::default(),
             cache_min_tokens: DEFAULT_CACHE_MIN_TOKENS,
+            hedge: false,
+            hedge_to: HedgeTo::default(),
+            hedge_window: default_hedge_window(),
+            hedge_min_delay_ms: default_hedge_min_delay_ms(),
+            hedge_max_share: default_hedge_max_share(),
         }
     }
 }
@@ -313,7 +363,25 @@ impl Default for LlmConfig {
 impl LlmConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_calls()?;
-        self.validate_spend()
+        self.validate_spend()?;
+        self.validate_hedge()
+    }
+
+    /// The hedging keys.
+    fn validate_hedge(&self) -> Result<(), ConfigError> {
+        if !(MIN_HEDGE_WINDOW..=MAX_HEDGE_WINDOW).contains(&self.hedge_window) {
+            return invalid(format!(
+                "llm.hedge_window = {} must be within {MIN_HEDGE_WINDOW}..={MAX_HEDGE_WINDOW} calls",
+                self.hedge_window
+            ));
+        }
+        if !(self.hedge_max_share.is_finite() && (0.0..=1.0).contains(&self.hedge_max_share)) {
+            return invalid(format!(
+                "llm.hedge_max_share = {} must be within 0..=1 (a share of requests)",
+                self.hedge_max_share
+            ));
+        }
+        Ok(())
     }
 
     /// The bounds of one call and of the calls in flight.
@@ -432,6 +500,7 @@ mod tests {
             arm: "a".repeat(256),
             refines: vec!["0".repeat(32); 16],
             hint_truncated: true,
+            hedged: true,
         };
         let bytes = serde_json::to_vec(&hint).unwrap();
         // The key (run_id/step/instance_id) and headers ride along.
@@ -443,6 +512,31 @@ mod tests {
         assert!(String::from_utf8(bytes)
             .unwrap()
             .contains("\"hint_truncated\":true"));
+    }
+
+    #[test]
+    fn hedging_keys_are_bounded() {
+        let bad = [
+            LlmConfig {
+                hedge_window: MIN_HEDGE_WINDOW - 1,
+                ..LlmConfig::default()
+            },
+            LlmConfig {
+                hedge_max_share: 1.5,
+                ..LlmConfig::default()
+            },
+            LlmConfig {
+                hedge_max_share: f64::NAN,
+                ..LlmConfig::default()
+            },
+        ];
+        for config in bad {
+            assert!(config.validate().is_err(), "{config:?}");
+        }
+        let d = LlmConfig::default();
+        assert!(!d.hedge && d.hedge_to == HedgeTo::Same);
+        assert_eq!((d.hedge_window, d.hedge_min_delay_ms), (200, 500));
+        assert_eq!(d.hedge_max_share, 0.05);
     }
 
     #[test]

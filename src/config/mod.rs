@@ -49,9 +49,9 @@ pub use kafka::{
 };
 pub use limits::LimitsConfig;
 pub use llm::{
-    CacheTtl, LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion,
-    DEFAULT_CACHE_MIN_TOKENS, DEFAULT_REQUESTS_PER_MINUTE, LEDGER_INTERVAL_MS, MAX_LLM_CONCURRENCY,
-    MAX_LLM_TIMEOUT_SECS,
+    CacheTtl, HedgeTo, LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion,
+    DEFAULT_CACHE_MIN_TOKENS, DEFAULT_REQUESTS_PER_MINUTE, LEDGER_INTERVAL_MS, MAX_HEDGE_WINDOW,
+    MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS, MIN_HEDGE_WINDOW,
 };
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};

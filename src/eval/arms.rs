@@ -421,6 +421,7 @@ mod tests {
             arm: arm.into(),
             refines: vec![],
             hint_truncated: false,
+            hedged: false,
         }
     }
 

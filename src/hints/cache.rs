@@ -96,6 +96,7 @@ mod tests {
             arm: crate::messages::DEFAULT_ARM.into(),
             refines: Vec::new(),
             hint_truncated: false,
+            hedged: false,
         })
     }
 

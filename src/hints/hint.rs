@@ -58,5 +58,6 @@ pub fn build_hint(
         arm: labels.arm,
         refines: labels.refines,
         hint_truncated: s.hint_truncated,
+        hedged: s.hedged,
     }
 }

@@ -1,6 +1,7 @@
 //! Stage 1's Prometheus metrics (`hintstream_hints_*`), beside the consume
 //! loop's: hints by category, LLM attempts, retries and latency, tokens and
-//! cost, the spend budget left, open groups and the hint cache.
+//! cost, the spend budget left, hedged requests, open groups and the hint
+//! cache.
 
 use std::time::Duration;
 
@@ -32,6 +33,10 @@ pub struct HintMetrics {
     budget_usd_left: FloatGauge,
     budget_tokens_left: Gauge,
     budgets: (bool, bool),
+    hedges_sent: Family<Labels, Counter>,
+    hedges_won: Family<Labels, Counter>,
+    hedges_skipped: Family<Labels, Counter>,
+    hedge_extra_usd: Family<Labels, FloatCounter>,
 }
 
 impl HintMetrics {
@@ -55,6 +60,10 @@ impl HintMetrics {
             budget_usd_left: FloatGauge::default(),
             budget_tokens_left: Gauge::default(),
             budgets,
+            hedges_sent: Family::default(),
+            hedges_won: Family::default(),
+            hedges_skipped: Family::default(),
+            hedge_extra_usd: Family::default(),
         };
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
         registry.register(
@@ -105,6 +114,7 @@ impl HintMetrics {
             "Groups that got no hint, by reason (above_reward_threshold: the best reward was above hints.reward_threshold)",
             m.skipped.clone(),
         );
+        m.register_hedges(registry);
         if budgets.0 {
             registry.register(
                 "llm_budget_remaining_usd",
@@ -120,6 +130,30 @@ impl HintMetrics {
             );
         }
         m
+    }
+
+    /// The hedged requests' metrics (`llm.hedge`).
+    fn register_hedges(&self, registry: &mut Registry) {
+        registry.register(
+            "llm_hedges_sent",
+            "Duplicates of slow LLM attempts sent (llm.hedge), by the model they went to",
+            self.hedges_sent.clone(),
+        );
+        registry.register(
+            "llm_hedges_won",
+            "Duplicates whose answer came first and wrote the hint, by model",
+            self.hedges_won.clone(),
+        );
+        registry.register(
+            "llm_hedges_skipped",
+            "Duplicates due but not sent, by model and reason (share: llm.hedge_max_share was used up; limits: no call slot, rate-limit permit or budget at once)",
+            self.hedges_skipped.clone(),
+        );
+        registry.register(
+            "llm_hedge_extra_cost_usd",
+            "Estimated dollars of LLM attempts cancelled for the other's answer (the answer's usage at the cancelled model's price), by model",
+            self.hedge_extra_usd.clone(),
+        );
     }
 
     /// A hint was synthesized (not answered from the cache).
@@ -186,6 +220,30 @@ impl SynthObserver for HintMetrics {
 
     fn calls_in_flight(&self, n: usize) {
         self.llm_in_flight.set(n as i64);
+    }
+
+    fn hedge_sent(&self, model: &str) {
+        self.hedges_sent
+            .get_or_create(&vec![("model", model.into())])
+            .inc();
+    }
+
+    fn hedge_won(&self, model: &str) {
+        self.hedges_won
+            .get_or_create(&vec![("model", model.into())])
+            .inc();
+    }
+
+    fn hedge_skipped(&self, model: &str, reason: &str) {
+        self.hedges_skipped
+            .get_or_create(&vec![("model", model.into()), ("reason", reason.into())])
+            .inc();
+    }
+
+    fn hedge_extra_usd(&self, model: &str, usd: f64) {
+        self.hedge_extra_usd
+            .get_or_create(&vec![("model", model.into())])
+            .inc_by(usd);
     }
 
     fn budget(&self, remaining: Remaining) {

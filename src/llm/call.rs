@@ -14,7 +14,7 @@ use super::synth::Synthesizer;
 
 impl Synthesizer {
     /// The request for `prompt` to `link`'s model, with its cache marks.
-    fn request<'a>(&'a self, link: &'a Link, prompt: &'a PromptText) -> Completion<'a> {
+    pub(super) fn request<'a>(&'a self, link: &'a Link, prompt: &'a PromptText) -> Completion<'a> {
         Completion {
             model: &link.api_model,
             system: &prompt.system,
@@ -46,7 +46,7 @@ impl Synthesizer {
         let Some(cassette) = &self.cassette else {
             tally.live = true;
             return Some(
-                self.call_with_retries(link, &request, deadline, &mut tally.usage, None)
+                self.call_with_retries(link, &request, deadline, tally, None)
                     .await,
             );
         };
@@ -82,7 +82,7 @@ impl Synthesizer {
         let started = Instant::now();
         let mut attempts = Vec::new();
         let result = self
-            .call_with_retries(link, request, deadline, &mut tally.usage, Some(&mut attempts))
+            .call_with_retries(link, request, deadline, tally, Some(&mut attempts))
             .await;
         let call = Call {
             key,

@@ -22,6 +22,9 @@ pub(super) struct Tally {
     pub(super) usage: Usage,
     pub(super) played_ms: u64,
     pub(super) live: bool,
+    /// The chain index of the model whose hedged duplicate wrote the
+    /// answer (`llm::hedge`); `None` when the first attempt's did.
+    pub(super) hedged_by: Option<usize>,
 }
 
 impl Tally {
@@ -73,6 +76,7 @@ impl Synthesizer {
                 latency_ms: started.elapsed().as_millis() as u64,
                 hint_truncated: false,
                 cache_saved_usd: 0.0,
+                hedged: false,
             };
         };
         let deadline = started + self.time_budget();
@@ -84,7 +88,10 @@ impl Synthesizer {
                 break;
             };
             match result {
-                Ok(text) => return self.synthesized(link, text, tally, started),
+                Ok(text) => {
+                    let writer = tally.hedged_by.and_then(|i| self.chain.get(i)).unwrap_or(link);
+                    return self.synthesized(writer, text, tally, started);
+                }
                 Err(e) => {
                     tracing::warn!(model = %link.id, reason = %e.failure_reason(), error = %e, "model failed; trying the next in the chain");
                     last_error = e;
@@ -134,6 +141,7 @@ impl Synthesizer {
             cost_usd: cost,
             cache_saved_usd: uncached_cost_usd(price.as_ref(), &tally.usage) - cost,
             latency_ms: tally.latency_ms(started),
+            hedged: tally.hedged_by.is_some(),
             usage: tally.usage,
             failure_reason: None,
             hint_truncated: false,
@@ -155,6 +163,7 @@ impl Synthesizer {
             usage: tally.usage,
             failure_reason: Some(error.failure_reason()),
             hint_truncated: false,
+            hedged: false,
         }
     }
 }

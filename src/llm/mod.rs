@@ -18,6 +18,8 @@
 //! - `call`: one model's call, played from or recorded into the cassette.
 //! - `retry`: one model's attempts, with backoff and an `llm_attempt` span
 //!   each.
+//! - `hedge`: hedged requests: one duplicate of an attempt slower than its
+//!   model's p95, under a token bucket (`llm.hedge`).
 //! - [`cassette`]: recorded exchanges, for deterministic reruns.
 //! - [`prompt`]: the versioned prompt with its truncation rules, and the
 //!   static hint.
@@ -30,6 +32,7 @@ mod chain;
 pub mod client;
 pub mod context;
 pub mod env;
+mod hedge;
 pub mod limits;
 pub mod pricing;
 pub mod prompt;

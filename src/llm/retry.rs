@@ -12,16 +12,17 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::cassette::{Attempt, AttemptOutcome};
+use super::chain::Tally;
 use super::client::{Completion, LlmError, Reply};
+use super::hedge::Raced;
 use super::limits::{settle, Admission};
 use super::pricing::price_of;
 use super::routing::Link;
 use super::synth::Synthesizer;
-use crate::messages::Usage;
 
 /// The span of one HTTP attempt; `status` and `retry_wait_ms` are filled
-/// in as it ends.
-fn attempt_span(model: &str, attempt: u32) -> Span {
+/// in as it ends, `hedge` set on a hedged request's duplicate.
+pub(super) fn attempt_span(model: &str, attempt: u32) -> Span {
     tracing::info_span!(
         "llm_attempt",
         otel.kind = "client",
@@ -30,16 +31,20 @@ fn attempt_span(model: &str, attempt: u32) -> Span {
         attempt = i64::from(attempt),
         status = Empty,
         retry_wait_ms = Empty,
+        hedge = Empty,
     )
 }
 
 /// The wait before retrying after `error`, or `None` when it is not
-/// retried: a failure for good, no retries left, or a wait that would not
-/// end before `deadline`.
+/// retried: a failure for good, no retries left, or a wait and another
+/// attempt as long as the last (`attempt_took`) that would not end before
+/// `deadline` (that attempt would end as `timeout`, hiding the failure's own
+/// reason).
 fn retry_delay(
     error: &LlmError,
     backoff: &mut impl Iterator<Item = Duration>,
     deadline: Instant,
+    attempt_took: Duration,
 ) -> Option<Duration> {
     if !error.retryable() {
         return None;
@@ -48,19 +53,21 @@ fn retry_delay(
     // Never retry sooner than the server asked. (Compared with what is
     // left, not added to now: a server's wait may be huge.)
     let delay = error.retry_after().map_or(delay, |after| after.max(delay));
-    (delay < deadline.saturating_duration_since(Instant::now())).then_some(delay)
+    (delay + attempt_took < deadline.saturating_duration_since(Instant::now())).then_some(delay)
 }
 
 impl Synthesizer {
     /// Calls `link`'s model until it answers, fails for good, runs out of
     /// retries or the deadline nears; the reply's tokens are added to
-    /// `usage`. When recording, every attempt is pushed onto `attempts`.
+    /// `tally`, and the model whose duplicate answered (hedging) noted
+    /// there. When recording, every attempt is pushed onto `attempts` (and
+    /// none is hedged).
     pub(super) async fn call_with_retries(
         &self,
         link: &Link,
         request: &Completion<'_>,
         deadline: Instant,
-        usage: &mut Usage,
+        tally: &mut Tally,
         mut attempts: Option<&mut Vec<Attempt>>,
     ) -> Result<String, LlmError> {
         let mut backoff = ExponentialBuilder::default()
@@ -75,17 +82,33 @@ impl Synthesizer {
             let started = Instant::now();
             attempt += 1;
             let span = attempt_span(&link.id, attempt);
-            let result = self.send(link, request, admission, &span).await;
-            self.report_attempt(link, &result, started, &span, attempts.as_deref_mut());
+            let hedge = attempts.is_none();
+            let raced = self
+                .send_hedged(link, request, admission, &span, deadline, (attempt, hedge))
+                .await;
+            let result = match raced {
+                Raced::First(result) => {
+                    self.report_attempt(link, &result, started, &span, attempts.as_deref_mut());
+                    result
+                }
+                Raced::Hedge { reply, index, first } => {
+                    // A cancelled first attempt was reported as such.
+                    if let Some(error) = first {
+                        self.report_attempt(link, &Err(error), started, &span, None);
+                    }
+                    tally.hedged_by = Some(index);
+                    Ok(reply)
+                }
+            };
             let error = match result {
                 Ok(reply) => {
-                    usage.add(&reply.usage);
+                    tally.usage.add(&reply.usage);
                     self.limits.charge_overrun(&reply.usage, request);
                     return Ok(reply.text);
                 }
                 Err(e) => e,
             };
-            let Some(delay) = retry_delay(&error, &mut backoff, deadline) else {
+            let Some(delay) = retry_delay(&error, &mut backoff, deadline, started.elapsed()) else {
                 return Err(error);
             };
             self.report_retry(link, &error, delay, &span, attempts.as_deref_mut());
@@ -112,7 +135,7 @@ impl Synthesizer {
 
     /// Sends one admitted attempt, frees its call slot when the reply is in,
     /// and settles what it spent.
-    async fn send(
+    pub(super) async fn send(
         &self,
         link: &Link,
         request: &Completion<'_>,
@@ -144,7 +167,7 @@ impl Synthesizer {
 
     /// Records how an attempt ended: on its span, to the observer, and in
     /// the call being recorded.
-    fn report_attempt(
+    pub(super) fn report_attempt(
         &self,
         link: &Link,
         result: &Result<Reply, LlmError>,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::cassette::Cassette;
 use super::client::{LlmError, Provider};
 use super::context::SystemContext;
+use super::hedge::Hedger;
 use super::limits::budget::Remaining;
 use super::limits::{CallLimits, GroupLimits};
 use super::prompt_cache::PromptCache;
@@ -31,6 +32,17 @@ pub trait SynthObserver: Send + Sync {
     fn calls_in_flight(&self, n: usize);
     /// What is left of the spend budgets, after each change.
     fn budget(&self, _remaining: Remaining) {}
+    /// A hedged request's duplicate was sent to `model`.
+    fn hedge_sent(&self, _model: &str) {}
+    /// A duplicate for `model` was due but not sent: `share` (the
+    /// `llm.hedge_max_share` bucket was empty) or `limits` (no call slot,
+    /// rate-limit permit or budget reservation at once).
+    fn hedge_skipped(&self, _model: &str, _reason: &str) {}
+    /// A duplicate sent to `model` answered first; its answer is the hint's.
+    fn hedge_won(&self, _model: &str) {}
+    /// `model`'s attempt was cancelled for the other's answer: its cost,
+    /// estimated as that answer's usage at `model`'s price.
+    fn hedge_extra_usd(&self, _model: &str, _usd: f64) {}
 }
 
 /// The result of synthesis for one group.
@@ -49,6 +61,8 @@ pub struct Synthesis {
     /// every prompt token at the input rate, less `cost_usd` (negative
     /// when cache writes outweighed reads; 0 without cache usage).
     pub cache_saved_usd: f64,
+    /// Whether a hedged request's duplicate wrote `hint` (`llm.hedge`).
+    pub hedged: bool,
 }
 
 pub struct Synthesizer {
@@ -62,6 +76,9 @@ pub struct Synthesizer {
     /// Shared by every arm's synthesizer: the rate limits, the calls in
     /// flight and the budget bound the stage, not each arm.
     pub(super) limits: Arc<CallLimits>,
+    /// Shared by every arm's synthesizer, like `limits`; `None` when
+    /// `llm.hedge` is off.
+    pub(super) hedger: Option<Arc<Hedger>>,
     pub(super) observer: Option<Arc<dyn SynthObserver>>,
     pub(super) cassette: Option<Arc<Cassette>>,
     /// `llm.system_context_file` and `_dir`, read at start-up; shared by
@@ -104,6 +121,7 @@ impl Synthesizer {
             config: config.clone(),
             prompt: config.prompt_version,
             limits: Arc::new(CallLimits::new(config)),
+            hedger: Hedger::new(config),
             observer: None,
             cassette: None,
             context: Arc::new(context),
@@ -137,6 +155,7 @@ impl Synthesizer {
             config,
             prompt,
             limits: self.limits.clone(),
+            hedger: self.hedger.clone(),
             observer: self.observer.clone(),
             cassette: self.cassette.clone(),
             context: self.context.clone(),

@@ -126,6 +126,11 @@ pub struct Hint {
     /// true; absent reads as false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub hint_truncated: bool,
+    /// Whether a hedged request's duplicate wrote the hint (`llm.hedge`:
+    /// it answered before the first attempt). Written only when true;
+    /// absent reads as false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hedged: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -175,5 +180,23 @@ mod tests {
         hint.hint_truncated = true;
         let back: Hint = serde_json::from_str(&serde_json::to_string(&hint).unwrap()).unwrap();
         assert!(back.hint_truncated);
+    }
+
+    #[test]
+    fn hedged_is_written_only_when_true_and_reads_as_false_when_absent() {
+        let json = serde_json::json!({
+            "schema_version": 1, "hint_id": "h", "run_id": "r", "step": 1, "instance_id": "i",
+            "trajectory_id": "t", "hint": "x", "category": "llm_synthesized", "model": "m",
+            "prompt_version": "v", "latency_ms": 0, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "cost_usd": 0.0, "failure_reason": null,
+            "source": {"topic": "t", "partition": 0, "offset": 0}, "created_at": "2026-01-01T00:00:00Z"
+        });
+        let mut hint: Hint = serde_json::from_value(json).unwrap();
+        assert!(!hint.hedged);
+        assert!(!serde_json::to_string(&hint).unwrap().contains("hedged"));
+        hint.hedged = true;
+        let text = serde_json::to_string(&hint).unwrap();
+        assert!(text.contains("\"hedged\":true"), "{text}");
+        assert!(serde_json::from_str::<Hint>(&text).unwrap().hedged);
     }
 }

@@ -2,9 +2,9 @@
 //! partition to its end (or N messages).
 //!
 //! The end of a partition is the consumer's partition-EOF event, not the high
-//! watermark read at start: tansu 0.6.0 reports a high watermark of (base
-//! offset of the last record batch + 1), far below the real end when
-//! producers batch. The watermarks only size the progress bar.
+//! watermark read at start: a `read_committed` reader stops at the last
+//! stable offset, and the watermark also counts transaction markers, which
+//! are no messages. The watermarks only size the progress bar.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

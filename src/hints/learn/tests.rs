@@ -46,6 +46,7 @@ fn hint(arms: &Arms, arm: usize, step: i64, instance: &str, category: HintCatego
         arm: spec.name.clone(),
         refines: Vec::new(),
         hint_truncated: false,
+        hedged: false,
     }
 }
 

@@ -298,6 +298,7 @@ fn learned_step_metric_names() -> Vec<String> {
             arm: "default".into(),
             refines,
             hint_truncated: false,
+            hedged: false,
         });
         state.observe_outcome(&HintOutcome {
             schema_version: 1,

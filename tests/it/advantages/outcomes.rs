@@ -72,6 +72,7 @@ fn hint(
         arm: arm.into(),
         refines: refines.iter().map(|s| s.to_string()).collect(),
         hint_truncated: false,
+        hedged: false,
     }
 }
 

@@ -71,6 +71,10 @@ pub enum Behavior {
     /// and messages) and the whole `max_tokens` of output; three times the
     /// input of a bytes/3 estimate.
     Billed(String, Duration),
+    /// 200 with a fixed hint, after a delay drawn from this latency
+    /// process (see [`Latency`]); its usage is added to
+    /// [`LlmServer::timed_usage`] as the request arrives.
+    Timed(Latency),
 }
 
 /// FNV-1a, so derived answers need no extra dependency.
@@ -101,6 +105,7 @@ struct AppState {
     seen: Arc<Mutex<Vec<Seen>>>,
     api_key: Option<String>,
     cache: Arc<Mutex<PromptCacheSim>>,
+    timing: Arc<Mutex<Timing>>,
 }
 
 pub struct LlmServer {
@@ -169,6 +174,7 @@ impl LlmServer {
             seen: Arc::new(Mutex::new(Vec::new())),
             api_key: api_key.map(str::to_string),
             cache: Arc::default(),
+            timing: Arc::new(Mutex::new(Timing::seeded(0))),
         };
         let app = Router::new()
             .route("/v1/messages", post(anthropic))
@@ -204,6 +210,115 @@ impl LlmServer {
     pub fn seen(&self) -> Vec<Seen> {
         self.state.seen.lock().unwrap().clone()
     }
+
+    /// Restarts the latency draws of [`Behavior::Timed`] from `seed` and
+    /// zeroes its tally: two runs seeded alike see one latency process.
+    pub fn seed_latency(&self, seed: u64) {
+        *self.state.timing.lock().unwrap() = Timing::seeded(seed);
+    }
+
+    /// What [`Behavior::Timed`] requests were billed since the last seed:
+    /// (requests, input tokens, output tokens), every request that arrived
+    /// billed in full, cancelled ones included, as a provider that
+    /// finishes a dropped request bills it.
+    pub fn timed_usage(&self) -> (u64, u64, u64) {
+        let t = self.state.timing.lock().unwrap();
+        (t.requests, t.input_tokens, t.output_tokens)
+    }
+}
+
+// Latency modes (Behavior::Timed) -------------------------------------------
+
+/// A latency process for [`Behavior::Timed`].
+#[derive(Debug, Clone, Copy)]
+pub enum Latency {
+    /// Lognormal: `median * exp(sigma * z)`, z standard normal.
+    Lognormal { median: Duration, sigma: f64 },
+    /// Lognormal, and a `share` of the calls (stragglers) `factor` times
+    /// slower.
+    Stragglers {
+        median: Duration,
+        sigma: f64,
+        share: f64,
+        factor: f64,
+    },
+}
+
+/// The seeded draws of the latency modes and what they billed.
+struct Timing {
+    rng: rand::rngs::StdRng,
+    requests: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl Timing {
+    fn seeded(seed: u64) -> Timing {
+        use rand::SeedableRng;
+        Timing {
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            requests: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+        }
+    }
+
+    /// One draw of `latency`.
+    fn draw(&mut self, latency: Latency) -> Duration {
+        use rand::Rng;
+        let mut lognormal = |median: Duration, sigma: f64| {
+            // Box-Muller.
+            let (u1, u2): (f64, f64) = (self.rng.random_range(1e-12..1.0), self.rng.random());
+            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+            median.mul_f64((sigma * z).exp())
+        };
+        match latency {
+            Latency::Lognormal { median, sigma } => lognormal(median, sigma),
+            Latency::Stragglers {
+                median,
+                sigma,
+                share,
+                factor,
+            } => {
+                let base = lognormal(median, sigma);
+                if self.rng.random_bool(share) {
+                    base.mul_f64(factor)
+                } else {
+                    base
+                }
+            }
+        }
+    }
+}
+
+/// The text a [`Behavior::Timed`] request is answered with.
+const TIMED_HINT: &str = "Check the output format first, then rerun the failing test alone.";
+
+/// Draws the delay of a [`Behavior::Timed`] request and bills its reply
+/// (the usage it reports) as it arrives; the reply and the delay.
+fn timed_reply(
+    api: Api,
+    state: &AppState,
+    latency: Latency,
+    model: &Value,
+    body_len: usize,
+) -> (Value, Duration) {
+    let reply = api.success(model, TIMED_HINT, body_len);
+    let usage = &reply["usage"];
+    let input = usage["input_tokens"]
+        .as_u64()
+        .or_else(|| usage["prompt_tokens"].as_u64())
+        .unwrap_or(0);
+    let output = usage["output_tokens"]
+        .as_u64()
+        .or_else(|| usage["completion_tokens"].as_u64())
+        .unwrap_or(0);
+    let mut timing = state.timing.lock().unwrap();
+    timing.requests += 1;
+    timing.input_tokens += input;
+    timing.output_tokens += output;
+    let delay = timing.draw(latency);
+    (reply, delay)
 }
 
 /// TLS over a TCP listener, for `axum::serve`: a failed handshake is
@@ -613,6 +728,11 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         return r;
     }
     let behavior = pick(&state, &String::from_utf8_lossy(&body));
+    if let Behavior::Timed(latency) = behavior {
+        let (reply, delay) = timed_reply(api, &state, latency, &value["model"], body.len());
+        tokio::time::sleep(delay).await;
+        return json_response(200, reply, None);
+    }
     let cache_bill = state.cache.lock().unwrap().arrive(api, &value);
     if let Some(r) = misbehave(api, &headers, &behavior).await {
         return r;

@@ -593,6 +593,7 @@ fn exported_metrics() -> String {
         latency_ms: 1,
         hint_truncated: false,
         cache_saved_usd: 0.0,
+        hedged: false,
     });
     let arms = hintstream::hints::learning::ArmMetrics::register(&mut hints);
     arms.show(&hintstream::hints::learn::RunReport {

@@ -1,11 +1,14 @@
 //! The spend budget against a loopback server that bills every request at
 //! its worst case (one input token per byte of prompt text, the whole
 //! `max_tokens`), above the old bytes/3 estimate: 200 concurrent calls
-//! overspend by at most one request's worst-case cost, and a body broken
+//! overspend by at most one request's worst-case cost, also with hedged
+//! requests on (every duplicate reserves like a call), and a body broken
 //! after a 200 is charged its reservation.
 
 use crate::common::llm_server;
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hintstream::config::LlmConfig;
@@ -112,6 +115,85 @@ async fn two_hundred_concurrent_calls_billed_over_the_old_estimate_overspend_by_
     assert!(
         synthesized >= 35,
         "the budget let only {synthesized} calls through"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_hedged_requests_two_hundred_calls_still_overspend_by_at_most_one_request() {
+    let server = LlmServer::start(Some(KEY)).await;
+    let max_tokens = u64::from(LlmConfig::default().max_tokens);
+    // "[probe]", "[warm]" and "[call]": prompts of one length.
+    let prompt = prompt_bytes(&server, "[probe]").await;
+    let real = usd(prompt, max_tokens);
+    let worst = usd(prompt + FRAMING_TOKENS, max_tokens);
+    // Quick calls first: the model's latency window fills (no hedge
+    // before 20 calls), and what they spend is within the budget.
+    const WARM: usize = 20;
+    server.on("[warm]", vec![Behavior::Billed("Warm.".into(), Duration::ZERO)]);
+    server.on(
+        "[call]",
+        vec![Behavior::Billed(
+            "Check the week numbering.".into(),
+            Duration::from_millis(500),
+        )],
+    );
+    // Room for the warm-up and 40.5 real calls.
+    let budget = (WARM as f64 + 40.5) * real;
+    let count = Arc::new(super::hedging::HedgeCount::default());
+    let hedged = LlmConfig {
+        hedge: true,
+        hedge_min_delay_ms: 50,
+        // Many duplicates, to press on the budget.
+        hedge_max_share: 0.5,
+        ..config(budget)
+    };
+    let synth = Synthesizer::new(&hedged, &llm_server::anthropic_env(&server, KEY))
+        .unwrap()
+        .with_observer(count.clone());
+    for _ in 0..WARM {
+        let s = synth.synthesize(&trajectory("[warm]")).await;
+        assert_eq!(s.category, HintCategory::LlmSynthesized, "{:?}", s.failure_reason);
+    }
+
+    // 5 ms apart: each call's duplicate (50 ms in, while it waits at the
+    // server) competes with the later calls for what is left.
+    let t = trajectory("[call]");
+    let results = futures::future::join_all((0..200u32).map(|i| {
+        let (synth, t) = (&synth, &t);
+        async move {
+            tokio::time::sleep(Duration::from_millis(5) * i).await;
+            synth.synthesize(t).await
+        }
+    }))
+    .await;
+
+    // Every request that reached the server is billed in full, cancelled
+    // ones included.
+    let requests = server
+        .seen()
+        .iter()
+        .filter(|r| {
+            let body = r.body.to_string();
+            body.contains("[warm]") || body.contains("[call]")
+        })
+        .count();
+    let billed = requests as f64 * real;
+    let sent = count.sent.load(Ordering::SeqCst);
+    let exhausted = results
+        .iter()
+        .filter(|s| s.failure_reason.as_deref() == Some("budget_exhausted"))
+        .count();
+    eprintln!(
+        "budget ${budget:.4}: {requests} requests billed ${billed:.4} (worst case ${worst:.5} a call), \
+         {sent} of them duplicates, {} hedges won, {exhausted} calls refused",
+        count.won.load(Ordering::SeqCst)
+    );
+    assert!(sent > 0, "duplicates were sent");
+    assert!(exhausted > 0, "the budget bound the calls");
+    assert!(
+        billed <= budget + worst + 1e-9,
+        "overspent by ${:.5}, more than one request's worst case (${worst:.5})",
+        billed - budget
     );
 }
 

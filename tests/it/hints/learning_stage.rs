@@ -242,6 +242,7 @@ async fn seed_history(config: &Config, producer: &rdkafka::producer::FutureProdu
                 arm: arm.to_string(),
                 refines: vec![],
                 hint_truncated: false,
+                hedged: false,
             };
             let key = hintstream::messages::group_key(run, step, &instance);
             common::send(

@@ -1,10 +1,11 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, the group's budget, long replies, provider prompt caching, hints that learn.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, the group's budget, long replies, provider prompt caching, hedged requests, hints that learn.
 
 mod bad_input;
 mod budget_bound;
 mod byte_bounds;
 mod eval;
 mod group_budget;
+mod hedging;
 mod hints_kafka;
 mod learning;
 mod learning_stage;
