@@ -94,6 +94,16 @@ pub struct LlmConfig {
     /// alone when it is listed here and its API has a key. Empty: every
     /// request uses the configured chain (and is counted as ignored).
     pub allowed_models: Vec<String>,
+    /// Context windows in tokens, by model id (`[llm.context_tokens]`,
+    /// e.g. `"smollm2" = 8192`), for the models the built-in table
+    /// (`BUILT_IN_CONTEXT_TOKENS`) lacks or has wrong. The prompt is fitted
+    /// so that it and `max_tokens` fit the window (`llm::fit`).
+    pub context_tokens: BTreeMap<String, u32>,
+    /// Ask an OpenAI-compatible server for the window of a model neither
+    /// table knows (vLLM's `/v1/models` `max_model_len`, llama.cpp's
+    /// `/props` `n_ctx`), once per model, within 5 s. Never while a cassette
+    /// records or plays (a run must fit its prompts the same way again).
+    pub discover_context: bool,
 }
 
 /// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
@@ -207,6 +217,8 @@ impl Default for LlmConfig {
             prices: default_prices(),
             prompt_version: PromptVersion::default(),
             allowed_models: Vec::new(),
+            context_tokens: BTreeMap::new(),
+            discover_context: true,
         }
     }
 }
@@ -214,6 +226,7 @@ impl Default for LlmConfig {
 impl LlmConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_calls()?;
+        super::llm_context::validate_context_tokens(&self.context_tokens, self.max_tokens)?;
         self.validate_spend()
     }
 

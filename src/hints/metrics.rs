@@ -1,6 +1,7 @@
 //! Stage 1's Prometheus metrics (`hintstream_hints_*`), beside the consume
 //! loop's: hints by category, LLM attempts, retries and latency, tokens and
-//! cost, the spend budget left, open groups and the hint cache.
+//! cost, the spend budget left, open groups, the hint cache, and prompts
+//! fitted to context windows.
 
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ pub struct HintMetrics {
     budget_usd_left: FloatGauge,
     budget_tokens_left: Gauge,
     budgets: (bool, bool),
+    prompts_fitted: Family<Labels, Counter>,
+    prompt_chars_dropped: Family<Labels, Counter>,
 }
 
 impl HintMetrics {
@@ -53,7 +56,19 @@ impl HintMetrics {
             budget_usd_left: FloatGauge::default(),
             budget_tokens_left: Gauge::default(),
             budgets,
+            prompts_fitted: Family::default(),
+            prompt_chars_dropped: Family::default(),
         };
+        registry.register(
+            "llm_prompts_fitted",
+            "Prompts cut to fit a model's context window, by model (a refit after a context-length error counts again)",
+            m.prompts_fitted.clone(),
+        );
+        registry.register(
+            "llm_prompt_chars_dropped",
+            "Characters taken out of prompts to fit a model's context window, by model",
+            m.prompt_chars_dropped.clone(),
+        );
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
         registry.register(
             "llm_requests",
@@ -163,6 +178,14 @@ impl SynthObserver for HintMetrics {
 
     fn calls_in_flight(&self, n: usize) {
         self.llm_in_flight.set(n as i64);
+    }
+
+    fn prompt_fitted(&self, model: &str, chars_dropped: usize) {
+        let labels = vec![("model", model.to_string())];
+        self.prompts_fitted.get_or_create(&labels).inc();
+        self.prompt_chars_dropped
+            .get_or_create(&labels)
+            .inc_by(chars_dropped as u64);
     }
 
     fn budget(&self, remaining: Remaining) {

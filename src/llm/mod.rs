@@ -12,10 +12,13 @@
 //!   ids, the metrics observer.
 //! - `chain`: the chain walk, model after model, then the static hint.
 //! - [`cap`]: the cap on a hint's length (`llm.max_hint_chars`).
+//! - `fitting`: each model's context window, and its call with a fitted
+//!   prompt (refitted once on a context-length error).
 //! - `call`: one model's call, played from or recorded into the cassette.
 //! - `retry`: one model's attempts, with backoff and an `llm_attempt` span
 //!   each.
 //! - [`cassette`]: recorded exchanges, for deterministic reruns.
+//! - [`fit`]: the prompt fitted to the model's context window.
 //! - [`prompt`]: the versioned prompt with its truncation rules, and the
 //!   static hint.
 //! - [`pyliteral`]: the Python-literal parser for verifier accumulators.
@@ -26,6 +29,8 @@ pub mod cassette;
 mod chain;
 pub mod client;
 pub mod env;
+pub mod fit;
+mod fitting;
 pub mod limits;
 mod pricing;
 pub mod prompt;

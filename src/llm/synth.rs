@@ -29,6 +29,9 @@ pub trait SynthObserver: Send + Sync {
     fn calls_in_flight(&self, n: usize);
     /// What is left of the spend budgets, after each change.
     fn budget(&self, _remaining: Remaining) {}
+    /// A prompt for `model` was fitted to its context window, taking
+    /// `chars_dropped` characters out.
+    fn prompt_fitted(&self, _model: &str, _chars_dropped: usize) {}
 }
 
 /// The result of synthesis for one group.
