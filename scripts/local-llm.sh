@@ -12,6 +12,9 @@
 #   scripts/local-llm.sh model            install, then print the GGUF's path (last line)
 #
 # Context window: $LOCAL_LLM_CTX tokens (default 8192; the model was trained for 8192).
+# Threads: $LOCAL_LLM_THREADS (default 1: ggml's threads spin at barriers, and on a
+# loaded 2-core machine 2 threads answered 25 times slower than 1: 55 s against 2.2 s).
+# $LOCAL_LLM_WATCH_PID: stop the server once that process is gone (tests set it).
 # The server answers one request at a time (llama-cpp-python has one slot).
 # Cache: $HINTSTREAM_LLM_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hintstream/local-llm):
 # venv/, wheels/ (the built llama_cpp_python wheel: kept, so a new venv installs it without
@@ -123,10 +126,15 @@ start() {
   t0=$(date +%s.%N)
   # setsid: its own process group, so that a test's Ctrl-C does not reach it half way.
   setsid "$VENV/bin/python" -m llama_cpp.server --model "$MODEL" --model_alias smollm2-135m-instruct \
-    --host 127.0.0.1 --port "$port" --n_ctx "$ctx" --n_threads "${LOCAL_LLM_THREADS:-2}" \
+    --host 127.0.0.1 --port "$port" --n_ctx "$ctx" --n_threads "${LOCAL_LLM_THREADS:-1}" \
     >"$log" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$(pid_file "$port")"
+  if [ -n "${LOCAL_LLM_WATCH_PID:-}" ]; then
+    # Tests: the server goes when the process that asked for it does.
+    setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; kill "$2" 2>/dev/null' \
+      local-llm-watch "$LOCAL_LLM_WATCH_PID" "$pid" >/dev/null 2>&1 </dev/null &
+  fi
   until curl -fsS -m 2 "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1; do
     if ! kill -0 "$pid" 2>/dev/null; then
       say "the server exited before answering; its log ($log) ends:"

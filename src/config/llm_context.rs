@@ -37,7 +37,10 @@ pub fn context_tokens_of(configured: &BTreeMap<String, u32>, model: &str) -> Opt
 
 /// Every configured window within [`MIN_CONTEXT_TOKENS`]..=[`MAX_CONTEXT_TOKENS`]
 /// and above `max_tokens` (the reply must fit beside the prompt).
-pub fn validate_context_tokens(configured: &BTreeMap<String, u32>, max_tokens: u32) -> Result<(), ConfigError> {
+pub fn validate_context_tokens(
+    configured: &BTreeMap<String, u32>,
+    max_tokens: u32,
+) -> Result<(), ConfigError> {
     for (model, &tokens) in configured {
         if !(MIN_CONTEXT_TOKENS..=MAX_CONTEXT_TOKENS).contains(&tokens) {
             return invalid(format!(

@@ -51,9 +51,7 @@ pub use llm::{
     LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion, DEFAULT_REQUESTS_PER_MINUTE,
     MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS,
 };
-pub use llm_context::{
-    context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS,
-};
+pub use llm_context::{context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS};
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};
 pub use redact::{is_secret_key, REDACTED};

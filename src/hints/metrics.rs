@@ -34,6 +34,8 @@ pub struct HintMetrics {
     budgets: (bool, bool),
     prompts_fitted: Family<Labels, Counter>,
     prompt_chars_dropped: Family<Labels, Counter>,
+    llm_queue: Histogram,
+    saturated: Family<Labels, Counter>,
 }
 
 impl HintMetrics {
@@ -58,7 +60,19 @@ impl HintMetrics {
             budgets,
             prompts_fitted: Family::default(),
             prompt_chars_dropped: Family::default(),
+            llm_queue: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+            saturated: Family::default(),
         };
+        registry.register(
+            "llm_queue_seconds",
+            "Time an LLM attempt waited for a call slot (llm.concurrency) and the rate limits before it was sent",
+            m.llm_queue.clone(),
+        );
+        registry.register(
+            "llm_saturated",
+            "Times a model's server looked saturated (most attempts of a minute timed out while others waited at it), by model; said at most every 10 minutes",
+            m.saturated.clone(),
+        );
         registry.register(
             "llm_prompts_fitted",
             "Prompts cut to fit a model's context window, by model (a refit after a context-length error counts again)",
@@ -178,6 +192,16 @@ impl SynthObserver for HintMetrics {
 
     fn calls_in_flight(&self, n: usize) {
         self.llm_in_flight.set(n as i64);
+    }
+
+    fn queued(&self, _model: &str, wait: Duration) {
+        self.llm_queue.observe(wait.as_secs_f64());
+    }
+
+    fn saturated(&self, model: &str) {
+        self.saturated
+            .get_or_create(&vec![("model", model.to_string())])
+            .inc();
     }
 
     fn prompt_fitted(&self, model: &str, chars_dropped: usize) {

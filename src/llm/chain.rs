@@ -78,7 +78,10 @@ impl Synthesizer {
         let mut tally = Tally::default();
         let mut last_error = LlmError::Timeout;
         for (i, link) in self.chain.iter().enumerate() {
-            let Some(result) = self.call_fitted(link, t, extra, i == 0, deadline, &mut tally).await else {
+            let Some(result) = self
+                .call_fitted(link, t, extra, i == 0, deadline, &mut tally)
+                .await
+            else {
                 break;
             };
             match result {

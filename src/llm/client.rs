@@ -163,7 +163,10 @@ impl LlmError {
     /// available context size"), Anthropic's "prompt is too long".
     pub fn is_context_length(&self) -> bool {
         let LlmError::Status {
-            status, kind, message, ..
+            status,
+            kind,
+            message,
+            ..
         } = self
         else {
             return false;
@@ -194,17 +197,23 @@ impl LlmError {
             return None;
         };
         let lower = message.to_ascii_lowercase();
-        ["maximum context length is ", "context window of ", "context size (", "n_ctx = ", "n_ctx: "]
-            .iter()
-            .find_map(|lead| {
-                let at = lower.find(lead)? + lead.len();
-                let digits: String = lower[at..]
-                    .trim_start()
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect();
-                digits.parse().ok()
-            })
+        [
+            "maximum context length is ",
+            "context window of ",
+            "context size (",
+            "n_ctx = ",
+            "n_ctx: ",
+        ]
+        .iter()
+        .find_map(|lead| {
+            let at = lower.find(lead)? + lead.len();
+            let digits: String = lower[at..]
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
     }
 
     /// Worth retrying, as the official SDKs decide: request timeout (408),
@@ -359,7 +368,10 @@ impl LlmClient {
         let n_ctx = props
             .pointer("/default_generation_settings/n_ctx")
             .or_else(|| props.get("n_ctx"))?;
-        n_ctx.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|&n| n > 0)
+        n_ctx
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
     }
 
     /// A successful JSON answer to `request`, else `None`.
@@ -871,7 +883,12 @@ mod tests {
         );
         assert!(llama_cpp.is_context_length());
         assert_eq!(llama_cpp.failure_reason(), "context_length");
-        let other = status_error(400, br#"{"error":{"type":"invalid_request_error","message":"max_tokens"}}"#, None, None);
+        let other = status_error(
+            400,
+            br#"{"error":{"type":"invalid_request_error","message":"max_tokens"}}"#,
+            None,
+            None,
+        );
         assert!(!other.is_context_length());
         assert_eq!(other.failure_reason(), "http_400");
         assert!(!status_error(500, b"context length", None, None).is_context_length());

@@ -281,11 +281,22 @@ mod tests {
         t.task_prompt = format!("TASK {} TASK-END", "x".repeat(3_000));
         for version in [PromptVersion::V2, PromptVersion::Reference] {
             for window in [2_048, 4_096] {
-                let f = fit(version, &t, Some("Earlier hint: look at the tokenizer."), budget(window));
+                let f = fit(
+                    version,
+                    &t,
+                    Some("Earlier hint: look at the tokenizer."),
+                    budget(window),
+                );
                 assert!(f.user.contains(&t.task_prompt), "{version} {window}");
-                assert!(f.user.contains("test_parser: expected 3 got 4"), "{version} {window}");
+                assert!(
+                    f.user.contains("test_parser: expected 3 got 4"),
+                    "{version} {window}"
+                );
                 assert!(f.user.contains("AssertionError: boom"), "{version} {window}");
-                assert!(f.user.ends_with("Earlier hint: look at the tokenizer."), "{version} {window}");
+                assert!(
+                    f.user.ends_with("Earlier hint: look at the tokenizer."),
+                    "{version} {window}"
+                );
             }
         }
     }
@@ -296,13 +307,20 @@ mod tests {
         for version in [PromptVersion::V2, PromptVersion::Reference] {
             let f = fit(version, &t, None, budget(1_024));
             assert!(
-                f.user.contains("earlier messages dropped to fit the model's context window]"),
+                f.user
+                    .contains("earlier messages dropped to fit the model's context window]"),
                 "{version}: {}",
                 f.user
             );
             assert!(f.message_cut, "{version}");
-            assert!(f.user.contains("... [truncated, 4200 chars total] ..."), "{version}");
-            assert!(f.user.contains("<START 19>") && f.user.contains("<END 19>"), "both ends kept");
+            assert!(
+                f.user.contains("... [truncated, 4200 chars total] ..."),
+                "{version}"
+            );
+            assert!(
+                f.user.contains("<START 19>") && f.user.contains("<END 19>"),
+                "both ends kept"
+            );
         }
     }
 
@@ -319,7 +337,10 @@ mod tests {
                     total + margin_tokens(window) <= u64::from(window),
                     "{version} {window}: {total} estimated tokens"
                 );
-                assert_eq!(f.chars_dropped, version.user_message(&t).chars().count() - f.user.chars().count());
+                assert_eq!(
+                    f.chars_dropped,
+                    version.user_message(&t).chars().count() - f.user.chars().count()
+                );
                 assert!(f.chars_dropped > 0);
             }
         }

@@ -50,8 +50,12 @@ impl Synthesizer {
             tokio::spawn(async move {
                 let window = client.context_window(&model, DISCOVERY_TIMEOUT).await;
                 match window {
-                    Some(tokens) => tracing::info!(model = %id, context_tokens = tokens, "the model's server reported its context window"),
-                    None => tracing::info!(model = %id, "the model's server did not say its context window: its prompts are not fitted (set [llm.context_tokens] \"{id}\")"),
+                    Some(tokens) => {
+                        tracing::info!(model = %id, context_tokens = tokens, "the model's server reported its context window")
+                    }
+                    None => {
+                        tracing::info!(model = %id, "the model's server did not say its context window: its prompts are not fitted (set [llm.context_tokens] \"{id}\")")
+                    }
                 }
                 let _ = cell.set(window);
             });
@@ -76,7 +80,10 @@ impl Synthesizer {
         let budget = window.map_or(u64::MAX, |w| user_budget(w, self.config.max_tokens, system));
         let fitted = fit(self.prompt, t, extra, budget);
         self.observe_fit(link, &fitted);
-        let error = match self.call_model(link, &fitted.user, first, deadline, tally).await? {
+        let error = match self
+            .call_model(link, &fitted.user, first, deadline, tally)
+            .await?
+        {
             Err(e) if e.is_context_length() && Instant::now() < deadline => e,
             other => return Some(other),
         };
@@ -89,7 +96,8 @@ impl Synthesizer {
         let refitted = fit(self.prompt, t, extra, half);
         self.observe_fit(link, &refitted);
         tracing::info!(model = %link.id, error = %error, budget_tokens = half, "the prompt was over the model's context window; refitted to half the budget");
-        self.call_model(link, &refitted.user, first, deadline, tally).await
+        self.call_model(link, &refitted.user, first, deadline, tally)
+            .await
     }
 
     fn observe_fit(&self, link: &Link, fitted: &Fitted) {

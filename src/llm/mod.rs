@@ -17,6 +17,7 @@
 //! - `call`: one model's call, played from or recorded into the cassette.
 //! - `retry`: one model's attempts, with backoff and an `llm_attempt` span
 //!   each.
+//! - `saturation`: a model's server that times out while requests queue.
 //! - [`cassette`]: recorded exchanges, for deterministic reruns.
 //! - [`fit`]: the prompt fitted to the model's context window.
 //! - [`prompt`]: the versioned prompt with its truncation rules, and the
@@ -37,6 +38,7 @@ pub mod prompt;
 pub mod pyliteral;
 mod retry;
 pub mod routing;
+mod saturation;
 pub mod synth;
 
 /// `llm::budget` stays a path of the spend budget (it lives in `limits`).

@@ -13,6 +13,7 @@ use super::client::{LlmError, Provider};
 use super::limits::budget::Remaining;
 use super::limits::CallLimits;
 use super::routing::{self, Link};
+use super::saturation::Saturation;
 use crate::config::{LlmConfig, PromptVersion};
 use crate::messages::{HintCategory, Usage};
 
@@ -32,6 +33,12 @@ pub trait SynthObserver: Send + Sync {
     /// A prompt for `model` was fitted to its context window, taking
     /// `chars_dropped` characters out.
     fn prompt_fitted(&self, _model: &str, _chars_dropped: usize) {}
+    /// An attempt at `model` waited `wait` for a call slot
+    /// (`llm.concurrency`) and the rate limits before it was sent.
+    fn queued(&self, _model: &str, _wait: Duration) {}
+    /// Most attempts at `model` in a window timed out while queued (said
+    /// at most once every 10 minutes).
+    fn saturated(&self, _model: &str) {}
 }
 
 /// The result of synthesis for one group.
@@ -63,6 +70,8 @@ pub struct Synthesizer {
     pub(super) cassette: Option<Arc<Cassette>>,
     /// Set once a model API answered anything (readiness).
     pub(super) answered: AtomicBool,
+    /// Timeouts while queued, by model, shared like `limits`.
+    pub(super) saturation: Arc<Saturation>,
 }
 
 /// Shows the client (its key redacted by `ApiKey`), the model chain and the
@@ -96,6 +105,7 @@ impl Synthesizer {
             observer: None,
             cassette: None,
             answered: AtomicBool::new(false),
+            saturation: Arc::default(),
         })
     }
 
@@ -122,6 +132,7 @@ impl Synthesizer {
             observer: self.observer.clone(),
             cassette: self.cassette.clone(),
             answered: AtomicBool::new(false),
+            saturation: self.saturation.clone(),
         })
     }
 

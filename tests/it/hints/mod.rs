@@ -1,15 +1,18 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, long replies, hints that learn.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, context windows, eval, the spend budget's bound, long replies, hints that learn, a real local model server, a saturated server.
 
 mod bad_input;
 mod budget_bound;
 mod byte_bounds;
+mod context_window;
 mod eval;
 mod hints_kafka;
 mod learning;
 mod learning_stage;
 mod llm_hardening;
 mod llm_storm;
+mod local_model;
 mod long_replies;
 mod reference_prompt;
 mod reference_prompt_loopback;
+mod saturation;
 mod synthesis;
