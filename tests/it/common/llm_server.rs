@@ -70,7 +70,7 @@ pub enum Behavior {
     /// input of a bytes/3 estimate.
     Billed(String, Duration),
     /// A model with a context window, as vLLM and llama.cpp enforce it
-    /// (see `window_error`): a request whose prompt text, at
+    /// (see `window_reply`): a request whose prompt text, at
     /// `bytes_per_token`, plus its `max_tokens` is over `context_tokens`
     /// gets OpenAI's 400 `context_length_exceeded`; one that fits gets
     /// `text`, billed at that many prompt tokens.
