@@ -4,7 +4,8 @@
 //! configured window and hinted; a denser tokenizer than the estimate
 //! refitted once to half the budget; a window no refit meets failing with
 //! `context_length`, then the next model of the chain answering; the
-//! window read from the error when none is configured.
+//! window read from the error when none is configured; the window read
+//! from a vLLM or llama.cpp server, within its bound.
 
 use crate::common::llm_server;
 
@@ -170,4 +171,79 @@ async fn without_a_configured_window_the_servers_error_names_it() {
     );
     assert!(prompt_text_bytes(&seen[1].body).div_ceil(3) + 300 <= 2_048);
     assert_eq!(fits.0.lock().unwrap().len(), 1, "only the refit cut the prompt");
+}
+
+/// A server that answers `GET /v1/models` and `GET /props` with these
+/// bodies (404 where `None`), or never (`hang`).
+async fn discovery_server(
+    models: Option<serde_json::Value>,
+    props: Option<serde_json::Value>,
+    hang: bool,
+) -> String {
+    use axum::routing::get;
+    let answer = move |body: Option<serde_json::Value>| async move {
+        if hang {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        match body {
+            Some(b) => (axum::http::StatusCode::OK, b.to_string()),
+            None => (axum::http::StatusCode::NOT_FOUND, String::new()),
+        }
+    };
+    let app = axum::Router::new()
+        .route("/v1/models", get(move || answer(models.clone())))
+        .route("/props", get(move || answer(props.clone())));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+fn client(base_url: String) -> hintstream::llm::LlmClient {
+    hintstream::llm::LlmClient::new(hintstream::llm::Endpoint {
+        provider: hintstream::llm::Provider::Openai,
+        base_url,
+        api_key: None,
+        ssl_cert_file: None,
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_servers_window_is_read_from_vllm_models_or_llama_cpp_props_within_the_bound() {
+    let second = Duration::from_secs(1);
+    let vllm = discovery_server(
+        Some(serde_json::json!({"object": "list", "data": [
+            {"id": "Qwen/Qwen2.5-7B-Instruct", "object": "model", "max_model_len": 32768},
+            {"id": "other", "object": "model", "max_model_len": 4096}]})),
+        None,
+        false,
+    )
+    .await;
+    assert_eq!(
+        client(vllm.clone())
+            .context_window("Qwen/Qwen2.5-7B-Instruct", second)
+            .await,
+        Some(32_768)
+    );
+    assert_eq!(client(vllm).context_window("missing", second).await, None);
+    let llama_cpp = discovery_server(
+        Some(serde_json::json!({"object": "list", "data": [{"id": "model.gguf", "object": "model"}]})),
+        Some(serde_json::json!({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1})),
+        false,
+    )
+    .await;
+    assert_eq!(
+        client(llama_cpp).context_window("anything", second).await,
+        Some(4_096)
+    );
+    let silent = discovery_server(None, None, false).await;
+    assert_eq!(client(silent).context_window("m", second).await, None);
+    let hanging = discovery_server(None, None, true).await;
+    let started = std::time::Instant::now();
+    assert_eq!(client(hanging).context_window("m", second).await, None);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "bounded by its timeout"
+    );
 }
