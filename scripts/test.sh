@@ -15,6 +15,9 @@ if [ -n "$free_kb" ] && [ "$free_kb" -lt $((6 * 1024 * 1024)) ]; then
   echo "warning: only $((free_kb / 1024)) MiB free here; a cold build needs ~4.5 GB under target/ (free space, or set CARGO_TARGET_DIR to a larger disk)" >&2
 fi
 scripts/kafka.sh install
+# The real llama.cpp server of tests/it/hints/local_model.rs: ~8 min cold on 2 busy
+# cores (the wheel's build), ~20 s from the cached wheel, instant once installed.
+scripts/local-llm.sh install
 # The CUDA path must compile on machines without CUDA (dynamic loading).
 cargo build --locked --features cuda
 # Benches and examples must build; they are run by their own scripts.

@@ -142,6 +142,16 @@ pub struct LlmConfig {
     /// The most duplicates, as a share of requests (0..=1): a token bucket
     /// earns this much per request and a duplicate takes a whole token.
     pub hedge_max_share: f64,
+    /// Context windows in tokens, by model id (`[llm.context_tokens]`,
+    /// e.g. `"smollm2" = 8192`), for the models the built-in table
+    /// (`BUILT_IN_CONTEXT_TOKENS`) lacks or has wrong. The prompt is fitted
+    /// so that it and `max_tokens` fit the window (`llm::fit`).
+    pub context_tokens: BTreeMap<String, u32>,
+    /// Ask an OpenAI-compatible server for the window of a model neither
+    /// table knows (vLLM's `/v1/models` `max_model_len`, llama.cpp's
+    /// `/props` `n_ctx`), once per model, within 5 s. Never while a cassette
+    /// records or plays (a run must fit its prompts the same way again).
+    pub discover_context: bool,
 }
 
 /// `llm.cache_ttl`: the lifetime of an Anthropic prompt cache entry.
@@ -356,6 +366,8 @@ impl Default for LlmConfig {
             hedge_window: default_hedge_window(),
             hedge_min_delay_ms: default_hedge_min_delay_ms(),
             hedge_max_share: default_hedge_max_share(),
+            context_tokens: BTreeMap::new(),
+            discover_context: true,
         }
     }
 }
@@ -363,6 +375,7 @@ impl Default for LlmConfig {
 impl LlmConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_calls()?;
+        super::llm_context::validate_context_tokens(&self.context_tokens, self.max_tokens)?;
         self.validate_spend()?;
         self.validate_hedge()
     }

@@ -10,7 +10,8 @@
 //!
 //! - `load.rs`: the layers and [`Overrides`] (the flags).
 //! - `kafka.rs`: `[kafka]`, librdkafka properties by client kind.
-//! - `topics.rs`, `limits.rs`, `llm.rs`, `normalize.rs`: their sections.
+//! - `topics.rs`, `limits.rs`, `llm.rs`, `normalize.rs`: their sections;
+//!   `llm_context.rs`: models' context windows (`[llm.context_tokens]`).
 //! - `stage.rs`: what `[hints]` and `[advantages]` share; `hints.rs` and
 //!   `advantages.rs`: the two stages' sections; `arms.rs`: `[[hints.arms]]`.
 //! - `env_refs.rs`: `${NAME}` references in the file; `redact.rs`: the
@@ -29,6 +30,7 @@ mod hints;
 pub mod kafka;
 mod limits;
 mod llm;
+mod llm_context;
 mod load;
 mod normalize;
 mod redact;
@@ -53,6 +55,7 @@ pub use llm::{
     DEFAULT_CACHE_MIN_TOKENS, DEFAULT_REQUESTS_PER_MINUTE, LEDGER_INTERVAL_MS, MAX_HEDGE_WINDOW,
     MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS, MIN_HEDGE_WINDOW,
 };
+pub use llm_context::{context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS};
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};
 pub use redact::{is_secret_key, REDACTED};

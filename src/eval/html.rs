@@ -182,9 +182,11 @@ fn summary_table(report: &Report, page: &mut String) {
     row(
         "cached tokens read / written",
         &|c| {
+            let shown = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
             format!(
                 "{} / {}",
-                c.cache_read_input_tokens, c.cache_creation_input_tokens
+                shown(c.cache_read_input_tokens),
+                shown(c.cache_creation_input_tokens)
             )
         },
         true,

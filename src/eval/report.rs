@@ -66,11 +66,12 @@ pub struct ConfigSummary {
     pub latency_histogram: Vec<Bin>,
     pub input_tokens: u64,
     pub output_tokens: u64,
-    /// Input tokens read from and written to the provider's prompt cache.
-    #[serde(default)]
-    pub cache_read_input_tokens: u64,
-    #[serde(default)]
-    pub cache_creation_input_tokens: u64,
+    /// Input tokens read from and written to the provider's prompt cache;
+    /// absent when no hint's provider reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
     pub cost_usd: f64,
     pub hint_chars: Spread,
     /// Wall time of this config's run.
@@ -220,8 +221,9 @@ pub struct HintStats {
     pub hint_chars: Spread,
     pub input_tokens: u64,
     pub output_tokens: u64,
-    pub cache_read_input_tokens: u64,
-    pub cache_creation_input_tokens: u64,
+    /// `None` when no hint reported the field.
+    pub cache_read_input_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
     pub cost_usd: f64,
 }
 
@@ -229,6 +231,11 @@ pub struct HintStats {
 /// the first config.
 pub fn hints_changed(first: &[EvalHint], hints: &[EvalHint]) -> u64 {
     first.iter().zip(hints).filter(|(a, b)| a.hint != b.hint).count() as u64
+}
+
+/// The sum of the values reported; `None` when none was (undefined, not 0).
+fn sum_reported(values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    values.flatten().fold(None, |sum, v| Some(sum.unwrap_or(0) + v))
 }
 
 /// Category mix, fallback rate, failure reasons, latencies, tokens, cost and
@@ -262,8 +269,8 @@ pub fn summarize(hints: &[&EvalHint]) -> HintStats {
         hint_chars: Spread::of(&lengths),
         input_tokens: hints.iter().map(|h| h.input_tokens).sum(),
         output_tokens: hints.iter().map(|h| h.output_tokens).sum(),
-        cache_read_input_tokens: hints.iter().filter_map(|h| h.cache_read_input_tokens).sum(),
-        cache_creation_input_tokens: hints.iter().filter_map(|h| h.cache_creation_input_tokens).sum(),
+        cache_read_input_tokens: sum_reported(hints.iter().map(|h| h.cache_read_input_tokens)),
+        cache_creation_input_tokens: sum_reported(hints.iter().map(|h| h.cache_creation_input_tokens)),
         cost_usd: hints.iter().map(|h| h.cost_usd).sum(),
     }
 }

@@ -1,7 +1,7 @@
 //! Stage 1's Prometheus metrics (`hintstream_hints_*`), beside the consume
 //! loop's: hints by category, LLM attempts, retries and latency, tokens and
-//! cost, the spend budget left, hedged requests, open groups and the hint
-//! cache.
+//! cost, the spend budget left, hedged requests, open groups, the hint
+//! cache, and prompts fitted to context windows.
 
 use std::time::Duration;
 
@@ -37,6 +37,10 @@ pub struct HintMetrics {
     hedges_won: Family<Labels, Counter>,
     hedges_skipped: Family<Labels, Counter>,
     hedge_extra_usd: Family<Labels, FloatCounter>,
+    prompts_fitted: Family<Labels, Counter>,
+    prompt_chars_dropped: Family<Labels, Counter>,
+    llm_queue: Histogram,
+    saturated: Family<Labels, Counter>,
 }
 
 impl HintMetrics {
@@ -64,6 +68,10 @@ impl HintMetrics {
             hedges_won: Family::default(),
             hedges_skipped: Family::default(),
             hedge_extra_usd: Family::default(),
+            prompts_fitted: Family::default(),
+            prompt_chars_dropped: Family::default(),
+            llm_queue: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+            saturated: Family::default(),
         };
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
         registry.register(
@@ -115,6 +123,7 @@ impl HintMetrics {
             m.skipped.clone(),
         );
         m.register_hedges(registry);
+        m.register_fitting(registry);
         if budgets.0 {
             registry.register(
                 "llm_budget_remaining_usd",
@@ -130,6 +139,30 @@ impl HintMetrics {
             );
         }
         m
+    }
+
+    /// The queue, saturation and context-window fitting metrics.
+    fn register_fitting(&self, registry: &mut Registry) {
+        registry.register(
+            "llm_queue_seconds",
+            "Time an LLM attempt waited for a call slot (llm.concurrency) and the rate limits before it was sent",
+            self.llm_queue.clone(),
+        );
+        registry.register(
+            "llm_saturated",
+            "Times a model's server looked saturated (most attempts of a minute timed out while others waited at it), by model; said at most every 10 minutes",
+            self.saturated.clone(),
+        );
+        registry.register(
+            "llm_prompts_fitted",
+            "Prompts cut to fit a model's context window, by model (a refit after a context-length error counts again)",
+            self.prompts_fitted.clone(),
+        );
+        registry.register(
+            "llm_prompt_chars_dropped",
+            "Characters taken out of prompts to fit a model's context window, by model",
+            self.prompt_chars_dropped.clone(),
+        );
     }
 
     /// The hedged requests' metrics (`llm.hedge`).
@@ -244,6 +277,24 @@ impl SynthObserver for HintMetrics {
         self.hedge_extra_usd
             .get_or_create(&vec![("model", model.into())])
             .inc_by(usd);
+    }
+
+    fn queued(&self, _model: &str, wait: Duration) {
+        self.llm_queue.observe(wait.as_secs_f64());
+    }
+
+    fn saturated(&self, model: &str) {
+        self.saturated
+            .get_or_create(&vec![("model", model.to_string())])
+            .inc();
+    }
+
+    fn prompt_fitted(&self, model: &str, chars_dropped: usize) {
+        let labels = vec![("model", model.to_string())];
+        self.prompts_fitted.get_or_create(&labels).inc();
+        self.prompt_chars_dropped
+            .get_or_create(&labels)
+            .inc_by(chars_dropped as u64);
     }
 
     fn budget(&self, remaining: Remaining) {

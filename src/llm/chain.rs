@@ -1,6 +1,7 @@
 //! The chain walk, from a failed trajectory to a hint: each model of the
 //! chain in turn, inside the hint's time budget (`llm.timeout_secs`), until
-//! one answers; then the static hint built from the verifier's feedback.
+//! one answers, each with the prompt fitted to its window (`fitting`);
+//! then the static hint built from the verifier's feedback.
 //! The walk stops early when the budget is spent or the cassette lacks a
 //! request in strict playback.
 
@@ -80,11 +81,13 @@ impl Synthesizer {
             };
         };
         let deadline = started + self.time_budget();
-        let prompt = self.prompt_text(t, extra);
         let mut tally = Tally::default();
         let mut last_error = LlmError::Timeout;
         for (i, link) in self.chain.iter().enumerate() {
-            let Some(result) = self.call_model(link, &prompt, i == 0, deadline, &mut tally).await else {
+            let Some(result) = self
+                .call_fitted(link, t, extra, i == 0, deadline, &mut tally)
+                .await
+            else {
                 break;
             };
             match result {
@@ -107,12 +110,7 @@ impl Synthesizer {
     /// The prompt for `t`: the version's system prompt with the context
     /// files (the common one, then `t`'s `env_class` one), and its user
     /// message with `extra` after it.
-    fn prompt_text(&self, t: &FailedTrajectory, extra: Option<&str>) -> PromptText {
-        let mut user = self.prompt.user_message(t);
-        if let Some(extra) = extra {
-            user.push_str("\n\n");
-            user.push_str(extra);
-        }
+    pub(super) fn prompt_text(&self, t: &FailedTrajectory, user: String) -> PromptText {
         let contexts: Vec<&str> = self
             .context
             .common

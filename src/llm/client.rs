@@ -33,6 +33,9 @@ pub const MAX_RESPONSE_BODY_BYTES: usize = 1 << 20;
 /// Largest part of an error body read: the message keeps its first
 /// `MAX_ERROR_BODY_CHARS` characters, and the status decides the retry.
 const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+/// Largest body read when asking a server for a model's context window
+/// (OpenRouter's model list is about a megabyte).
+pub const MAX_DISCOVERY_BODY_BYTES: usize = 8 << 20;
 /// The header the official SDKs read first: the wait in milliseconds.
 const RETRY_AFTER_MS: &str = "retry-after-ms";
 
@@ -162,6 +165,7 @@ impl LlmError {
                 status: 300..=399, ..
             } => "http_3xx".into(),
             LlmError::Status { status: 429, .. } => "http_429".into(),
+            e @ LlmError::Status { .. } if e.is_context_length() => "context_length".into(),
             LlmError::Status { status: 529, .. } => "http_529".into(),
             LlmError::Status { status, .. } if *status >= 500 => "http_5xx".into(),
             LlmError::Status { status, .. } => format!("http_{status}"),
@@ -174,6 +178,66 @@ impl LlmError {
             LlmError::CertFile { .. } => "cert_file".into(),
             LlmError::Context { .. } => "system_context".into(),
         }
+    }
+
+    /// Whether the server refused the prompt as longer than the model's
+    /// context window: OpenAI's and llama-cpp-python's
+    /// `context_length_exceeded`, vLLM's 400 "maximum context length is N
+    /// tokens", llama.cpp's `exceed_context_size_error` ("exceeds the
+    /// available context size"), Anthropic's "prompt is too long".
+    pub fn is_context_length(&self) -> bool {
+        let LlmError::Status {
+            status,
+            kind,
+            message,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if !matches!(status, 400 | 413 | 422) {
+            return false;
+        }
+        let message = message.to_ascii_lowercase();
+        kind == "context_length_exceeded"
+            || kind == "exceed_context_size_error"
+            || [
+                "maximum context length",
+                "context length",
+                "context window",
+                "context size",
+                "prompt is too long",
+            ]
+            .iter()
+            .any(|needle| message.contains(needle))
+    }
+
+    /// The window a context-length error names, when its message says it:
+    /// "maximum context length is 2048 tokens" (OpenAI, vLLM,
+    /// llama-cpp-python), "context window of 2048" (llama-cpp-python),
+    /// `n_ctx` 2048 (llama.cpp).
+    pub fn context_limit(&self) -> Option<u32> {
+        let LlmError::Status { message, .. } = self else {
+            return None;
+        };
+        let lower = message.to_ascii_lowercase();
+        [
+            "maximum context length is ",
+            "context window of ",
+            "context size (",
+            "n_ctx = ",
+            "n_ctx: ",
+        ]
+        .iter()
+        .find_map(|lead| {
+            let at = lower.find(lead)? + lead.len();
+            let digits: String = lower[at..]
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
     }
 
     /// Worth retrying, as the official SDKs decide: request timeout (408),
@@ -294,6 +358,55 @@ impl LlmClient {
             Ok(Err(e)) => Err(transport_error(e)),
             Err(_) => Err(LlmError::Timeout),
         }
+    }
+
+    /// The context window an OpenAI-compatible server reports for `model`,
+    /// in tokens, within `timeout` in all: `/models`' `max_model_len`
+    /// (vLLM) or `context_length` (OpenRouter) of the entry named `model`
+    /// (or of the only entry: llama.cpp serves one model under any name),
+    /// else `/props`' `default_generation_settings.n_ctx` beside `/v1`
+    /// (llama.cpp's server). `None` when the server says neither (OpenAI,
+    /// Ollama, llama-cpp-python), fails or is slow; Anthropic is never
+    /// asked. Bodies are read up to [`MAX_DISCOVERY_BODY_BYTES`].
+    pub async fn context_window(&self, model: &str, timeout: Duration) -> Option<u32> {
+        if self.endpoint.provider != Provider::Openai {
+            return None;
+        }
+        tokio::time::timeout(timeout, self.discover(model))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn discover(&self, model: &str) -> Option<u32> {
+        let models = self.get_json(self.request(Method::GET, "/models")).await;
+        if let Some(tokens) = models.as_ref().and_then(|v| model_window(v, model)) {
+            return Some(tokens);
+        }
+        let base = self.endpoint.base_url.trim_end_matches('/');
+        let root = base.strip_suffix("/v1").unwrap_or(base);
+        let mut props = self.http.get(format!("{root}/props"));
+        if let Some(key) = &self.endpoint.api_key {
+            props = props.bearer_auth(key.expose());
+        }
+        let props = self.get_json(props).await?;
+        let n_ctx = props
+            .pointer("/default_generation_settings/n_ctx")
+            .or_else(|| props.get("n_ctx"))?;
+        n_ctx
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
+    }
+
+    /// A successful JSON answer to `request`, else `None`.
+    async fn get_json(&self, request: reqwest::RequestBuilder) -> Option<Value> {
+        let mut response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let (body, complete) = read_body(&mut response, MAX_DISCOVERY_BODY_BYTES).await.ok()?;
+        complete.then(|| serde_json::from_slice(&body).ok()).flatten()
     }
 
     /// One attempt, bounded by `timeout` (connect, send and body).
@@ -525,6 +638,22 @@ fn status_error(status: u16, body: &[u8], retry_after: Option<Duration>, secret:
         message: super::prompt::truncate_chars(&message, MAX_ERROR_BODY_CHARS),
         retry_after,
     }
+}
+
+/// The window of `model` in a `/models` answer: `max_model_len` (vLLM),
+/// `context_length` (OpenRouter) or `meta.n_ctx` of the entry whose `id` is
+/// `model`, or of the only entry.
+fn model_window(v: &Value, model: &str) -> Option<u32> {
+    let data = v.get("data")?.as_array()?;
+    let entry = data
+        .iter()
+        .find(|e| e.get("id").and_then(Value::as_str) == Some(model))
+        .or(if data.len() == 1 { data.first() } else { None })?;
+    ["/max_model_len", "/context_length", "/meta/n_ctx"]
+        .iter()
+        .find_map(|p| entry.pointer(p).and_then(Value::as_u64))
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| n > 0)
 }
 
 fn usage_field(v: &Value, path: &[&str]) -> u64 {
@@ -817,6 +946,56 @@ mod tests {
         let e = LlmError::BodyBroken("reset".into());
         assert_eq!(e.failure_reason(), "body_broken");
         assert!(e.retryable() && e.is_answer());
+    }
+
+    #[test]
+    fn context_length_errors_of_each_server_are_recognized_with_their_window() {
+        let openai = status_error(
+            400,
+            br#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 3000 tokens (2700 in the messages, 300 in the completion).","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+            None,
+            None,
+        );
+        assert!(openai.is_context_length());
+        assert_eq!(openai.failure_reason(), "context_length");
+        assert_eq!(openai.context_limit(), Some(2048));
+        let vllm = status_error(
+            400,
+            br#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens in the messages, Please reduce the length of the messages.","type":"BadRequestError","param":null,"code":400}"#,
+            None,
+            None,
+        );
+        assert!(vllm.is_context_length());
+        assert_eq!(vllm.context_limit(), Some(4096));
+        let llama_cpp = status_error(
+            400,
+            br#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#,
+            None,
+            None,
+        );
+        assert!(llama_cpp.is_context_length());
+        assert_eq!(llama_cpp.failure_reason(), "context_length");
+        let other = status_error(
+            400,
+            br#"{"error":{"type":"invalid_request_error","message":"max_tokens"}}"#,
+            None,
+            None,
+        );
+        assert!(!other.is_context_length());
+        assert_eq!(other.failure_reason(), "http_400");
+        assert!(!status_error(500, b"context length", None, None).is_context_length());
+    }
+
+    #[test]
+    fn reads_a_models_window_from_vllm_and_openrouter_lists() {
+        let vllm = json!({"data": [{"id": "a", "max_model_len": 4096}, {"id": "b", "max_model_len": 32768}]});
+        assert_eq!(model_window(&vllm, "b"), Some(32768));
+        assert_eq!(model_window(&vllm, "c"), None, "two entries, none named");
+        let one = json!({"data": [{"id": "served-as-anything", "meta": {"n_ctx": 2048}}]});
+        assert_eq!(model_window(&one, "smollm2"), Some(2048));
+        let openrouter = json!({"data": [{"id": "x/y", "context_length": 200000}]});
+        assert_eq!(model_window(&openrouter, "x/y"), Some(200000));
+        assert_eq!(model_window(&json!({"data": [{"id": "m"}]}), "m"), None);
     }
 
     #[test]

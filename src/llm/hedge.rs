@@ -248,10 +248,10 @@ impl Synthesizer {
         admission: Admission<'_>,
         span: &Span,
         deadline: Instant,
-        (attempt, hedge): (u32, bool),
+        (attempt, hedge, waited): (u32, bool, Duration),
     ) -> Raced {
         let Some(hedger) = self.hedger.as_deref().filter(|_| hedge) else {
-            return Raced::First(self.send(link, request, admission, span).await);
+            return Raced::First(self.send(link, request, admission, waited, span).await);
         };
         hedger.earn();
         let started = Instant::now();
@@ -259,7 +259,7 @@ impl Synthesizer {
         // stage, and the paused clock in tests.
         let clock = tokio::time::Instant::now();
         // Boxed, so that dropping it aborts the request there and then.
-        let mut first = Box::pin(self.send(link, request, admission, span));
+        let mut first = Box::pin(self.send(link, request, admission, waited, span));
         let ended = |result: Result<Reply, LlmError>| {
             if result.is_ok() {
                 hedger.record(&link.id, clock.elapsed());
@@ -280,38 +280,28 @@ impl Synthesizer {
         // `link`.
         let target = &self.chain[index];
         let hedge_request = retargeted(request, link, target);
-        if let Err(result) = hedger.token_or(&mut first).await {
-            self.hedge_skipped(target, "share");
-            return ended(result);
-        }
-        let price = price_of(&self.config, target);
-        // Without waiting: a duplicate that would queue is not sent.
-        let Some(Ok(hedge_admission)) = self
-            .limits
-            .admit(&hedge_request, price.as_ref(), deadline)
-            .now_or_never()
-        else {
-            hedger.refund();
-            self.hedge_skipped(target, "limits");
-            return ended(first.await);
+        let hedge_admission = match self
+            .admit_duplicate(hedger, target, &hedge_request, &mut first, deadline)
+            .await
+        {
+            Ok(admission) => admission,
+            Err(Some(result)) => return ended(result),
+            Err(None) => return ended(first.await),
         };
-        // The first answer may have come while the duplicate waited for its
-        // token: then the duplicate is never sent, its reservation freed
-        // (not charged) and its token returned.
-        if let Some(result) = (&mut first).now_or_never() {
-            if let Some(reservation) = hedge_admission.reservation {
-                reservation.release();
-            }
-            hedger.refund();
-            return ended(result);
-        }
         if let Some(o) = &self.observer {
             o.hedge_sent(&target.id);
         }
         let hedge_span = attempt_span(&target.id, attempt);
         hedge_span.record("hedge", true);
         let hedge_started = Instant::now();
-        let mut second = Box::pin(self.send(target, &hedge_request, hedge_admission, &hedge_span));
+        // Admitted without waiting.
+        let mut second = Box::pin(self.send(
+            target,
+            &hedge_request,
+            hedge_admission,
+            Duration::ZERO,
+            &hedge_span,
+        ));
         tokio::select! {
             biased;
             result = &mut first => match result {
@@ -345,6 +335,46 @@ impl Synthesizer {
                 }
             }
         }
+    }
+
+    /// A token and an admission for a duplicate to `target`, without
+    /// waiting for the limits. `Err(Some)`: the first attempt answered
+    /// meanwhile (no duplicate is sent: its reservation is freed, its token
+    /// returned); `Err(None)`: no token or no admission at once (skipped and
+    /// counted).
+    async fn admit_duplicate<'s, F>(
+        &'s self,
+        hedger: &Hedger,
+        target: &Link,
+        hedge_request: &Completion<'_>,
+        first: &mut F,
+        deadline: Instant,
+    ) -> Result<Admission<'s>, Option<Result<Reply, LlmError>>>
+    where
+        F: Future<Output = Result<Reply, LlmError>> + Unpin,
+    {
+        if let Err(result) = hedger.token_or(first).await {
+            self.hedge_skipped(target, "share");
+            return Err(Some(result));
+        }
+        let price = price_of(&self.config, target);
+        let Some(Ok(admission)) = self
+            .limits
+            .admit(hedge_request, price.as_ref(), deadline)
+            .now_or_never()
+        else {
+            hedger.refund();
+            self.hedge_skipped(target, "limits");
+            return Err(None);
+        };
+        if let Some(result) = first.now_or_never() {
+            if let Some(reservation) = admission.reservation {
+                reservation.release();
+            }
+            hedger.refund();
+            return Err(Some(result));
+        }
+        Ok(admission)
     }
 
     /// The chain index of the model a duplicate of `link`'s goes to: its

@@ -15,12 +15,16 @@
 //!   ids, the metrics observer.
 //! - `chain`: the chain walk, model after model, then the static hint.
 //! - [`cap`]: the cap on a hint's length (`llm.max_hint_chars`).
+//! - `fitting`: each model's context window, and its call with a fitted
+//!   prompt (refitted once on a context-length error).
 //! - `call`: one model's call, played from or recorded into the cassette.
 //! - `retry`: one model's attempts, with backoff and an `llm_attempt` span
 //!   each.
 //! - `hedge`: hedged requests: one duplicate of an attempt slower than its
 //!   model's p95, under a token bucket (`llm.hedge`).
+//! - `saturation`: a model's server that times out while requests queue.
 //! - [`cassette`]: recorded exchanges, for deterministic reruns.
+//! - [`fit`]: the prompt fitted to the model's context window.
 //! - [`prompt`]: the versioned prompt with its truncation rules, and the
 //!   static hint.
 //! - [`pyliteral`]: the Python-literal parser for verifier accumulators.
@@ -32,6 +36,8 @@ mod chain;
 pub mod client;
 pub mod context;
 pub mod env;
+pub mod fit;
+mod fitting;
 mod hedge;
 pub mod limits;
 pub mod pricing;
@@ -40,6 +46,7 @@ pub mod prompt_cache;
 pub mod pyliteral;
 mod retry;
 pub mod routing;
+mod saturation;
 pub mod synth;
 
 /// `llm::budget` stays a path of the spend budget (it lives in `limits`).

@@ -38,6 +38,31 @@ impl PromptVersion {
         }
     }
 
+    /// One message's content as this version shows it, before its cut to
+    /// the version's characters per message (for `llm::fit`).
+    pub fn content_text(self, content: &ChatContent) -> String {
+        match self {
+            PromptVersion::V2 => content_text(content),
+            PromptVersion::Reference => reference::content_text(content),
+        }
+    }
+
+    /// How many of the last messages this version shows.
+    pub fn max_messages(self) -> usize {
+        match self {
+            PromptVersion::V2 => MAX_MESSAGES,
+            PromptVersion::Reference => reference::MAX_MESSAGES,
+        }
+    }
+
+    /// The characters one message's text may have before the version cuts it.
+    pub fn max_message_chars(self) -> usize {
+        match self {
+            PromptVersion::V2 => MAX_MESSAGE_CHARS,
+            PromptVersion::Reference => reference::MAX_MESSAGE_CHARS,
+        }
+    }
+
     /// The static hint when there is no LLM answer: ours, or the
     /// reference's `FleetTaskEnv.build_hint_text`.
     pub fn static_hint(self, t: &FailedTrajectory) -> String {

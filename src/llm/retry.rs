@@ -18,6 +18,7 @@ use super::hedge::Raced;
 use super::limits::{settle, Admission};
 use super::pricing::price_of;
 use super::routing::Link;
+use super::saturation::{Saturated, WINDOW};
 use super::synth::Synthesizer;
 
 /// The span of one HTTP attempt; `status` and `retry_wait_ms` are filled
@@ -78,13 +79,25 @@ impl Synthesizer {
             .build();
         let mut attempt = 0u32;
         loop {
+            let asked = Instant::now();
             let admission = self.admit(link, request, deadline).await?;
+            let waited = asked.elapsed();
+            if let Some(o) = &self.observer {
+                o.queued(&link.id, waited);
+            }
             let started = Instant::now();
             attempt += 1;
             let span = attempt_span(&link.id, attempt);
             let hedge = attempts.is_none();
             let raced = self
-                .send_hedged(link, request, admission, &span, deadline, (attempt, hedge))
+                .send_hedged(
+                    link,
+                    request,
+                    admission,
+                    &span,
+                    deadline,
+                    (attempt, hedge, waited),
+                )
                 .await;
             let result = match raced {
                 Raced::First(result) => {
@@ -140,6 +153,7 @@ impl Synthesizer {
         link: &Link,
         request: &Completion<'_>,
         admission: Admission<'_>,
+        waited: Duration,
         span: &Span,
     ) -> Result<Reply, LlmError> {
         let Admission {
@@ -148,6 +162,7 @@ impl Synthesizer {
             remaining,
         } = admission;
         self.observe_in_flight();
+        let begun = self.saturation.begin(&link.id, waited);
         let result = link
             .client
             .complete(request, remaining)
@@ -155,6 +170,10 @@ impl Synthesizer {
             .await;
         drop(slot);
         self.observe_in_flight();
+        let timed_out = matches!(result, Err(LlmError::Timeout));
+        if let Some(s) = self.saturation.end(&link.id, begun, timed_out) {
+            self.warn_saturated(link, s);
+        }
         if result.as_ref().err().is_none_or(LlmError::is_answer) {
             self.answered.store(true, Ordering::Relaxed);
         }
@@ -163,6 +182,31 @@ impl Synthesizer {
             self.observe_budget();
         }
         result
+    }
+
+    /// Says (rarely: see `saturation`) that `link`'s server is saturated,
+    /// and what to change.
+    fn warn_saturated(&self, link: &Link, s: Saturated) {
+        tracing::warn!(
+            model = %link.id,
+            attempts = s.attempts,
+            timeouts = s.timeouts,
+            queued = s.queued,
+            "the model's server looks saturated: {} of {} attempts in the last {} s timed out, {} of them \
+             sent while others waited at it. It serves fewer requests at once than llm.concurrency = {} \
+             sends: lower llm.concurrency to the server's parallel slots, give the server more slots \
+             (vLLM --max-num-seqs, llama.cpp --parallel, Ollama OLLAMA_NUM_PARALLEL), or raise \
+             llm.timeout_secs = {}",
+            s.timeouts,
+            s.attempts,
+            WINDOW.as_secs(),
+            s.queued,
+            self.config.concurrency,
+            self.config.timeout_secs,
+        );
+        if let Some(o) = &self.observer {
+            o.saturated(&link.id);
+        }
     }
 
     /// Records how an attempt ended: on its span, to the observer, and in

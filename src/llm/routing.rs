@@ -26,6 +26,8 @@ pub(super) struct Link {
     pub(super) id: String,
     pub(super) api_model: String,
     pub(super) client: LlmClient,
+    /// The context window its server reported, once asked (`fitting`).
+    pub(super) discovered: super::fitting::Discovered,
 }
 
 /// The model chain as resolved from the config and env.
@@ -171,6 +173,7 @@ impl Router<'_> {
             id: id.to_string(),
             api_model: api_model.to_string(),
             client: self.client(route)?,
+            discovered: Default::default(),
         }))
     }
 

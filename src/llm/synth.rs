@@ -16,6 +16,7 @@ use super::limits::budget::Remaining;
 use super::limits::{CallLimits, GroupLimits};
 use super::prompt_cache::PromptCache;
 use super::routing::{self, Link};
+use super::saturation::Saturation;
 use crate::config::{LlmConfig, PromptVersion};
 use crate::messages::{HintCategory, Usage};
 
@@ -43,6 +44,15 @@ pub trait SynthObserver: Send + Sync {
     /// `model`'s attempt was cancelled for the other's answer: its cost,
     /// estimated as that answer's usage at `model`'s price.
     fn hedge_extra_usd(&self, _model: &str, _usd: f64) {}
+    /// A prompt for `model` was fitted to its context window, taking
+    /// `chars_dropped` characters out.
+    fn prompt_fitted(&self, _model: &str, _chars_dropped: usize) {}
+    /// An attempt at `model` waited `wait` for a call slot
+    /// (`llm.concurrency`) and the rate limits before it was sent.
+    fn queued(&self, _model: &str, _wait: Duration) {}
+    /// Most attempts at `model` in a window timed out while queued (said
+    /// at most once every 10 minutes).
+    fn saturated(&self, _model: &str) {}
 }
 
 /// The result of synthesis for one group.
@@ -88,6 +98,8 @@ pub struct Synthesizer {
     pub(super) prompt_cache: Arc<PromptCache>,
     /// Set once a model API answered anything (readiness).
     pub(super) answered: AtomicBool,
+    /// Timeouts while queued, by model, shared like `limits`.
+    pub(super) saturation: Arc<Saturation>,
 }
 
 /// Shows the client (its key redacted by `ApiKey`), the model chain and the
@@ -127,6 +139,7 @@ impl Synthesizer {
             context: Arc::new(context),
             prompt_cache: Arc::new(PromptCache::new(config)),
             answered: AtomicBool::new(false),
+            saturation: Arc::default(),
         })
     }
 
@@ -161,6 +174,7 @@ impl Synthesizer {
             context: self.context.clone(),
             prompt_cache: self.prompt_cache.clone(),
             answered: AtomicBool::new(false),
+            saturation: self.saturation.clone(),
         })
     }
 

@@ -108,7 +108,8 @@ pub fn format_trajectory(history: &[ChatMessage]) -> String {
     parts.join("\n\n")
 }
 
-fn content_text(content: &ChatContent) -> String {
+/// One message's content as the reference shows it, before its cut.
+pub(crate) fn content_text(content: &ChatContent) -> String {
     match content {
         ChatContent::Text(text) => text.clone(),
         ChatContent::Blocks(blocks) => blocks.iter().map(block_text).collect::<Vec<_>>().join("\n"),

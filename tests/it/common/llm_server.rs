@@ -75,6 +75,20 @@ pub enum Behavior {
     /// process (see [`Latency`]); its usage is added to
     /// [`LlmServer::timed_usage`] as the request arrives.
     Timed(Latency),
+    /// A model with a context window, as vLLM and llama.cpp enforce it
+    /// (see `window_reply`): a request whose prompt text, at
+    /// `bytes_per_token`, plus its `max_tokens` is over `context_tokens`
+    /// gets OpenAI's 400 `context_length_exceeded`; one that fits gets
+    /// `text`, billed at that many prompt tokens.
+    Window {
+        context_tokens: u64,
+        bytes_per_token: u64,
+        text: String,
+    },
+    /// A server with one slot, as llama.cpp's by default: requests with
+    /// this behaviour are answered one at a time (one slot per test
+    /// binary), each taking this long, with this text; the others wait.
+    OneSlot(String, Duration),
 }
 
 /// FNV-1a, so derived answers need no extra dependency.
@@ -733,6 +747,12 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
         tokio::time::sleep(delay).await;
         return json_response(200, reply, None);
     }
+    if let Some(r) = window_reply(api, &value, &behavior) {
+        return r;
+    }
+    if let Some(r) = one_slot_reply(api, &value, &behavior).await {
+        return r;
+    }
     let cache_bill = state.cache.lock().unwrap().arrive(api, &value);
     if let Some(r) = misbehave(api, &headers, &behavior).await {
         return r;
@@ -764,6 +784,50 @@ async fn respond(api: Api, state: AppState, headers: HeaderMap, body: Bytes) -> 
     let mut reply = api.success(&value["model"], &text, body.len());
     state.cache.lock().unwrap().answer(cache_bill, &mut reply);
     json_response(200, reply, None)
+}
+
+/// [`Behavior::Window`]'s answer: the context-length error of a request
+/// over the window, in OpenAI's shape (which vLLM's and llama-cpp-python's
+/// servers copy), else the reply billed at the prompt's tokens.
+fn window_reply(api: Api, request: &Value, behavior: &Behavior) -> Option<Response> {
+    let Behavior::Window {
+        context_tokens,
+        bytes_per_token,
+        text,
+    } = behavior
+    else {
+        return None;
+    };
+    let prompt_tokens = prompt_text_bytes(request).div_ceil((*bytes_per_token).max(1));
+    let max_tokens = request["max_tokens"].as_u64().unwrap_or(0);
+    if prompt_tokens + max_tokens > *context_tokens {
+        let message = format!(
+            "This model's maximum context length is {context_tokens} tokens. However, you requested {} \
+             tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the \
+             length of the messages or completion.",
+            prompt_tokens + max_tokens
+        );
+        return Some(json_response(
+            400,
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+                             "code": "context_length_exceeded"}}),
+            None,
+        ));
+    }
+    let mut reply = api.success(&request["model"], text, 0);
+    api.bill(&mut reply, prompt_tokens, (text.len() as u64).div_ceil(4));
+    Some(json_response(200, reply, None))
+}
+
+/// [`Behavior::OneSlot`]'s answer, after the requests before it.
+async fn one_slot_reply(api: Api, request: &Value, behavior: &Behavior) -> Option<Response> {
+    static SLOT: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    let Behavior::OneSlot(text, each) = behavior else {
+        return None;
+    };
+    let _slot = SLOT.get_or_init(|| tokio::sync::Mutex::new(())).lock().await;
+    tokio::time::sleep(*each).await;
+    Some(json_response(200, api.success(&request["model"], text, 0), None))
 }
 
 /// The bytes of a request's prompt text: its system prompt and the text of

@@ -1,8 +1,9 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, eval, the spend budget's bound, the group's budget, long replies, provider prompt caching, hedged requests, hints that learn.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, context windows, eval, the spend budget's bound, the group's budget, long replies, provider prompt caching, hedged requests, hints that learn, saturation, a real model server.
 
 mod bad_input;
 mod budget_bound;
 mod byte_bounds;
+mod context_window;
 mod eval;
 mod group_budget;
 mod hedging;
@@ -11,8 +12,10 @@ mod learning;
 mod learning_stage;
 mod llm_hardening;
 mod llm_storm;
+mod local_model;
 mod long_replies;
 mod prompt_cache;
 mod reference_prompt;
 mod reference_prompt_loopback;
+mod saturation;
 mod synthesis;
