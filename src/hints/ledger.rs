@@ -23,8 +23,10 @@
 //!   `llm.concurrency` worst-case calls and what it settles within one
 //!   interval (README, "The budget and the rate limits are the group's").
 //!   A worker alone: the budget itself.
-//! - Without a budget there is no ledger. Without the topic, a warning says
-//!   the budget is each worker's (as before the ledger).
+//! - Without a budget there is no ledger (and no group-spend gauges). With
+//!   one, the spend topic is required like the stage's other topics: a
+//!   missing one exits 2 naming it (`hintstream topics create` makes it),
+//!   a refused one names the missing ACL.
 //! - Record times are the writers' wall clocks: a skew between hosts moves
 //!   a record's place in the rolling hour by that much.
 
@@ -41,7 +43,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::kafka::{
-    check_topic_access, partition_count, AssignmentHook, StageProducer, TailError, TopicTail,
+    check_topic_access, partition_count, AssignmentHook, ConnectError, StageProducer, TailError, TopicTail,
 };
 use crate::llm::limits::GroupLimits;
 use crate::metrics::FloatGauge;
@@ -83,8 +85,10 @@ pub struct SpendRecord {
 /// The ledger's metrics (and the group's spend and rate share).
 #[derive(Clone)]
 pub struct LedgerMetrics {
-    group_spend_usd: FloatGauge,
-    group_spend_tokens: Gauge,
+    /// Registered only with a budget: without one the group's spend is not
+    /// counted, and is left out rather than shown as 0.
+    group_spend_usd: Option<FloatGauge>,
+    group_spend_tokens: Option<Gauge>,
     rate_share: FloatGauge,
     published: Counter,
     publish_failures: Counter,
@@ -92,27 +96,33 @@ pub struct LedgerMetrics {
 }
 
 impl LedgerMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    /// Registers the ledger's metrics; the group-spend gauges only when
+    /// `with_budget` (there is a ledger).
+    pub fn register(registry: &mut Registry, with_budget: bool) -> Self {
         let m = LedgerMetrics {
-            group_spend_usd: FloatGauge::default(),
-            group_spend_tokens: Gauge::default(),
+            group_spend_usd: with_budget.then(FloatGauge::default),
+            group_spend_tokens: with_budget.then(Gauge::default),
             rate_share: FloatGauge::default(),
             published: Counter::default(),
             publish_failures: Counter::default(),
             peer_records: Counter::default(),
         };
         m.rate_share.set(1.0);
-        registry.register(
-            "llm_group_spend_usd",
-            "Dollars the consumer group settled in the rolling hour (this worker's and the spend ledger's), \
-             what llm.budget_usd_per_hour bounds",
-            m.group_spend_usd.clone(),
-        );
-        registry.register(
-            "llm_group_spend_tokens",
-            "Tokens the consumer group settled in the rolling hour, what llm.budget_tokens_per_hour bounds",
-            m.group_spend_tokens.clone(),
-        );
+        if let Some(gauge) = &m.group_spend_usd {
+            registry.register(
+                "llm_group_spend_usd",
+                "Dollars the consumer group settled in the rolling hour (this worker's and the spend ledger's), \
+                 what llm.budget_usd_per_hour bounds",
+                gauge.clone(),
+            );
+        }
+        if let Some(gauge) = &m.group_spend_tokens {
+            registry.register(
+                "llm_group_spend_tokens",
+                "Tokens the consumer group settled in the rolling hour, what llm.budget_tokens_per_hour bounds",
+                gauge.clone(),
+            );
+        }
         registry.register(
             "llm_rate_share",
             "This worker's share of the group's llm.requests_per_minute and llm.tokens_per_minute \
@@ -139,9 +149,12 @@ impl LedgerMetrics {
 
     fn show(&self, limits: &GroupLimits) {
         if let Some(spend) = limits.group_spend() {
-            self.group_spend_usd.set(spend.usd);
-            self.group_spend_tokens
-                .set(i64::try_from(spend.tokens).unwrap_or(i64::MAX));
+            if let Some(gauge) = &self.group_spend_usd {
+                gauge.set(spend.usd);
+            }
+            if let Some(gauge) = &self.group_spend_tokens {
+                gauge.set(i64::try_from(spend.tokens).unwrap_or(i64::MAX));
+            }
         }
     }
 }
@@ -169,11 +182,12 @@ struct Publisher {
 }
 
 impl Ledger {
-    /// Starts the ledger of `config`'s stage 1 when a spend budget is set
-    /// and `[topics] spend` exists: checks that the principal may read and
-    /// write it, reads the group's records of the last hour (at most
+    /// Starts the ledger of `config`'s stage 1 when a spend budget is set:
+    /// checks that the principal may read and write `[topics] spend` and
+    /// that it exists (a missing topic is a configuration error, exit 2),
+    /// reads the group's records of the last hour (at most
     /// [`CATCH_UP_TIMEOUT`]), then publishes every `llm.ledger_interval_ms`.
-    /// `None` without a budget, or without the topic (a warning).
+    /// `None` without a budget.
     pub async fn start(
         config: &Config,
         limits: GroupLimits,
@@ -185,16 +199,16 @@ impl Ledger {
         }
         let topic = config.topics.spend.clone();
         let within = Duration::from_secs(config.connect_timeout_secs);
-        if partition_count(config, &topic, within).await?.is_none() {
-            tracing::warn!(
-                topic = %topic,
-                "the spend ledger topic does not exist: llm.budget_usd_per_hour and \
-                 llm.budget_tokens_per_hour bound each worker, not the group (create it with \
-                 `hintstream topics create`)"
-            );
-            return Ok(None);
-        }
+        // Access first: a topic the principal may not describe looks
+        // missing, and is reported as refused.
         check_topic_access(config, &[&topic], &[&topic], within).await?;
+        if partition_count(config, &topic, within).await?.is_none() {
+            return Err(ConnectError::MissingTopic {
+                topic,
+                servers: config.bootstrap_servers.clone(),
+            }
+            .into());
+        }
         let group = config.hints.group_id.clone();
         let instance = format!("{:016x}", rand::random::<u64>());
         let tail = {

@@ -380,7 +380,7 @@ pub struct HintStage {
     config: Config,
     shell: StageShell,
     hinter: Arc<GroupHinter>,
-    /// The group's spend ledger; `None` without a budget or its topic.
+    /// The group's spend ledger; `None` without a budget.
     ledger: Option<Ledger>,
     pub metrics_addr: SocketAddr,
 }
@@ -421,7 +421,7 @@ impl HintStage {
         // The limits are the group's: the rates split by partitions held,
         // the budget counted over the group's spend ledger.
         let group_limits = synth.group_limits();
-        let ledger_metrics = LedgerMetrics::register(&mut shell.registry);
+        let ledger_metrics = LedgerMetrics::register(&mut shell.registry, group_limits.has_budget());
         let within = Duration::from_secs(config.connect_timeout_secs);
         let input = &config.hints.input_topic;
         let total = partition_count(&config, input, within).await?.unwrap_or(0);
