@@ -1,21 +1,36 @@
 //! The group's spend ledger (`[topics] spend`): each worker publishes what
-//! it settled since its last record about every `llm.ledger_interval_ms`,
-//! and reads every record of its consumer group written in the last hour,
+//! it settled since it started (running totals) about every
+//! `llm.ledger_interval_ms`, and reads every record of its consumer group
+//! written in the last hour,
 //! so that `llm.budget_usd_per_hour` and `llm.budget_tokens_per_hour` bound
 //! the group's spend, not each worker's. Also the rate limits' re-split on
 //! every rebalance ([`rate_share_hook`]).
 //!
 //! - A record is a small JSON object ([`SpendRecord`]) keyed by the
-//!   worker's instance id. A worker skips its own instance's records (its
-//!   own spend is in its window already, published or not) and records of
-//!   other consumer groups (several stage-1 deployments may share the
-//!   topic); a restarted worker is a new instance, so what it spent before
-//!   counts as a peer's.
+//!   worker's instance id, random at each start (the process's
+//!   incarnation: a restarted worker is a new stream whose totals start
+//!   from 0, and what it spent before counts as a peer's). A worker skips
+//!   its own instance's records (its own spend is in its window already,
+//!   published or not) and records of other consumer groups (several
+//!   stage-1 deployments may share the topic).
+//! - Records are idempotent: each carries its instance's running totals
+//!   and a sequence number, and a reader counts, per instance, what the
+//!   totals grew by since the last record it read ([`PeerStreams`]). A
+//!   record delivered twice (a produce that timed out here but reached the
+//!   broker, then a later record), out of order, or lost changes nothing:
+//!   the next record's totals cover it. The first record a reader sees of
+//!   an instance (at start-up, an hour back) counts what it says was
+//!   settled since the instance's last acknowledged record.
 //! - Publishing is bounded ([`PUBLISH_DEADLINE`]) and never holds a hint: a
 //!   record that was not acknowledged is counted
-//!   (`hintstream_hints_llm_ledger_publish_failures`), logged, and its spend
-//!   goes into the next record. (A record acknowledged after its deadline
-//!   is then counted twice by the others: the budget errs on the safe side.)
+//!   (`hintstream_hints_llm_ledger_publish_failures`) and logged; the next
+//!   carries the same totals or more.
+//! - Records are checked before they count (negative or non-finite
+//!   amounts, totals going backwards, more spend in one record than the
+//!   budget, a time over [`MAX_CLOCK_AHEAD`] ahead): a rejected record
+//!   counts for nothing (`hintstream_hints_llm_ledger_rejected_records`).
+//!   Whoever may write the topic still controls the budget (records of an
+//!   invented instance count): WRITE on it is a budget-control permission.
 //! - The overspend bound: a worker does not see the others' calls in
 //!   flight, nor what they settled since their last record (one interval,
 //!   plus a produce and a fetch). So the group spends at most the budget
@@ -30,7 +45,8 @@
 //! - Record times are the writers' wall clocks: a skew between hosts moves
 //!   a record's place in the rolling hour by that much.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
@@ -63,7 +79,19 @@ const LOOKBACK: Duration = crate::llm::budget::BUDGET_WINDOW;
 /// The largest ledger record read; a larger one is skipped.
 const MAX_RECORD_BYTES: usize = 4096;
 
-/// One worker's spend since its previous record.
+/// How far ahead of this host's clock a record's time may be (clock skew
+/// between hosts); a record further ahead is rejected.
+pub const MAX_CLOCK_AHEAD: Duration = Duration::from_secs(300);
+
+/// The most instances a reader tracks; beyond that, the ones not heard of
+/// in the last hour are forgotten (a forgotten instance's next record
+/// counts what it says was settled since its last acknowledged record).
+const MAX_STREAMS: usize = 4096;
+
+/// The record format's version.
+const SCHEMA_VERSION: u32 = 2;
+
+/// One worker incarnation's spend so far.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpendRecord {
     pub schema_version: u32,
@@ -72,14 +100,116 @@ pub struct SpendRecord {
     /// The worker: host name and process id.
     pub worker: String,
     /// This run of the worker (random at start-up): its records are the
-    /// ones it skips.
+    /// ones it skips, and one stream of running totals.
     pub instance: String,
+    /// The record's number in its instance's stream: 1, 2, ...
+    pub seq: u64,
     /// When it was written: milliseconds since the Unix epoch.
     pub at_ms: i64,
-    /// Dollars and tokens (input + output) settled since the previous
-    /// record.
+    /// Dollars and tokens (input + output) the instance settled since it
+    /// started.
+    pub total_usd: f64,
+    pub total_tokens: u64,
+    /// What of those totals its last acknowledged record did not carry:
+    /// what a reader that read none of its earlier records counts.
     pub usd: f64,
     pub tokens: u64,
+}
+
+/// What a reader does with one record of a peer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// Count this much spend, `age` ago.
+    Count { age: Duration, usd: f64, tokens: u64 },
+    /// Already counted (a duplicate, or older than one already read).
+    Seen,
+    /// Not to be trusted: counts for nothing.
+    Rejected(&'static str),
+}
+
+/// The last record read of one instance.
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    seq: u64,
+    total_usd: f64,
+    total_tokens: u64,
+    at_ms: i64,
+}
+
+/// A reader's view of its group's instances: the last totals read of each,
+/// so that each record counts only what its totals grew by.
+#[derive(Debug, Default)]
+pub struct PeerStreams {
+    streams: HashMap<String, Stream>,
+}
+
+impl PeerStreams {
+    /// Decides what `record` (of this reader's group, not its own) counts,
+    /// at `now_ms`, under `budgets` (dollars, tokens per hour): a record
+    /// with more spend than a budget is rejected.
+    pub fn observe(
+        &mut self,
+        record: &SpendRecord,
+        now_ms: i64,
+        budgets: (Option<f64>, Option<u64>),
+    ) -> Verdict {
+        let finite = |v: f64| v.is_finite() && v >= 0.0;
+        if !(finite(record.total_usd) && finite(record.usd)) {
+            return Verdict::Rejected("negative_or_not_finite");
+        }
+        let ahead_ms = i64::try_from(MAX_CLOCK_AHEAD.as_millis()).unwrap_or(i64::MAX);
+        if record.at_ms > now_ms.saturating_add(ahead_ms) {
+            return Verdict::Rejected("in_the_future");
+        }
+        let last = self.streams.get(&record.instance).copied();
+        let (usd, tokens) = match last {
+            Some(last) if record.seq <= last.seq => return Verdict::Seen,
+            Some(last) => {
+                if record.total_usd < last.total_usd || record.total_tokens < last.total_tokens {
+                    return Verdict::Rejected("totals_went_back");
+                }
+                (
+                    record.total_usd - last.total_usd,
+                    record.total_tokens - last.total_tokens,
+                )
+            }
+            None => (record.usd, record.tokens),
+        };
+        // Read on: a later record counts from these totals, whatever this
+        // one's verdict.
+        if last.is_none() && self.streams.len() >= MAX_STREAMS {
+            self.forget_old(now_ms);
+        }
+        self.streams.insert(
+            record.instance.clone(),
+            Stream {
+                seq: record.seq,
+                total_usd: record.total_usd,
+                total_tokens: record.total_tokens,
+                at_ms: record.at_ms,
+            },
+        );
+        let (usd_budget, tokens_budget) = budgets;
+        if usd_budget.is_some_and(|b| usd > b) || tokens_budget.is_some_and(|b| tokens > b) {
+            return Verdict::Rejected("over_the_budget");
+        }
+        let age = Duration::from_millis(u64::try_from(now_ms.saturating_sub(record.at_ms)).unwrap_or(0));
+        Verdict::Count { age, usd, tokens }
+    }
+
+    /// Forgets the instances not heard of in the last hour, or, if all
+    /// were, the older half.
+    fn forget_old(&mut self, now_ms: i64) {
+        let hour_ms = i64::try_from(LOOKBACK.as_millis()).unwrap_or(i64::MAX);
+        self.streams
+            .retain(|_, s| now_ms.saturating_sub(s.at_ms) < hour_ms);
+        if self.streams.len() >= MAX_STREAMS {
+            let mut times: Vec<i64> = self.streams.values().map(|s| s.at_ms).collect();
+            times.sort_unstable();
+            let median = times[times.len() / 2];
+            self.streams.retain(|_, s| s.at_ms > median);
+        }
+    }
 }
 
 /// The ledger's metrics (and the group's spend and rate share).
@@ -93,6 +223,7 @@ pub struct LedgerMetrics {
     published: Counter,
     publish_failures: Counter,
     peer_records: Counter,
+    rejected: Counter,
 }
 
 impl LedgerMetrics {
@@ -106,6 +237,7 @@ impl LedgerMetrics {
             published: Counter::default(),
             publish_failures: Counter::default(),
             peer_records: Counter::default(),
+            rejected: Counter::default(),
         };
         m.rate_share.set(1.0);
         if let Some(gauge) = &m.group_spend_usd {
@@ -136,13 +268,19 @@ impl LedgerMetrics {
         );
         registry.register(
             "llm_ledger_publish_failures",
-            "Spend records not acknowledged within their deadline (their spend goes into the next)",
+            "Spend records not acknowledged within their deadline (the next carries the same running totals or more)",
             m.publish_failures.clone(),
         );
         registry.register(
             "llm_ledger_peer_records",
             "Spend records of the group's other workers read from the spend ledger",
             m.peer_records.clone(),
+        );
+        registry.register(
+            "llm_ledger_rejected_records",
+            "Spend records of the group's other workers rejected (negative or non-finite amounts, totals \
+             going back, more than the budget in one record, a time too far ahead): they count for nothing",
+            m.rejected.clone(),
         );
         m
     }
@@ -179,6 +317,17 @@ struct Publisher {
     limits: GroupLimits,
     producer: StageProducer,
     metrics: LedgerMetrics,
+    sent: Mutex<Sent>,
+}
+
+/// What the publisher sent so far.
+#[derive(Debug, Default)]
+struct Sent {
+    /// The last record's number.
+    seq: u64,
+    /// The totals of the last acknowledged record.
+    acked_usd: f64,
+    acked_tokens: u64,
 }
 
 impl Ledger {
@@ -215,6 +364,7 @@ impl Ledger {
             let (group, instance, limits, metrics) =
                 (group.clone(), instance.clone(), limits.clone(), metrics.clone());
             let since = SystemTime::now().checked_sub(LOOKBACK).unwrap_or(UNIX_EPOCH);
+            let mut streams = PeerStreams::default();
             TopicTail::start_since(config, &topic, since, move |_, payload| {
                 let Some(record) = payload.and_then(decode) else {
                     return;
@@ -222,9 +372,18 @@ impl Ledger {
                 if record.group != group || record.instance == instance {
                     return;
                 }
-                let age = Duration::from_millis(u64::try_from(now_ms() - record.at_ms).unwrap_or(0));
-                limits.observe_peer_spend(age, record.usd, record.tokens);
                 metrics.peer_records.inc();
+                match streams.observe(&record, now_ms(), limits.budgets()) {
+                    Verdict::Count { age, usd, tokens } => limits.observe_peer_spend(age, usd, tokens),
+                    Verdict::Seen => {}
+                    Verdict::Rejected(why) => {
+                        metrics.rejected.inc();
+                        tracing::warn!(
+                            instance = %record.instance, worker = %record.worker, seq = record.seq, why,
+                            "a spend ledger record was rejected; it counts for nothing"
+                        );
+                    }
+                }
             })
             .await
             .map_err(tail_error)?
@@ -240,6 +399,7 @@ impl Ledger {
             limits,
             producer,
             metrics,
+            sent: Mutex::new(Sent::default()),
         });
         let interval = Duration::from_millis(config.llm.ledger_interval_ms);
         let task = tokio::spawn(publish_every(Arc::downgrade(&publisher), interval).in_current_span());
@@ -262,22 +422,38 @@ impl Ledger {
 }
 
 impl Publisher {
-    /// Writes one record of the spend settled since the last (none when
-    /// nothing was), within [`PUBLISH_DEADLINE`]; a failure puts the spend
-    /// back for the next.
+    fn sent(&self) -> std::sync::MutexGuard<'_, Sent> {
+        // Plain numbers, each set whole.
+        self.sent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes one record of this instance's running totals (none when no
+    /// spend was settled since the last acknowledged record), within
+    /// [`PUBLISH_DEADLINE`]; a failure is counted and logged (the next
+    /// record carries the same totals or more).
     async fn publish(&self) {
         self.metrics.show(&self.limits);
-        let Some((usd, tokens)) = self.limits.take_unpublished() else {
+        let Some((total_usd, total_tokens)) = self.limits.settled_totals() else {
             return;
         };
-        let record = SpendRecord {
-            schema_version: 1,
-            group: self.group.clone(),
-            worker: worker_identity().to_string(),
-            instance: self.instance.clone(),
-            at_ms: now_ms(),
-            usd,
-            tokens,
+        let record = {
+            let mut sent = self.sent();
+            if total_usd <= sent.acked_usd && total_tokens <= sent.acked_tokens {
+                return;
+            }
+            sent.seq += 1;
+            SpendRecord {
+                schema_version: SCHEMA_VERSION,
+                group: self.group.clone(),
+                worker: worker_identity().to_string(),
+                instance: self.instance.clone(),
+                seq: sent.seq,
+                at_ms: now_ms(),
+                total_usd,
+                total_tokens,
+                usd: (total_usd - sent.acked_usd).max(0.0),
+                tokens: total_tokens.saturating_sub(sent.acked_tokens),
+            }
         };
         // A struct of strings and numbers always serializes.
         let payload = serde_json::to_vec(&record).unwrap_or_default();
@@ -293,15 +469,20 @@ impl Publisher {
         .await;
         let error = match sent {
             Ok(Ok(_)) => {
+                let mut sent = self.sent();
+                sent.acked_usd = sent.acked_usd.max(total_usd);
+                sent.acked_tokens = sent.acked_tokens.max(total_tokens);
                 self.metrics.published.inc();
                 return;
             }
             Ok(Err((e, _))) => e.to_string(),
             Err(_) => format!("not acknowledged within {PUBLISH_DEADLINE:?}"),
         };
-        self.limits.restore_unpublished(usd, tokens);
         self.metrics.publish_failures.inc();
-        tracing::warn!(topic = %self.topic, error, usd, tokens, "a spend record was not written; the next carries it");
+        tracing::warn!(
+            topic = %self.topic, error, seq = record.seq, total_usd, total_tokens,
+            "a spend record was not acknowledged; the next carries the same totals or more"
+        );
     }
 }
 
@@ -324,7 +505,7 @@ fn decode(payload: &[u8]) -> Option<SpendRecord> {
         return None;
     }
     let record: SpendRecord = serde_json::from_slice(payload).ok()?;
-    (record.schema_version == 1 && record.usd.is_finite() && record.usd >= 0.0).then_some(record)
+    (record.schema_version == SCHEMA_VERSION).then_some(record)
 }
 
 fn tail_error(e: TailError) -> StageError {
@@ -382,22 +563,165 @@ pub fn rate_share_hook(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_record_round_trips_and_a_bad_one_is_skipped() {
-        let record = SpendRecord {
-            schema_version: 1,
+    const BUDGETS: (Option<f64>, Option<u64>) = (Some(1.0), None);
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn record(instance: &str, seq: u64, total_usd: f64, usd: f64) -> SpendRecord {
+        SpendRecord {
+            schema_version: SCHEMA_VERSION,
             group: "hintstream-hints".into(),
             worker: "host/1".into(),
-            instance: "00000000000000ab".into(),
-            at_ms: 1_700_000_000_000,
-            usd: 0.042,
-            tokens: 1234,
+            instance: instance.into(),
+            seq,
+            at_ms: NOW,
+            total_usd,
+            total_tokens: (total_usd * 1e4) as u64,
+            usd,
+            tokens: (usd * 1e4) as u64,
+        }
+    }
+
+    /// Dollars counted of `verdict`, 0 when it counts none.
+    fn counted(verdict: Verdict) -> f64 {
+        match verdict {
+            Verdict::Count { usd, .. } => usd,
+            _ => 0.0,
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_a_bad_one_is_skipped() {
+        let r = record("00000000000000ab", 3, 0.042, 0.01);
+        let bytes = serde_json::to_vec(&r).unwrap();
+        assert_eq!(decode(&bytes), Some(r.clone()));
+        let old = SpendRecord {
+            schema_version: 1,
+            ..r
         };
-        let bytes = serde_json::to_vec(&record).unwrap();
-        assert_eq!(decode(&bytes), Some(record.clone()));
-        let negative = SpendRecord { usd: -1.0, ..record };
-        assert_eq!(decode(&serde_json::to_vec(&negative).unwrap()), None);
+        assert_eq!(decode(&serde_json::to_vec(&old).unwrap()), None);
         assert_eq!(decode(b"{not json"), None);
         assert_eq!(decode(&vec![b' '; MAX_RECORD_BYTES + 1]), None);
+    }
+
+    #[test]
+    fn a_duplicate_record_counts_once() {
+        let mut streams = PeerStreams::default();
+        let first = record("a", 1, 0.10, 0.10);
+        assert!((counted(streams.observe(&first, NOW, BUDGETS)) - 0.10).abs() < 1e-12);
+        assert_eq!(streams.observe(&first, NOW, BUDGETS), Verdict::Seen);
+        // The publisher timed out on seq 2 (delivered anyway) and sent the
+        // same totals again as seq 3: nothing more.
+        assert!((counted(streams.observe(&record("a", 2, 0.15, 0.05), NOW, BUDGETS)) - 0.05).abs() < 1e-12);
+        assert_eq!(
+            counted(streams.observe(&record("a", 3, 0.15, 0.05), NOW, BUDGETS)),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_lost_record_is_covered_by_the_next() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 1, 0.10, 0.10), NOW, BUDGETS);
+        // Seq 2 (0.10 -> 0.15) never arrived; seq 3 carries the totals.
+        let v = streams.observe(&record("a", 3, 0.20, 0.10), NOW, BUDGETS);
+        assert!((counted(v) - 0.10).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn an_out_of_order_record_counts_nothing_more() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 1, 0.10, 0.10), NOW, BUDGETS);
+        streams.observe(&record("a", 3, 0.30, 0.20), NOW, BUDGETS);
+        assert_eq!(
+            streams.observe(&record("a", 2, 0.20, 0.10), NOW, BUDGETS),
+            Verdict::Seen
+        );
+        let v = streams.observe(&record("a", 4, 0.35, 0.05), NOW, BUDGETS);
+        assert!((counted(v) - 0.05).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn a_new_incarnation_is_a_new_stream_from_zero() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 5, 0.40, 0.05), NOW, BUDGETS);
+        // The worker restarted: a new instance id, totals from 0, seq from 1.
+        let v = streams.observe(&record("b", 1, 0.03, 0.03), NOW, BUDGETS);
+        assert!((counted(v) - 0.03).abs() < 1e-12, "{v:?}");
+        // The old incarnation's late record still counts on its own stream.
+        let v = streams.observe(&record("a", 6, 0.42, 0.02), NOW, BUDGETS);
+        assert!((counted(v) - 0.02).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn the_first_record_read_of_an_instance_counts_what_its_last_acknowledged_one_did_not() {
+        // Read at start-up, an hour back: its totals hold older spend.
+        let mut streams = PeerStreams::default();
+        let v = streams.observe(&record("a", 40, 3.00, 0.02), NOW, BUDGETS);
+        assert!((counted(v) - 0.02).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn untrustworthy_records_are_rejected() {
+        let mut streams = PeerStreams::default();
+        let negative = record("a", 1, -1.0, 0.0);
+        assert!(matches!(
+            streams.observe(&negative, NOW, BUDGETS),
+            Verdict::Rejected(_)
+        ));
+        let nan = record("a", 1, f64::NAN, 0.0);
+        assert!(matches!(
+            streams.observe(&nan, NOW, BUDGETS),
+            Verdict::Rejected(_)
+        ));
+        let infinite = record("a", 1, 0.1, f64::INFINITY);
+        assert!(matches!(
+            streams.observe(&infinite, NOW, BUDGETS),
+            Verdict::Rejected(_)
+        ));
+        let ahead = SpendRecord {
+            at_ms: NOW + 3_600_000,
+            ..record("a", 1, 0.1, 0.1)
+        };
+        assert_eq!(
+            streams.observe(&ahead, NOW, BUDGETS),
+            Verdict::Rejected("in_the_future")
+        );
+        // More than the whole budget in one record.
+        assert_eq!(
+            streams.observe(&record("b", 1, 5.0, 5.0), NOW, BUDGETS),
+            Verdict::Rejected("over_the_budget")
+        );
+        // ...which does not stop that instance's later records counting.
+        let v = streams.observe(&record("b", 2, 5.1, 0.1), NOW, BUDGETS);
+        assert!((counted(v) - 0.1).abs() < 1e-9, "{v:?}");
+        // Totals going back.
+        assert_eq!(
+            streams.observe(&record("b", 3, 1.0, 0.0), NOW, BUDGETS),
+            Verdict::Rejected("totals_went_back")
+        );
+        // A token budget bounds the tokens of one record.
+        let huge = SpendRecord {
+            total_tokens: u64::MAX,
+            tokens: u64::MAX,
+            ..record("c", 1, 0.0, 0.0)
+        };
+        assert_eq!(
+            streams.observe(&huge, NOW, (None, Some(1_000_000))),
+            Verdict::Rejected("over_the_budget")
+        );
+    }
+
+    #[test]
+    fn a_reader_tracks_a_bounded_number_of_instances() {
+        let mut streams = PeerStreams::default();
+        for i in 0..(MAX_STREAMS * 2) {
+            let at_ms = NOW + i as i64;
+            let r = SpendRecord {
+                at_ms,
+                ..record(&format!("i{i}"), 1, 0.0001, 0.0001)
+            };
+            streams.observe(&r, at_ms, BUDGETS);
+        }
+        assert!(streams.streams.len() <= MAX_STREAMS);
     }
 }

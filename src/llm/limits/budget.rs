@@ -12,8 +12,9 @@
 //! The budgets are the consumer group's: besides its own spend, the window
 //! holds the other workers' (their records of the spend ledger, see
 //! `hints::ledger`, entered with [`SpendBudget::observe_peer`]), and
-//! [`SpendBudget::take_unpublished`] hands out what this worker settled
-//! since its last record. A worker alone has no peers: nothing changes.
+//! [`SpendBudget::settled_totals`] is what this worker settled since it
+//! started, which its records carry (running totals: a record sent twice or
+//! lost changes nothing). A worker alone has no peers: nothing changes.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -47,7 +48,7 @@ impl Rolling {
         let i = self.entries.partition_point(|&(t, _, _)| t <= at);
         self.entries.insert(i, (at, usd, tokens));
         self.usd += usd;
-        self.tokens += tokens;
+        self.tokens = self.tokens.saturating_add(tokens);
     }
 
     fn expire(&mut self, now: Instant) {
@@ -57,7 +58,7 @@ impl Rolling {
             }
             self.entries.pop_front();
             self.usd -= usd;
-            self.tokens -= tokens;
+            self.tokens = self.tokens.saturating_sub(tokens);
         }
         if self.entries.is_empty() {
             // No drift from float subtraction when the window empties.
@@ -74,9 +75,9 @@ struct Window {
     peers: Rolling,
     reserved_usd: f64,
     reserved_tokens: u64,
-    /// Settled here since the last ledger record: not yet published.
-    unpublished_usd: f64,
-    unpublished_tokens: u64,
+    /// Settled here since the start, for the ledger's records: only grows.
+    settled_usd: f64,
+    settled_tokens: u64,
 }
 
 impl Window {
@@ -89,7 +90,10 @@ impl Window {
     fn used(&self) -> (f64, u64) {
         (
             self.spent.usd + self.peers.usd + self.reserved_usd,
-            self.spent.tokens + self.peers.tokens + self.reserved_tokens,
+            self.spent
+                .tokens
+                .saturating_add(self.peers.tokens)
+                .saturating_add(self.reserved_tokens),
         )
     }
 }
@@ -139,12 +143,14 @@ impl SpendBudget {
         w.expire(Instant::now());
         let (used_usd, used_tokens) = w.used();
         let over_usd = self.usd.is_some_and(|budget| used_usd + usd > budget);
-        let over_tokens = self.tokens.is_some_and(|budget| used_tokens + tokens > budget);
+        let over_tokens = self
+            .tokens
+            .is_some_and(|budget| used_tokens.saturating_add(tokens) > budget);
         if over_usd || over_tokens {
             return Err(Exhausted);
         }
         w.reserved_usd += usd;
-        w.reserved_tokens += tokens;
+        w.reserved_tokens = w.reserved_tokens.saturating_add(tokens);
         Ok(Reservation {
             budget: self,
             usd,
@@ -179,24 +185,16 @@ impl SpendBudget {
         w.expire(now);
     }
 
-    /// What this worker settled since the last call, for its next ledger
-    /// record; `None` when nothing was. Put it back with
-    /// [`SpendBudget::restore_unpublished`] if the record was not written.
-    pub fn take_unpublished(&self) -> Option<(f64, u64)> {
-        let mut w = self.window();
-        let taken = (
-            std::mem::take(&mut w.unpublished_usd),
-            std::mem::take(&mut w.unpublished_tokens),
-        );
-        (taken.0 > 0.0 || taken.1 > 0).then_some(taken)
+    /// What this worker settled since it started (dollars, tokens), the
+    /// running totals its ledger records carry: they only grow.
+    pub fn settled_totals(&self) -> (f64, u64) {
+        let w = self.window();
+        (w.settled_usd, w.settled_tokens)
     }
 
-    /// Returns spend taken for a record that was not written: the next
-    /// record carries it.
-    pub fn restore_unpublished(&self, usd: f64, tokens: u64) {
-        let mut w = self.window();
-        w.unpublished_usd += usd;
-        w.unpublished_tokens += tokens;
+    /// The budgets set: (dollars, tokens) per hour.
+    pub fn limits(&self) -> (Option<f64>, Option<u64>) {
+        (self.usd, self.tokens)
     }
 
     /// The group's settled spend in the window now (reservations in flight
@@ -206,7 +204,7 @@ impl SpendBudget {
         w.expire(Instant::now());
         GroupSpend {
             usd: w.spent.usd + w.peers.usd,
-            tokens: w.spent.tokens + w.peers.tokens,
+            tokens: w.spent.tokens.saturating_add(w.peers.tokens),
             own_usd: w.spent.usd,
             own_tokens: w.spent.tokens,
         }
@@ -251,8 +249,8 @@ impl Reservation<'_> {
         w.reserved_tokens = w.reserved_tokens.saturating_sub(self.tokens);
         if let Some((usd, tokens)) = spent {
             w.spent.add(Instant::now(), usd, tokens);
-            w.unpublished_usd += usd;
-            w.unpublished_tokens += tokens;
+            w.settled_usd += usd;
+            w.settled_tokens = w.settled_tokens.saturating_add(tokens);
         }
     }
 }
@@ -318,18 +316,16 @@ mod tests {
     }
 
     #[test]
-    fn own_spend_is_published_once_and_restored_when_its_record_fails() {
+    fn own_settled_totals_only_grow_and_count_what_was_spent() {
         let budget = SpendBudget::new(1.0, 0).unwrap();
-        assert_eq!(budget.take_unpublished(), None, "nothing settled yet");
+        assert_eq!(budget.settled_totals(), (0.0, 0), "nothing settled yet");
         budget.reserve(0.2, 100).unwrap().settle(0.15, 90);
         budget.reserve(0.2, 100).unwrap().release();
-        assert_eq!(budget.take_unpublished(), Some((0.15, 90)));
-        assert_eq!(budget.take_unpublished(), None, "taken once");
-        budget.restore_unpublished(0.15, 90);
+        assert_eq!(budget.settled_totals(), (0.15, 90));
         budget.reserve(0.2, 100).unwrap().settle(0.05, 10);
-        let (usd, tokens) = budget.take_unpublished().unwrap();
+        let (usd, tokens) = budget.settled_totals();
         assert!((usd - 0.20).abs() < 1e-12 && tokens == 100);
-        // Publishing is bookkeeping: the own window still holds both.
+        // Publishing is bookkeeping: the own window holds both.
         assert!((budget.group_spend().own_usd - 0.20).abs() < 1e-12);
     }
 
