@@ -52,7 +52,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::{FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
@@ -414,10 +414,21 @@ impl Ledger {
         }))
     }
 
-    /// Publishes what was settled since the last record (at shutdown, so
-    /// that the others count it).
-    pub async fn flush(&self) {
+    /// At shutdown: stops the periodic publisher (a record it had in
+    /// flight may still be delivered; the last one's totals cover it), then
+    /// publishes the final totals and flushes the producer, so that the
+    /// others count all of this worker's spend. Takes at most twice
+    /// [`PUBLISH_DEADLINE`] (an unreachable broker delays the exit that
+    /// much).
+    pub async fn close(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
         self.publisher.publish().await;
+        let producer = self.publisher.producer.clone();
+        let flushed = tokio::task::spawn_blocking(move || producer.flush(PUBLISH_DEADLINE)).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!(topic = %self.publisher.topic, error = %e, "the last spend record may not have been written");
+        }
     }
 }
 
