@@ -543,7 +543,8 @@ fn worker_identity() -> &'static str {
 }
 
 /// The hook that re-splits the group's rate limits after every rebalance:
-/// this worker takes the share of `input`'s `total` partitions it holds.
+/// this worker takes the share of `input`'s `total` partitions it holds (at
+/// most all of them), logged when its rates change.
 pub fn rate_share_hook(
     input: &str,
     total: usize,
@@ -553,13 +554,16 @@ pub fn rate_share_hook(
     let input = input.to_string();
     Box::new(move |assignment| {
         let held = assignment.iter().filter(|(t, _)| **t == *input).count();
-        limits.set_rate_share(held, total);
+        let changed = limits.set_rate_share(held, total);
         let (requests, tokens) = limits.rate_per_minute();
         metrics.rate_share.set(if total == 0 {
             1.0
         } else {
-            held as f64 / total as f64
+            held.min(total) as f64 / total as f64
         });
+        if !changed {
+            return;
+        }
         tracing::info!(
             partitions = held,
             of = total,

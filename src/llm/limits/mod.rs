@@ -174,9 +174,9 @@ impl GroupLimits {
     }
 
     /// Takes the rate share of `assigned` of the input topic's `total`
-    /// partitions (see [`share_of`]).
-    pub fn set_rate_share(&self, assigned: usize, total: usize) {
-        self.limits.rate.set_share(assigned, total);
+    /// partitions (see [`share_of`]); whether this worker's rates changed.
+    pub fn set_rate_share(&self, assigned: usize, total: usize) -> bool {
+        self.limits.rate.set_share(assigned, total)
     }
 
     /// This worker's (requests, tokens) per minute now; 0 = unlimited.
