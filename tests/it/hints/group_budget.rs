@@ -280,3 +280,61 @@ async fn a_budget_without_its_spend_topic_exits_2_naming_it() {
     assert!(message.contains(&config.topics.spend), "{message}");
     assert!(message.contains("hintstream topics create"), "{message}");
 }
+
+/// Catch-up at start-up: worker A spends its group's budget and stops;
+/// worker B, started afterwards on the same spend topic, reads A's records
+/// of the last hour before it takes work: its group-spend gauge shows A's
+/// spend, and it refuses the next call (`budget_exhausted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_started_later_counts_the_spend_of_one_that_stopped() {
+    let broker = common::shared_kafka();
+    let server = LlmServer::start(Some(KEY)).await;
+    server.default(Behavior::Billed(
+        "Check the numbering.".into(),
+        Duration::from_millis(200),
+    ));
+    let mut config = group_config(&broker.bootstrap, true).await;
+    // One call at a time: A stops when a settled spend leaves no room for
+    // one more call, which B sees as A left it.
+    config.llm.concurrency = 1;
+    const GROUPS: usize = 30;
+    let a = run(&config, &server, 1, GROUPS, true).await;
+    assert!(a.exhausted > 0, "A spent the budget: ${:.4}", a.spent);
+
+    let env = llm_server::anthropic_env(&server, KEY);
+    let b = HintStage::build(config.clone(), &env).await.unwrap();
+    let endpoint = common::MetricsEndpoint(b.metrics_addr);
+    let running = common::spawn_stage(|stop| b.run(stop));
+    let shown = endpoint
+        .wait_for(
+            "hintstream_hints_llm_group_spend_usd",
+            &[],
+            |v| (v - a.spent).abs() < 1e-6,
+            Duration::from_secs(20),
+            || format!("A spent ${:.4}", a.spent),
+        )
+        .await;
+    eprintln!(
+        "A spent ${:.4} in {} calls and stopped; B started later and counts ${shown:.4}",
+        a.spent, a.llm_hints
+    );
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    let late = "g9999";
+    common::send(
+        &producer,
+        &config.hints.input_topic,
+        &group_key("gb", 1, late),
+        &trajectory(late),
+    )
+    .await;
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let hints = wait_groups(&config, GROUPS + 1, Duration::from_secs(60)).await;
+    running.stop().await;
+    let hint = hints.iter().find(|h| h.instance_id == late).unwrap();
+    assert_eq!(
+        hint.failure_reason.as_deref(),
+        Some("budget_exhausted"),
+        "B counted A's spend: {hint:?}"
+    );
+    assert_eq!(hint.cost_usd, 0.0);
+}
