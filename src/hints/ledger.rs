@@ -37,7 +37,9 @@
 //!   plus, for each worker but the one that admits the last call,
 //!   `llm.concurrency` worst-case calls and what it settles within one
 //!   interval (README, "The budget and the rate limits are the group's").
-//!   A worker alone: the budget itself.
+//!   A worker alone: the budget itself. A killed worker (no final record)
+//!   adds its calls in flight (billed, never settled, seen by no peer) and
+//!   what it settled since its last acknowledged record.
 //! - Without a budget there is no ledger (and no group-spend gauges). With
 //!   one, the spend topic is required like the stage's other topics: a
 //!   missing one exits 2 naming it (`hintstream topics create` makes it),
