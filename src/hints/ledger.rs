@@ -1,10 +1,9 @@
 //! The group's spend ledger (`[topics] spend`): each worker publishes what
 //! it settled since it started (running totals) about every
 //! `llm.ledger_interval_ms`, and reads every record of its consumer group
-//! written in the last hour,
-//! so that `llm.budget_usd_per_hour` and `llm.budget_tokens_per_hour` bound
-//! the group's spend, not each worker's. Also the rate limits' re-split on
-//! every rebalance ([`rate_share_hook`]).
+//! written in the last hour, so that `llm.budget_usd_per_hour` and
+//! `llm.budget_tokens_per_hour` bound the group's spend, not each worker's.
+//! Also the rate limits' re-split on every rebalance ([`rate_share_hook`]).
 //!
 //! - A record is a small JSON object ([`SpendRecord`]) keyed by the
 //!   worker's instance id, random at each start (the process's
@@ -20,7 +19,9 @@
 //!   broker, then a later record), out of order, or lost changes nothing:
 //!   the next record's totals cover it. The first record a reader sees of
 //!   an instance (at start-up, an hour back) counts what it says was
-//!   settled since the instance's last acknowledged record.
+//!   settled since the instance's last acknowledged record. A record of
+//!   the first format (schema 1, a worker not yet upgraded: what it settled
+//!   since its previous record, no totals) counts as it says.
 //! - Publishing is bounded ([`PUBLISH_DEADLINE`]) and never holds a hint: a
 //!   record that was not acknowledged is counted
 //!   (`hintstream_hints_llm_ledger_publish_failures`) and logged; the next
@@ -90,7 +91,8 @@ pub const MAX_CLOCK_AHEAD: Duration = Duration::from_secs(300);
 /// counts what it says was settled since its last acknowledged record).
 const MAX_STREAMS: usize = 4096;
 
-/// The record format's version.
+/// The record format's version (2: running totals; 1, still read: what
+/// was settled since the previous record).
 const SCHEMA_VERSION: u32 = 2;
 
 /// One worker incarnation's spend so far.
@@ -104,13 +106,17 @@ pub struct SpendRecord {
     /// This run of the worker (random at start-up): its records are the
     /// ones it skips, and one stream of running totals.
     pub instance: String,
-    /// The record's number in its instance's stream: 1, 2, ...
+    /// The record's number in its instance's stream: 1, 2, ... (0 in
+    /// schema 1)
+    #[serde(default)]
     pub seq: u64,
     /// When it was written: milliseconds since the Unix epoch.
     pub at_ms: i64,
     /// Dollars and tokens (input + output) the instance settled since it
-    /// started.
+    /// started (0 in schema 1).
+    #[serde(default)]
     pub total_usd: f64,
+    #[serde(default)]
     pub total_tokens: u64,
     /// What of those totals its last acknowledged record did not carry:
     /// what a reader that read none of its earlier records counts.
@@ -163,6 +169,10 @@ impl PeerStreams {
         if record.at_ms > now_ms.saturating_add(ahead_ms) {
             return Verdict::Rejected("in_the_future");
         }
+        if record.schema_version == 1 {
+            // No totals: the spend since its previous record, as it says.
+            return Self::bounded(record, record.usd, record.tokens, now_ms, budgets);
+        }
         let last = self.streams.get(&record.instance).copied();
         let (usd, tokens) = match last {
             Some(last) if record.seq <= last.seq => return Verdict::Seen,
@@ -191,7 +201,17 @@ impl PeerStreams {
                 at_ms: record.at_ms,
             },
         );
-        let (usd_budget, tokens_budget) = budgets;
+        Self::bounded(record, usd, tokens, now_ms, budgets)
+    }
+
+    /// Counts `usd` and `tokens` of `record` unless they exceed a budget.
+    fn bounded(
+        record: &SpendRecord,
+        usd: f64,
+        tokens: u64,
+        now_ms: i64,
+        (usd_budget, tokens_budget): (Option<f64>, Option<u64>),
+    ) -> Verdict {
         if usd_budget.is_some_and(|b| usd > b) || tokens_budget.is_some_and(|b| tokens > b) {
             return Verdict::Rejected("over_the_budget");
         }
@@ -379,11 +399,15 @@ impl Ledger {
                     Verdict::Count { age, usd, tokens } => limits.observe_peer_spend(age, usd, tokens),
                     Verdict::Seen => {}
                     Verdict::Rejected(why) => {
-                        metrics.rejected.inc();
-                        tracing::warn!(
-                            instance = %record.instance, worker = %record.worker, seq = record.seq, why,
-                            "a spend ledger record was rejected; it counts for nothing"
-                        );
+                        // The first ten, then ever more rarely: a flood of
+                        // bad records does not flood the log.
+                        let n = metrics.rejected.inc() + 1;
+                        if n <= 10 || n.is_power_of_two() {
+                            tracing::warn!(
+                                instance = %record.instance, worker = %record.worker, seq = record.seq, why,
+                                rejected = n, "a spend ledger record was rejected; it counts for nothing"
+                            );
+                        }
                     }
                 }
             })
@@ -518,7 +542,7 @@ fn decode(payload: &[u8]) -> Option<SpendRecord> {
         return None;
     }
     let record: SpendRecord = serde_json::from_slice(payload).ok()?;
-    (record.schema_version == SCHEMA_VERSION).then_some(record)
+    (record.schema_version == SCHEMA_VERSION || record.schema_version == 1).then_some(record)
 }
 
 fn tail_error(e: TailError) -> StageError {
@@ -611,11 +635,11 @@ mod tests {
         let r = record("00000000000000ab", 3, 0.042, 0.01);
         let bytes = serde_json::to_vec(&r).unwrap();
         assert_eq!(decode(&bytes), Some(r.clone()));
-        let old = SpendRecord {
-            schema_version: 1,
+        let future = SpendRecord {
+            schema_version: 3,
             ..r
         };
-        assert_eq!(decode(&serde_json::to_vec(&old).unwrap()), None);
+        assert_eq!(decode(&serde_json::to_vec(&future).unwrap()), None);
         assert_eq!(decode(b"{not json"), None);
         assert_eq!(decode(&vec![b' '; MAX_RECORD_BYTES + 1]), None);
     }
@@ -724,6 +748,30 @@ mod tests {
         };
         assert_eq!(
             streams.observe(&huge, NOW, (None, Some(1_000_000))),
+            Verdict::Rejected("over_the_budget")
+        );
+    }
+
+    #[test]
+    fn a_record_of_a_worker_not_yet_upgraded_counts_as_it_says() {
+        let v1 = br#"{"schema_version":1,"group":"hintstream-hints","worker":"host/1",
+            "instance":"00000000000000ab","at_ms":1700000000000,"usd":0.042,"tokens":1234}"#;
+        let record = decode(v1).unwrap();
+        let mut streams = PeerStreams::default();
+        for _ in 0..2 {
+            let v = streams.observe(&record, NOW, BUDGETS);
+            assert_eq!(
+                v,
+                Verdict::Count {
+                    age: Duration::ZERO,
+                    usd: 0.042,
+                    tokens: 1234
+                }
+            );
+        }
+        let huge = SpendRecord { usd: 2.0, ..record };
+        assert_eq!(
+            streams.observe(&huge, NOW, BUDGETS),
             Verdict::Rejected("over_the_budget")
         );
     }
