@@ -1,47 +1,68 @@
 //! The group's spend ledger (`[topics] spend`): each worker publishes what
-//! it settled since its last record about every `llm.ledger_interval_ms`,
-//! and reads every record of its consumer group written in the last hour,
-//! so that `llm.budget_usd_per_hour` and `llm.budget_tokens_per_hour` bound
-//! the group's spend, not each worker's. Also the rate limits' re-split on
-//! every rebalance ([`rate_share_hook`]).
+//! it settled since it started (running totals) about every
+//! `llm.ledger_interval_ms`, and reads every record of its consumer group
+//! written in the last hour, so that `llm.budget_usd_per_hour` and
+//! `llm.budget_tokens_per_hour` bound the group's spend, not each worker's.
+//! Also the rate limits' re-split on every rebalance ([`rate_share_hook`]).
 //!
 //! - A record is a small JSON object ([`SpendRecord`]) keyed by the
-//!   worker's instance id. A worker skips its own instance's records (its
-//!   own spend is in its window already, published or not) and records of
-//!   other consumer groups (several stage-1 deployments may share the
-//!   topic); a restarted worker is a new instance, so what it spent before
-//!   counts as a peer's.
+//!   worker's instance id, random at each start (the process's
+//!   incarnation: a restarted worker is a new stream whose totals start
+//!   from 0, and what it spent before counts as a peer's). A worker skips
+//!   its own instance's records (its own spend is in its window already,
+//!   published or not) and records of other consumer groups (several
+//!   stage-1 deployments may share the topic).
+//! - Records are idempotent: each carries its instance's running totals
+//!   and a sequence number, and a reader counts, per instance, what the
+//!   totals grew by since the last record it read ([`PeerStreams`]). A
+//!   record delivered twice (a produce that timed out here but reached the
+//!   broker, then a later record), out of order, or lost changes nothing:
+//!   the next record's totals cover it. The first record a reader sees of
+//!   an instance (at start-up, an hour back) counts what it says was
+//!   settled since the instance's last acknowledged record. A record of
+//!   the first format (schema 1, a worker not yet upgraded: what it settled
+//!   since its previous record, no totals) counts as it says.
 //! - Publishing is bounded ([`PUBLISH_DEADLINE`]) and never holds a hint: a
 //!   record that was not acknowledged is counted
-//!   (`hintstream_hints_llm_ledger_publish_failures`), logged, and its spend
-//!   goes into the next record. (A record acknowledged after its deadline
-//!   is then counted twice by the others: the budget errs on the safe side.)
+//!   (`hintstream_hints_llm_ledger_publish_failures`) and logged; the next
+//!   carries the same totals or more.
+//! - Records are checked before they count (negative or non-finite
+//!   amounts, totals going backwards, more spend in one record than the
+//!   budget, a time over [`MAX_CLOCK_AHEAD`] ahead): a rejected record
+//!   counts for nothing (`hintstream_hints_llm_ledger_rejected_records`).
+//!   Whoever may write the topic still controls the budget (records of an
+//!   invented instance count): WRITE on it is a budget-control permission.
 //! - The overspend bound: a worker does not see the others' calls in
 //!   flight, nor what they settled since their last record (one interval,
 //!   plus a produce and a fetch). So the group spends at most the budget
 //!   plus, for each worker but the one that admits the last call,
 //!   `llm.concurrency` worst-case calls and what it settles within one
 //!   interval (README, "The budget and the rate limits are the group's").
-//!   A worker alone: the budget itself.
-//! - Without a budget there is no ledger. Without the topic, a warning says
-//!   the budget is each worker's (as before the ledger).
+//!   A worker alone: the budget itself. A killed worker (no final record)
+//!   adds its calls in flight (billed, never settled, seen by no peer) and
+//!   what it settled since its last acknowledged record.
+//! - Without a budget there is no ledger (and no group-spend gauges). With
+//!   one, the spend topic is required like the stage's other topics: a
+//!   missing one exits 2 naming it (`hintstream topics create` makes it),
+//!   a refused one names the missing ACL.
 //! - Record times are the writers' wall clocks: a skew between hosts moves
 //!   a record's place in the rolling hour by that much.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::{FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
 use crate::config::Config;
 use crate::kafka::{
-    check_topic_access, partition_count, AssignmentHook, StageProducer, TailError, TopicTail,
+    check_topic_access, partition_count, AssignmentHook, ConnectError, StageProducer, TailError, TopicTail,
 };
 use crate::llm::limits::GroupLimits;
 use crate::metrics::FloatGauge;
@@ -61,7 +82,20 @@ const LOOKBACK: Duration = crate::llm::budget::BUDGET_WINDOW;
 /// The largest ledger record read; a larger one is skipped.
 const MAX_RECORD_BYTES: usize = 4096;
 
-/// One worker's spend since its previous record.
+/// How far ahead of this host's clock a record's time may be (clock skew
+/// between hosts); a record further ahead is rejected.
+pub const MAX_CLOCK_AHEAD: Duration = Duration::from_secs(300);
+
+/// The most instances a reader tracks; beyond that, the ones not heard of
+/// in the last hour are forgotten (a forgotten instance's next record
+/// counts what it says was settled since its last acknowledged record).
+const MAX_STREAMS: usize = 4096;
+
+/// The record format's version (2: running totals; 1, still read: what
+/// was settled since the previous record).
+const SCHEMA_VERSION: u32 = 2;
+
+/// One worker incarnation's spend so far.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpendRecord {
     pub schema_version: u32,
@@ -70,49 +104,179 @@ pub struct SpendRecord {
     /// The worker: host name and process id.
     pub worker: String,
     /// This run of the worker (random at start-up): its records are the
-    /// ones it skips.
+    /// ones it skips, and one stream of running totals.
     pub instance: String,
+    /// The record's number in its instance's stream: 1, 2, ... (0 in
+    /// schema 1)
+    #[serde(default)]
+    pub seq: u64,
     /// When it was written: milliseconds since the Unix epoch.
     pub at_ms: i64,
-    /// Dollars and tokens (input + output) settled since the previous
-    /// record.
+    /// Dollars and tokens (input + output) the instance settled since it
+    /// started (0 in schema 1).
+    #[serde(default)]
+    pub total_usd: f64,
+    #[serde(default)]
+    pub total_tokens: u64,
+    /// What of those totals its last acknowledged record did not carry:
+    /// what a reader that read none of its earlier records counts.
     pub usd: f64,
     pub tokens: u64,
+}
+
+/// What a reader does with one record of a peer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// Count this much spend, `age` ago.
+    Count { age: Duration, usd: f64, tokens: u64 },
+    /// Already counted (a duplicate, or older than one already read).
+    Seen,
+    /// Not to be trusted: counts for nothing.
+    Rejected(&'static str),
+}
+
+/// The last record read of one instance.
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    seq: u64,
+    total_usd: f64,
+    total_tokens: u64,
+    at_ms: i64,
+}
+
+/// A reader's view of its group's instances: the last totals read of each,
+/// so that each record counts only what its totals grew by.
+#[derive(Debug, Default)]
+pub struct PeerStreams {
+    streams: HashMap<String, Stream>,
+}
+
+impl PeerStreams {
+    /// Decides what `record` (of this reader's group, not its own) counts,
+    /// at `now_ms`, under `budgets` (dollars, tokens per hour): a record
+    /// with more spend than a budget is rejected.
+    pub fn observe(
+        &mut self,
+        record: &SpendRecord,
+        now_ms: i64,
+        budgets: (Option<f64>, Option<u64>),
+    ) -> Verdict {
+        let finite = |v: f64| v.is_finite() && v >= 0.0;
+        if !(finite(record.total_usd) && finite(record.usd)) {
+            return Verdict::Rejected("negative_or_not_finite");
+        }
+        let ahead_ms = i64::try_from(MAX_CLOCK_AHEAD.as_millis()).unwrap_or(i64::MAX);
+        if record.at_ms > now_ms.saturating_add(ahead_ms) {
+            return Verdict::Rejected("in_the_future");
+        }
+        if record.schema_version == 1 {
+            // No totals: the spend since its previous record, as it says.
+            return Self::bounded(record, record.usd, record.tokens, now_ms, budgets);
+        }
+        let last = self.streams.get(&record.instance).copied();
+        let (usd, tokens) = match last {
+            Some(last) if record.seq <= last.seq => return Verdict::Seen,
+            Some(last) => {
+                if record.total_usd < last.total_usd || record.total_tokens < last.total_tokens {
+                    return Verdict::Rejected("totals_went_back");
+                }
+                (
+                    record.total_usd - last.total_usd,
+                    record.total_tokens - last.total_tokens,
+                )
+            }
+            None => (record.usd, record.tokens),
+        };
+        // Read on: a later record counts from these totals, whatever this
+        // one's verdict.
+        if last.is_none() && self.streams.len() >= MAX_STREAMS {
+            self.forget_old(now_ms);
+        }
+        self.streams.insert(
+            record.instance.clone(),
+            Stream {
+                seq: record.seq,
+                total_usd: record.total_usd,
+                total_tokens: record.total_tokens,
+                at_ms: record.at_ms,
+            },
+        );
+        Self::bounded(record, usd, tokens, now_ms, budgets)
+    }
+
+    /// Counts `usd` and `tokens` of `record` unless they exceed a budget.
+    fn bounded(
+        record: &SpendRecord,
+        usd: f64,
+        tokens: u64,
+        now_ms: i64,
+        (usd_budget, tokens_budget): (Option<f64>, Option<u64>),
+    ) -> Verdict {
+        if usd_budget.is_some_and(|b| usd > b) || tokens_budget.is_some_and(|b| tokens > b) {
+            return Verdict::Rejected("over_the_budget");
+        }
+        let age = Duration::from_millis(u64::try_from(now_ms.saturating_sub(record.at_ms)).unwrap_or(0));
+        Verdict::Count { age, usd, tokens }
+    }
+
+    /// Forgets the instances not heard of in the last hour, or, if all
+    /// were, the older half.
+    fn forget_old(&mut self, now_ms: i64) {
+        let hour_ms = i64::try_from(LOOKBACK.as_millis()).unwrap_or(i64::MAX);
+        self.streams
+            .retain(|_, s| now_ms.saturating_sub(s.at_ms) < hour_ms);
+        if self.streams.len() >= MAX_STREAMS {
+            let mut times: Vec<i64> = self.streams.values().map(|s| s.at_ms).collect();
+            times.sort_unstable();
+            let median = times[times.len() / 2];
+            self.streams.retain(|_, s| s.at_ms > median);
+        }
+    }
 }
 
 /// The ledger's metrics (and the group's spend and rate share).
 #[derive(Clone)]
 pub struct LedgerMetrics {
-    group_spend_usd: FloatGauge,
-    group_spend_tokens: Gauge,
+    /// Registered only with a budget: without one the group's spend is not
+    /// counted, and is left out rather than shown as 0.
+    group_spend_usd: Option<FloatGauge>,
+    group_spend_tokens: Option<Gauge>,
     rate_share: FloatGauge,
     published: Counter,
     publish_failures: Counter,
     peer_records: Counter,
+    rejected: Counter,
 }
 
 impl LedgerMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    /// Registers the ledger's metrics; the group-spend gauges only when
+    /// `with_budget` (there is a ledger).
+    pub fn register(registry: &mut Registry, with_budget: bool) -> Self {
         let m = LedgerMetrics {
-            group_spend_usd: FloatGauge::default(),
-            group_spend_tokens: Gauge::default(),
+            group_spend_usd: with_budget.then(FloatGauge::default),
+            group_spend_tokens: with_budget.then(Gauge::default),
             rate_share: FloatGauge::default(),
             published: Counter::default(),
             publish_failures: Counter::default(),
             peer_records: Counter::default(),
+            rejected: Counter::default(),
         };
         m.rate_share.set(1.0);
-        registry.register(
-            "llm_group_spend_usd",
-            "Dollars the consumer group settled in the rolling hour (this worker's and the spend ledger's), \
-             what llm.budget_usd_per_hour bounds",
-            m.group_spend_usd.clone(),
-        );
-        registry.register(
-            "llm_group_spend_tokens",
-            "Tokens the consumer group settled in the rolling hour, what llm.budget_tokens_per_hour bounds",
-            m.group_spend_tokens.clone(),
-        );
+        if let Some(gauge) = &m.group_spend_usd {
+            registry.register(
+                "llm_group_spend_usd",
+                "Dollars the consumer group settled in the rolling hour (this worker's and the spend ledger's), \
+                 what llm.budget_usd_per_hour bounds",
+                gauge.clone(),
+            );
+        }
+        if let Some(gauge) = &m.group_spend_tokens {
+            registry.register(
+                "llm_group_spend_tokens",
+                "Tokens the consumer group settled in the rolling hour, what llm.budget_tokens_per_hour bounds",
+                gauge.clone(),
+            );
+        }
         registry.register(
             "llm_rate_share",
             "This worker's share of the group's llm.requests_per_minute and llm.tokens_per_minute \
@@ -126,7 +290,7 @@ impl LedgerMetrics {
         );
         registry.register(
             "llm_ledger_publish_failures",
-            "Spend records not acknowledged within their deadline (their spend goes into the next)",
+            "Spend records not acknowledged within their deadline (the next carries the same running totals or more)",
             m.publish_failures.clone(),
         );
         registry.register(
@@ -134,14 +298,23 @@ impl LedgerMetrics {
             "Spend records of the group's other workers read from the spend ledger",
             m.peer_records.clone(),
         );
+        registry.register(
+            "llm_ledger_rejected_records",
+            "Spend records of the group's other workers rejected (negative or non-finite amounts, totals \
+             going back, more than the budget in one record, a time too far ahead): they count for nothing",
+            m.rejected.clone(),
+        );
         m
     }
 
     fn show(&self, limits: &GroupLimits) {
         if let Some(spend) = limits.group_spend() {
-            self.group_spend_usd.set(spend.usd);
-            self.group_spend_tokens
-                .set(i64::try_from(spend.tokens).unwrap_or(i64::MAX));
+            if let Some(gauge) = &self.group_spend_usd {
+                gauge.set(spend.usd);
+            }
+            if let Some(gauge) = &self.group_spend_tokens {
+                gauge.set(i64::try_from(spend.tokens).unwrap_or(i64::MAX));
+            }
         }
     }
 }
@@ -166,14 +339,26 @@ struct Publisher {
     limits: GroupLimits,
     producer: StageProducer,
     metrics: LedgerMetrics,
+    sent: Mutex<Sent>,
+}
+
+/// What the publisher sent so far.
+#[derive(Debug, Default)]
+struct Sent {
+    /// The last record's number.
+    seq: u64,
+    /// The totals of the last acknowledged record.
+    acked_usd: f64,
+    acked_tokens: u64,
 }
 
 impl Ledger {
-    /// Starts the ledger of `config`'s stage 1 when a spend budget is set
-    /// and `[topics] spend` exists: checks that the principal may read and
-    /// write it, reads the group's records of the last hour (at most
+    /// Starts the ledger of `config`'s stage 1 when a spend budget is set:
+    /// checks that the principal may read and write `[topics] spend` and
+    /// that it exists (a missing topic is a configuration error, exit 2),
+    /// reads the group's records of the last hour (at most
     /// [`CATCH_UP_TIMEOUT`]), then publishes every `llm.ledger_interval_ms`.
-    /// `None` without a budget, or without the topic (a warning).
+    /// `None` without a budget.
     pub async fn start(
         config: &Config,
         limits: GroupLimits,
@@ -185,22 +370,23 @@ impl Ledger {
         }
         let topic = config.topics.spend.clone();
         let within = Duration::from_secs(config.connect_timeout_secs);
-        if partition_count(config, &topic, within).await?.is_none() {
-            tracing::warn!(
-                topic = %topic,
-                "the spend ledger topic does not exist: llm.budget_usd_per_hour and \
-                 llm.budget_tokens_per_hour bound each worker, not the group (create it with \
-                 `hintstream topics create`)"
-            );
-            return Ok(None);
-        }
+        // Access first: a topic the principal may not describe looks
+        // missing, and is reported as refused.
         check_topic_access(config, &[&topic], &[&topic], within).await?;
+        if partition_count(config, &topic, within).await?.is_none() {
+            return Err(ConnectError::MissingTopic {
+                topic,
+                servers: config.bootstrap_servers.clone(),
+            }
+            .into());
+        }
         let group = config.hints.group_id.clone();
         let instance = format!("{:016x}", rand::random::<u64>());
         let tail = {
             let (group, instance, limits, metrics) =
                 (group.clone(), instance.clone(), limits.clone(), metrics.clone());
             let since = SystemTime::now().checked_sub(LOOKBACK).unwrap_or(UNIX_EPOCH);
+            let mut streams = PeerStreams::default();
             TopicTail::start_since(config, &topic, since, move |_, payload| {
                 let Some(record) = payload.and_then(decode) else {
                     return;
@@ -208,9 +394,22 @@ impl Ledger {
                 if record.group != group || record.instance == instance {
                     return;
                 }
-                let age = Duration::from_millis(u64::try_from(now_ms() - record.at_ms).unwrap_or(0));
-                limits.observe_peer_spend(age, record.usd, record.tokens);
                 metrics.peer_records.inc();
+                match streams.observe(&record, now_ms(), limits.budgets()) {
+                    Verdict::Count { age, usd, tokens } => limits.observe_peer_spend(age, usd, tokens),
+                    Verdict::Seen => {}
+                    Verdict::Rejected(why) => {
+                        // The first ten, then ever more rarely: a flood of
+                        // bad records does not flood the log.
+                        let n = metrics.rejected.inc() + 1;
+                        if n <= 10 || n.is_power_of_two() {
+                            tracing::warn!(
+                                instance = %record.instance, worker = %record.worker, seq = record.seq, why,
+                                rejected = n, "a spend ledger record was rejected; it counts for nothing"
+                            );
+                        }
+                    }
+                }
             })
             .await
             .map_err(tail_error)?
@@ -226,6 +425,7 @@ impl Ledger {
             limits,
             producer,
             metrics,
+            sent: Mutex::new(Sent::default()),
         });
         let interval = Duration::from_millis(config.llm.ledger_interval_ms);
         let task = tokio::spawn(publish_every(Arc::downgrade(&publisher), interval).in_current_span());
@@ -240,30 +440,57 @@ impl Ledger {
         }))
     }
 
-    /// Publishes what was settled since the last record (at shutdown, so
-    /// that the others count it).
-    pub async fn flush(&self) {
+    /// At shutdown: stops the periodic publisher (a record it had in
+    /// flight may still be delivered; the last one's totals cover it), then
+    /// publishes the final totals and flushes the producer, so that the
+    /// others count all of this worker's spend. Takes at most twice
+    /// [`PUBLISH_DEADLINE`] (an unreachable broker delays the exit that
+    /// much).
+    pub async fn close(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
         self.publisher.publish().await;
+        let producer = self.publisher.producer.clone();
+        let flushed = tokio::task::spawn_blocking(move || producer.flush(PUBLISH_DEADLINE)).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!(topic = %self.publisher.topic, error = %e, "the last spend record may not have been written");
+        }
     }
 }
 
 impl Publisher {
-    /// Writes one record of the spend settled since the last (none when
-    /// nothing was), within [`PUBLISH_DEADLINE`]; a failure puts the spend
-    /// back for the next.
+    fn sent(&self) -> std::sync::MutexGuard<'_, Sent> {
+        // Plain numbers, each set whole.
+        self.sent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes one record of this instance's running totals (none when no
+    /// spend was settled since the last acknowledged record), within
+    /// [`PUBLISH_DEADLINE`]; a failure is counted and logged (the next
+    /// record carries the same totals or more).
     async fn publish(&self) {
         self.metrics.show(&self.limits);
-        let Some((usd, tokens)) = self.limits.take_unpublished() else {
+        let Some((total_usd, total_tokens)) = self.limits.settled_totals() else {
             return;
         };
-        let record = SpendRecord {
-            schema_version: 1,
-            group: self.group.clone(),
-            worker: worker_identity().to_string(),
-            instance: self.instance.clone(),
-            at_ms: now_ms(),
-            usd,
-            tokens,
+        let record = {
+            let mut sent = self.sent();
+            if total_usd <= sent.acked_usd && total_tokens <= sent.acked_tokens {
+                return;
+            }
+            sent.seq += 1;
+            SpendRecord {
+                schema_version: SCHEMA_VERSION,
+                group: self.group.clone(),
+                worker: worker_identity().to_string(),
+                instance: self.instance.clone(),
+                seq: sent.seq,
+                at_ms: now_ms(),
+                total_usd,
+                total_tokens,
+                usd: (total_usd - sent.acked_usd).max(0.0),
+                tokens: total_tokens.saturating_sub(sent.acked_tokens),
+            }
         };
         // A struct of strings and numbers always serializes.
         let payload = serde_json::to_vec(&record).unwrap_or_default();
@@ -279,15 +506,20 @@ impl Publisher {
         .await;
         let error = match sent {
             Ok(Ok(_)) => {
+                let mut sent = self.sent();
+                sent.acked_usd = sent.acked_usd.max(total_usd);
+                sent.acked_tokens = sent.acked_tokens.max(total_tokens);
                 self.metrics.published.inc();
                 return;
             }
             Ok(Err((e, _))) => e.to_string(),
             Err(_) => format!("not acknowledged within {PUBLISH_DEADLINE:?}"),
         };
-        self.limits.restore_unpublished(usd, tokens);
         self.metrics.publish_failures.inc();
-        tracing::warn!(topic = %self.topic, error, usd, tokens, "a spend record was not written; the next carries it");
+        tracing::warn!(
+            topic = %self.topic, error, seq = record.seq, total_usd, total_tokens,
+            "a spend record was not acknowledged; the next carries the same totals or more"
+        );
     }
 }
 
@@ -310,7 +542,7 @@ fn decode(payload: &[u8]) -> Option<SpendRecord> {
         return None;
     }
     let record: SpendRecord = serde_json::from_slice(payload).ok()?;
-    (record.schema_version == 1 && record.usd.is_finite() && record.usd >= 0.0).then_some(record)
+    (record.schema_version == SCHEMA_VERSION || record.schema_version == 1).then_some(record)
 }
 
 fn tail_error(e: TailError) -> StageError {
@@ -337,7 +569,8 @@ fn worker_identity() -> &'static str {
 }
 
 /// The hook that re-splits the group's rate limits after every rebalance:
-/// this worker takes the share of `input`'s `total` partitions it holds.
+/// this worker takes the share of `input`'s `total` partitions it holds (at
+/// most all of them), logged when its rates change.
 pub fn rate_share_hook(
     input: &str,
     total: usize,
@@ -347,13 +580,16 @@ pub fn rate_share_hook(
     let input = input.to_string();
     Box::new(move |assignment| {
         let held = assignment.iter().filter(|(t, _)| **t == *input).count();
-        limits.set_rate_share(held, total);
+        let changed = limits.set_rate_share(held, total);
         let (requests, tokens) = limits.rate_per_minute();
         metrics.rate_share.set(if total == 0 {
             1.0
         } else {
-            held as f64 / total as f64
+            held.min(total) as f64 / total as f64
         });
+        if !changed {
+            return;
+        }
         tracing::info!(
             partitions = held,
             of = total,
@@ -368,22 +604,189 @@ pub fn rate_share_hook(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_record_round_trips_and_a_bad_one_is_skipped() {
-        let record = SpendRecord {
-            schema_version: 1,
+    const BUDGETS: (Option<f64>, Option<u64>) = (Some(1.0), None);
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn record(instance: &str, seq: u64, total_usd: f64, usd: f64) -> SpendRecord {
+        SpendRecord {
+            schema_version: SCHEMA_VERSION,
             group: "hintstream-hints".into(),
             worker: "host/1".into(),
-            instance: "00000000000000ab".into(),
-            at_ms: 1_700_000_000_000,
-            usd: 0.042,
-            tokens: 1234,
+            instance: instance.into(),
+            seq,
+            at_ms: NOW,
+            total_usd,
+            total_tokens: (total_usd * 1e4) as u64,
+            usd,
+            tokens: (usd * 1e4) as u64,
+        }
+    }
+
+    /// Dollars counted of `verdict`, 0 when it counts none.
+    fn counted(verdict: Verdict) -> f64 {
+        match verdict {
+            Verdict::Count { usd, .. } => usd,
+            _ => 0.0,
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_a_bad_one_is_skipped() {
+        let r = record("00000000000000ab", 3, 0.042, 0.01);
+        let bytes = serde_json::to_vec(&r).unwrap();
+        assert_eq!(decode(&bytes), Some(r.clone()));
+        let future = SpendRecord {
+            schema_version: 3,
+            ..r
         };
-        let bytes = serde_json::to_vec(&record).unwrap();
-        assert_eq!(decode(&bytes), Some(record.clone()));
-        let negative = SpendRecord { usd: -1.0, ..record };
-        assert_eq!(decode(&serde_json::to_vec(&negative).unwrap()), None);
+        assert_eq!(decode(&serde_json::to_vec(&future).unwrap()), None);
         assert_eq!(decode(b"{not json"), None);
         assert_eq!(decode(&vec![b' '; MAX_RECORD_BYTES + 1]), None);
+    }
+
+    #[test]
+    fn a_duplicate_record_counts_once() {
+        let mut streams = PeerStreams::default();
+        let first = record("a", 1, 0.10, 0.10);
+        assert!((counted(streams.observe(&first, NOW, BUDGETS)) - 0.10).abs() < 1e-12);
+        assert_eq!(streams.observe(&first, NOW, BUDGETS), Verdict::Seen);
+        // The publisher timed out on seq 2 (delivered anyway) and sent the
+        // same totals again as seq 3: nothing more.
+        assert!((counted(streams.observe(&record("a", 2, 0.15, 0.05), NOW, BUDGETS)) - 0.05).abs() < 1e-12);
+        assert_eq!(
+            counted(streams.observe(&record("a", 3, 0.15, 0.05), NOW, BUDGETS)),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_lost_record_is_covered_by_the_next() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 1, 0.10, 0.10), NOW, BUDGETS);
+        // Seq 2 (0.10 -> 0.15) never arrived; seq 3 carries the totals.
+        let v = streams.observe(&record("a", 3, 0.20, 0.10), NOW, BUDGETS);
+        assert!((counted(v) - 0.10).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn an_out_of_order_record_counts_nothing_more() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 1, 0.10, 0.10), NOW, BUDGETS);
+        streams.observe(&record("a", 3, 0.30, 0.20), NOW, BUDGETS);
+        assert_eq!(
+            streams.observe(&record("a", 2, 0.20, 0.10), NOW, BUDGETS),
+            Verdict::Seen
+        );
+        let v = streams.observe(&record("a", 4, 0.35, 0.05), NOW, BUDGETS);
+        assert!((counted(v) - 0.05).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn a_new_incarnation_is_a_new_stream_from_zero() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 5, 0.40, 0.05), NOW, BUDGETS);
+        // The worker restarted: a new instance id, totals from 0, seq from 1.
+        let v = streams.observe(&record("b", 1, 0.03, 0.03), NOW, BUDGETS);
+        assert!((counted(v) - 0.03).abs() < 1e-12, "{v:?}");
+        // The old incarnation's late record still counts on its own stream.
+        let v = streams.observe(&record("a", 6, 0.42, 0.02), NOW, BUDGETS);
+        assert!((counted(v) - 0.02).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn the_first_record_read_of_an_instance_counts_what_its_last_acknowledged_one_did_not() {
+        // Read at start-up, an hour back: its totals hold older spend.
+        let mut streams = PeerStreams::default();
+        let v = streams.observe(&record("a", 40, 3.00, 0.02), NOW, BUDGETS);
+        assert!((counted(v) - 0.02).abs() < 1e-12, "{v:?}");
+    }
+
+    #[test]
+    fn untrustworthy_records_are_rejected() {
+        let mut streams = PeerStreams::default();
+        let negative = record("a", 1, -1.0, 0.0);
+        assert!(matches!(
+            streams.observe(&negative, NOW, BUDGETS),
+            Verdict::Rejected(_)
+        ));
+        let nan = record("a", 1, f64::NAN, 0.0);
+        assert!(matches!(
+            streams.observe(&nan, NOW, BUDGETS),
+            Verdict::Rejected(_)
+        ));
+        let infinite = record("a", 1, 0.1, f64::INFINITY);
+        assert!(matches!(
+            streams.observe(&infinite, NOW, BUDGETS),
+            Verdict::Rejected(_)
+        ));
+        let ahead = SpendRecord {
+            at_ms: NOW + 3_600_000,
+            ..record("a", 1, 0.1, 0.1)
+        };
+        assert_eq!(
+            streams.observe(&ahead, NOW, BUDGETS),
+            Verdict::Rejected("in_the_future")
+        );
+        // More than the whole budget in one record.
+        assert_eq!(
+            streams.observe(&record("b", 1, 5.0, 5.0), NOW, BUDGETS),
+            Verdict::Rejected("over_the_budget")
+        );
+        // ...which does not stop that instance's later records counting.
+        let v = streams.observe(&record("b", 2, 5.1, 0.1), NOW, BUDGETS);
+        assert!((counted(v) - 0.1).abs() < 1e-9, "{v:?}");
+        // Totals going back.
+        assert_eq!(
+            streams.observe(&record("b", 3, 1.0, 0.0), NOW, BUDGETS),
+            Verdict::Rejected("totals_went_back")
+        );
+        // A token budget bounds the tokens of one record.
+        let huge = SpendRecord {
+            total_tokens: u64::MAX,
+            tokens: u64::MAX,
+            ..record("c", 1, 0.0, 0.0)
+        };
+        assert_eq!(
+            streams.observe(&huge, NOW, (None, Some(1_000_000))),
+            Verdict::Rejected("over_the_budget")
+        );
+    }
+
+    #[test]
+    fn a_record_of_a_worker_not_yet_upgraded_counts_as_it_says() {
+        let v1 = br#"{"schema_version":1,"group":"hintstream-hints","worker":"host/1",
+            "instance":"00000000000000ab","at_ms":1700000000000,"usd":0.042,"tokens":1234}"#;
+        let record = decode(v1).unwrap();
+        let mut streams = PeerStreams::default();
+        for _ in 0..2 {
+            let v = streams.observe(&record, NOW, BUDGETS);
+            assert_eq!(
+                v,
+                Verdict::Count {
+                    age: Duration::ZERO,
+                    usd: 0.042,
+                    tokens: 1234
+                }
+            );
+        }
+        let huge = SpendRecord { usd: 2.0, ..record };
+        assert_eq!(
+            streams.observe(&huge, NOW, BUDGETS),
+            Verdict::Rejected("over_the_budget")
+        );
+    }
+
+    #[test]
+    fn a_reader_tracks_a_bounded_number_of_instances() {
+        let mut streams = PeerStreams::default();
+        for i in 0..(MAX_STREAMS * 2) {
+            let at_ms = NOW + i as i64;
+            let r = SpendRecord {
+                at_ms,
+                ..record(&format!("i{i}"), 1, 0.0001, 0.0001)
+            };
+            streams.observe(&r, at_ms, BUDGETS);
+        }
+        assert!(streams.streams.len() <= MAX_STREAMS);
     }
 }

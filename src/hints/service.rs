@@ -40,9 +40,6 @@ use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 /// How often the budget gauges are refreshed while no call changes them.
 const BUDGET_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
 
-/// How long the last spend record may take at shutdown.
-const LEDGER_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// How long one probe of the LLM provider (readiness) may take, and the
 /// longest pause between probes until one is answered.
 const LLM_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -387,7 +384,7 @@ pub struct HintStage {
     config: Config,
     shell: StageShell,
     hinter: Arc<GroupHinter>,
-    /// The group's spend ledger; `None` without a budget or its topic.
+    /// The group's spend ledger; `None` without a budget.
     ledger: Option<Ledger>,
     pub metrics_addr: SocketAddr,
 }
@@ -428,7 +425,7 @@ impl HintStage {
         // The limits are the group's: the rates split by partitions held,
         // the budget counted over the group's spend ledger.
         let group_limits = synth.group_limits();
-        let ledger_metrics = LedgerMetrics::register(&mut shell.registry);
+        let ledger_metrics = LedgerMetrics::register(&mut shell.registry, group_limits.has_budget());
         let within = Duration::from_secs(config.connect_timeout_secs);
         let input = &config.hints.input_topic;
         let total = partition_count(&config, input, within).await?.unwrap_or(0);
@@ -500,10 +497,10 @@ impl HintStage {
         let stage = &self.config.hints;
         tracing::info!(input = %stage.input_topic, output = %stage.output_topic, group = %stage.group_id, "hint stage running");
         let summary = self.shell.run(self.hinter, shutdown).await;
-        // What settled since the last record, for the group's budget (an
-        // unreachable broker delays the exit by this bound at most).
-        if let Some(ledger) = &self.ledger {
-            let _ = tokio::time::timeout(LEDGER_FLUSH_TIMEOUT, ledger.flush()).await;
+        // The final totals, for the group's budget (bounded: see
+        // `Ledger::close`).
+        if let Some(ledger) = self.ledger {
+            ledger.close().await;
         }
         summary
     }

@@ -12,10 +12,15 @@
 //! The budgets are the consumer group's: besides its own spend, the window
 //! holds the other workers' (their records of the spend ledger, see
 //! `hints::ledger`, entered with [`SpendBudget::observe_peer`]), and
-//! [`SpendBudget::take_unpublished`] hands out what this worker settled
-//! since its last record. A worker alone has no peers: nothing changes.
+//! [`SpendBudget::settled_totals`] is what this worker settled since it
+//! started, which its records carry (running totals: a record sent twice or
+//! lost changes nothing). A worker alone has no peers: nothing changes.
+//!
+//! The window holds spend in one-second buckets (a ring over the hour, for
+//! this worker's spend and for its peers'): memory is bounded whatever the
+//! number of calls or records, and spend leaves the window up to a second
+//! after it is an hour old, never before.
 
-use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -31,42 +36,160 @@ pub struct Remaining {
     pub tokens: Option<u64>,
 }
 
-/// Spend over the rolling window: (when, dollars, tokens), oldest first,
-/// and their sums.
-#[derive(Debug, Default)]
+/// How finely the rolling window places spend: one bucket a second. Spend
+/// leaves the window with its bucket's latest spend, up to this much late
+/// (never early).
+const BUCKET: Duration = Duration::from_secs(1);
+
+/// Buckets in the ring: every second of the window, and one more (a bucket
+/// whose latest spend is under a window old can start just over one).
+const BUCKETS: usize = (BUDGET_WINDOW.as_secs() / BUCKET.as_secs()) as usize + 2;
+
+/// One second's spend.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    /// Which second since the window's base it holds.
+    index: i64,
+    /// When its latest spend was: it leaves the window a window after.
+    /// `None`: empty.
+    latest: Option<Instant>,
+    usd: f64,
+    tokens: u64,
+}
+
+/// Spend over the rolling window, in a ring of one-second buckets (bounded
+/// memory, O(1) adds in any order), and its sums.
+#[derive(Debug)]
 struct Rolling {
-    entries: VecDeque<(Instant, f64, u64)>,
+    /// The instant second 0 starts at.
+    base: Instant,
+    /// Allocated at the first spend.
+    ring: Vec<Bucket>,
+    /// No bucket of an earlier second holds spend.
+    oldest: i64,
+    /// Buckets holding spend.
+    live: usize,
     usd: f64,
     tokens: u64,
 }
 
 impl Rolling {
-    /// Adds spend at `at`, in time order (peers' records arrive from several
-    /// partitions, not quite in order).
-    fn add(&mut self, at: Instant, usd: f64, tokens: u64) {
-        let i = self.entries.partition_point(|&(t, _, _)| t <= at);
-        self.entries.insert(i, (at, usd, tokens));
-        self.usd += usd;
-        self.tokens += tokens;
+    fn new(base: Instant) -> Self {
+        Rolling {
+            base,
+            ring: Vec::new(),
+            oldest: 0,
+            live: 0,
+            usd: 0.0,
+            tokens: 0,
+        }
     }
 
-    fn expire(&mut self, now: Instant) {
-        while let Some(&(at, usd, tokens)) = self.entries.front() {
-            if now.saturating_duration_since(at) < BUDGET_WINDOW {
-                break;
-            }
-            self.entries.pop_front();
-            self.usd -= usd;
-            self.tokens -= tokens;
+    /// The second `at` falls in, counted from `base` (negative before it).
+    fn second(&self, at: Instant) -> i64 {
+        if at >= self.base {
+            i64::try_from((at - self.base).as_secs()).unwrap_or(i64::MAX)
+        } else {
+            let before = self.base - at;
+            -i64::try_from(before.as_secs() + u64::from(before.subsec_nanos() > 0)).unwrap_or(i64::MAX)
         }
-        if self.entries.is_empty() {
+    }
+
+    fn slot(index: i64) -> usize {
+        // `rem_euclid` of a positive modulus is in 0..BUCKETS.
+        index.rem_euclid(BUCKETS as i64) as usize
+    }
+
+    /// Adds spend at `at` (peers' records arrive from several partitions,
+    /// not quite in order). Spend of a second a ring older than the newest
+    /// (over the window: already expired) goes into that bucket's slot as
+    /// the newer second's, which keeps it longer, never shorter.
+    fn add(&mut self, at: Instant, usd: f64, tokens: u64) {
+        if self.ring.is_empty() {
+            self.ring = vec![Bucket::default(); BUCKETS];
+        }
+        let index = self.second(at);
+        let slot = Self::slot(index);
+        let bucket = &mut self.ring[slot];
+        if bucket.latest.is_some() && bucket.index < index {
+            // A second a ring ago: long out of the window.
+            self.usd -= bucket.usd;
+            self.tokens = self.tokens.saturating_sub(bucket.tokens);
+            *bucket = Bucket::default();
+            self.live -= 1;
+        }
+        if bucket.latest.is_none() {
+            self.live += 1;
+        }
+        let index = if bucket.latest.is_some() {
+            bucket.index.max(index)
+        } else {
+            index
+        };
+        bucket.index = index;
+        bucket.latest = Some(bucket.latest.map_or(at, |l| l.max(at)));
+        bucket.usd += usd;
+        bucket.tokens = bucket.tokens.saturating_add(tokens);
+        self.usd += usd;
+        self.tokens = self.tokens.saturating_add(tokens);
+        if index < self.oldest {
+            self.oldest = index;
+        }
+    }
+
+    /// Drops the buckets whose latest spend is a window old.
+    fn expire(&mut self, now: Instant) {
+        if self.ring.is_empty() {
+            return;
+        }
+        let newest = self.second(now);
+        // Every bucket is older than a ring: all expire.
+        if newest.saturating_sub(self.oldest) > BUCKETS as i64 {
+            self.oldest = newest.saturating_sub(BUCKETS as i64);
+            for bucket in &mut self.ring {
+                if bucket
+                    .latest
+                    .is_some_and(|l| now.saturating_duration_since(l) >= BUDGET_WINDOW)
+                {
+                    *bucket = Bucket::default();
+                }
+            }
+            self.resum();
+            return;
+        }
+        while self.oldest <= newest {
+            let bucket = &mut self.ring[Self::slot(self.oldest)];
+            match bucket.latest {
+                Some(latest) if bucket.index == self.oldest => {
+                    if now.saturating_duration_since(latest) < BUDGET_WINDOW {
+                        break;
+                    }
+                    self.usd -= bucket.usd;
+                    self.tokens = self.tokens.saturating_sub(bucket.tokens);
+                    *bucket = Bucket::default();
+                    self.live -= 1;
+                }
+                // Empty, or another second's (newer: kept).
+                _ => {}
+            }
+            self.oldest += 1;
+        }
+        if self.live == 0 {
             // No drift from float subtraction when the window empties.
             self.usd = 0.0;
+            self.tokens = 0;
         }
+    }
+
+    /// Counts and sums the buckets again.
+    fn resum(&mut self) {
+        self.live = self.ring.iter().filter(|b| b.latest.is_some()).count();
+        self.usd = self.ring.iter().map(|b| b.usd).sum();
+        self.tokens = self.ring.iter().fold(0, |sum, b| sum.saturating_add(b.tokens));
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Window {
     /// This worker's settled spend.
     spent: Rolling,
@@ -74,12 +197,23 @@ struct Window {
     peers: Rolling,
     reserved_usd: f64,
     reserved_tokens: u64,
-    /// Settled here since the last ledger record: not yet published.
-    unpublished_usd: f64,
-    unpublished_tokens: u64,
+    /// Settled here since the start, for the ledger's records: only grows.
+    settled_usd: f64,
+    settled_tokens: u64,
 }
 
 impl Window {
+    fn new(now: Instant) -> Self {
+        Window {
+            spent: Rolling::new(now),
+            peers: Rolling::new(now),
+            reserved_usd: 0.0,
+            reserved_tokens: 0,
+            settled_usd: 0.0,
+            settled_tokens: 0,
+        }
+    }
+
     fn expire(&mut self, now: Instant) {
         self.spent.expire(now);
         self.peers.expire(now);
@@ -89,7 +223,10 @@ impl Window {
     fn used(&self) -> (f64, u64) {
         (
             self.spent.usd + self.peers.usd + self.reserved_usd,
-            self.spent.tokens + self.peers.tokens + self.reserved_tokens,
+            self.spent
+                .tokens
+                .saturating_add(self.peers.tokens)
+                .saturating_add(self.reserved_tokens),
         )
     }
 }
@@ -123,7 +260,7 @@ impl SpendBudget {
         (usd.is_some() || tokens.is_some()).then(|| SpendBudget {
             usd,
             tokens,
-            window: Mutex::new(Window::default()),
+            window: Mutex::new(Window::new(Instant::now())),
         })
     }
 
@@ -139,12 +276,14 @@ impl SpendBudget {
         w.expire(Instant::now());
         let (used_usd, used_tokens) = w.used();
         let over_usd = self.usd.is_some_and(|budget| used_usd + usd > budget);
-        let over_tokens = self.tokens.is_some_and(|budget| used_tokens + tokens > budget);
+        let over_tokens = self
+            .tokens
+            .is_some_and(|budget| used_tokens.saturating_add(tokens) > budget);
         if over_usd || over_tokens {
             return Err(Exhausted);
         }
         w.reserved_usd += usd;
-        w.reserved_tokens += tokens;
+        w.reserved_tokens = w.reserved_tokens.saturating_add(tokens);
         Ok(Reservation {
             budget: self,
             usd,
@@ -179,24 +318,16 @@ impl SpendBudget {
         w.expire(now);
     }
 
-    /// What this worker settled since the last call, for its next ledger
-    /// record; `None` when nothing was. Put it back with
-    /// [`SpendBudget::restore_unpublished`] if the record was not written.
-    pub fn take_unpublished(&self) -> Option<(f64, u64)> {
-        let mut w = self.window();
-        let taken = (
-            std::mem::take(&mut w.unpublished_usd),
-            std::mem::take(&mut w.unpublished_tokens),
-        );
-        (taken.0 > 0.0 || taken.1 > 0).then_some(taken)
+    /// What this worker settled since it started (dollars, tokens), the
+    /// running totals its ledger records carry: they only grow.
+    pub fn settled_totals(&self) -> (f64, u64) {
+        let w = self.window();
+        (w.settled_usd, w.settled_tokens)
     }
 
-    /// Returns spend taken for a record that was not written: the next
-    /// record carries it.
-    pub fn restore_unpublished(&self, usd: f64, tokens: u64) {
-        let mut w = self.window();
-        w.unpublished_usd += usd;
-        w.unpublished_tokens += tokens;
+    /// The budgets set: (dollars, tokens) per hour.
+    pub fn limits(&self) -> (Option<f64>, Option<u64>) {
+        (self.usd, self.tokens)
     }
 
     /// The group's settled spend in the window now (reservations in flight
@@ -206,7 +337,7 @@ impl SpendBudget {
         w.expire(Instant::now());
         GroupSpend {
             usd: w.spent.usd + w.peers.usd,
-            tokens: w.spent.tokens + w.peers.tokens,
+            tokens: w.spent.tokens.saturating_add(w.peers.tokens),
             own_usd: w.spent.usd,
             own_tokens: w.spent.tokens,
         }
@@ -251,8 +382,8 @@ impl Reservation<'_> {
         w.reserved_tokens = w.reserved_tokens.saturating_sub(self.tokens);
         if let Some((usd, tokens)) = spent {
             w.spent.add(Instant::now(), usd, tokens);
-            w.unpublished_usd += usd;
-            w.unpublished_tokens += tokens;
+            w.settled_usd += usd;
+            w.settled_tokens = w.settled_tokens.saturating_add(tokens);
         }
     }
 }
@@ -318,19 +449,53 @@ mod tests {
     }
 
     #[test]
-    fn own_spend_is_published_once_and_restored_when_its_record_fails() {
+    fn own_settled_totals_only_grow_and_count_what_was_spent() {
         let budget = SpendBudget::new(1.0, 0).unwrap();
-        assert_eq!(budget.take_unpublished(), None, "nothing settled yet");
+        assert_eq!(budget.settled_totals(), (0.0, 0), "nothing settled yet");
         budget.reserve(0.2, 100).unwrap().settle(0.15, 90);
         budget.reserve(0.2, 100).unwrap().release();
-        assert_eq!(budget.take_unpublished(), Some((0.15, 90)));
-        assert_eq!(budget.take_unpublished(), None, "taken once");
-        budget.restore_unpublished(0.15, 90);
+        assert_eq!(budget.settled_totals(), (0.15, 90));
         budget.reserve(0.2, 100).unwrap().settle(0.05, 10);
-        let (usd, tokens) = budget.take_unpublished().unwrap();
+        let (usd, tokens) = budget.settled_totals();
         assert!((usd - 0.20).abs() < 1e-12 && tokens == 100);
-        // Publishing is bookkeeping: the own window still holds both.
+        // Publishing is bookkeeping: the own window holds both.
         assert!((budget.group_spend().own_usd - 0.20).abs() < 1e-12);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spend_leaves_the_window_with_its_second_never_early_and_memory_stays_bounded() {
+        let budget = SpendBudget::new(1000.0, 0).unwrap();
+        // A second's spend, at 0.2 s and 0.9 s of it: both leave when the
+        // later one is a window old.
+        tokio::time::advance(Duration::from_millis(200)).await;
+        budget.reserve(1.0, 0).unwrap().settle(1.0, 10);
+        tokio::time::advance(Duration::from_millis(700)).await;
+        budget.reserve(1.0, 0).unwrap().settle(2.0, 20);
+        tokio::time::advance(BUDGET_WINDOW - Duration::from_millis(1)).await;
+        assert!((budget.group_spend().usd - 3.0).abs() < 1e-12);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(budget.group_spend().usd, 0.0);
+        // Peers' records in any order, many a second, over hours: the ring
+        // holds a bucket a second.
+        for i in 0..20_000u64 {
+            let age = Duration::from_millis((i * 7919) % 3_500_000);
+            budget.observe_peer(age, 0.001, 1);
+            if i % 100 == 0 {
+                tokio::time::advance(Duration::from_secs(1)).await;
+            }
+        }
+        {
+            let w = budget.window();
+            assert_eq!(w.peers.ring.len(), BUCKETS);
+            let live: f64 = w.peers.ring.iter().map(|b| b.usd).sum();
+            assert!((w.peers.usd - live).abs() < 1e-9, "{} vs {live}", w.peers.usd);
+            let buckets = w.peers.ring.iter().filter(|b| b.latest.is_some()).count();
+            assert_eq!(w.peers.live, buckets);
+        }
+        // Two hours on, nothing is left.
+        tokio::time::advance(2 * BUDGET_WINDOW).await;
+        let group = budget.group_spend();
+        assert_eq!((group.usd, group.tokens), (0.0, 0));
     }
 
     #[test]

@@ -174,9 +174,9 @@ impl GroupLimits {
     }
 
     /// Takes the rate share of `assigned` of the input topic's `total`
-    /// partitions (see [`share_of`]).
-    pub fn set_rate_share(&self, assigned: usize, total: usize) {
-        self.limits.rate.set_share(assigned, total);
+    /// partitions (see [`share_of`]); whether this worker's rates changed.
+    pub fn set_rate_share(&self, assigned: usize, total: usize) -> bool {
+        self.limits.rate.set_share(assigned, total)
     }
 
     /// This worker's (requests, tokens) per minute now; 0 = unlimited.
@@ -196,17 +196,19 @@ impl GroupLimits {
         }
     }
 
-    /// This worker's spend settled since the last call (see
-    /// [`SpendBudget::take_unpublished`]).
-    pub fn take_unpublished(&self) -> Option<(f64, u64)> {
-        self.limits.budget.as_ref()?.take_unpublished()
+    /// What this worker settled since it started (see
+    /// [`SpendBudget::settled_totals`]); `None` without a budget.
+    pub fn settled_totals(&self) -> Option<(f64, u64)> {
+        self.limits.budget.as_ref().map(SpendBudget::settled_totals)
     }
 
-    /// Puts back spend whose record was not written.
-    pub fn restore_unpublished(&self, usd: f64, tokens: u64) {
-        if let Some(budget) = &self.limits.budget {
-            budget.restore_unpublished(usd, tokens);
-        }
+    /// The budgets set, (dollars, tokens) per hour; both `None` without a
+    /// budget.
+    pub fn budgets(&self) -> (Option<f64>, Option<u64>) {
+        self.limits
+            .budget
+            .as_ref()
+            .map_or((None, None), SpendBudget::limits)
     }
 
     /// The group's settled spend in the rolling hour; `None` without a

@@ -7,13 +7,21 @@
 //! not per worker): each worker takes the share of the input topic's
 //! partitions it is assigned ([`share_of`]), re-split on every rebalance
 //! ([`RateLimits::set_share`]). A worker alone holds every partition and
-//! the whole rate. A new share starts its limiters afresh (a full minute's
-//! burst), so a rebalance can let one extra minute's worth through.
+//! the whole rate. A new share's limiters start as used as the old ones
+//! were (the same fraction of their burst), so a rebalance hands out no
+//! fresh minute's burst; a rebalance that leaves the share's rates as they
+//! were (a cooperative rebalance calls the hook after the revoke and after
+//! the assignment) keeps the limiters. Attempts already waiting on the old
+//! limiters are let through by them.
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 
+use governor::middleware::StateInformationMiddleware;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+/// A per-minute limiter that can tell how much of its burst is left.
+type Limiter = DefaultDirectRateLimiter<StateInformationMiddleware>;
 
 /// This worker's part of a group's per-minute `limit` when it holds
 /// `assigned` of the input topic's `total` partitions: rounded down, at
@@ -30,26 +38,51 @@ pub fn share_of(limit: u32, assigned: usize, total: usize) -> u32 {
 
 /// The limiters of one share; `None` where the limit is unset (0).
 struct Limiters {
-    /// (assigned, total) they were made for.
-    share: (usize, usize),
-    requests: Option<Arc<DefaultDirectRateLimiter>>,
+    requests_per_minute: u32,
+    requests: Option<Arc<Limiter>>,
     /// Shared with the tasks that pay a reply's token debt.
-    tokens: Option<Arc<DefaultDirectRateLimiter>>,
+    tokens: Option<Arc<Limiter>>,
     tokens_per_minute: u32,
 }
 
 impl Limiters {
-    fn new(requests_per_minute: u32, tokens_per_minute: u32, share: (usize, usize)) -> Self {
-        let per_minute =
-            |n: u32| NonZeroU32::new(n).map(|n| Arc::new(RateLimiter::direct(Quota::per_minute(n))));
-        let tokens_per_minute = share_of(tokens_per_minute, share.0, share.1);
+    /// Limiters of `requests_per_minute` and `tokens_per_minute` (this
+    /// worker's share), each as used as the one of `previous` it replaces.
+    fn new(requests_per_minute: u32, tokens_per_minute: u32, previous: Option<&Limiters>) -> Self {
         Limiters {
-            share,
-            requests: per_minute(share_of(requests_per_minute, share.0, share.1)),
-            tokens: per_minute(tokens_per_minute),
+            requests_per_minute,
+            requests: limiter(requests_per_minute, previous.and_then(|p| p.requests.as_deref())),
+            tokens: limiter(tokens_per_minute, previous.and_then(|p| p.tokens.as_deref())),
             tokens_per_minute,
         }
     }
+}
+
+/// A limiter of `per_minute` (`None` when 0, unset) that starts with the
+/// fraction of its burst `previous` had used (none used without one).
+fn limiter(per_minute: u32, previous: Option<&Limiter>) -> Option<Arc<Limiter>> {
+    let burst = NonZeroU32::new(per_minute)?;
+    let fresh = RateLimiter::direct(Quota::per_minute(burst)).with_middleware::<StateInformationMiddleware>();
+    let free = previous.map_or(1.0, free_fraction);
+    let used = burst.get() - (f64::from(burst.get()) * free).floor() as u32;
+    if let Some(used) = NonZeroU32::new(used.min(burst.get())) {
+        // A fresh limiter holds its whole burst: this always fits.
+        let _ = fresh.check_n(used);
+    }
+    Some(Arc::new(fresh))
+}
+
+/// The fraction of its burst `limiter` has free now, 0 to 1 (learned by
+/// taking one cell: the limiter is being replaced).
+fn free_fraction(limiter: &Limiter) -> f64 {
+    match limiter.check() {
+        Ok(state) => {
+            let burst = state.quota().burst_size().get();
+            (f64::from(state.remaining_burst_capacity()) + 1.0) / f64::from(burst)
+        }
+        Err(_) => 0.0,
+    }
+    .clamp(0.0, 1.0)
 }
 
 /// The group's limits and this worker's limiters for its share.
@@ -64,7 +97,7 @@ impl RateLimits {
         RateLimits {
             requests_per_minute,
             tokens_per_minute,
-            current: Mutex::new(Limiters::new(requests_per_minute, tokens_per_minute, (1, 1))),
+            current: Mutex::new(Limiters::new(requests_per_minute, tokens_per_minute, None)),
         }
     }
 
@@ -73,26 +106,27 @@ impl RateLimits {
         self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the share of `assigned` of `total` input partitions (after a
-    /// rebalance); the same share keeps its limiters.
-    pub(super) fn set_share(&self, assigned: usize, total: usize) {
+    /// Takes the share of `assigned` (at most `total`) of `total` input
+    /// partitions (after a rebalance). Rates that did not change keep their
+    /// limiters; new ones start as used as the old were. Whether the rates
+    /// changed.
+    pub(super) fn set_share(&self, assigned: usize, total: usize) -> bool {
+        let assigned = if total == 0 { assigned } else { assigned.min(total) };
+        let requests = share_of(self.requests_per_minute, assigned, total);
+        let tokens = share_of(self.tokens_per_minute, assigned, total);
         let mut current = self.current();
-        if current.share != (assigned, total) {
-            *current = Limiters::new(
-                self.requests_per_minute,
-                self.tokens_per_minute,
-                (assigned, total),
-            );
+        if (current.requests_per_minute, current.tokens_per_minute) == (requests, tokens) {
+            return false;
         }
+        let next = Limiters::new(requests, tokens, Some(&current));
+        *current = next;
+        true
     }
 
     /// This worker's (requests, tokens) per minute now; 0 = unlimited.
     pub(super) fn per_minute(&self) -> (u32, u32) {
         let current = self.current();
-        (
-            share_of(self.requests_per_minute, current.share.0, current.share.1),
-            current.tokens_per_minute,
-        )
+        (current.requests_per_minute, current.tokens_per_minute)
     }
 
     /// Waits for the request limit, and for the token limit with the
@@ -134,7 +168,7 @@ impl RateLimits {
 
 /// Waits until `n` tokens of a tokens-per-minute limiter with `burst` are
 /// free and takes them (at most one minute's worth at once).
-async fn take_tokens(limiter: &DefaultDirectRateLimiter, burst: u32, n: u32) {
+async fn take_tokens(limiter: &Limiter, burst: u32, n: u32) {
     let Some(n) = NonZeroU32::new(n.clamp(1, burst.max(1))) else {
         return;
     };
@@ -176,5 +210,72 @@ mod tests {
         let unset = RateLimits::new(0, 0);
         unset.set_share(1, 6);
         assert_eq!(unset.per_minute(), (0, 0));
+    }
+
+    /// Takes cells of `limiter` until it refuses; how many it gave.
+    fn drain(limiter: &Limiter) -> u32 {
+        let mut n = 0;
+        while limiter.check().is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    fn requests(limits: &RateLimits) -> Arc<Limiter> {
+        limits.current().requests.clone().unwrap()
+    }
+
+    /// Cells a limiter of `per_minute` may have refilled since `since`
+    /// (the tests below run on the real clock; a loaded machine is slow).
+    fn refilled(per_minute: u32, since: std::time::Instant) -> u32 {
+        (since.elapsed().as_secs_f64() * f64::from(per_minute) / 60.0).ceil() as u32 + 1
+    }
+
+    #[test]
+    fn a_new_share_starts_as_used_as_the_old_one_was() {
+        // 60 a minute: a cell a second (30 a minute, one in two, once split).
+        let started = std::time::Instant::now();
+        // Unused: the new share's whole burst.
+        let limits = RateLimits::new(60, 0);
+        assert!(limits.set_share(1, 2));
+        let burst = drain(&requests(&limits));
+        assert!((30..=30 + refilled(30, started)).contains(&burst), "{burst}");
+        // The burst spent: a re-split hands out nothing fresh, either way.
+        let started = std::time::Instant::now();
+        assert!(limits.set_share(2, 2));
+        let fresh = drain(&requests(&limits));
+        assert!(fresh <= refilled(60, started), "{fresh}");
+        let started = std::time::Instant::now();
+        assert!(limits.set_share(1, 3));
+        let fresh = drain(&requests(&limits));
+        assert!(fresh <= refilled(20, started), "{fresh}");
+        // Half used: half the new burst.
+        let started = std::time::Instant::now();
+        let limits = RateLimits::new(60, 0);
+        for _ in 0..30 {
+            requests(&limits).check().unwrap();
+        }
+        limits.set_share(1, 2);
+        let left = drain(&requests(&limits));
+        let slack = refilled(60, started);
+        assert!((15..=15 + slack).contains(&left), "{left}");
+    }
+
+    #[test]
+    fn a_rebalance_that_keeps_the_rates_keeps_the_limiters() {
+        let limits = RateLimits::new(600, 90_000);
+        // Alone from the start: every partition is the whole rate already.
+        let before = requests(&limits);
+        assert!(!limits.set_share(6, 6));
+        assert!(Arc::ptr_eq(&before, &requests(&limits)));
+        // A cooperative rebalance's two calls with the same share: one change.
+        assert!(limits.set_share(3, 6));
+        let split = requests(&limits);
+        assert!(!limits.set_share(3, 6));
+        assert!(Arc::ptr_eq(&split, &requests(&limits)));
+        // More partitions held than the count measured at start-up: the
+        // whole rate, never more.
+        limits.set_share(8, 6);
+        assert_eq!(limits.per_minute(), (600, 90_000));
     }
 }

@@ -611,7 +611,7 @@ fn exported_metrics() -> String {
         fresh_rescue_rate: None,
         cost_per_rescue_usd: None,
     });
-    hintstream::hints::ledger::LedgerMetrics::register(&mut hints);
+    hintstream::hints::ledger::LedgerMetrics::register(&mut hints, true);
     let mut advantages = Registry::with_prefix("hintstream_advantages");
     hintstream::metrics::StageMetrics::register(&mut advantages).dead_lettered("not_json");
     let advantage_metrics = hintstream::advantages::metrics::AdvantageMetrics::register(&mut advantages);

@@ -4,8 +4,8 @@
 //! budget plus the in-flight bound of the README ((workers - 1) x
 //! (concurrency x worst-case call + what one worker settles in one ledger
 //! interval)), and each worker's group-spend gauge shows the group's total.
-//! The same three workers without the ledger topic (each worker's own
-//! budget, as before the ledger) spend about three budgets. One worker
+//! The same three workers each on a spend topic of its own (each worker's
+//! own budget, as before the ledger) spend about three budgets. One worker
 //! alone gets the whole budget.
 
 use crate::common;
@@ -63,8 +63,9 @@ async fn wait_groups(config: &Config, n: usize, within: Duration) -> Vec<Hint> {
 }
 
 /// Stage 1 on topics of its own (input of [`PARTITIONS`]), its spend
-/// ledger `spend` created when `with_ledger`, a $0.50/h budget at
-/// `concurrency = 2` and prices that make a call cost a few cents.
+/// ledger `spend` created when `with_ledger` (otherwise [`run`] gives each
+/// worker a spend topic of its own), a $0.50/h budget at `concurrency = 2`
+/// and prices that make a call cost a few cents.
 async fn group_config(bootstrap: &str, with_ledger: bool) -> Config {
     let mut config = common::config_for(bootstrap);
     common::own_topics(&mut config.hints, "gb-in", "gb-hints");
@@ -102,13 +103,19 @@ struct Run {
 
 /// Runs `workers` stage-1 workers of one group until each of `groups`
 /// groups is hinted; the groups are produced once every worker holds its
-/// partitions (no rebalance meanwhile).
+/// partitions (no rebalance meanwhile). Without `with_ledger` each worker
+/// has a spend topic of its own: its budget is its own.
 async fn run(config: &Config, server: &LlmServer, workers: usize, groups: usize, with_ledger: bool) -> Run {
     let env = llm_server::anthropic_env(server, KEY);
     let mut running = Vec::new();
     let mut endpoints = Vec::new();
     for _ in 0..workers {
-        let stage = HintStage::build(config.clone(), &env).await.unwrap();
+        let mut config = config.clone();
+        if !with_ledger {
+            config.topics.spend = common::unique("gb-own-spend");
+            common::create_topics(&config, &[&config.topics.spend], 1).await;
+        }
+        let stage = HintStage::build(config, &env).await.unwrap();
         endpoints.push(common::MetricsEndpoint(stage.metrics_addr));
         running.push(common::spawn_stage(|stop| stage.run(stop)));
     }
@@ -200,11 +207,11 @@ async fn three_workers_share_one_budget_and_one_worker_alone_gets_all_of_it() {
     let server = LlmServer::start(Some(KEY)).await;
     server.default(Behavior::Billed("Check the numbering.".into(), CALL));
 
-    // Today's per-worker budget, for the record: no ledger topic.
+    // Today's per-worker budget, for the record: no shared ledger topic.
     let config = group_config(&broker.bootstrap, false).await;
     let apart = run(&config, &server, 3, GROUPS, false).await;
     eprintln!(
-        "per worker (no ledger): 3 workers x concurrency {CONCURRENCY} under ${BUDGET_USD}/h spent ${:.4} \
+        "per worker (own ledgers): 3 workers x concurrency {CONCURRENCY} under ${BUDGET_USD}/h spent ${:.4} \
          in {} LLM calls ({} budget_exhausted), worst case ${:.4} a call",
         apart.spent, apart.llm_hints, apart.exhausted, apart.worst
     );
@@ -256,4 +263,78 @@ async fn three_workers_share_one_budget_and_one_worker_alone_gets_all_of_it() {
         alone.spent
     );
     assert!(alone.exhausted > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_without_its_spend_topic_exits_2_naming_it() {
+    let broker = common::shared_kafka();
+    let server = LlmServer::start(Some(KEY)).await;
+    let mut config = group_config(&broker.bootstrap, false).await;
+    config.topics.spend = common::unique("gb-no-spend");
+    let env = llm_server::anthropic_env(&server, KEY);
+    let Err(e) = HintStage::build(config.clone(), &env).await else {
+        panic!("stage 1 started with a budget and no spend topic");
+    };
+    let message = e.to_string();
+    assert_eq!(e.exit_code(), 2, "{message}");
+    assert!(message.contains(&config.topics.spend), "{message}");
+    assert!(message.contains("hintstream topics create"), "{message}");
+}
+
+/// Catch-up at start-up: worker A spends its group's budget and stops;
+/// worker B, started afterwards on the same spend topic, reads A's records
+/// of the last hour before it takes work: its group-spend gauge shows A's
+/// spend, and it refuses the next call (`budget_exhausted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_started_later_counts_the_spend_of_one_that_stopped() {
+    let broker = common::shared_kafka();
+    let server = LlmServer::start(Some(KEY)).await;
+    server.default(Behavior::Billed(
+        "Check the numbering.".into(),
+        Duration::from_millis(200),
+    ));
+    let mut config = group_config(&broker.bootstrap, true).await;
+    // One call at a time: A stops when a settled spend leaves no room for
+    // one more call, which B sees as A left it.
+    config.llm.concurrency = 1;
+    const GROUPS: usize = 30;
+    let a = run(&config, &server, 1, GROUPS, true).await;
+    assert!(a.exhausted > 0, "A spent the budget: ${:.4}", a.spent);
+
+    let env = llm_server::anthropic_env(&server, KEY);
+    let b = HintStage::build(config.clone(), &env).await.unwrap();
+    let endpoint = common::MetricsEndpoint(b.metrics_addr);
+    let running = common::spawn_stage(|stop| b.run(stop));
+    let shown = endpoint
+        .wait_for(
+            "hintstream_hints_llm_group_spend_usd",
+            &[],
+            |v| (v - a.spent).abs() < 1e-6,
+            Duration::from_secs(20),
+            || format!("A spent ${:.4}", a.spent),
+        )
+        .await;
+    eprintln!(
+        "A spent ${:.4} in {} calls and stopped; B started later and counts ${shown:.4}",
+        a.spent, a.llm_hints
+    );
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    let late = "g9999";
+    common::send(
+        &producer,
+        &config.hints.input_topic,
+        &group_key("gb", 1, late),
+        &trajectory(late),
+    )
+    .await;
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let hints = wait_groups(&config, GROUPS + 1, Duration::from_secs(60)).await;
+    running.stop().await;
+    let hint = hints.iter().find(|h| h.instance_id == late).unwrap();
+    assert_eq!(
+        hint.failure_reason.as_deref(),
+        Some("budget_exhausted"),
+        "B counted A's spend: {hint:?}"
+    );
+    assert_eq!(hint.cost_usd, 0.0);
 }

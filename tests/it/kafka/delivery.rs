@@ -369,6 +369,9 @@ async fn an_hourly_budget_stops_llm_requests_and_loses_nothing() {
     ));
     let mut config = hint_config(&broker.bootstrap).await;
     config.llm.budget_usd_per_hour = BUDGET_USD;
+    // A budget needs its spend ledger topic.
+    config.topics.spend = common::unique("spend");
+    common::create_topics(&config, &[&config.topics.spend], 1).await;
     // A small output allowance keeps each reservation near the real cost, so
     // an overshoot would show.
     config.llm.max_tokens = 16;
