@@ -29,9 +29,11 @@ def _produce(bootstrap: str, topic: str, run_id: str, steps) -> None:
 
 
 def _logged_steps(wandb_dir: Path, run_id: str) -> list:
+    """Every step logged to ``run_id``'s W&B run under ``wandb_dir`` (each
+    bridge process under a folder of its own there)."""
     rid = wandb_run_id(run_id)
-    runs = sorted((wandb_dir / "wandb").glob(f"offline-run-*-{rid}"))
-    assert runs, f"no offline run for {run_id} in {list((wandb_dir / 'wandb').glob('*'))}"
+    runs = sorted(wandb_dir.glob(f"**/wandb/offline-run-*-{rid}"))
+    assert runs, f"no offline run for {run_id} in {list(wandb_dir.glob('**/wandb/*'))}"
     steps = []
     for run in runs:
         (log,) = run.glob("run-*.wandb")
@@ -60,13 +62,18 @@ def test_out_of_order_steps_are_all_in_the_run(broker, tmp_path, monkeypatch) ->
     assert sorted(_logged_steps(tmp_path, run_b)) == [1, 2, 3]
 
     # Restarted (as `python -m hintstream.wandb_bridge`): it resumes after
-    # its committed offsets and appends to the same W&B run.
+    # its committed offsets and appends to the same W&B run (the same run
+    # id). Its offline files go to a folder of their own: W&B names an
+    # offline run's folder by the second it started and the run id, so a
+    # restart within the same second would write over the first's.
     _produce(broker.bootstrap, topic, run_a, [11, 10])
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
+    restarted = tmp_path / "restarted"
+    restarted.mkdir()
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(restarted)}
     out = subprocess.run(
         [sys.executable, "-m", "hintstream.wandb_bridge", "--bootstrap-servers", broker.bootstrap, "--topic", topic,
          "--project", "hintstream-test", "--group-id", group, "--max-messages", "2", "--idle-seconds", "60"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env=env, cwd=restarted, capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "logged 2 steps" in out.stdout, out.stdout

@@ -304,10 +304,10 @@ class TrainerClient:
                 self._pending.append(ConsumeError(err, m.topic(), m.partition()))
             return
         topic = m.topic() or ""
-        # Offsets only grow on an assigned partition that is never sought.
-        # A message at or below the last one is a repeat: tansu 0.6.0 sends
-        # a burst of repeated batches when a fetch starts inside a record
-        # batch (as one at an undercounted high watermark does).
+        # Offsets only grow on an assigned partition that is never sought,
+        # so a message at or below the last one is a repeat the broker sent
+        # again (some brokers re-send a record batch when a fetch starts
+        # inside it): dropped, and counted.
         position = (topic, m.partition())
         offset = m.offset()
         last = self._last_offsets.get(position)

@@ -533,6 +533,17 @@ impl KafkaCluster {
         self.node(id).start_again();
     }
 
+    /// Waits until every node's metadata shows `names` with their
+    /// partitions: a topic just created is known to the controller first and
+    /// reaches each broker a moment later, and a stage that asks a broker
+    /// that has not heard of it yet exits 2 ("does not exist").
+    pub async fn wait_for_topics(&self, names: &[&str]) {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        for node in &self.nodes {
+            super::wait_for_topics(&super::config_for(&node.bootstrap), &names).await;
+        }
+    }
+
     /// The node leading `topic`'s `partition` now, from a metadata request
     /// to the nodes that run; `None` while it has no leader.
     pub fn leader(&self, topic: &str, partition: i32) -> Option<i32> {

@@ -201,6 +201,17 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
         partitions,
     )
     .await;
+    cluster
+        .wait_for_topics(&[
+            &h.input_topic,
+            &h.output_topic,
+            &h.dlq_topic,
+            &a.input_topic,
+            &a.output_topic,
+            &a.dlq_topic,
+            &config.topics.metrics,
+        ])
+        .await;
     let mut stage_config = config.clone();
     stage_config.kafka.delivery = DeliveryMode::ExactlyOnce;
     stage_config.kafka.transaction_timeout_ms = 10_000;

@@ -104,6 +104,18 @@ async fn both_stages_ride_out_leader_failover_without_losing_anything() {
     config.hints.drain_timeout_secs = 3;
     config.advantages.drain_timeout_secs = 3;
     common::create_pipeline_topics(&config, PARTITIONS).await;
+    let (h, a) = (&config.hints, &config.advantages);
+    cluster
+        .wait_for_topics(&[
+            &h.input_topic,
+            &h.output_topic,
+            &h.dlq_topic,
+            &a.input_topic,
+            &a.output_topic,
+            &a.dlq_topic,
+            &config.topics.metrics,
+        ])
+        .await;
     let (hints_out, advantages_out) = (
         config.hints.output_topic.clone(),
         config.advantages.output_topic.clone(),
