@@ -129,14 +129,7 @@ pub async fn check_cluster(config: &Config, topics: &[&str], within: Duration) -
 /// Whether `topic` exists, from the cluster's metadata within `within` (no
 /// ACL check: for topics a stage may do without).
 pub async fn topic_exists(config: &Config, topic: &str, within: Duration) -> Result<bool, ConnectError> {
-    let probe_config = config.clone();
-    let metadata = tokio::task::spawn_blocking(move || probe(&probe_config, ClientKind::Consumer, within))
-        .await
-        .map_err(|_| KafkaError::Canceled)??;
-    Ok(metadata
-        .topics()
-        .iter()
-        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+    Ok(partition_count(config, topic, within).await?.is_some())
 }
 
 /// The partitions of `topic` from the cluster's metadata within `within`;

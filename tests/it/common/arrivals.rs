@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hintstream::config::Config;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
 
 /// When each output record arrived at the test's reader, by topic.
 #[derive(Default)]
@@ -48,21 +49,58 @@ impl Arrivals {
     }
 }
 
-/// Reads both outputs from the start, recording each arrival, until the
-/// returned flag is set.
-pub fn read_outputs(config: &Config, topics: &[String], arrivals: Arc<Mutex<Arrivals>>) -> Arc<AtomicBool> {
+/// A reader of output topics (see [`read_outputs`]).
+pub struct OutputReader {
+    stop: Arc<AtomicBool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl OutputReader {
+    /// Stops reading and waits until the reader is gone.
+    pub async fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for OutputReader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Reads `topics` from the start, recording each arrival, until stopped.
+/// By assignment (a group of its own that it never joins, and commits
+/// nothing), so closing it has no group to leave: a test whose brokers are
+/// gone (killed, or dropped while it unwinds) does not wait on it.
+pub fn read_outputs(config: &Config, topics: &[String], arrivals: Arc<Mutex<Arrivals>>) -> OutputReader {
     let mut client = hintstream::kafka::base_config(config);
     client
-        .set("group.id", super::unique("failover-reader"))
-        .set("auto.offset.reset", "earliest")
+        .set("group.id", super::unique("output-reader"))
+        .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed");
     let consumer: StreamConsumer = client.create().unwrap();
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    consumer.subscribe(&names).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let stop = done.clone();
-    tokio::spawn(async move {
-        while !stop.load(Ordering::Relaxed) {
+    let mut assignment = TopicPartitionList::new();
+    for topic in topics {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("metadata of {topic}: {e}"));
+        for t in metadata.topics().iter().filter(|t| t.name() == topic.as_str()) {
+            for p in t.partitions() {
+                assignment
+                    .add_partition_offset(topic, p.id(), Offset::Beginning)
+                    .unwrap();
+            }
+        }
+    }
+    assert!(assignment.count() > 0, "{topics:?} have no partitions");
+    consumer.assign(&assignment).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        while !stopped.load(Ordering::Relaxed) {
             let Ok(Ok(message)) = tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
             else {
                 continue;
@@ -77,7 +115,10 @@ pub fn read_outputs(config: &Config, topics: &[String], arrivals: Arc<Mutex<Arri
                 .push((key, Instant::now()));
         }
     });
-    done
+    OutputReader {
+        stop,
+        task: Some(task),
+    }
 }
 
 /// Waits until `topic` has `more` arrivals past `from`, failing after

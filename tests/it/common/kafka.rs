@@ -537,10 +537,9 @@ impl KafkaCluster {
     /// partitions: a topic just created is known to the controller first and
     /// reaches each broker a moment later, and a stage that asks a broker
     /// that has not heard of it yet exits 2 ("does not exist").
-    pub async fn wait_for_topics(&self, names: &[&str]) {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    pub async fn wait_for_topics(&self, names: &[String]) {
         for node in &self.nodes {
-            super::wait_for_topics(&super::config_for(&node.bootstrap), &names).await;
+            super::wait_for_topics(&super::config_for(&node.bootstrap), names).await;
         }
     }
 

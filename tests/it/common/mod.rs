@@ -155,16 +155,28 @@ pub async fn create_advantages_topics(config: &Config, partitions: i32) {
     .await;
 }
 
-/// Creates both stages' topics and the step-metrics topic.
+/// Both stages' topics (input, output, dead letters) and the step-metrics
+/// topic.
+pub fn pipeline_topics(config: &Config) -> Vec<String> {
+    let (h, a) = (&config.hints, &config.advantages);
+    [
+        &h.input_topic,
+        &h.output_topic,
+        &h.dlq_topic,
+        &a.input_topic,
+        &a.output_topic,
+        &a.dlq_topic,
+        &config.topics.metrics,
+    ]
+    .map(String::clone)
+    .to_vec()
+}
+
+/// Creates [`pipeline_topics`].
 pub async fn create_pipeline_topics(config: &Config, partitions: i32) {
-    let h = &config.hints;
-    create_topics(
-        config,
-        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
-        partitions,
-    )
-    .await;
-    create_advantages_topics(config, partitions).await;
+    let names = pipeline_topics(config);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_topics(config, &names, partitions).await;
 }
 
 /// Points `stage` at topics and a group of its own (input `NAME-…`, its
@@ -241,6 +253,21 @@ pub async fn read_topic(config: &Config, topic: &str) -> Vec<hintstream::tools::
         .await
         .unwrap();
     hintstream::tools::replay::read_recorded(out.path()).unwrap()
+}
+
+/// The hints on `topic`, from the start (each must decode).
+pub async fn hints_in(config: &Config, topic: &str) -> Vec<hintstream::messages::Hint> {
+    read_topic(config, topic)
+        .await
+        .iter()
+        .map(|m| {
+            hintstream::messages::decode::<hintstream::messages::Hint>(
+                m.value_bytes().unwrap(),
+                hintstream::messages::DecodeLimits::default(),
+            )
+            .expect("hints decode")
+        })
+        .collect()
 }
 
 /// A stage running in a task until [`Running::stop`].

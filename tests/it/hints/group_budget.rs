@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use hintstream::config::{Config, ModelPrice};
 use hintstream::hints::HintStage;
 use hintstream::llm::limits::FRAMING_TOKENS;
-use hintstream::messages::{decode, group_key, DecodeLimits, Hint, HintCategory};
+use hintstream::messages::{group_key, Hint, HintCategory};
 use llm_server::{Behavior, LlmServer};
 use rdkafka::producer::Producer;
 
@@ -41,11 +41,7 @@ fn trajectory(instance: &str) -> Vec<u8> {
 }
 
 async fn hints_in(config: &Config) -> Vec<Hint> {
-    common::read_topic(config, &config.hints.output_topic)
-        .await
-        .iter()
-        .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).unwrap())
-        .collect()
+    common::hints_in(config, &config.hints.output_topic).await
 }
 
 /// Waits until every one of `n` groups has a hint.

@@ -16,7 +16,7 @@ use hintstream::config::Config;
 use hintstream::hints::HintStage;
 use hintstream::kafka::{create_producer, DlqHeaders};
 use hintstream::llm::synth::LlmEnv;
-use hintstream::messages::{decode, DecodeLimits, Hint, HintCategory};
+use hintstream::messages::{Hint, HintCategory};
 use llm_server::{Behavior, LlmServer};
 use rdkafka::producer::Producer;
 
@@ -33,19 +33,11 @@ fn trajectory(step: i64, instance: &str, trajectory: &str, reward: f64, group_si
 
 use common::send;
 
-async fn hints_in(config: &Config, topic: &str) -> Vec<Hint> {
-    common::read_topic(config, topic)
-        .await
-        .iter()
-        .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).expect("hints decode"))
-        .collect()
-}
-
 /// Waits until `done(hints)` holds.
 async fn wait_hints(config: &Config, topic: &str, secs: u64, done: impl Fn(&[Hint]) -> bool) -> Vec<Hint> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {
-        let hints = hints_in(config, topic).await;
+        let hints = common::hints_in(config, topic).await;
         if done(&hints) {
             return hints;
         }
@@ -127,7 +119,7 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
         String::new,
     )
     .await;
-    let hints_again = hints_in(&config, &config.hints.output_topic).await;
+    let hints_again = common::hints_in(&config, &config.hints.output_topic).await;
     running.stop().await;
 
     assert_eq!(hints_again.len(), 5, "exactly one hint per group: {hints:?}");
@@ -340,7 +332,7 @@ async fn two_processes(bootstrap: &str, kill: bool) {
         logs,
     )
     .await;
-    let hints_settled = hints_in(&config, &h.output_topic).await;
+    let hints_settled = common::hints_in(&config, &h.output_topic).await;
     let step1: Vec<&Hint> = hints_settled.iter().filter(|h| h.step == 1).collect();
     assert_eq!(
         step1.len(),
@@ -459,7 +451,7 @@ async fn groups_above_the_reward_threshold_get_no_hint() {
         String::new,
     )
     .await;
-    let hints_again = hints_in(&config, &config.hints.output_topic).await;
+    let hints_again = common::hints_in(&config, &config.hints.output_topic).await;
     let in_flight = endpoint.value("hintstream_hints_in_flight_messages", &[]).await;
     running.stop().await;
     assert_eq!(skipped, 1.0);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use hintstream::config::{ArmEntry, Config};
 use hintstream::hints::HintStage;
 use hintstream::kafka::create_producer;
-use hintstream::messages::{decode, DecodeLimits, Hint, HintCategory, HintOutcome};
+use hintstream::messages::{Hint, HintCategory, HintOutcome};
 use llm_server::{Behavior, LlmServer};
 
 fn trajectory(run: &str, step: i64, instance: &str) -> Vec<u8> {
@@ -65,11 +65,7 @@ async fn learning_config(broker: &str) -> Config {
 }
 
 async fn hints_in(config: &Config) -> Vec<Hint> {
-    common::read_topic(config, &config.hints.output_topic)
-        .await
-        .iter()
-        .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).expect("hints decode"))
-        .collect()
+    common::hints_in(config, &config.hints.output_topic).await
 }
 
 /// Waits (bounded) until `done` holds for the hints published so far.

@@ -21,7 +21,7 @@ use hintstream::hints::HintStage;
 use hintstream::kafka::create_producer;
 use hintstream::llm::synth::{LlmEnv, SynthObserver};
 use hintstream::llm::Synthesizer;
-use hintstream::messages::{decode, DecodeLimits, FailedTrajectory, Hint, HintCategory};
+use hintstream::messages::{FailedTrajectory, Hint, HintCategory};
 use hintstream::tools::recorded::Bytes;
 use hintstream::tools::RecordedMessage;
 use rdkafka::producer::Producer;
@@ -134,11 +134,7 @@ async fn ask(system: &str, user: &str) -> (String, u64, u64) {
 }
 
 async fn hints_in(config: &Config) -> Vec<Hint> {
-    common::read_topic(config, &config.hints.output_topic)
-        .await
-        .iter()
-        .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).unwrap())
-        .collect()
+    common::hints_in(config, &config.hints.output_topic).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

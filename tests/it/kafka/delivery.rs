@@ -35,11 +35,7 @@ fn trajectory(run: &str, step: i64, instance: &str, id: &str) -> Vec<u8> {
 }
 
 async fn hints_in(config: &Config) -> Vec<Hint> {
-    common::read_topic(config, &config.hints.output_topic)
-        .await
-        .iter()
-        .map(|m| decode::<Hint>(m.value_bytes().unwrap(), DecodeLimits::default()).unwrap())
-        .collect()
+    common::hints_in(config, &config.hints.output_topic).await
 }
 
 async fn wait_hints(config: &Config, n: usize, within: Duration) -> Vec<Hint> {

@@ -187,31 +187,8 @@ async fn both_stages_publish_each_output_exactly_once_while_workers_are_killed()
     common::own_topics(&mut config.advantages, "eos-scored", "eos-advantages");
     config.topics.metrics = common::unique("eos-metrics");
     let (h, a) = (config.hints.clone(), config.advantages.clone());
-    common::create_topics(
-        &config,
-        &[
-            &h.input_topic,
-            &h.output_topic,
-            &h.dlq_topic,
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ],
-        partitions,
-    )
-    .await;
-    cluster
-        .wait_for_topics(&[
-            &h.input_topic,
-            &h.output_topic,
-            &h.dlq_topic,
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ])
-        .await;
+    common::create_pipeline_topics(&config, partitions).await;
+    cluster.wait_for_topics(&common::pipeline_topics(&config)).await;
     let mut stage_config = config.clone();
     stage_config.kafka.delivery = DeliveryMode::ExactlyOnce;
     stage_config.kafka.transaction_timeout_ms = 10_000;

@@ -104,18 +104,7 @@ async fn both_stages_ride_out_leader_failover_without_losing_anything() {
     config.hints.drain_timeout_secs = 3;
     config.advantages.drain_timeout_secs = 3;
     common::create_pipeline_topics(&config, PARTITIONS).await;
-    let (h, a) = (&config.hints, &config.advantages);
-    cluster
-        .wait_for_topics(&[
-            &h.input_topic,
-            &h.output_topic,
-            &h.dlq_topic,
-            &a.input_topic,
-            &a.output_topic,
-            &a.dlq_topic,
-            &config.topics.metrics,
-        ])
-        .await;
+    cluster.wait_for_topics(&common::pipeline_topics(&config)).await;
     let (hints_out, advantages_out) = (
         config.hints.output_topic.clone(),
         config.advantages.output_topic.clone(),
@@ -216,7 +205,7 @@ async fn both_stages_ride_out_leader_failover_without_losing_anything() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    reader.store(true, Ordering::Relaxed);
+    reader.stop().await;
     let a = arrivals.lock().unwrap();
     let window = (load_started, load_stopped);
     for (name, topic, produced) in [

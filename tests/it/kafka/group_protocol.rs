@@ -188,7 +188,7 @@ async fn time_to_hint_all(protocol: &str, workers: usize, server: &LlmServer) ->
         Duration::from_secs(180),
     )
     .await;
-    reader.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.stop().await;
     for (process, _) in &mut running {
         assert!(process.running(), "a worker exited:\n{}", process.log());
     }
