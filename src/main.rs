@@ -148,10 +148,12 @@ async fn quickstart(config: Config, names_brokers: bool, data: Option<&Path>) ->
 /// `hintstream hints`, until SIGTERM/SIGINT or a failure.
 async fn hints(config: Config) -> anyhow::Result<()> {
     let env = LlmEnv::from_process();
+    // Before the start-up: a signal meanwhile stops the stage once it runs.
+    let shutdown = shutdown_signal();
     let stage = HintStage::build(config, &env)
         .await
         .context("starting the hint stage")?;
-    let summary = stage.run(shutdown_signal()).await;
+    let summary = stage.run(shutdown).await;
     tracing::info!(?summary, "hint stage stopped");
     if let Some(failure) = summary.failure {
         anyhow::bail!("the hint stage failed: {failure}");
@@ -161,10 +163,11 @@ async fn hints(config: Config) -> anyhow::Result<()> {
 
 /// `hintstream advantages`, until SIGTERM/SIGINT or a failure.
 async fn advantages(config: Config) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal();
     let stage = AdvantageStage::build(config)
         .await
         .context("starting the advantage stage")?;
-    let summary = stage.run(shutdown_signal()).await;
+    let summary = stage.run(shutdown).await;
     tracing::info!(?summary, "advantage stage stopped");
     if let Some(failure) = summary.failure {
         anyhow::bail!("the advantage stage failed: {failure}");
