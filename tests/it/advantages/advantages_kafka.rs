@@ -13,7 +13,6 @@ use arrow_schema::{DataType, Field, Schema};
 use hintstream::advantages::service::AdvantageStage;
 use hintstream::batch::{ipc, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::kafka::{create_producer, DlqHeaders};
-use hintstream::tools::RecordedMessage;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, Producer};
 
@@ -39,23 +38,6 @@ async fn send(
     headers: Option<OwnedHeaders>,
 ) {
     common::send_raw(producer, topic, key, Some(payload), headers).await;
-}
-
-/// Waits until `topic` holds at least `n` messages.
-async fn wait_for(config: &hintstream::config::Config, topic: &str, n: usize) -> Vec<RecordedMessage> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let messages = common::read_topic(config, topic).await;
-        if messages.len() >= n {
-            return messages;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{topic}: {} of {n} messages",
-            messages.len()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 fn assert_close(got: &[f64], want: &[f64]) {
@@ -115,9 +97,9 @@ async fn drops_duplicate_rows_and_dead_letters_rows_after_step_end() {
 
     let stage = AdvantageStage::build(config.clone()).await.unwrap();
     let running = common::spawn_stage(|stop| stage.run(stop));
-    let advantages = wait_for(&config, &adv_topic, 2).await;
-    let metrics = wait_for(&config, &metrics_topic, 2).await;
-    let dead = wait_for(&config, &dlq_topic, 1).await;
+    let advantages = common::wait_for_messages(&config, &adv_topic, 2).await;
+    let metrics = common::wait_for_messages(&config, &metrics_topic, 2).await;
+    let dead = common::wait_for_messages(&config, &dlq_topic, 1).await;
     running.stop().await;
 
     let four = advantages
@@ -260,9 +242,9 @@ async fn publishes_advantages_and_metrics_per_step() {
     assert_ne!(stage.metrics_addr.port(), 0);
     let running = common::spawn_stage(|stop| stage.run(stop));
 
-    let advantages = wait_for(&config, &adv_topic, 2).await;
-    let metrics = wait_for(&config, &metrics_topic, 2).await;
-    let dead = wait_for(&config, &dlq_topic, 2).await;
+    let advantages = common::wait_for_messages(&config, &adv_topic, 2).await;
+    let metrics = common::wait_for_messages(&config, &metrics_topic, 2).await;
+    let dead = common::wait_for_messages(&config, &dlq_topic, 2).await;
     running.stop().await;
 
     // Step 1's advantages, in input order.

@@ -113,23 +113,6 @@ async fn fresh_stage(broker: &str, outcomes: bool) -> Config {
     config
 }
 
-/// Waits until `topic` holds at least `n` messages.
-async fn wait_for(config: &Config, topic: &str, n: usize) -> Vec<RecordedMessage> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let messages = common::read_topic(config, topic).await;
-        if messages.len() >= n {
-            return messages;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{topic}: {} of {n} messages",
-            messages.len()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 fn metrics_of(messages: &[RecordedMessage], key: &str) -> BTreeMap<String, f64> {
     let m = messages
         .iter()
@@ -222,8 +205,8 @@ async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
     let stage = AdvantageStage::build(config.clone()).await.unwrap();
     let endpoint = common::MetricsEndpoint(stage.metrics_addr);
     let running = common::spawn_stage(|stop| stage.run(stop));
-    let metrics = wait_for(&config, &config.topics.metrics, 1).await;
-    let outcomes = wait_for(&config, &config.topics.outcomes, 3).await;
+    let metrics = common::wait_for_messages(&config, &config.topics.metrics, 1).await;
+    let outcomes = common::wait_for_messages(&config, &config.topics.outcomes, 3).await;
     assert_eq!(
         endpoint
             .value("hintstream_advantages_hint_outcomes_published_total", &[])
@@ -307,8 +290,8 @@ async fn without_arms_a_missing_outcomes_topic_costs_only_the_outcomes() {
         .expect("a missing outcomes topic without arms is only a warning");
     let endpoint = common::MetricsEndpoint(stage.metrics_addr);
     let running = common::spawn_stage(|stop| stage.run(stop));
-    let advantages = wait_for(&config, &config.advantages.output_topic, 2).await;
-    let metrics = wait_for(&config, &config.topics.metrics, 2).await;
+    let advantages = common::wait_for_messages(&config, &config.advantages.output_topic, 2).await;
+    let metrics = common::wait_for_messages(&config, &config.topics.metrics, 2).await;
     let published = endpoint
         .value("hintstream_advantages_steps_published_total", &[])
         .await;

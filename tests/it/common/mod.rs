@@ -255,6 +255,28 @@ pub async fn read_topic(config: &Config, topic: &str) -> Vec<hintstream::tools::
     hintstream::tools::replay::read_recorded(out.path()).unwrap()
 }
 
+/// Waits, at most 60 s, until `topic` holds at least `n` messages; all of
+/// them, from the start.
+pub async fn wait_for_messages(
+    config: &Config,
+    topic: &str,
+    n: usize,
+) -> Vec<hintstream::tools::RecordedMessage> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let messages = read_topic(config, topic).await;
+        if messages.len() >= n {
+            return messages;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: {} of {n} messages",
+            messages.len()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// The hints on `topic`, from the start (each must decode).
 pub async fn hints_in(config: &Config, topic: &str) -> Vec<hintstream::messages::Hint> {
     read_topic(config, topic)
