@@ -51,13 +51,16 @@ pub trait Service: Send {
     fn run(self: Box<Self>, shutdown: BoxFuture<()>) -> BoxFuture<RunSummary>;
 }
 
+/// What a registered stage's `build` returns.
+pub type Built = BoxFuture<Result<Box<dyn Service>, StageError>>;
+
 /// One stage as the registry lists it (see `stages`): its name (the
 /// subcommand, the span), the topics it reads and writes as `topics create`
 /// makes them, and how it is built from the configuration.
 pub struct Registered {
     pub name: &'static str,
     pub topics: fn(&Config) -> Vec<crate::kafka::admin::TopicSpec>,
-    pub build: fn(Config) -> BoxFuture<Result<Box<dyn Service>, StageError>>,
+    pub build: fn(Config) -> Built,
 }
 
 /// Why a stage could not start, or stopped on its own.

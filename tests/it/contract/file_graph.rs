@@ -31,13 +31,19 @@ struct RustModule {
     reexports: BTreeMap<String, ModPath>,
 }
 
+/// A file's code (comments and literals blanked), with the byte range of
+/// each module it holds (the file's own, then its inline ones).
+type FileCode = (String, Vec<(usize, usize, ModPath)>);
+
+/// A `use` declaration: its byte offset, whether it re-exports, and its
+/// tree flattened into (path, alias) pairs.
+type UseDeclaration = (usize, bool, Vec<(Vec<String>, String)>);
+
 /// The crate's modules, from the files under `src/` and the inline
 /// modules inside them.
 struct Crate {
     modules: BTreeMap<ModPath, RustModule>,
-    /// Each file's code (comments and literals blanked), with the module
-    /// path that each byte of it lies in.
-    files: BTreeMap<PathBuf, (String, Vec<(usize, usize, ModPath)>)>,
+    files: BTreeMap<PathBuf, FileCode>,
 }
 
 fn files_with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
@@ -116,10 +122,54 @@ fn inline_modules(code: &str) -> Vec<(Vec<String>, usize, usize)> {
     out
 }
 
+/// `code` with the bodies of its `#[cfg(test)]` modules blanked (newlines
+/// kept, so offsets and lines stay).
+fn without_test_modules(code: &str) -> String {
+    let mut out = code.to_string();
+    let mut at = 0;
+    while let Some(pos) = code[at..].find("#[cfg(test)]") {
+        let start = at + pos;
+        at = start + 1;
+        let after = code[start + "#[cfg(test)]".len()..].trim_start();
+        let Some(rest) = after.strip_prefix("mod ") else {
+            continue;
+        };
+        let Some(open) = rest.find(['{', ';']) else {
+            continue;
+        };
+        if rest.as_bytes()[open] != b'{' {
+            continue;
+        }
+        let body_start = code.len() - rest.len() + open;
+        let mut depth = 0;
+        let mut end = code.len();
+        for (i, c) in code[body_start..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = body_start + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let blanked: String = code[start..end]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
+        out.replace_range(start..end, &blanked);
+        at = end;
+    }
+    out
+}
+
 /// The `use` declarations of `code`: each with its byte offset, whether it
 /// is a re-export (`pub`, `pub(crate)`, `pub(super)`), and its trees
 /// flattened into (path, alias) pairs; a glob gives the alias `*`.
-fn use_declarations(code: &str) -> Vec<(usize, bool, Vec<(Vec<String>, String)>)> {
+fn use_declarations(code: &str) -> Vec<UseDeclaration> {
     let mut out = Vec::new();
     let bytes = code.as_bytes();
     let mut at = 0;
@@ -211,9 +261,15 @@ impl Crate {
         let mut modules = BTreeMap::new();
         let mut files = BTreeMap::new();
         for file in files_with_extension(&root().join("src"), "rs") {
+            if file.file_name().is_some_and(|f| f == "tests.rs") {
+                continue; // a file of unit tests (`#[cfg(test)] mod tests;`)
+            }
             let code = code_only(&std::fs::read_to_string(&file).unwrap());
             let base = module_path_of(&file);
             let mut spans = vec![(0, code.len(), base.clone())];
+            // Unit tests are not part of the house: a test module's imports
+            // draw no arrow (its code is blanked).
+            let code = without_test_modules(&code);
             for (names, start, end) in inline_modules(&code) {
                 let mut path = base.clone();
                 path.extend(names);
@@ -297,7 +353,7 @@ impl Crate {
     }
 
     /// The file that defines the item an absolute path names, following
-    /// re-exports; `None` when it leaves the crate.
+    /// re-exports; `None` when it leaves the crate or names a module.
     fn defining_file(&self, path: &ModPath, hops: usize) -> Option<PathBuf> {
         if hops > 16 {
             return None;
@@ -318,7 +374,9 @@ impl Crate {
             }
             return Some(m.file.clone());
         }
-        self.modules.get(&module).map(|m| m.file.clone())
+        // The path names a module, not an item: no arrow by itself (the
+        // items taken through it are followed where they are used).
+        None
     }
 
     /// Every file each file of `src/` takes an item from.
@@ -519,8 +577,31 @@ fn python_modules(package_dir: &Path) -> BTreeMap<String, PathBuf> {
         .collect()
 }
 
+/// `source` with the text of its triple-quoted strings (docstrings, whose
+/// examples may show imports) blanked, line breaks kept.
+fn without_docstrings(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    loop {
+        let next = ["\"\"\"", "'''"]
+            .iter()
+            .filter_map(|q| rest.find(q).map(|at| (at, *q)))
+            .min();
+        let Some((at, quote)) = next else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..at]);
+        let body = &rest[at + 3..];
+        let end = body.find(quote).map_or(body.len(), |e| e + 3);
+        out.extend(body[..end.min(body.len())].chars().filter(|c| *c == '\n'));
+        rest = &body[end.min(body.len())..];
+    }
+}
+
 /// Every import of a Python source, at any depth: (module, names taken).
 fn python_imports(source: &str, this: &str, is_package: bool) -> Vec<(String, Vec<String>)> {
+    let source = without_docstrings(source);
     let mut out = Vec::new();
     let package: Vec<&str> = this.split('.').collect();
     let base_len = if is_package {
@@ -665,6 +746,12 @@ fn the_file_graph_sees_reexports_aliases_globs_and_function_level_imports() {
     let code = "mod a { fn f() {} }\n#[cfg(test)]\nmod tests {\n    mod inner { }\n}\n";
     let found: Vec<Vec<String>> = inline_modules(code).into_iter().map(|(n, _, _)| n).collect();
     assert_eq!(found, vec![s(&["a"]), s(&["tests", "inner"]), s(&["tests"])]);
+    let untested = without_test_modules(code);
+    assert_eq!(untested.len(), code.len());
+    assert!(
+        untested.contains("mod a") && !untested.contains("inner"),
+        "{untested}"
+    );
     assert_eq!(
         inline_paths("let x = client::Partition::new(crate::a::B);"),
         vec![
@@ -683,6 +770,16 @@ fn the_file_graph_sees_reexports_aliases_globs_and_function_level_imports() {
         false,
     );
     assert_eq!(found, vec![("pkg.client".to_string(), s(&["A", "B"]))]);
+    let documented = python_imports(
+        "\"\"\"Use it so:\n\n    from pkg.other import x\n\"\"\"\nimport pkg.real\n",
+        "pkg.mod",
+        false,
+    );
+    assert_eq!(
+        documented,
+        vec![("pkg.real".to_string(), Vec::new())],
+        "docstrings are not imports"
+    );
     let mut graph = BTreeMap::new();
     graph.insert(1, BTreeSet::from([2]));
     graph.insert(2, BTreeSet::from([3]));
