@@ -36,10 +36,10 @@ use futures::FutureExt;
 use tokio::sync::Notify;
 use tracing::Span;
 
+use super::client::CacheMarks;
 use super::client::{Completion, LlmError, Reply};
 use super::limits::Admission;
 use super::pricing::{cost_usd, price_of};
-use super::prompt_cache::CacheMarks;
 use super::retry::attempt_span;
 use super::routing::Link;
 use super::synth::Synthesizer;
