@@ -6,11 +6,11 @@
 use std::time::{Duration, Instant};
 
 use super::cassette::{request_key, AttemptOutcome, Call, Cassette, CassetteMode};
-use super::chain::Tally;
 use super::client::{Completion, LlmError};
+use super::link::Link;
 use super::prompt_cache::PromptText;
-use super::routing::Link;
 use super::synth::Synthesizer;
+use super::tally::Tally;
 
 impl Synthesizer {
     /// The request for `prompt` to `link`'s model, with its cache marks.

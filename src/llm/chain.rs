@@ -9,35 +9,12 @@ use std::time::{Duration, Instant};
 
 use super::cap::cap_hint;
 use super::client::LlmError;
+use super::link::Link;
 use super::pricing::{cost_usd, price_of, uncached_cost_usd};
 use super::prompt_cache::PromptText;
-use super::routing::Link;
 use super::synth::{Synthesis, Synthesizer};
+use super::tally::Tally;
 use crate::messages::{FailedTrajectory, HintCategory, Usage};
-
-/// What one synthesis has used so far: tokens, and time, counted as the
-/// recorded time of calls played from a cassette plus real time when any
-/// call went to the API.
-#[derive(Default)]
-pub(super) struct Tally {
-    pub(super) usage: Usage,
-    pub(super) played_ms: u64,
-    pub(super) live: bool,
-    /// The chain index of the model whose hedged duplicate wrote the
-    /// answer (`llm::hedge`); `None` when the first attempt's did.
-    pub(super) hedged_by: Option<usize>,
-}
-
-impl Tally {
-    fn latency_ms(&self, started: Instant) -> u64 {
-        let real = if self.live {
-            started.elapsed().as_millis() as u64
-        } else {
-            0
-        };
-        self.played_ms + real
-    }
-}
 
 /// A failure after which the next model is not tried: the cassette lacks
 /// the request (strict playback), or the spend budget is spent.

@@ -5,28 +5,19 @@
 //! budget and one more call. A second context-length error fails the model
 //! with `failure_reason = "context_length"`, and the chain goes on.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::chain::Tally;
 use super::client::LlmError;
 use super::fit::{estimate_tokens, fit, user_budget, Fitted};
-use super::routing::Link;
+use super::link::Link;
 use super::synth::Synthesizer;
+use super::tally::Tally;
 use crate::config::context_tokens_of;
 use crate::messages::FailedTrajectory;
 
 /// How long a server is given to say its context window.
 pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A model's window as its server reported it: unknown until asked and
-/// answered (`None` inside when it said nothing).
-#[derive(Debug, Default)]
-pub(super) struct Discovered {
-    asked: AtomicBool,
-    window: Arc<OnceLock<Option<u32>>>,
-}
 
 impl Synthesizer {
     /// The context window of `link`'s model: configured, built in, or

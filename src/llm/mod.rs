@@ -39,7 +39,10 @@ pub mod env;
 pub mod fit;
 mod fitting;
 mod hedge;
+mod hedger;
 pub mod limits;
+mod link;
+mod observer;
 pub mod pricing;
 pub mod prompt;
 pub mod prompt_cache;
@@ -48,6 +51,7 @@ mod retry;
 pub mod routing;
 mod saturation;
 pub mod synth;
+mod tally;
 
 /// `llm::budget` stays a path of the spend budget (it lives in `limits`).
 pub use limits::budget;

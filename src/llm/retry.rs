@@ -12,14 +12,14 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::cassette::{Attempt, AttemptOutcome};
-use super::chain::Tally;
 use super::client::{Completion, LlmError, Reply};
 use super::hedge::Raced;
 use super::limits::{settle, Admission};
+use super::link::Link;
 use super::pricing::price_of;
-use super::routing::Link;
 use super::saturation::{Saturated, WINDOW};
 use super::synth::Synthesizer;
+use super::tally::Tally;
 
 /// The span of one HTTP attempt; `status` and `retry_wait_ms` are filled
 /// in as it ends, `hedge` set on a hedged request's duplicate.
