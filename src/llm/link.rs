@@ -24,3 +24,12 @@ pub(super) struct Discovered {
     pub(super) asked: AtomicBool,
     pub(super) window: Arc<OnceLock<Option<u32>>>,
 }
+
+/// The model of the chain being called, and the one after it: where a
+/// hedged request's duplicate may go (`llm.hedge_to = "next"`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Turn<'a> {
+    pub(super) link: &'a Link,
+    /// `None` for the chain's last model.
+    pub(super) next: Option<&'a Link>,
+}
