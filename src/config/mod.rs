@@ -20,6 +20,7 @@
 
 use std::collections::BTreeSet;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod advantages;
@@ -34,6 +35,7 @@ mod llm_context;
 mod load;
 mod normalize;
 mod redact;
+mod reference;
 mod stage;
 mod topics;
 
@@ -59,20 +61,23 @@ pub use llm_context::{context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TO
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};
 pub use redact::{is_secret_key, REDACTED};
+pub use reference::{reference, REGENERATE, UNDOCUMENTED};
 pub use stage::{StageConfig, MAX_IN_FLIGHT_BYTES, MAX_IN_FLIGHT_MESSAGES};
 pub use topics::TopicsConfig;
 
 use crate::messages::DecodeLimits;
 use error::invalid;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Kafka bootstrap servers, comma-separated (`--bootstrap-servers`, env
     /// `HINTSTREAM_BOOTSTRAP_SERVERS`).
     pub bootstrap_servers: String,
-    /// How long a stage may take at start-up to reach the cluster and find
-    /// its topics before it exits 1 saying why.
+    /// Seconds a stage (and `topics create`, `produce`, `record`, `replay`)
+    /// may take at start-up to reach the cluster and find its topics (1 to
+    /// 3,600): past it, it exits 1 saying why (unreachable, authentication
+    /// or TLS failed); a missing topic exits 2 naming it.
     pub connect_timeout_secs: u64,
     /// librdkafka properties passed through (`security.protocol`,
     /// `sasl.mechanism`, `sasl.username`, `sasl.password`, ...), for every
