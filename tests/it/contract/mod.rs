@@ -4,5 +4,6 @@
 mod book;
 mod cli;
 mod decoding;
+mod file_graph;
 mod layout;
 mod schemas;
