@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         action: Some(ConfigAction::Reference),
     } = cli.command
     {
-        print!("{}", hintstream::config::reference());
+        print!("{}", Config::reference());
         return ExitCode::SUCCESS;
     }
     let (level, service) = (cli.command.default_log_level(), cli.command.service_name());

@@ -61,7 +61,7 @@ pub use llm_context::{context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TO
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};
 pub use redact::{is_secret_key, REDACTED};
-pub use reference::{reference, REGENERATE, UNDOCUMENTED};
+pub use reference::{REGENERATE, UNDOCUMENTED};
 pub use stage::{StageConfig, MAX_IN_FLIGHT_BYTES, MAX_IN_FLIGHT_MESSAGES};
 pub use topics::TopicsConfig;
 
@@ -155,5 +155,12 @@ impl Config {
 
     pub fn decode_limits(&self) -> DecodeLimits {
         self.limits.decode_limits()
+    }
+
+    /// The configuration reference as Markdown (`hintstream config
+    /// reference`, docs/configuration.md): every key, its type, default,
+    /// environment variable and doc comment.
+    pub fn reference() -> String {
+        reference::markdown::<Config>(ENV_PREFIX)
     }
 }

@@ -199,15 +199,54 @@ fn every_chapter_of_docs_is_in_the_summary() {
     );
 }
 
-#[test]
-fn the_configuration_reference_is_what_the_code_generates() {
+/// What `hintstream config reference` prints.
+fn generated_reference() -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_hintstream"))
         .args(["config", "reference"])
         .current_dir(std::env::temp_dir())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let generated = String::from_utf8(out.stdout).unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn every_key_of_the_reference_is_documented_with_its_variable() {
+    let reference = generated_reference();
+    let undocumented: Vec<&str> = reference
+        .split("\n### ")
+        .filter(|entry| entry.contains(hintstream::config::UNDOCUMENTED))
+        .map(|entry| entry.lines().next().unwrap_or_default())
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "config keys without a doc comment (write one for users in src/config/): {undocumented:?}"
+    );
+    // A key of a section, a top-level key and a flattened stage key, each
+    // with its default and variable.
+    for (key, facts) in [
+        (
+            "`[llm] timeout_secs`",
+            "number · default `30.0` · `HINTSTREAM_LLM__TIMEOUT_SECS`",
+        ),
+        (
+            "`bootstrap_servers`",
+            "string · default `\"127.0.0.1:9092\"` · `HINTSTREAM_BOOTSTRAP_SERVERS`",
+        ),
+        (
+            "`[hints] group_id`",
+            "string · default `\"hintstream-hints\"` · `HINTSTREAM_HINTS__GROUP_ID`",
+        ),
+        ("`[[hints.arms]] min_share`", "number · default `0.05`\n"),
+    ] {
+        let entry = format!("\n### {key}\n\n{facts}");
+        assert!(reference.contains(&entry), "the reference lacks {entry:?}");
+    }
+}
+
+#[test]
+fn the_configuration_reference_is_what_the_code_generates() {
+    let generated = generated_reference();
     let committed = read(&root().join("docs/configuration.md"));
     assert!(
         committed == generated,
