@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mdBook, which builds the book in docs/ (docs/book.toml) into target/book/.
 #
-#   scripts/mdbook.sh install   build mdBook from crates.io into the cache (once; ~4 min cold on 2 cores)
+#   scripts/mdbook.sh install   build mdBook from crates.io into the cache (once; 5.6 CPU-minutes: ~14 min
+#                               cold on 2 cores at load 8, a few minutes on an idle machine)
 #   scripts/mdbook.sh build     install, then build the book; prints the path of its index.html
 #   scripts/mdbook.sh path      install, then print the mdbook binary's path (last line)
 #
