@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use hintstream::advantages::offline;
-use hintstream::cli::{AdvantagesAction, Cli, Command, TopicsAction};
+use hintstream::cli::{AdvantagesAction, Cli, Command, ConfigAction, TopicsAction};
 use hintstream::config::{Config, NormalizeFlags};
 use hintstream::eval::{self, EvalConfig, EvalOptions};
 use hintstream::kafka::shutdown_signal;
@@ -34,6 +34,14 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The reference is the code's, whatever the config in effect.
+    if let Command::Config {
+        action: Some(ConfigAction::Reference),
+    } = cli.command
+    {
+        print!("{}", hintstream::config::reference());
+        return ExitCode::SUCCESS;
+    }
     let (level, service) = (cli.command.default_log_level(), cli.command.service_name());
     let telemetry = match hintstream::telemetry::init(cli.global.log_format, level, service) {
         Ok(t) => t,
@@ -114,7 +122,7 @@ async fn run(command: Command, loaded: Loaded) -> anyhow::Result<()> {
     } = loaded;
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match command {
-        Command::Config => {
+        Command::Config { .. } => {
             print!("{}", config.to_redacted_toml());
             Ok(())
         }

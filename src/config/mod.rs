@@ -31,6 +31,7 @@ mod llm_context;
 mod load;
 mod normalize;
 mod redact;
+mod reference;
 mod root;
 mod stage;
 mod topics;
@@ -57,6 +58,14 @@ pub use llm_context::{context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TO
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};
 pub use redact::{is_secret_key, REDACTED};
+pub use reference::{REGENERATE, UNDOCUMENTED};
 pub use root::Config;
 pub use stage::{StageConfig, MAX_IN_FLIGHT_BYTES, MAX_IN_FLIGHT_MESSAGES};
 pub use topics::TopicsConfig;
+
+/// The configuration reference as Markdown (`hintstream config
+/// reference`, docs/configuration.md): every key, its type, default,
+/// environment variable and doc comment.
+pub fn reference() -> String {
+    reference::markdown::<Config>(ENV_PREFIX)
+}

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::advantages::AdvantagesConfig;
@@ -16,14 +17,16 @@ use super::normalize::NormalizeConfig;
 use super::topics::TopicsConfig;
 use crate::messages::DecodeLimits;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Kafka bootstrap servers, comma-separated (`--bootstrap-servers`, env
     /// `HINTSTREAM_BOOTSTRAP_SERVERS`).
     pub bootstrap_servers: String,
-    /// How long a stage may take at start-up to reach the cluster and find
-    /// its topics before it exits 1 saying why.
+    /// Seconds a stage (and `topics create`, `produce`, `record`, `replay`)
+    /// may take at start-up to reach the cluster and find its topics (1 to
+    /// 3,600): past it, it exits 1 saying why (unreachable, authentication
+    /// or TLS failed); a missing topic exits 2 naming it.
     pub connect_timeout_secs: u64,
     /// librdkafka properties passed through (`security.protocol`,
     /// `sasl.mechanism`, `sasl.username`, `sasl.password`, ...), for every

@@ -480,12 +480,12 @@ fn the_crate_map_names_every_module_and_no_other() {
 }
 
 #[test]
-fn the_readme_layout_names_every_module_and_top_level_folder() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## Layout\n")
+fn the_book_layout_names_every_module_and_top_level_folder() {
+    let chapter = std::fs::read_to_string(root().join("docs/layout.md")).unwrap();
+    let section = chapter
+        .split("# Layout\n")
         .nth(1)
-        .expect("README.md has a `## Layout` section");
+        .expect("docs/layout.md has a `# Layout` title");
     let block = section
         .split("```")
         .nth(1)
@@ -513,12 +513,12 @@ fn the_readme_layout_names_every_module_and_top_level_folder() {
             missing.push(format!("{folder}/"));
         }
     }
-    assert!(missing.is_empty(), "the README's layout lacks: {missing:?}");
+    assert!(missing.is_empty(), "docs/layout.md lacks: {missing:?}");
     for stale in block.split_whitespace().filter(|w| w.starts_with("src/")) {
         let path = root().join(stale.trim_end_matches('/'));
         assert!(
             path.exists(),
-            "the README's layout names {stale}, which does not exist"
+            "docs/layout.md names {stale}, which does not exist"
         );
     }
 }
