@@ -4,3 +4,4 @@ mod cli;
 mod decoding;
 mod layout;
 mod schemas;
+mod wire_names;
