@@ -53,7 +53,7 @@ pub use limits::LimitsConfig;
 pub use llm::{
     CacheTtl, HedgeTo, LlmConfig, LlmProvider, ModelPrice, PromptVersion, UnknownPromptVersion,
     DEFAULT_CACHE_MIN_TOKENS, DEFAULT_REQUESTS_PER_MINUTE, LEDGER_INTERVAL_MS, MAX_HEDGE_WINDOW,
-    MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS, MIN_HEDGE_WINDOW,
+    MAX_LLM_CONCURRENCY, MAX_LLM_TIMEOUT_SECS, MIN_HEDGE_WINDOW, PROMPT_VERSION,
 };
 pub use llm_context::{context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS};
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};

@@ -9,11 +9,14 @@
 //!
 //! `run` takes the steps in order: read the groups (`input`), one pass per
 //! config (`synthesize`), the stage-2 outcomes (`outcomes`), the report
-//! (`report`, `html`), the arm table (`arms`).
+//! (`report`, `html` over `markup`), the arm table (`arms`, drawn by
+//! `arms_html`).
 
 pub mod arms;
+pub mod arms_html;
 pub mod html;
 pub mod input;
+pub mod markup;
 mod outcomes;
 pub mod report;
 mod synthesize;

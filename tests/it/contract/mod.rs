@@ -2,6 +2,7 @@
 
 mod cli;
 mod decoding;
+mod file_graph;
 mod layout;
 mod schemas;
 mod wire_names;
