@@ -361,7 +361,9 @@ def report_hint_outcomes(
 ) -> int:
     """Publishes one ``HintOutcome`` per ``hint_id`` of ``rows`` (each
     ``{hint_id, reward}``, a hinted rollout's reward; a success is a reward
-    over ``success_threshold``) to the outcomes topic and waits for delivery
+    over ``success_threshold``; a row whose ``is_hinted`` is false ran
+    without the hint and is left out, as stage 2 leaves it out) to the
+    outcomes topic and waits for delivery
     (:class:`~hintstream.DeliveryError` on failure). Run, step and group come
     from the delivered hint: an unknown ``hint_id`` raises ``ValueError``
     naming it, before anything is sent. ``client``: the client that

@@ -88,11 +88,16 @@ def fill_hint_ids(delivered: DeliveredHints, run_id: str, step: int, rows: Itera
 
 def outcome_messages(delivered: DeliveredHints, rows: Iterable[Mapping[str, Any]], success_threshold: float = 0.0) -> List[Tuple[str, Dict[str, Any]]]:
     """One ``(key, HintOutcome)`` per ``hint_id`` of ``rows`` (``{hint_id,
-    reward}``), in first-seen order. ``ValueError`` for a row without
-    ``hint_id`` or ``reward``, a ``hint_id`` this client did not deliver
-    (naming it), or a non-finite reward."""
+    reward}``), in first-seen order, by stage 2's counting rules
+    (``advantages/outcomes.rs``; both are held to
+    ``schemas/vectors/outcomes.json``): a row whose ``is_hinted`` is false
+    ran without the hint it names and is left out. ``ValueError`` for any
+    other row without ``hint_id`` or ``reward``, a ``hint_id`` this client
+    did not deliver (naming it), or a non-finite reward."""
     rewards: "collections.OrderedDict[str, List[float]]" = collections.OrderedDict()
     for i, row in enumerate(rows):
+        if "is_hinted" in row and not row["is_hinted"]:
+            continue
         try:
             hint_id, reward = str(row["hint_id"]), float(row["reward"])
         except KeyError as e:

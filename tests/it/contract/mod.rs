@@ -7,3 +7,4 @@ mod decoding;
 mod file_graph;
 mod layout;
 mod schemas;
+mod wire_names;
