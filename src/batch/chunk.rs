@@ -479,7 +479,7 @@ mod tests {
     }
 
     /// The vectors both languages read (`schemas/vectors/chunks.json`,
-    /// `chunk_info`; python/tests/test_reassemble.py holds `wire.chunk_info`
+    /// `chunk_info`; python/tests/test_reassembly.py holds `wire.chunk_info`
     /// to them).
     #[test]
     fn chunk_headers_read_as_the_shared_vectors() {

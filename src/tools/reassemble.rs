@@ -535,7 +535,7 @@ mod tests {
     }
 
     /// The vectors both languages read (`schemas/vectors/chunks.json`,
-    /// `reassembly`; python/tests/test_reassemble.py holds the client's
+    /// `reassembly`; python/tests/test_reassembly.py holds the client's
     /// `Reassembler` to them).
     #[test]
     fn chunks_reassemble_as_the_shared_vectors() {

@@ -46,7 +46,7 @@ from . import wire
 from .keys import decode_id, group_key, step_key
 from .bounded import Bounded
 from .outcomes import DeliveredHints, fill_hint_ids, outcome_messages
-from .reassemble import Reassembler
+from .reassembly import Reassembler
 from .wire import Topics
 
 log = logging.getLogger("hintstream")
@@ -312,7 +312,7 @@ class TrainerClient:
             entry[hint_id] = hint
 
     def _add_advantages(self, m: Message) -> None:
-        """Gathers one advantages message into its step (``reassemble.py``:
+        """Gathers one advantages message into its step (``reassembly.py``:
         by key and attempt, never mixing two attempts, by the rules of
         ``tools/reassemble.rs``); each attempt that completes replaces the
         step buffered under its key, so the last completed (highest offset)

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pyarrow as pa
 import pytest
 
-from hintstream.reassemble import Partial, Reassembler
+from hintstream.reassembly import Partial, Reassembler
 from hintstream.wire import ChunkInfo, chunk_info, ipc_stream
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "chunks.json").read_text("utf-8"))

@@ -34,7 +34,7 @@ from .bounded import Bounded
 
 #: How many attempts of one step are gathered at once (a step republished
 #: over and over must not grow a reader without bound); a further attempt
-#: drops the oldest. ``tools/reassemble.rs`` has the same bound.
+#: drops the oldest. The Rust reassembler (src/tools) has the same bound.
 MAX_ATTEMPTS_PER_STEP = 4
 
 
