@@ -192,7 +192,9 @@ impl Learner {
         self.barrier(&t.run_id, t.step).await;
         *self.latest_run.lock().unwrap_or_else(|p| p.into_inner()) = Some(t.run_id.clone());
         let (choice, refinement) = {
-            let state = self.state();
+            let mut state = self.state();
+            // The run being hinted keeps its tally, whatever others write.
+            state.hinting(&t.run_id);
             let choice = state.choose(&t.run_id, t.step, &t.instance_id);
             let arm = &self.arms[choice.index];
             let refinement = if arm.synth.has_model() {
