@@ -42,6 +42,9 @@ pub const SAMPLE_DIR: &str = "examples/data";
 const HINT_WORKERS: usize = 2;
 /// How long to wait for the hints and the step's results.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
+/// The consumers' session on the embedded broker (see [`fresh_groups`]).
+const EMBEDDED_SESSION: [(&str, &str); 2] =
+    [("session.timeout.ms", "6000"), ("heartbeat.interval.ms", "1000")];
 /// How long the embedded broker waits for its clients to close before it
 /// stops anyway (they may then log that it refused their connection).
 const BROKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -211,8 +214,22 @@ async fn open_broker(config: &mut Config, embedded: bool) -> Result<Option<Embed
 }
 
 /// Fresh groups, so a rerun against the same broker starts clean; metrics
-/// on free ports; a short group wait for the small sample.
+/// on free ports; a short group wait for the small sample. On the embedded
+/// broker, a short session: its group coordinator, when two workers join at
+/// the same moment, can wait a session timeout for a member to rejoin (45 s
+/// by default; 6 s here, as in the tests).
 fn fresh_groups(config: &mut Config, run_id: &str) {
+    if crate::kafka::embedded::is_embedded(&config.bootstrap_servers) {
+        for (key, value) in EMBEDDED_SESSION {
+            if config
+                .kafka
+                .get(crate::config::ClientKind::Consumer, key)
+                .is_none()
+            {
+                config.kafka.consumer.insert(key.to_string(), value.into());
+            }
+        }
+    }
     config.hints.group_id = format!("{}-{run_id}", config.hints.group_id);
     config.advantages.group_id = format!("{}-{run_id}", config.advantages.group_id);
     config.hints.metrics_addr = "127.0.0.1:0".into();
