@@ -45,6 +45,10 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 /// The consumers' session on the embedded broker (see [`fresh_groups`]).
 const EMBEDDED_SESSION: [(&str, &str); 2] =
     [("session.timeout.ms", "6000"), ("heartbeat.interval.ms", "1000")];
+/// How long one metadata request for a new topic may take.
+const TOPIC_PROBE: Duration = Duration::from_secs(5);
+/// How often a new topic is looked for.
+const READY_POLL: Duration = Duration::from_millis(100);
 /// How long the embedded broker waits for its clients to close before it
 /// stops anyway (they may then log that it refused their connection).
 const BROKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -201,6 +205,7 @@ async fn open_broker(config: &mut Config, embedded: bool) -> Result<Option<Embed
     let topics = admin::design_topics(config);
     if !embedded {
         admin::create_topics(config, &topics, config.topics.partitions).await?;
+        wait_for_topics(config, &topics).await?;
         println!("broker: {}", config.bootstrap_servers);
         return Ok(None);
     }
@@ -211,6 +216,31 @@ async fn open_broker(config: &mut Config, embedded: bool) -> Result<Option<Embed
         config.bootstrap_servers
     );
     Ok(Some(broker))
+}
+
+/// Waits until the broker's metadata names every topic of `topics`, at most
+/// [`PHASE_TIMEOUT`]: a topic just created is not in every metadata answer
+/// at once, and a stage that asks too early refuses to start.
+async fn wait_for_topics(config: &Config, topics: &[String]) -> Result<(), QuickstartError> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    for topic in topics {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let seen = crate::kafka::connect::topic_exists(config, topic, left.min(TOPIC_PROBE))
+                .await
+                .unwrap_or(false);
+            if seen {
+                break;
+            }
+            if left.is_zero() {
+                return Err(QuickstartError::Timeout(format!(
+                    "topic {topic} was created but the broker did not name it within {PHASE_TIMEOUT:?}"
+                )));
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+    Ok(())
 }
 
 /// Fresh groups, so a rerun against the same broker starts clean; metrics
