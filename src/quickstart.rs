@@ -202,14 +202,15 @@ async fn play(config: &Config, data: &Path, run_id: &str) -> Result<QuickstartRe
 /// Starts the embedded broker with the design's topics (`embedded`), or
 /// creates them on the broker `config` names.
 async fn open_broker(config: &mut Config, embedded: bool) -> Result<Option<EmbeddedBroker>, QuickstartError> {
-    let topics = admin::design_topics(config);
+    let topics = crate::stages::design_topics(config);
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
     if !embedded {
         admin::create_topics(config, &topics, config.topics.partitions).await?;
-        wait_for_topics(config, &topics).await?;
+        wait_for_topics(config, &names).await?;
         println!("broker: {}", config.bootstrap_servers);
         return Ok(None);
     }
-    let broker = EmbeddedBroker::start(&topics, config.topics.partitions)?;
+    let broker = EmbeddedBroker::start(&names, config.topics.partitions)?;
     config.bootstrap_servers = broker.bootstrap_servers().to_string();
     println!(
         "broker: embedded Kafka-protocol broker (librdkafka mock cluster) at {}",

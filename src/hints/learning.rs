@@ -28,10 +28,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tracing::Instrument;
 
-use super::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
 use crate::config::{Config, ConfigError, PromptVersion};
 use crate::kafka::tail::sync_all;
 use crate::kafka::{TailError, TopicTail};
+use crate::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
 use crate::llm::synth::LlmEnv;
 use crate::llm::{LlmError, Synthesizer};
 use crate::messages::{decode, DecodeLimits, FailedTrajectory, Hint, HintOutcome};
@@ -196,7 +196,9 @@ impl Learner {
         self.barrier(&t.run_id, t.step).await;
         *self.latest_run.lock().unwrap_or_else(|p| p.into_inner()) = Some(t.run_id.clone());
         let (choice, refinement) = {
-            let state = self.state();
+            let mut state = self.state();
+            // The run being hinted keeps its tally, whatever others write.
+            state.hinting(&t.run_id);
             let choice = state.choose(&t.run_id, t.step, &t.instance_id);
             let arm = &self.arms[choice.index];
             let refinement = if arm.synth.has_model() {
@@ -211,7 +213,7 @@ impl Learner {
             Some((model, synth)) => {
                 let key = crate::messages::group_key(&t.run_id, t.step, &t.instance_id);
                 (
-                    super::learn::hint_id(&key, &arm.prompt_version, &model, &arm.name),
+                    crate::learn::hint_id(&key, &arm.prompt_version, &model, &arm.name),
                     synth,
                 )
             }
