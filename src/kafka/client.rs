@@ -281,6 +281,7 @@ impl ConsumerContext for StageContext {
         if let Rebalance::Revoke(tpl) = rebalance {
             let partitions = partitions_of(tpl);
             tracing::info!(partitions = %describe_partitions(&partitions), "partitions revoked");
+            self.metrics.rebalanced("revoke");
             // At shutdown the stage drained already; the close revokes all.
             if !self.lifecycle.is_stopping() {
                 self.drain(consumer, &partitions);
@@ -295,6 +296,7 @@ impl ConsumerContext for StageContext {
             Rebalance::Assign(tpl) => {
                 let partitions = partitions_of(tpl);
                 tracing::info!(partitions = %describe_partitions(&partitions), "partitions assigned");
+                self.metrics.rebalanced("assign");
                 self.reset(&partitions);
                 self.group.hold();
             }
@@ -384,6 +386,10 @@ pub fn create_consumer(
     apply(&mut client, config, ClientKind::Consumer);
     ensure_statistics(&mut client);
     client.set("group.id", group_id);
+    // Static membership (KIP-345); the stage refused a bad one before.
+    if let Ok(Some(instance)) = config.kafka.group_instance_id(group_id) {
+        client.set("group.instance.id", instance);
+    }
     // The settings the delivery contract rests on; set after the passthrough
     // table so that it cannot turn them off. Under exactly_once offsets are
     // committed only through the transactions, never by the consumer.
