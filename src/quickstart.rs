@@ -164,7 +164,7 @@ pub async fn run(
 /// Starts the embedded broker with the design's topics (`embedded`), or
 /// creates them on the broker `config` names.
 async fn open_broker(config: &mut Config, embedded: bool) -> Result<Embedded, QuickstartError> {
-    let topics = admin::design_topics(config);
+    let topics = crate::stages::design_topics(config);
     if !embedded {
         admin::create_topics(config, &topics, config.topics.partitions).await?;
         println!("broker: {}", config.bootstrap_servers);
@@ -173,7 +173,7 @@ async fn open_broker(config: &mut Config, embedded: bool) -> Result<Embedded, Qu
     let cluster = MockCluster::new(1)?;
     config.bootstrap_servers = cluster.bootstrap_servers();
     for topic in topics {
-        cluster.create_topic(&topic, config.topics.partitions, 1)?;
+        cluster.create_topic(&topic.name, config.topics.partitions, 1)?;
     }
     println!(
         "broker: embedded Kafka-protocol broker (librdkafka mock cluster) at {}",

@@ -2,7 +2,7 @@
 //! is (a prompt version x a model chain, or static hints as the control) as
 //! the file writes it. The rules that span the arms (unique names, one
 //! control, floors adding up to at most 1) are checked where the arms are
-//! built (`hints::learn::Arms::new`), at stage start-up (exit 2).
+//! built (`learn::Arms::new`), at stage start-up (exit 2).
 
 use serde::{Deserialize, Serialize};
 

@@ -215,13 +215,17 @@ pub enum PromptVersion {
 
 impl PromptVersion {
     /// The name stamped on hints as `prompt_version`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             PromptVersion::V2 => "v2",
             PromptVersion::Reference => "reference",
         }
     }
 }
+
+/// Stamped on every hint of our own prompt as `prompt_version`; change it
+/// with the template (in `llm::prompt`).
+pub const PROMPT_VERSION: &str = PromptVersion::V2.as_str();
 
 impl std::fmt::Display for PromptVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

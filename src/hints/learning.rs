@@ -25,9 +25,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tracing::Instrument;
 
-use super::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
 use crate::config::{Config, ConfigError, PromptVersion};
 use crate::kafka::{TailError, TopicTail};
+use crate::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
 use crate::llm::synth::LlmEnv;
 use crate::llm::{LlmError, Synthesizer};
 use crate::messages::{decode, DecodeLimits, FailedTrajectory, Hint, HintOutcome};
@@ -207,7 +207,7 @@ impl Learner {
             Some((model, synth)) => {
                 let key = crate::messages::group_key(&t.run_id, t.step, &t.instance_id);
                 (
-                    super::learn::hint_id(&key, &arm.prompt_version, &model, &arm.name),
+                    crate::learn::hint_id(&key, &arm.prompt_version, &model, &arm.name),
                     synth,
                 )
             }

@@ -10,22 +10,21 @@ others).
 - ``publish_scored`` (through :func:`fill_hint_ids`) gives a hinted row that
   has no ``hint_id`` the id of the hint delivered for its group; a row that
   names one keeps it.
-- :func:`report_hint_outcomes` turns ``{hint_id, reward}`` rows into one
+- :func:`outcome_messages` turns ``{hint_id, reward}`` rows into one
   ``HintOutcome`` per ``hint_id`` (run, step and group from the delivered
-  hint) on the outcomes topic, keyed by the group, and waits for delivery.
+  hint), keyed by the group: what ``TrainerClient.report_hint_outcomes``
+  publishes (and :func:`hintstream.report_hint_outcomes`, with the
+  drop-in's client by default).
 """
 
 from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import wire
 from .keys import group_key
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import TrainerClient
 
 #: The group a delivered hint belongs to: (run_id, step, instance_id).
 Group = Tuple[str, int, str]
@@ -117,25 +116,3 @@ def outcome_messages(delivered: DeliveredHints, rows: Iterable[Mapping[str, Any]
         )
         out.append((group_key(run_id, step, instance_id), message))
     return out
-
-
-def report_hint_outcomes(
-    rows: Iterable[Mapping[str, Any]],
-    *,
-    success_threshold: float = 0.0,
-    client: Optional["TrainerClient"] = None,
-    timeout: float = 30.0,
-) -> int:
-    """Publishes one ``HintOutcome`` per ``hint_id`` of ``rows`` (each
-    ``{hint_id, reward}``, a hinted rollout's reward; a success is a reward
-    over ``success_threshold``) to the outcomes topic and waits for delivery
-    (:class:`~hintstream.DeliveryError` on failure). Run, step and group come
-    from the delivered hint: an unknown ``hint_id`` raises ``ValueError``
-    naming it, before anything is sent. ``client``: the client that
-    delivered the hints; by default the drop-in's (:func:`hintstream.configure`).
-    Returns how many outcomes were published."""
-    if client is None:
-        from .dropin import _client_future
-
-        client = _client_future(None).result(timeout=timeout)
-    return client.report_hint_outcomes(rows, success_threshold=success_threshold, timeout=timeout)

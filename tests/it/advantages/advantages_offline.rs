@@ -269,7 +269,7 @@ fn the_readme_metrics_table_matches_what_stage_2_publishes() {
 /// The per-arm metrics stage 2 merges into a step with hint_ids, each
 /// defined: the implicit arm's fresh and refined hint, both rescued.
 fn learned_step_metric_names() -> Vec<String> {
-    use hintstream::hints::learn::{Arms, LearnOptions, LearnState};
+    use hintstream::learn::{Arms, LearnOptions, LearnState};
     use hintstream::messages::{Hint, HintCategory, HintOutcome, HintSource, Usage};
     let arms = Arms::from_config(Vec::new(), LearnOptions::default(), &["m".into()]).unwrap();
     let mut state = LearnState::new(arms);

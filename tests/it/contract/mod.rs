@@ -2,5 +2,6 @@
 
 mod cli;
 mod decoding;
+mod file_graph;
 mod layout;
 mod schemas;

@@ -596,8 +596,8 @@ fn exported_metrics() -> String {
         hedged: false,
     });
     let arms = hintstream::hints::learning::ArmMetrics::register(&mut hints);
-    arms.show(&hintstream::hints::learn::RunReport {
-        arms: vec![hintstream::hints::learn::ArmReport {
+    arms.show(&hintstream::learn::RunReport {
+        arms: vec![hintstream::learn::ArmReport {
             name: "a".into(),
             pulls: 1,
             trials: 1,

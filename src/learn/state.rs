@@ -11,7 +11,7 @@
 //! - **Joining.** An outcome names only its `hint_id`; the arm, category,
 //!   text, cost, run and step come from the hint record. The two topics are read
 //!   concurrently, so an outcome may come first: it waits (at most
-//!   [`MAX_PENDING_OUTCOMES`], oldest dropped first) until its hint arrives.
+//!   [`MAX_PENDING_OUTCOMES`](super::limits::MAX_PENDING_OUTCOMES), oldest dropped first) until its hint arrives.
 //! - **The control.** A static fallback written on an LLM arm's turn
 //!   (category `static_fallback` or `llm_failed_static_fallback` from an arm
 //!   that is not static) counts for the static arm, not for the arm that
@@ -26,7 +26,7 @@
 //!   not depend on the order the records were read in, and a restart that
 //!   reads the same records gets the same posteriors exactly.
 //!
-//! Memory is bounded (see [`StateLimits`]; defaults below), as
+//! Memory is bounded (see [`StateLimits`]; defaults in `limits`), as
 //! [`LearnState::approx_bytes`] counts it and [`StateLimits::worst_case_bytes`]
 //! bounds it. With ids of 40 bytes: the task memory at most 50,000 tasks x
 //! (3 hints x ~1.3 KB: 1,024 bytes of text, ids, record) = 206 MB, the ledger
@@ -41,82 +41,18 @@
 //!   its counts in the tallies, but a later outcome of it can no longer be
 //!   joined (it waits, then is dropped), and a later duplicate of its record
 //!   counts as a new pull. Determinism holds while outcomes arrive within
-//!   [`MAX_HINTS_TRACKED`] hints of their hint, which any run that keeps up
+//!   [`MAX_HINTS_TRACKED`](super::limits::MAX_HINTS_TRACKED) hints of their hint, which any run that keeps up
 //!   does by far;
-//! - tallies are kept for the [`MAX_RUNS_TALLIED`] runs written most
+//! - tallies are kept for the [`MAX_RUNS_TALLIED`](super::limits::MAX_RUNS_TALLIED) runs written most
 //!   recently (a run's tally is a few counters per arm and step).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::arms::Arms;
+use super::limits::{StateLimits, OUTCOME_LAG_STEPS, RECORD_OVERHEAD_BYTES};
 use super::lru::Lru;
 use super::select::{select_arm, ChoiceKind, Posterior};
 use crate::messages::{group_key, Hint, HintCategory, HintOutcome};
-
-/// Tasks `(run_id, instance_id)` whose recent hints are remembered for
-/// refinement. The least recently written task is forgotten first.
-pub const MAX_TASKS_REMEMBERED: usize = 50_000;
-/// Hints remembered per task. Past it, the oldest hint known to have
-/// rescued the task is forgotten first, else the oldest.
-pub const MAX_HINTS_PER_TASK: usize = 3;
-/// Bytes of a hint's text remembered for refinement; longer texts are cut at
-/// a character boundary and end with `…`.
-pub const MAX_REMEMBERED_HINT_BYTES: usize = 1024;
-/// Hints whose outcome can still be joined and replaced. The least recently
-/// written is forgotten first; its counts stay in the tallies.
-pub const MAX_HINTS_TRACKED: usize = 100_000;
-/// Outcomes waiting for their hint record. Past it the oldest is dropped
-/// (and counted in [`StateStats::pending_dropped`]).
-pub const MAX_PENDING_OUTCOMES: usize = 10_000;
-/// Runs whose per-arm tallies are kept; the least recently written is
-/// dropped first.
-pub const MAX_RUNS_TALLIED: usize = 16;
-/// A group of step `s` is hinted with posteriors of outcomes of steps
-/// `<= s - OUTCOME_LAG_STEPS`.
-pub const OUTCOME_LAG_STEPS: i64 = 2;
-
-/// The bounds of a [`LearnState`]; the defaults are the constants above.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateLimits {
-    pub max_tasks: usize,
-    pub max_hints_per_task: usize,
-    pub max_hint_bytes: usize,
-    pub max_hints_tracked: usize,
-    pub max_pending_outcomes: usize,
-    pub max_runs: usize,
-}
-
-impl Default for StateLimits {
-    fn default() -> Self {
-        StateLimits {
-            max_tasks: MAX_TASKS_REMEMBERED,
-            max_hints_per_task: MAX_HINTS_PER_TASK,
-            max_hint_bytes: MAX_REMEMBERED_HINT_BYTES,
-            max_hints_tracked: MAX_HINTS_TRACKED,
-            max_pending_outcomes: MAX_PENDING_OUTCOMES,
-            max_runs: MAX_RUNS_TALLIED,
-        }
-    }
-}
-
-/// Bytes [`LearnState::approx_bytes`] counts for the fixed part of a
-/// remembered hint, a ledger entry and a task, besides their strings.
-const RECORD_OVERHEAD_BYTES: usize = 160;
-
-impl StateLimits {
-    /// The most [`LearnState::approx_bytes`] can report with ids of up to
-    /// `id_bytes` bytes each (run, instance, hint and arm ids), pending
-    /// outcomes and tallies aside.
-    pub fn worst_case_bytes(&self, id_bytes: usize) -> usize {
-        // A remembered hint: its text (and a 3-byte `…`), hint id and arm.
-        let hint = RECORD_OVERHEAD_BYTES + self.max_hint_bytes + 3 + 2 * id_bytes;
-        // A task: its two ids, twice (map and LRU order), and its hints.
-        let task = RECORD_OVERHEAD_BYTES + 4 * id_bytes + self.max_hints_per_task * hint;
-        // A ledger entry: its hint id twice, run, instance and arm.
-        let entry = RECORD_OVERHEAD_BYTES + 5 * id_bytes;
-        self.max_tasks * task + self.max_hints_tracked * entry
-    }
-}
 
 /// What an outcome said, kept with its hint.
 #[derive(Debug, Clone, Copy, PartialEq)]

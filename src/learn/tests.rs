@@ -312,7 +312,7 @@ fn forgotten_tasks_leave_refinement_but_keep_their_counts() {
     assert_eq!(StateLimits::default().worst_case_bytes(40), 242_050_000);
 }
 
-const MAX_REMEMBERED: usize = state::MAX_REMEMBERED_HINT_BYTES;
+const MAX_REMEMBERED: usize = limits::MAX_REMEMBERED_HINT_BYTES;
 
 #[test]
 fn refinement_shows_the_newest_unhelpful_hints_with_their_outcomes() {
