@@ -463,6 +463,12 @@ func TestTheRenderedConfigurationLoadsAsTheStagesLoadIt(t *testing.T) {
 	for _, name := range cases {
 		r := load(t, name)
 		text, config := r.config(t)
+		// staticMembership "auto": on with a fixed worker count, off under
+		// KEDA; the secured case sets it on.
+		wantStatic := name == "keda-off" || name == "secured"
+		if config.Kafka["static_membership"] != wantStatic {
+			t.Errorf("%s: static_membership %v, want %v", name, config.Kafka["static_membership"], wantStatic)
+		}
 		if config.Hints.MetricsAddr != "0.0.0.0:9464" || config.Advantages.MetricsAddr != "0.0.0.0:9465" {
 			t.Errorf("%s: metrics on %q and %q, not on every interface", name, config.Hints.MetricsAddr, config.Advantages.MetricsAddr)
 		}

@@ -81,6 +81,20 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if has .Values.kafka.security.protocol (list "SSL" "SASL_SSL") }}true{{ end -}}
 {{- end -}}
 
+{{/*
+Whether the consumers are static members: kafka.staticMembership, where
+"auto" is on with a fixed worker count and off under KEDA (docs/BENCHMARKS.md,
+"Autoscaling on consumer lag": a removed static member's partitions wait a
+session timeout, and KEDA removes workers after every burst).
+*/}}
+{{- define "hintstream.staticMembership" -}}
+{{- $static := .Values.kafka.staticMembership -}}
+{{- if eq (toString $static) "auto" -}}
+{{- $static = not .Values.keda.enabled -}}
+{{- end -}}
+{{- if $static }}true{{ else }}false{{ end -}}
+{{- end -}}
+
 {{/* KEDA's name of the SASL mechanism. */}}
 {{- define "hintstream.kedaSasl" -}}
 {{- $names := dict "PLAIN" "plaintext" "SCRAM-SHA-256" "scram_sha256" "SCRAM-SHA-512" "scram_sha512" -}}
@@ -141,7 +155,7 @@ its values. Refuses values that set a chart-owned key in two places.
 {{- fail (printf "kafka.delivery %q must be at_least_once or exactly_once" $v.kafka.delivery) -}}
 {{- end -}}
 {{- $_ := set $kafka "delivery" $v.kafka.delivery -}}
-{{- $_ := set $kafka "static_membership" $v.kafka.staticMembership -}}
+{{- $_ := set $kafka "static_membership" (eq (include "hintstream.staticMembership" .) "true") -}}
 {{- if eq $v.kafka.groupProtocol "consumer" -}}
 {{- $_ := set $consumer "group.protocol" "consumer" -}}
 {{- else if eq $v.kafka.groupProtocol "classic" -}}
