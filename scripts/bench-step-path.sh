@@ -11,6 +11,10 @@
 #
 #   --out FILE    report file [default: target/bench/step-path.md]
 #   --note TEXT   a line about the machine for the report (shared, other load)
+#   --hintstream PATH  run this worker binary instead of the release build
+#   --perf DIR    record every worker with `perf record -e cpu-clock -g` into
+#                 DIR/hintstream-PID.data (give a binary with its symbols kept:
+#                 `cargo rustc --release --bin hintstream -- -C strip=none`)
 #   EXAMPLE ARGS  passed to the example, e.g. --rows 16000,64000 --repeats 3
 #                 --formats json,arrow --json-max-rows 64000 --no-baseline
 set -euo pipefail
@@ -18,12 +22,16 @@ cd "$(dirname "$0")/.."
 
 out="${CARGO_TARGET_DIR:-target}/bench/step-path.md"
 note=""
+binary=""
+perf_dir=""
 example_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --note) note=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --hintstream) binary=$2; shift 2 ;;
+    --perf) perf_dir=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
@@ -47,14 +55,25 @@ scripts/kafka.sh install
 echo "bench-step-path: building release binaries" >&2
 cargo build --release --bin hintstream --example step_path
 target="${CARGO_TARGET_DIR:-target}"
+binary=${binary:-$target/release/hintstream}
 
 port=$(free_port)
 tables=$(mktemp)
-trap 'rm -f "$tables"; scripts/kafka.sh stop "$port"' EXIT
+wrapper=$(mktemp)
+trap 'rm -f "$tables" "$wrapper"; scripts/kafka.sh stop "$port"' EXIT
+if [ -n "$perf_dir" ]; then
+  mkdir -p "$perf_dir"
+  perf_dir=$(cd "$perf_dir" && pwd)
+  # perf stops its worker with SIGTERM when the example stops perf.
+  printf '#!/bin/sh\nexec perf record -e cpu-clock -F 499 -g -o "%s/hintstream-$$.data" -- "%s" "$@"\n' \
+    "$perf_dir" "$(realpath "$binary")" >"$wrapper"
+  chmod +x "$wrapper"
+  binary=$wrapper
+fi
 scripts/kafka.sh start "$port" >/dev/null
 
 mkdir -p "$(dirname "$out")"
-command=("$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$target/release/hintstream" ${example_args[@]+"${example_args[@]}"})
+command=("$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$binary" ${example_args[@]+"${example_args[@]}"})
 started=$(date +%s)
 "${command[@]}" >"$tables"
 took=$(( $(date +%s) - started ))

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Stage 1's static-hint path (no model API) against a consume->produce
+# passthrough in Python (confluent-kafka, batches of 1,000, no parsing), side
+# by side on one Apache Kafka node in one invocation (issue 34, P4): N small
+# failed trajectories of group_size 1 on 6 partitions, each side timed from
+# its start to N messages on its output topic (scripts/bench_static_hints.py
+# says what is timed). Installs the broker's jars (scripts/kafka.sh) and the
+# Python venv (scripts/python-venv.sh) when missing, builds the release
+# binary, starts a node on a free port, stops it on exit, and writes a report
+# to --out and stdout.
+#
+#   scripts/bench-static-hints.sh [--out FILE] [--note TEXT] [--perf FILE] [ARGS...]
+#
+#   --out FILE    report file [default: target/bench/static-hints.md]
+#   --note TEXT   a line about the machine for the report
+#   --perf FILE   record the first repeat's worker with `perf record -e cpu-clock -g`
+#                 (the binary linked with its symbols kept)
+#   --hintstream PATH  run this binary instead of building one
+#   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out="${CARGO_TARGET_DIR:-target}/bench/static-hints.md"
+note=""
+perf_out=""
+binary=""
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --note) note=$2; shift 2 ;;
+    --perf) perf_out=$2; shift 2 ;;
+    --hintstream) binary=$2; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+
+free_port() {
+  local port
+  for _ in $(seq 50); do
+    port=$((20000 + RANDOM % 30000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
+      && ! (exec 3<>"/dev/tcp/127.0.0.1/$((port + 1))") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
+  done
+  echo "bench-static-hints: no free port found" >&2
+  return 1
+}
+
+scripts/kafka.sh install
+python=$(scripts/python-venv.sh)
+target="${CARGO_TARGET_DIR:-target}"
+if [ -z "$binary" ]; then
+  echo "bench-static-hints: building the release binary" >&2
+  if [ -n "$perf_out" ]; then
+    # Symbols kept for perf (the release profile strips them).
+    cargo rustc --release --bin hintstream -- -C strip=none
+  else
+    cargo build --release --bin hintstream
+  fi
+  binary="$target/release/hintstream"
+fi
+
+port=$(free_port)
+tables=$(mktemp)
+trap 'rm -f "$tables"; scripts/kafka.sh stop "$port"' EXIT
+scripts/kafka.sh start "$port" >/dev/null
+
+mkdir -p "$(dirname "$out")"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date +%s)
+"$python" scripts/bench_static_hints.py --bootstrap "127.0.0.1:$port" --hintstream "$binary" \
+  ${perf_out:+--perf "$perf_out"} ${args[@]+"${args[@]}"} >"$tables"
+took=$(( $(date +%s) - started ))
+{
+  echo "# Stage 1 static hints against a Python passthrough on Apache Kafka"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with local changes)')"
+  echo "- machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GB RAM; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)${note:+; $note}"
+  echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1"
+  echo "- command: \`scripts/bench-static-hints.sh ${args[*]-}\` ($took s)"
+  echo
+  cat "$tables"
+} >"$out"
+cat "$out"
+echo "bench-static-hints: report in $out" >&2

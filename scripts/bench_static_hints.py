@@ -1,0 +1,210 @@
+"""Stage 1's static-hint path against a consume->produce passthrough, side by
+side on one broker (scripts/bench-static-hints.sh runs it; see there).
+
+N small failed trajectories of group_size 1 go to an input topic once; then,
+each alone, (a) a passthrough in Python (confluent-kafka, batches of 1,000,
+no parsing, an offset commit a batch) copies them to a topic of its own, and
+(b) `hintstream hints` with no model API (static hints) turns them into
+hints. Each side is timed from its start (process or consumer created) to
+the moment its output topic holds N messages (high watermarks polled every
+20 ms), start-up included. Prints one Markdown table to stdout.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def log(*args):
+    print("bench-static-hints:", *args, file=sys.stderr, flush=True)
+
+
+def trajectory(i):
+    instance = f"task-{i:08d}"
+    return json.dumps({
+        "schema_version": 1, "run_id": "bench", "step": i // 1000, "instance_id": instance,
+        "trajectory_id": f"{instance}-r0", "task_prompt": f"Solve {instance}", "reward": 0.0,
+        "group_size": 1, "env_class": "swe",
+        "chat_history": [{"role": "user", "content": "go"},
+                         {"role": "assistant", "content": "done"}],
+        "verifier_stdout": ">>> ERROR_ACCUMULATOR >>>\n['check_output failed']\n<<< ERROR_ACCUMULATOR <<<",
+    }).encode(), f"bench/{i // 1000}/{instance}".encode()
+
+
+def create_topics(bootstrap, names, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names], operation_timeout=60)
+    for future in futures.values():
+        future.result(timeout=90)
+
+
+def fill(bootstrap, topic, n):
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                         "compression.type": "none"})
+    started = time.monotonic()
+    for i in range(n):
+        value, key = trajectory(i)
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left:
+        raise SystemExit(f"{left} input messages not acknowledged after 120 s")
+    log(f"{n} inputs produced in {time.monotonic() - started:.1f} s")
+
+
+def count(watcher, topic, partitions):
+    total = 0
+    for p in range(partitions):
+        low, high = watcher.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+        total += high
+    return total
+
+
+def wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: True):
+    deadline = time.monotonic() + deadline_s
+    while True:
+        have = count(watcher, topic, partitions)
+        if have >= n:
+            return
+        if not alive():
+            raise SystemExit(f"{what} exited with {have} of {n} messages on {topic}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: {have} of {n} messages on {topic} after {deadline_s} s")
+        time.sleep(0.02)
+
+
+def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
+    started = time.monotonic()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{sink}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    consumer.subscribe([source])
+    moved = 0
+    deadline = started + deadline_s
+    while moved < n:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"passthrough: {moved} of {n} moved after {deadline_s} s")
+        batch = consumer.consume(1000, 1.0)
+        for msg in batch:
+            if msg.error():
+                continue
+            while True:
+                try:
+                    producer.produce(sink, msg.value(), msg.key())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            moved += 1
+        producer.poll(0)
+        if batch:
+            consumer.commit(asynchronous=True)
+    producer.flush(60)
+    wait_for(watcher, sink, partitions, n, deadline_s, "passthrough")
+    took = time.monotonic() - started
+    consumer.close()
+    return took
+
+
+def config_text(bootstrap, tag, partitions):
+    return f"""bootstrap_servers = "{bootstrap}"
+[topics]
+failed = "in-{tag}"
+hints = "hints-{tag}"
+outcomes = "outcomes-{tag}"
+spend = "spend-{tag}"
+partitions = {partitions}
+replication_factor = 1
+[hints]
+group_id = "hints-{tag}"
+input_topic = "in-{tag}"
+output_topic = "hints-{tag}"
+dlq_topic = "dlq-{tag}"
+metrics_addr = "127.0.0.1:0"
+[llm]
+provider = "none"
+"""
+
+
+def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_out):
+    work = tempfile.mkdtemp(prefix="bench-static-hints-")
+    config = os.path.join(work, "hintstream.toml")
+    with open(config, "w") as f:
+        f.write(config_text(bootstrap, tag, partitions))
+    command = [binary, "hints", "--config", config]
+    if perf_out:
+        command = ["perf", "record", "-e", "cpu-clock", "-F", "499", "-g", "-o", perf_out, "--"] + command
+    logfile = open(os.path.join(work, "hints.log"), "w")
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT,
+                               env=os.environ)
+    try:
+        wait_for(watcher, f"hints-{tag}", partitions, n, deadline_s, "hintstream hints",
+                 alive=lambda: process.poll() is None)
+        took = time.monotonic() - started
+    except SystemExit:
+        logfile.flush()
+        log(open(os.path.join(work, "hints.log")).read()[-4000:])
+        raise
+    finally:
+        target = process.pid
+        if perf_out:
+            # Stop the worker under perf; perf writes its file when it exits.
+            with open(f"/proc/{process.pid}/task/{process.pid}/children") as f:
+                children = f.read().split()
+            target = int(children[0]) if children else process.pid
+        os.kill(target, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return took
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--hintstream", required=True)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--deadline-secs", type=int, default=900)
+    parser.add_argument("--perf", default="", help="record hintstream with perf into this file")
+    args = parser.parse_args()
+    n, parts = args.messages, args.partitions
+    rows = []
+    for r in range(args.repeats):
+        tag = f"sh{os.getpid()}r{r}"
+        create_topics(args.bootstrap, [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"dlq-{tag}",
+                                       f"outcomes-{tag}"], parts)
+        create_topics(args.bootstrap, [f"spend-{tag}"], 1)
+        fill(args.bootstrap, f"in-{tag}", n)
+        watcher = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"watch-{tag}"})
+        base = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs)
+        log(f"passthrough: {n / base:,.0f} msg/s")
+        hs = hintstream(args.hintstream, args.bootstrap, tag, n, parts, watcher, args.deadline_secs,
+                        args.perf if r == 0 else "")
+        log(f"hintstream: {n / hs:,.0f} hints/s")
+        watcher.close()
+        rows.append((base, hs))
+    print(f"| repeat | messages | passthrough s | passthrough msg/s | hintstream s | hints/s | ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r, (base, hs) in enumerate(rows):
+        print(f"| {r + 1} | {n:,} | {base:.2f} | {n / base:,.0f} | {hs:.2f} | {n / hs:,.0f} | {base / hs:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
