@@ -17,6 +17,7 @@
 #                 (the binary linked with its symbols kept)
 #   --hintstream PATH  run this binary instead of building one
 #   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
+#                 --no-outcomes-topic (the worker reads no topic back: no learning barrier)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --note) note=$2; shift 2 ;;
     --perf) perf_out=$2; shift 2 ;;
     --hintstream) binary=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -82,6 +83,7 @@ took=$(( $(date +%s) - started ))
   echo "- machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GB RAM; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)${note:+; $note}"
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1"
   echo "- command: \`scripts/bench-static-hints.sh ${args[*]-}\` ($took s)"
+  echo "- CPU s: the passthrough's Python process, the worker process (librdkafka's threads included in both)"
   echo
   cat "$tables"
 } >"$out"

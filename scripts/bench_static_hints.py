@@ -87,8 +87,15 @@ def wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: True
         time.sleep(0.02)
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), cpu_seconds(os.getpid())
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{sink}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -115,8 +122,9 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
     producer.flush(60)
     wait_for(watcher, sink, partitions, n, deadline_s, "passthrough")
     took = time.monotonic() - started
+    cpu = cpu_seconds(os.getpid()) - cpu_before
     consumer.close()
-    return took
+    return took, cpu
 
 
 def config_text(bootstrap, tag, partitions):
@@ -155,23 +163,27 @@ def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_
         wait_for(watcher, f"hints-{tag}", partitions, n, deadline_s, "hintstream hints",
                  alive=lambda: process.poll() is None)
         took = time.monotonic() - started
+        cpu = cpu_seconds(worker_pid(process, perf_out))
     except SystemExit:
         logfile.flush()
         log(open(os.path.join(work, "hints.log")).read()[-4000:])
         raise
     finally:
-        target = process.pid
-        if perf_out:
-            # Stop the worker under perf; perf writes its file when it exits.
-            with open(f"/proc/{process.pid}/task/{process.pid}/children") as f:
-                children = f.read().split()
-            target = int(children[0]) if children else process.pid
-        os.kill(target, signal.SIGTERM)
+        # Under perf, the worker is stopped and perf writes its file as it exits.
+        os.kill(worker_pid(process, perf_out), signal.SIGTERM)
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
-    return took
+    return took, cpu
+
+
+def worker_pid(process, perf_out):
+    if not perf_out:
+        return process.pid
+    with open(f"/proc/{process.pid}/task/{process.pid}/children") as f:
+        children = f.read().split()
+    return int(children[0]) if children else process.pid
 
 
 def main():
@@ -183,27 +195,33 @@ def main():
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--deadline-secs", type=int, default=900)
     parser.add_argument("--perf", default="", help="record hintstream with perf into this file")
+    parser.add_argument("--no-outcomes-topic", action="store_true",
+                        help="leave the outcomes topic out: the worker then reads neither it nor the "
+                             "hints topic, and no step waits for the learning read barrier")
     args = parser.parse_args()
     n, parts = args.messages, args.partitions
     rows = []
     for r in range(args.repeats):
         tag = f"sh{os.getpid()}r{r}"
-        create_topics(args.bootstrap, [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"dlq-{tag}",
-                                       f"outcomes-{tag}"], parts)
+        topics = [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"dlq-{tag}"]
+        if not args.no_outcomes_topic:
+            topics.append(f"outcomes-{tag}")
+        create_topics(args.bootstrap, topics, parts)
         create_topics(args.bootstrap, [f"spend-{tag}"], 1)
         fill(args.bootstrap, f"in-{tag}", n)
         watcher = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"watch-{tag}"})
-        base = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs)
+        base, base_cpu = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs)
         log(f"passthrough: {n / base:,.0f} msg/s")
-        hs = hintstream(args.hintstream, args.bootstrap, tag, n, parts, watcher, args.deadline_secs,
+        hs, hs_cpu = hintstream(args.hintstream, args.bootstrap, tag, n, parts, watcher, args.deadline_secs,
                         args.perf if r == 0 else "")
         log(f"hintstream: {n / hs:,.0f} hints/s")
         watcher.close()
-        rows.append((base, hs))
-    print(f"| repeat | messages | passthrough s | passthrough msg/s | hintstream s | hints/s | ratio |")
+        rows.append((base, base_cpu, hs, hs_cpu))
+    print("| repeat | messages | passthrough s (CPU s) | passthrough msg/s | hintstream s (CPU s) | hints/s | ratio |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    for r, (base, hs) in enumerate(rows):
-        print(f"| {r + 1} | {n:,} | {base:.2f} | {n / base:,.0f} | {hs:.2f} | {n / hs:,.0f} | {base / hs:.2f} |")
+    for r, (base, base_cpu, hs, hs_cpu) in enumerate(rows):
+        print(f"| {r + 1} | {n:,} | {base:.2f} ({base_cpu:.1f}) | {n / base:,.0f} | {hs:.2f} ({hs_cpu:.1f}) "
+              f"| {n / hs:,.0f} | {base / hs:.2f} |")
 
 
 if __name__ == "__main__":

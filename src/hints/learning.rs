@@ -279,6 +279,9 @@ impl Learner {
         let Some(readers) = &self.readers else {
             return;
         };
+        if !self.plan_reads_state() {
+            return;
+        }
         let key = (run_id.to_string(), step);
         if self.synced().contains(&key) {
             return;
@@ -300,6 +303,14 @@ impl Learner {
             synced.clear();
         }
         synced.insert(key);
+    }
+
+    /// Whether a plan depends on what the readers read: with one arm and
+    /// no model there is no choice to make and nothing to refine (a
+    /// refinement needs the arm's model), so every plan is the same
+    /// whatever the topics hold, and no step waits for a read.
+    fn plan_reads_state(&self) -> bool {
+        self.arms.len() > 1 || self.arms.iter().any(|arm| arm.synth.has_model())
     }
 
     fn synced(&self) -> MutexGuard<'_, HashSet<(String, i64)>> {

@@ -113,23 +113,54 @@ pub trait Validate {
 
 /// Decodes one payload: size, UTF-8, nesting depth, JSON syntax, object shape,
 /// fields (with the path of the first bad one), then [`Validate`].
+///
+/// A good payload is parsed once, straight into `T` (a content block's
+/// keys then arrive in their order, so no second reading restores it). A
+/// payload that pass refuses is read again through a `serde_json::Value`,
+/// which names what is wrong as it always did.
 pub fn decode<T: DeserializeOwned + Validate>(bytes: &[u8], limits: DecodeLimits) -> Result<T, DecodeError> {
-    let value = decode_object(bytes, limits)?;
+    let text = checked_text(bytes, limits)?;
+    let typed = match direct::<T>(text) {
+        Some(typed) => typed,
+        None => decode_via_value(text)?,
+    };
+    typed.validate()?;
+    Ok(typed)
+}
+
+/// `text` parsed into `T` in one pass, when it is a JSON object that `T`
+/// reads; `None` for anything else (the checks of [`decode_via_value`] say
+/// why).
+fn direct<T: DeserializeOwned>(text: &str) -> Option<T> {
+    if !text.trim_start().starts_with('{') {
+        // A struct also reads a JSON array; the payload must be an object.
+        return None;
+    }
+    serde_json::from_str(text).ok()
+}
+
+/// The path that names a bad payload's fault: `text` read as a
+/// `serde_json::Value` (its object shape checked), then into `T`, then its
+/// keys' order taken from a second reading for `T::KEEPS_KEY_ORDER`.
+fn decode_via_value<T: DeserializeOwned + Validate>(text: &str) -> Result<T, DecodeError> {
+    let value = parse_object(text)?;
     let mut typed: T = from_value(value)?;
     if T::KEEPS_KEY_ORDER {
-        // decode_object has read the bytes as UTF-8 JSON already.
-        let text = std::str::from_utf8(bytes).unwrap_or_default();
         if let Ok(ordered) = serde_json::from_str::<OrderedJson>(text) {
             typed.restore_key_order(&ordered);
         }
     }
-    typed.validate()?;
     Ok(typed)
 }
 
 /// The checks of [`decode`] that come before the message type is known: the
 /// result is a JSON object.
 pub fn decode_object(bytes: &[u8], limits: DecodeLimits) -> Result<serde_json::Value, DecodeError> {
+    parse_object(checked_text(bytes, limits)?)
+}
+
+/// The checks before any parsing: size, UTF-8, not empty, nesting depth.
+fn checked_text(bytes: &[u8], limits: DecodeLimits) -> Result<&str, DecodeError> {
     if bytes.len() > limits.max_bytes {
         return Err(DecodeError::TooLarge {
             size: bytes.len(),
@@ -147,6 +178,11 @@ pub fn decode_object(bytes: &[u8], limits: DecodeLimits) -> Result<serde_json::V
             limit: limits.max_depth,
         });
     }
+    Ok(text)
+}
+
+/// JSON syntax and object shape.
+fn parse_object(text: &str) -> Result<serde_json::Value, DecodeError> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| json_error(text, e))?;
     if !value.is_object() {
         return Err(DecodeError::NotObject);
@@ -330,5 +366,33 @@ mod tests {
         };
         let err = decode_object(b"{\"a\": \"0123456789\"}", limits).unwrap_err();
         assert_eq!(err, DecodeError::TooLarge { size: 19, limit: 10 });
+    }
+
+    #[test]
+    fn one_pass_reads_what_the_value_path_reads() {
+        use crate::messages::FailedTrajectory;
+        // Keys out of order, a repeated key in a content block, a repeated
+        // top-level field (the one pass refuses it; the Value path keeps the
+        // last), an integer reward and a top-level array.
+        let good = br#"{"schema_version": 1, "run_id": "r", "step": 3, "instance_id": "i",
+            "trajectory_id": "t", "task_prompt": "p", "reward": 0, "group_size": 2,
+            "chat_history": [{"role": "user", "content": "go"},
+              {"role": "assistant", "content": [{"type": "tool_use", "name": "bash", "id": "c1",
+                "input": {"z": 1, "a": [2, {"y": null, "b": true}]}, "id": "c2"}]}]}"#;
+        let text = std::str::from_utf8(good).unwrap();
+        let once: FailedTrajectory = direct(text).expect("one pass reads it");
+        let via_value: FailedTrajectory = decode_via_value(text).unwrap();
+        assert_eq!(once, via_value);
+        let decoded = decode::<FailedTrajectory>(good, DecodeLimits::default()).unwrap();
+        assert_eq!(decoded, via_value);
+        let repeated = text.replacen(r#""step": 3"#, r#""step": 3, "step": 4"#, 1);
+        assert!(direct::<FailedTrajectory>(&repeated).is_none());
+        let decoded = decode::<FailedTrajectory>(repeated.as_bytes(), DecodeLimits::default()).unwrap();
+        assert_eq!(decoded.step, 4);
+        let array = format!("[{}]", text);
+        assert_eq!(
+            decode::<FailedTrajectory>(array.as_bytes(), DecodeLimits::default()).unwrap_err(),
+            DecodeError::NotObject
+        );
     }
 }
