@@ -11,7 +11,8 @@
 #
 #   --out FILE    report file [default: target/bench/step-path.md]
 #   --note TEXT   a line about the machine for the report (shared, other load)
-#   --hintstream PATH  run this worker binary instead of the release build
+#   --hintstream PATH  run this worker binary, and the example as built (built
+#                 only when missing), instead of building both
 #   --perf DIR    record every worker with `perf record -e cpu-clock -g` into
 #                 DIR/hintstream-PID.data (give a binary with its symbols kept:
 #                 `cargo rustc --release --bin hintstream -- -C strip=none`)
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --note) note=$2; shift 2 ;;
     --hintstream) binary=$2; shift 2 ;;
     --perf) perf_dir=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
@@ -52,9 +53,11 @@ free_port() {
 }
 
 scripts/kafka.sh install
-echo "bench-step-path: building release binaries" >&2
-cargo build --release --bin hintstream --example step_path
 target="${CARGO_TARGET_DIR:-target}"
+if [ -z "$binary" ] || [ ! -x "$target/release/examples/step_path" ]; then
+  echo "bench-step-path: building release binaries" >&2
+  cargo build --release --bin hintstream --example step_path
+fi
 binary=${binary:-$target/release/hintstream}
 
 port=$(free_port)
