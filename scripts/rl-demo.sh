@@ -18,7 +18,8 @@
 # free ports, runs the training with TRL's progress bar, and stops everything it started,
 # also on Ctrl-C. Writes DIR/report.json (one entry per step), DIR/index.html (the curves) and
 # DIR/logs/ (stage 1, stage 2, trainer, config). Ports: $RL_DEMO_KAFKA_PORT and
-# $RL_DEMO_LLM_PORT (default: free ones).
+# $RL_DEMO_LLM_PORT (default: free ones). The stages' binary: $RL_DEMO_BIN (default
+# target/release/hintstream, built when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +47,7 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 python=$(scripts/rl-venv.sh)
 scripts/kafka.sh install
 [ "$arms" = llm ] && scripts/local-llm.sh install
-bin="${HINTSTREAM_BIN:-target/release/hintstream}"
+bin="${RL_DEMO_BIN:-target/release/hintstream}"
 if [ ! -x "$bin" ]; then
   say "building the release binary (cargo build --release; minutes, once)"
   cargo build --release --locked --bin hintstream >&2
@@ -102,8 +103,12 @@ $llm_section
 "smollm2-135m-instruct" = 2048
 [normalize]
 device = "cpu"
+# A hinted success in a group whose raw rows all failed would get (1 - 0) / (0 + 1e-6) = 1e6
+# with the reference's std (0); the floor makes it 2 and leaves every other group of 0/1
+# rewards as it is (their std is at least 0.5).
+std_floor = 0.5
 EOF
-"$bin" topics create --config "$config" >"$logs/topics.log" 2>&1
+"$bin" topics create --config "$config" >"$logs/topics.log" 2>&1 || { cat "$logs/topics.log" >&2; exit 1; }
 RUST_LOG=info "$bin" hints --config "$config" >"$logs/stage1.log" 2>&1 &
 stage_pids+=($!)
 RUST_LOG=info "$bin" advantages --config "$config" >"$logs/stage2.log" 2>&1 &

@@ -7,9 +7,15 @@ Pure Python (no torch): :func:`problems` makes the data set's rows,
 :func:`reward_func`), :func:`feedback` is the ``feedback_fn`` of
 :class:`hintstream.trl.HintstreamGRPOTrainer`.
 
+Each prompt is a short conversation: one worked example (a user question and
+the assistant's answer in the required format), then the problem. Without
+the example SmolLM2-135M-Instruct wrote the ``Answer:`` line in 8% of its
+replies; with it, in 86%.
+
 Difficulty (``level``): 1 is one operation on numbers under 20; 2 is two
-operations; 3 is two operations on larger numbers. SmolLM2-135M-Instruct
-solves level 2 about once in ten (docs/BENCHMARKS.md, "A real run")."""
+operations; 3 is two operations on larger numbers. Untrained, SmolLM2-135M-
+Instruct solved level 1 in 7.8% and level 2 in 4.7% of 64 samples at
+temperature 1 (docs/BENCHMARKS.md, "A real run")."""
 
 from __future__ import annotations
 
@@ -20,7 +26,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 #: The line every reply must end with.
 ANSWER_FORMAT = "Answer: <number>"
 
-INSTRUCTION = f"Think step by step, then give the final result on the last line as '{ANSWER_FORMAT}'."
+INSTRUCTION = f"Give the result on the last line as '{ANSWER_FORMAT}'."
+
+#: The worked example every prompt starts with (not one of the problems).
+EXAMPLE = [
+    {"role": "user", "content": f"Tom has 3 apples and gets 2 more. How many apples does Tom have?\n{INSTRUCTION}"},
+    {"role": "assistant", "content": "Tom has 3 + 2 = 5 apples.\nAnswer: 5"},
+]
 
 _ANSWER_RE = re.compile(r"answer\s*[:=]\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE)
 
@@ -77,15 +89,16 @@ def prompt_text(question: str) -> str:
     return f"{question}\n{INSTRUCTION}"
 
 
-def problems(n: int, seed: int, level: int = 2) -> List[Dict[str, Any]]:
-    """``n`` rows for a ``datasets.Dataset``: ``prompt`` (a one-message
-    conversation), ``answer`` (an int) and ``task_id`` (stable over runs of
-    the same seed)."""
+def problems(n: int, seed: int, level: int = 1) -> List[Dict[str, Any]]:
+    """``n`` rows for a ``datasets.Dataset``: ``prompt`` (the worked example,
+    then the problem as the last user message), ``answer`` (an int) and
+    ``task_id`` (stable over runs of the same seed)."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         question, answer = problem(rng, level)
-        rows.append({"prompt": [{"role": "user", "content": prompt_text(question)}], "answer": answer, "task_id": f"arith-{seed}-{i}"})
+        prompt = [dict(m) for m in EXAMPLE] + [{"role": "user", "content": prompt_text(question)}]
+        rows.append({"prompt": prompt, "answer": answer, "task_id": f"arith-{seed}-{i}-l{level}"})
     return rows
 
 
