@@ -104,7 +104,7 @@ def test_three_steps_of_trl_grpo_learn_from_hintstream(kafka: Kafka, model_serve
             output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=PROMPTS * GENERATIONS,
             num_generations=GENERATIONS, max_completion_length=48, max_steps=STEPS, learning_rate=1e-5,
             logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True,
-            gradient_checkpointing=False,
+            gradient_checkpointing=False, bf16=False,  # as rl_demo: CPU bf16 matmuls are slow
         )
         trainer = HintstreamGRPOTrainer(
             model=model, processing_class=tokenizer, reward_funcs=[arith_task.reward_func], args=config,

@@ -11,8 +11,12 @@ written as 0): ``step``; ``pass@1`` and ``pass@3`` of the raw rollouts
 ``hint/category_<name>_success_rate``); ``signal_rescued``
 (``hint/signal_rescued``); ``transfer`` and ``reliance``
 (``hint/transfer_rate``, ``hint/reliance``, once stage 2 computes them);
-``loss``; ``mean_abs_advantage``; ``seconds``; ``stage2`` (every metric
-stage 2 published for the step)."""
+``loss``; ``mean_abs_advantage``; ``seconds`` (the whole training step) and
+``seconds_in`` (its hintstream parts: ``hints``, the wait for stage 1;
+``hinted_generation``, sampling, scoring and the log-probs of the hinted
+completions; ``advantages``, publishing the rows and the wait for stage 2;
+``hintstream``, all of them); ``stage2`` (every metric stage 2 published for
+the step)."""
 
 from __future__ import annotations
 
@@ -69,6 +73,9 @@ def entry(step: int, record: Mapping[str, Any], stage2: Mapping[str, Any], loss:
     if advantages:
         out["mean_abs_advantage"] = sum(abs(a) for a in advantages) / len(advantages)
     out["seconds"] = seconds
+    parts = {k[len("seconds_") :]: v for k, v in record.items() if k.startswith("seconds_")}
+    if parts:
+        out["seconds_in"] = parts
     out["stage2"] = dict(stage2)
     return out
 
