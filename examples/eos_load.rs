@@ -110,7 +110,8 @@ async fn main() -> anyhow::Result<()> {
         .flat_map(|s| [s.input_topic.clone(), s.output_topic.clone(), s.dlq_topic.clone()])
         .chain([config.topics.metrics.clone()])
         .collect();
-    hintstream::kafka::admin::create_topics(&config, &names, args.partitions)
+    let specs = hintstream::stages::specs_of(&config, &names);
+    hintstream::kafka::admin::create_topics(&config, &specs, args.partitions)
         .await
         .context("creating topics")?;
 

@@ -50,8 +50,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use hintstream::config::{ArmEntry, ClientKind, Config, LlmProvider, ModelPrice};
-use hintstream::eval::arms::{arm_tables, run_table_html, RunArms};
-use hintstream::eval::html::{escape, CONFIG_COLORS, STYLE};
+use hintstream::eval::arms::{arm_tables, RunArms};
+use hintstream::eval::arms_html::run_table_html;
+use hintstream::eval::markup::{escape, CONFIG_COLORS, STYLE};
 use hintstream::messages::{decode, step_key, DecodeLimits, Hint, HintOutcome};
 
 /// Dollars per million tokens the loopback models are priced at.
@@ -280,8 +281,8 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<SimReport> {
     config.hints.stage.metrics_addr = free_loopback_addr()?;
     let config_path = args.out.join("hintstream.toml");
     std::fs::write(&config_path, toml::to_string(&config)?)?;
-    let names = hintstream::kafka::admin::design_topics(&config);
-    hintstream::kafka::admin::create_topics(&config, &names, args.partitions)
+    let topics = hintstream::stages::design_topics(&config);
+    hintstream::kafka::admin::create_topics(&config, &topics, args.partitions)
         .await
         .context("creating the topics")?;
     let mut feeds = Feeds::start(&config)?;
@@ -291,7 +292,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<SimReport> {
         Stage::spawn(&binary, "advantages", &config_path, &args.out)?,
     ];
     let producer: FutureProducer =
-        hintstream::kafka::client::create_producer(&config).context("creating the producer")?;
+        hintstream::kafka::create_producer(&config).context("creating the producer")?;
     let mut trainer = Trainer::new(args, arms.clone(), id.clone(), &config, producer);
     let bar = progress(args);
     let mut steps = Vec::new();
@@ -538,7 +539,7 @@ fn answer(body: &serde_json::Value, counted: &Mutex<BTreeMap<String, u64>>) -> s
     let model = body["model"].as_str().unwrap_or("unknown").to_string();
     let refined = body
         .to_string()
-        .contains(hintstream::hints::learn::refine::SECTION_HEADING);
+        .contains(hintstream::learn::refine::SECTION_HEADING);
     if let Ok(mut c) = counted.lock() {
         *c.entry(model.clone()).or_default() += 1;
     }
@@ -598,7 +599,7 @@ fn read_topic<T: Send + 'static>(
     topic: &str,
     parse: impl Fn(Option<&[u8]>, &[u8]) -> Option<T> + Send + 'static,
 ) -> anyhow::Result<mpsc::UnboundedReceiver<T>> {
-    let mut client = hintstream::kafka::client::client_config(config, ClientKind::Consumer);
+    let mut client = hintstream::kafka::client_config(config, ClientKind::Consumer);
     client
         .set("group.id", format!("{topic}-trainer-{}", rand::random::<u32>()))
         .set("auto.offset.reset", "earliest")

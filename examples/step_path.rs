@@ -57,7 +57,7 @@ use hintstream::batch::synthetic::synthetic_step;
 use hintstream::batch::{ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::config::{ClientKind, Config};
 use hintstream::kafka::admin::{create_topics, TopicOutcome};
-use hintstream::kafka::client::client_config;
+use hintstream::kafka::client_config;
 use hintstream::kafka::produce::headers;
 use hintstream::kafka::{base_config, create_producer};
 use hintstream::messages::{step_key, ScoredMessage, ScoredRollout, StepEnd};
@@ -990,7 +990,8 @@ async fn run(args: Args) -> Result<()> {
         &topics.echo_metrics,
     ]
     .map(|s| s.to_string());
-    let created = tokio::time::timeout(Duration::from_secs(60), create_topics(&config, &names, 1))
+    let specs = hintstream::stages::specs_of(&config, &names);
+    let created = tokio::time::timeout(Duration::from_secs(60), create_topics(&config, &specs, 1))
         .await
         .map_err(|_| "creating the topics took more than 60 s")??;
     for (topic, outcome) in created {

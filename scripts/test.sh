@@ -18,6 +18,11 @@ scripts/kafka.sh install
 # The real llama.cpp server of tests/it/hints/local_model.rs: ~8 min cold on 2 busy
 # cores (the wheel's build), ~20 s from the cached wheel, instant once installed.
 scripts/local-llm.sh install
+# The book (docs/, mdBook from crates.io: 5.6 CPU-minutes cold, ~14 min on 2 busy cores; then
+# cached in ~/.cache/hintstream) must build; its links, the README's length
+# and the generated configuration reference are checked by the tests
+# (contract::book).
+scripts/mdbook.sh build >/dev/null
 # The CUDA path must compile on machines without CUDA (dynamic loading).
 cargo build --locked --features cuda
 # Benches and examples must build; they are run by their own scripts.

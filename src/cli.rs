@@ -1,5 +1,6 @@
 //! The command-line surface: subcommands, their flags and how flags map onto
-//! config settings. Names are part of the contract (the README's Commands).
+//! config settings. Names are part of the contract (the book's Concepts,
+//! "Commands").
 
 use std::path::PathBuf;
 
@@ -172,8 +173,20 @@ pub enum Command {
     /// Example: hintstream eval --input failed.jsonl --config sonnet.toml
     /// --config haiku.toml --out eval-out
     Eval(EvalArgs),
-    /// Print the effective configuration (secrets redacted) and exit.
-    Config,
+    /// Print the effective configuration (secrets redacted) and exit;
+    /// `config reference` prints every key instead.
+    Config {
+        #[command(subcommand)]
+        action: Option<ConfigAction>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Print the configuration reference as Markdown: every key as the file
+    /// writes it, its type, default, environment variable and meaning
+    /// (docs/configuration.md is this output).
+    Reference,
 }
 
 #[derive(Debug, Subcommand)]

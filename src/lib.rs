@@ -5,8 +5,8 @@
 //!
 //! The modules follow the pipeline, from the wire inwards, in layers: a
 //! module imports only from its own layer or below (messages, normalize,
-//! jsonl < config < batch < metrics, health, telemetry < kafka < llm <
-//! stage < hints, advantages < tools, eval, quickstart < cli), with no
+//! jsonl < config < batch, learn < metrics, health, telemetry < kafka <
+//! stage < hints, llm, advantages < tools, eval, quickstart < cli), with no
 //! circle; `tests/it/contract/layout.rs` checks it, and that this map and
 //! the README's layout name every module.
 //!
@@ -27,6 +27,10 @@
 //!   OpenAI-compatible), routing, the prompts (`v2`, and the reference's
 //!   byte for byte), the Python-literal parser, the chain walk with retries,
 //!   the limits (rate, spend budget), the cassette.
+//! - [`learn`]: hints that learn, the core, without Kafka: arms, Thompson
+//!   selection, the state rebuilt from the hints and outcomes topics (its
+//!   counting rules and bounds), refinement, per-arm reports; stage 1
+//!   chooses with it, stage 2 and the eval report with it.
 //! - [`hints`]: stage 1, `hintstream hints`: decode, group, choose the
 //!   group's arm and refinement from what earlier hints did (hints that
 //!   learn), synthesize (at most one LLM call per group: the hint cache;
@@ -56,6 +60,8 @@
 //! - [`eval`]: stage 1's synthesis over a recorded topic under several
 //!   configs, with an LLM cassette, and the arm table of a recorded run
 //!   (hints and outcomes), written as a JSON and HTML report.
+//! - [`stages`]: the registry of stages the binary, the quick start and
+//!   `topics create` read.
 //! - [`quickstart`]: the whole pipeline in one process on sample data.
 //! - [`jsonl`]: the line loop of every JSONL reader.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.
@@ -72,6 +78,7 @@ pub mod llm;
 
 pub mod advantages;
 pub mod batch;
+pub mod learn;
 pub mod normalize;
 
 pub mod health;
@@ -81,6 +88,7 @@ pub mod telemetry;
 pub mod eval;
 pub mod jsonl;
 pub mod quickstart;
+pub mod stages;
 pub mod tools;
 
 pub mod cli;

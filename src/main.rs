@@ -11,15 +11,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use hintstream::advantages::offline;
-use hintstream::advantages::service::AdvantageStage;
-use hintstream::cli::{AdvantagesAction, Cli, Command, TopicsAction};
+use hintstream::cli::{AdvantagesAction, Cli, Command, ConfigAction, TopicsAction};
 use hintstream::config::{Config, NormalizeFlags};
 use hintstream::eval::{self, EvalConfig, EvalOptions};
-use hintstream::hints::HintStage;
 use hintstream::kafka::shutdown_signal;
 use hintstream::kafka::{admin, create_producer};
 use hintstream::llm::synth::LlmEnv;
 use hintstream::stage::StageError;
+use hintstream::stages;
 use hintstream::tools::{produce, record, replay};
 
 /// jemalloc instead of glibc's malloc. Stage 2 takes each message with a
@@ -35,6 +34,14 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The reference is the code's, whatever the config in effect.
+    if let Command::Config {
+        action: Some(ConfigAction::Reference),
+    } = cli.command
+    {
+        print!("{}", hintstream::config::reference());
+        return ExitCode::SUCCESS;
+    }
     let (level, service) = (cli.command.default_log_level(), cli.command.service_name());
     let telemetry = match hintstream::telemetry::init(cli.global.log_format, level, service) {
         Ok(t) => t,
@@ -115,13 +122,13 @@ async fn run(command: Command, loaded: Loaded) -> anyhow::Result<()> {
     } = loaded;
     let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match command {
-        Command::Config => {
+        Command::Config { .. } => {
             print!("{}", config.to_redacted_toml());
             Ok(())
         }
         Command::Quickstart { data } => quickstart(config, names_brokers, data.as_deref()).await,
-        Command::Hints { .. } => hints(config).await,
-        Command::Advantages { action: None, .. } => advantages(config).await,
+        Command::Hints { .. } => run_stage("hints", config).await,
+        Command::Advantages { action: None, .. } => run_stage("advantages", config).await,
         Command::Advantages {
             action: Some(AdvantagesAction::Compute(args)),
             ..
@@ -145,32 +152,19 @@ async fn quickstart(config: Config, names_brokers: bool, data: Option<&Path>) ->
     Ok(())
 }
 
-/// `hintstream hints`, until SIGTERM/SIGINT or a failure.
-async fn hints(config: Config) -> anyhow::Result<()> {
-    let env = LlmEnv::from_process();
+/// `hintstream hints`, `hintstream advantages`: the stage of that name in
+/// the registry, until SIGTERM/SIGINT or a failure.
+async fn run_stage(name: &str, config: Config) -> anyhow::Result<()> {
     // Before the start-up: a signal meanwhile stops the stage once it runs.
-    let shutdown = shutdown_signal();
-    let stage = HintStage::build(config, &env)
+    let shutdown = Box::pin(shutdown_signal());
+    let stage = stages::find(name).with_context(|| format!("no stage is registered as {name}"))?;
+    let built = (stage.build)(config)
         .await
-        .context("starting the hint stage")?;
-    let summary = stage.run(shutdown).await;
-    tracing::info!(?summary, "hint stage stopped");
+        .with_context(|| format!("starting the {name} stage"))?;
+    let summary = built.run(shutdown).await;
+    tracing::info!(?summary, "{name} stage stopped");
     if let Some(failure) = summary.failure {
-        anyhow::bail!("the hint stage failed: {failure}");
-    }
-    Ok(())
-}
-
-/// `hintstream advantages`, until SIGTERM/SIGINT or a failure.
-async fn advantages(config: Config) -> anyhow::Result<()> {
-    let shutdown = shutdown_signal();
-    let stage = AdvantageStage::build(config)
-        .await
-        .context("starting the advantage stage")?;
-    let summary = stage.run(shutdown).await;
-    tracing::info!(?summary, "advantage stage stopped");
-    if let Some(failure) = summary.failure {
-        anyhow::bail!("the advantage stage failed: {failure}");
+        anyhow::bail!("the {name} stage failed: {failure}");
     }
     Ok(())
 }
@@ -203,9 +197,9 @@ async fn compute(
 /// printed.
 async fn create_topics(config: &Config, partitions: Option<i32>) -> anyhow::Result<()> {
     reach(config).await?;
-    let names = admin::design_topics(config);
+    let topics = hintstream::stages::design_topics(config);
     let partitions = partitions.unwrap_or(config.topics.partitions);
-    let outcomes = admin::create_topics(config, &names, partitions)
+    let outcomes = admin::create_topics(config, &topics, partitions)
         .await
         .with_context(|| format!("creating topics on {}", config.bootstrap_servers))?;
     let mut failed = 0;

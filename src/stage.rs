@@ -4,10 +4,12 @@
 //! registry with the loop's counters and the stage's readiness, and serve
 //! the metrics and health endpoint. Each stage adds its own metrics to the
 //! registry, its own readiness conditions, and runs the loop with itself
-//! as the [`Stage`] it drives.
+//! as the [`Stage`] it drives. A built stage is a [`Service`]; the registry
+//! of stages (`stages`) lists each as [`Registered`].
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,10 +23,45 @@ use crate::health::{Lifecycle, Readiness, Signal};
 use crate::kafka::dlq::dlq_message_max_bytes;
 use crate::kafka::{
     check_cluster, create_stage_producer, create_transactional_producer, AssignmentHook, ConnectError,
-    Delivery, RunOptions, RunSummary, Stage, StageLoop, StageProducer,
+    Delivery, RunOptions, RunSummary, Stage, StageLoop, StageProducer, TransactionalProducer, Under,
 };
-use crate::llm::LlmError;
 use crate::metrics::StageMetrics;
+
+/// A stage's own reason not to start (stage 1's model clients or spend
+/// ledger, say): the shell needs only its text and its exit code.
+pub trait StageFailure: std::error::Error + Send + Sync + 'static {
+    /// 2 for what the user fixes in the configuration, 1 otherwise.
+    fn exit_code(&self) -> u8 {
+        1
+    }
+}
+
+/// A future a stage runs until, or returns: boxed, so that stages of any
+/// type stand in one registry.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// A stage built and checked, ready to run: what the binary, the quick
+/// start and the registry of stages hold of it.
+pub trait Service: Send {
+    /// Where its metrics, `/healthz` and `/readyz` are served.
+    fn metrics_addr(&self) -> SocketAddr;
+
+    /// Runs until `shutdown` resolves or the stage fails
+    /// ([`RunSummary::failure`]), then drains and commits.
+    fn run(self: Box<Self>, shutdown: BoxFuture<()>) -> BoxFuture<RunSummary>;
+}
+
+/// What a registered stage's `build` returns.
+pub type Built = BoxFuture<Result<Box<dyn Service>, StageError>>;
+
+/// One stage as the registry lists it (see `stages`): its name (the
+/// subcommand, the span), the topics it reads and writes as `topics create`
+/// makes them, and how it is built from the configuration.
+pub struct Registered {
+    pub name: &'static str,
+    pub topics: fn(&Config) -> Vec<crate::kafka::admin::TopicSpec>,
+    pub build: fn(Config) -> Built,
+}
 
 /// Why a stage could not start, or stopped on its own.
 #[derive(Debug, Error)]
@@ -53,12 +90,11 @@ pub enum StageError {
         #[source]
         source: std::io::Error,
     },
-    #[error("LLM client: {0}")]
-    Llm(#[from] LlmError),
     #[error("reading what the hints learn from: {0}")]
     Learn(String),
-    #[error("the spend ledger: {0}")]
-    Ledger(String),
+    /// A stage's own failure.
+    #[error("{0}")]
+    Own(Box<dyn StageFailure>),
 }
 
 impl StageError {
@@ -68,17 +104,54 @@ impl StageError {
         match self {
             StageError::Config(_) => 2,
             StageError::Connect(e) if e.is_config() => 2,
-            StageError::Llm(e) if e.is_config() => 2,
+            StageError::Own(e) => e.exit_code(),
             _ => 1,
         }
     }
+
+    /// A stage's own failure, as the shell's.
+    pub fn own(failure: impl StageFailure) -> Self {
+        StageError::Own(Box::new(failure))
+    }
+}
+
+/// Exactly-once delivery for the worker `transactional_id`: its
+/// transactional producer (which says whether the stage is connected) with
+/// its transactions initialised within the connect timeout.
+async fn exactly_once(
+    config: &Config,
+    transactional_id: &str,
+    connected: Arc<Signal>,
+) -> Result<Under, StageError> {
+    let producer =
+        create_transactional_producer(config, transactional_id, dlq_message_max_bytes(config), connected)?;
+    let producer = TransactionalProducer {
+        producer,
+        transactional_id: transactional_id.to_string(),
+        interval: Duration::from_millis(config.kafka.transaction_interval_ms),
+        call_timeout: Duration::from_millis(config.kafka.transaction_timeout_ms),
+    };
+    let within = Duration::from_secs(config.connect_timeout_secs);
+    Under::exactly_once(producer, within)
+        .await
+        .map_err(|source| StageError::Transactions {
+            id: transactional_id.to_string(),
+            hint: match source.rdkafka_error_code() {
+                Some(rdkafka::types::RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => {
+                    " (grant this principal WRITE and DESCRIBE on the transactional id, \
+                     e.g. kafka-acls --transactional-id <prefix>-<stage>- --resource-pattern-type prefixed)"
+                }
+                _ => "",
+            },
+            source,
+        })
 }
 
 /// A stage's Kafka clients and metrics, built and checked.
 pub struct StageShell {
     intake: StageLoop,
-    /// For the stage's outputs, through
-    /// [`send_output`](crate::kafka::send_output): under exactly_once they
+    /// For the stage's outputs, through a
+    /// [`Settlement`](crate::kafka::Settlement): under exactly_once they
     /// join the worker's transactions instead, and this producer stays plain
     /// (a transactional one refuses a send outside a transaction).
     pub producer: StageProducer,
@@ -117,7 +190,23 @@ impl StageShell {
         check_cluster(config, &topics, Duration::from_secs(config.connect_timeout_secs)).await?;
         let mut registry = Registry::with_prefix(prefix);
         let metrics = Arc::new(StageMetrics::register(&mut registry));
-        let mut intake = StageLoop::create(
+        let connected = Arc::new(Signal::new(
+            "the output producer has not reported a broker connection yet",
+        ));
+        // Under exactly_once, one transactional producer of the worker's
+        // transactions carries the outputs and the dead letters (and says
+        // whether the stage is connected); this one stays plain, for what a
+        // stage writes that no input made.
+        let plain_connected = match &transactional_id {
+            Some(_) => Arc::new(Signal::new("unused under exactly_once")),
+            None => connected.clone(),
+        };
+        let producer = create_stage_producer(config, plain_connected)?;
+        let under = match &transactional_id {
+            None => Under::at_least_once(),
+            Some(id) => exactly_once(config, id, connected.clone()).await?,
+        };
+        let intake = StageLoop::create_under(
             config,
             &stage.group_id,
             &stage.input_topic,
@@ -128,38 +217,8 @@ impl StageShell {
                 max_in_flight_bytes: bytes_on_intake.then(|| stage.max_in_flight_bytes()),
                 drain_timeout: Duration::from_secs(stage.drain_timeout_secs),
             },
+            under,
         )?;
-        let connected = Arc::new(Signal::new(
-            "the output producer has not reported a broker connection yet",
-        ));
-        // Under exactly_once, one transactional producer of the worker's
-        // transactions carries the outputs and the dead letters (and says
-        // whether the stage is connected); this one stays plain, for what a
-        // stage writes that no input made.
-        let plain_connected = match transactional_id {
-            Some(_) => Arc::new(Signal::new("unused under exactly_once")),
-            None => connected.clone(),
-        };
-        let producer = create_stage_producer(config, plain_connected)?;
-        if let Some(id) = &transactional_id {
-            let transactional =
-                create_transactional_producer(config, id, dlq_message_max_bytes(config), connected.clone())?;
-            let within = Duration::from_secs(config.connect_timeout_secs);
-            intake
-                .exactly_once(config, &transactional, id, within)
-                .await
-                .map_err(|source| StageError::Transactions {
-                    id: id.clone(),
-                    hint: match source.rdkafka_error_code() {
-                        Some(rdkafka::types::RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => {
-                            " (grant this principal WRITE and DESCRIBE on the transactional id, \
-                             e.g. kafka-acls --transactional-id <prefix>-<stage>- --resource-pattern-type prefixed)"
-                        }
-                        _ => "",
-                    },
-                    source,
-                })?;
-        }
         // Connected now, rather than at its first statistics: a metadata
         // request through it answers.
         let client = producer.clone();

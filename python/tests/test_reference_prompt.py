@@ -1,8 +1,9 @@
-"""The reference trainer's own outputs (schemas/fixtures/reference_prompts.json,
-written once by scripts/reference-prompt-fixtures.py from SkyRL-Fleet's
-functions) against ours: the static hint of ``FleetTaskEnv.build_hint_text``
-for every fixture, ``synthesize_hints_batch``'s signature, and its batch log
-line."""
+"""The reference trainer's own outputs (schemas/fixtures/reference_prompts.json
+and python_literals.json, written once by scripts/reference-prompt-fixtures.py
+from SkyRL-Fleet's functions and CPython 3.12) against ours: the static hint
+of ``FleetTaskEnv.build_hint_text`` for every fixture, the value of every
+accumulator literal, ``synthesize_hints_batch``'s signature, and its batch
+log line. The Rust suite reads both files too (tests/it/hints/reference_prompt.rs)."""
 
 import inspect
 import json
@@ -14,10 +15,12 @@ import pytest
 import hintstream
 import hintstream.skyrl
 from hintstream.dropin import batch_log_line
-from hintstream.static_hint import reference_static_hint
+from hintstream.static_hint import reference_literal, reference_static_hint
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "fixtures" / "reference_prompts.json").read_text(encoding="utf-8"))
+FIXTURES = Path(__file__).resolve().parents[2] / "schemas" / "fixtures"
+FIXTURE = json.loads((FIXTURES / "reference_prompts.json").read_text(encoding="utf-8"))
 CASES = FIXTURE["cases"]
+LITERALS = json.loads((FIXTURES / "python_literals.json").read_text(encoding="utf-8"))["vectors"]
 
 
 def test_there_are_at_least_30_fixtures() -> None:
@@ -53,3 +56,18 @@ def test_the_batch_log_line_is_the_reference_s() -> None:
     elapsed = float(re.search(r", ([0-9.]+)s elapsed$", example["message"]).group(1))
     assert batch_log_line(results, elapsed) == example["message"]
     assert example["level"] == "INFO"
+
+
+def test_accumulator_literals_read_as_the_reference_and_stage_1_read_them() -> None:
+    # The value the reference's ast.literal_eval gives (its repr), or None
+    # where it raises; stage 1's pyeval.rs is held to the same file.
+    assert len(LITERALS) >= 300
+    failures = []
+    for v in LITERALS:
+        try:
+            got = repr(reference_literal(v["source"]))
+        except Exception:  # noqa: BLE001 - the reference catches every error alike
+            got = None
+        if got != v["repr"]:
+            failures.append(f"{v['source']!r}: want {v['repr']!r}, got {got!r}")
+    assert not failures, "\n".join(failures)

@@ -13,7 +13,7 @@
 //!   [`LearnState::step_metrics`] is merged into the step's metrics. A step
 //!   without `hint_id`s on its hinted rows has none of those metrics.
 //!
-//! Memory: the state is bounded as [`crate::hints::learn::state`] says
+//! Memory: the state is bounded as [`crate::learn::state`] says
 //! (at most ~242 MB with 40-byte ids, typically far less).
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use super::step_metrics::StepMetrics;
 use crate::config::{Config, ConfigError};
-use crate::hints::learn::{Arms, LearnState};
 use crate::kafka::connect::topic_exists as topic_exists_in;
 use crate::kafka::{ConnectError, TailError, TopicTail};
+use crate::learn::{Arms, LearnState};
 use crate::messages::{decode, DecodeLimits, Hint, HintOutcome};
 use crate::stage::StageError;
 

@@ -138,4 +138,56 @@ mod tests {
         let step = rows(&[("a", 1.0, true, None), ("a", 0.0, false, None)]);
         assert!(hint_outcomes(&step, 0.0, "2026-01-01T00:00:00Z").is_empty());
     }
+
+    /// Equal JSON values, numbers compared as numbers (`1` equals `1.0`).
+    fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+        match (a, b) {
+            (serde_json::Value::Number(x), serde_json::Value::Number(y)) => x.as_f64() == y.as_f64(),
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+            }
+            _ => a == b,
+        }
+    }
+
+    /// The vectors both languages read (`schemas/vectors/outcomes.json`;
+    /// python/tests/test_outcome_vectors.py holds `outcome_messages` to
+    /// them): every field but `created_at`, and no field a case leaves out.
+    #[test]
+    fn outcomes_are_the_shared_vectors() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/outcomes.json");
+        let vectors: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cases = vectors["cases"].as_array().unwrap();
+        assert!(!cases.is_empty());
+        for case in cases {
+            let name = case["case"].as_str().unwrap();
+            let mut step = ScoredRows::default();
+            for (i, row) in case["rows"].as_array().unwrap().iter().enumerate() {
+                let mut row = row.clone();
+                row["schema_version"] = 1.into();
+                if row.get("trajectory_id").is_none() {
+                    row["trajectory_id"] = format!("t{i}").into();
+                }
+                let rollout: ScoredRollout = serde_json::from_value(row).unwrap();
+                rollout.validate().unwrap();
+                step.push(&rollout);
+            }
+            let threshold = case["success_threshold"].as_f64().unwrap();
+            let got: Vec<serde_json::Value> = hint_outcomes(&step, threshold, "2026-01-01T00:00:00Z")
+                .iter()
+                .map(|o| {
+                    o.validate().unwrap();
+                    let mut value = serde_json::to_value(o).unwrap();
+                    value.as_object_mut().unwrap().remove("created_at");
+                    value
+                })
+                .collect();
+            let want = case["outcomes"].as_array().unwrap();
+            assert!(
+                got.len() == want.len() && got.iter().zip(want).all(|(g, w)| same(g, w)),
+                "{name}:\n got {got:?}\nwant {want:?}"
+            );
+        }
+    }
 }

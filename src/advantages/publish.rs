@@ -47,7 +47,7 @@ use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
-use crate::kafka::{finish_together, send_output, Outgoing, SendError, StageProducer, Taken};
+use crate::kafka::{Outgoing, SendError, Settlement, StageProducer, Taken};
 use crate::messages::{step_key, HintOutcome};
 use crate::normalize::{AdvantageOptions, Device, Ran};
 
@@ -243,13 +243,9 @@ impl StepOutput {
         let duplicates = step.duplicates;
         let (rows, parked) = step.into_rows();
         // Under exactly_once the step's messages commit together.
-        finish_together(&parked);
+        let parked = Settlement::new(parked);
         match self.compute_and_send(&id, rows, duplicates, &parked).await {
-            Ok(()) => {
-                for p in parked {
-                    p.ack();
-                }
-            }
+            Ok(()) => parked.ack(),
             Err(e) => {
                 if let Some(kind) = e.dead_letter_kind() {
                     self.dead_letter_parked(parked, kind, &e.to_string()).await;
@@ -266,7 +262,7 @@ impl StepOutput {
         id: &StepId,
         rows: ScoredRows,
         duplicates: usize,
-        parked: &[Taken],
+        parked: &Settlement,
     ) -> Result<(), Unpublished> {
         let result = self.compute(id, rows).await?;
         let mut encoded = self.encode(id, result, duplicates).await?;
@@ -377,30 +373,35 @@ impl StepOutput {
 
     /// Sends the chunks one after another, each acknowledged before the
     /// next, so that they sit in order on the key's partition.
-    async fn send_chunks(&self, id: &StepId, encoded: &Encoded, parked: &[Taken]) -> Result<(), Unpublished> {
+    async fn send_chunks(
+        &self,
+        id: &StepId,
+        encoded: &Encoded,
+        parked: &Settlement,
+    ) -> Result<(), Unpublished> {
         let count = encoded.chunks.len();
         for (index, chunk) in encoded.chunks.chunks.iter().enumerate() {
             let chunk_headers = chunk_header_values(index, count, encoded.rows);
-            let published = send_output(
-                &self.producer,
-                &Outgoing {
-                    topic: &self.output_topic,
-                    key: Some(encoded.key.as_bytes()),
-                    payload: Some(&chunk.payload),
-                    headers: headers(
-                        [
-                            ("content-type", ARROW_STREAM_CONTENT_TYPE),
-                            (DEVICE_HEADER, encoded.device),
-                            (ATTEMPT_HEADER, encoded.attempt.as_str()),
-                        ]
-                        .into_iter()
-                        .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
-                    ),
-                },
-                parked,
-                &self.lifecycle,
-            )
-            .await;
+            let published = parked
+                .send(
+                    &self.producer,
+                    &Outgoing {
+                        topic: &self.output_topic,
+                        key: Some(encoded.key.as_bytes()),
+                        payload: Some(&chunk.payload),
+                        headers: headers(
+                            [
+                                ("content-type", ARROW_STREAM_CONTENT_TYPE),
+                                (DEVICE_HEADER, encoded.device),
+                                (ATTEMPT_HEADER, encoded.attempt.as_str()),
+                            ]
+                            .into_iter()
+                            .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
+                        ),
+                    },
+                    &self.lifecycle,
+                )
+                .await;
             match published {
                 Ok(_) => self.metrics.chunk_published(),
                 Err(SendError::Permanent(source)) => {
@@ -434,7 +435,7 @@ impl StepOutput {
         &self,
         id: &StepId,
         outcomes: &[HintOutcome],
-        parked: &[Taken],
+        parked: &Settlement,
     ) -> Result<(), Unpublished> {
         let Some(topic) = self.learning.outcomes_topic() else {
             return Ok(());
@@ -455,7 +456,7 @@ impl StepOutput {
             .collect();
         let sends = records
             .iter()
-            .map(|record| send_output(&self.producer, record, parked, &self.lifecycle));
+            .map(|record| parked.send(&self.producer, record, &self.lifecycle));
         let mut stopped = false;
         for (sent, outcome) in futures::future::join_all(sends).await.into_iter().zip(outcomes) {
             match sent {
@@ -483,22 +484,22 @@ impl StepOutput {
         &self,
         id: &StepId,
         encoded: &Encoded,
-        parked: &[Taken],
+        parked: &Settlement,
     ) -> Result<(), Unpublished> {
         // A map of names to finite numbers always serialises.
         let metrics_json = serde_json::to_vec(&encoded.metrics).unwrap_or_default();
-        let sent = send_output(
-            &self.producer,
-            &Outgoing {
-                topic: &self.metrics_topic,
-                key: Some(encoded.key.as_bytes()),
-                payload: Some(&metrics_json),
-                headers: headers([("content-type", "application/json")]),
-            },
-            parked,
-            &self.lifecycle,
-        )
-        .await;
+        let sent = parked
+            .send(
+                &self.producer,
+                &Outgoing {
+                    topic: &self.metrics_topic,
+                    key: Some(encoded.key.as_bytes()),
+                    payload: Some(&metrics_json),
+                    headers: headers([("content-type", "application/json")]),
+                },
+                &self.lifecycle,
+            )
+            .await;
         match sent {
             Ok(_) => Ok(()),
             Err(SendError::Permanent(e)) => {
@@ -511,20 +512,20 @@ impl StepOutput {
 
     pub(super) async fn dead_letter_step(&self, step: PendingStep<Taken>, kind: &'static str, reason: &str) {
         let (_, parked) = step.into_rows();
-        self.dead_letter_parked(parked, kind, reason).await;
+        self.dead_letter_parked(Settlement::new(parked), kind, reason)
+            .await;
     }
 
     /// Dead-letters a step's messages, all sends at once, and counts the
     /// step once they are done.
-    async fn dead_letter_parked(&self, parked: Vec<Taken>, kind: &'static str, reason: &str) {
+    async fn dead_letter_parked(&self, parked: Settlement, kind: &'static str, reason: &str) {
         tracing::error!(
             kind,
             reason,
-            messages = parked.len(),
+            messages = parked.inputs().len(),
             "step sent to the dead-letter topic"
         );
-        finish_together(&parked);
-        futures::future::join_all(parked.into_iter().map(|p| p.reject(kind, reason))).await;
+        parked.reject(kind, reason).await;
         self.metrics.step_dead_lettered(kind);
     }
 }

@@ -15,9 +15,10 @@ use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::publish::StepOutput;
 use crate::config::Config;
-use crate::kafka::{Parked, Partition, RecordMeta, Rejected, RunSummary, Stage, Taken, Work};
+use crate::kafka::admin::TopicSpec;
+use crate::kafka::{Partition, RecordMeta, Rejected, RunSummary, Stage, Taken, Work};
 use crate::messages::{step_key, DecodeLimits};
-use crate::stage::{StageError, StageShell};
+use crate::stage::{BoxFuture, Registered, Service, StageError, StageShell};
 
 /// What a parked message holds beyond its bytes, its decoded rows and their
 /// ids, counted against `max_in_flight_bytes` so that the bound is near the
@@ -187,7 +188,7 @@ impl StepPublisher {
 
 impl Stage for StepPublisher {
     type Input = ScoredInput;
-    const PARKS: Parked = Parked::PendingSteps;
+    const PARKS: &'static str = "pending steps";
 
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
         decode_scored_bounded(payload, meta, self.limits, self.max_decoded_bytes)
@@ -297,3 +298,41 @@ impl AdvantageStage {
         summary
     }
 }
+
+impl Service for AdvantageStage {
+    fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    fn run(self: Box<Self>, shutdown: BoxFuture<()>) -> BoxFuture<RunSummary> {
+        Box::pin(AdvantageStage::run(*self, shutdown))
+    }
+}
+
+/// The topics stage 2 reads and writes, as `topics create` makes them: the
+/// scored rollouts, the advantages, the step metrics, its dead-letter
+/// topic, and (hints that learn) the outcomes it publishes and the hints
+/// it reads for the per-arm metrics.
+pub fn topics(config: &Config) -> Vec<TopicSpec> {
+    let t = &config.topics;
+    vec![
+        TopicSpec::plain(&t.scored),
+        TopicSpec::plain(&t.advantages),
+        TopicSpec::plain(&t.metrics),
+        TopicSpec::dead_letters(config, &config.advantages.dlq_topic),
+        TopicSpec::outcomes(&t.outcomes),
+        TopicSpec::plain(&t.hints),
+    ]
+}
+
+/// Stage 2 as the registry of stages lists it.
+pub const REGISTERED: Registered = Registered {
+    name: "advantages",
+    topics,
+    build: |config| {
+        Box::pin(async move {
+            let stage = AdvantageStage::build(config).await?;
+            Ok(Box::new(stage) as Box<dyn Service>)
+        })
+    },
+};

@@ -477,4 +477,48 @@ mod tests {
             );
         }
     }
+
+    /// The vectors both languages read (`schemas/vectors/chunks.json`,
+    /// `chunk_info`; python/tests/test_reassembly.py holds `wire.chunk_info`
+    /// to them).
+    #[test]
+    fn chunk_headers_read_as_the_shared_vectors() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/chunks.json");
+        let vectors: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cases = vectors["chunk_info"].as_array().unwrap();
+        assert!(!cases.is_empty());
+        for case in cases {
+            // A header without a value reads as empty, as readers take it.
+            let pairs: Vec<(&str, &[u8])> = case["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    (
+                        h[0].as_str().unwrap(),
+                        h[1].as_str().unwrap_or_default().as_bytes(),
+                    )
+                })
+                .collect();
+            let got = ChunkInfo::from_headers(|name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v));
+            match case.get("error") {
+                Some(error) => {
+                    let error = error.as_str().unwrap();
+                    assert!(
+                        got.as_ref().is_err_and(|e| e.to_string().contains(error)),
+                        "{case}: {got:?}"
+                    );
+                }
+                None => {
+                    let want = ChunkInfo {
+                        index: case["index"].as_u64().unwrap() as usize,
+                        count: case["count"].as_u64().unwrap() as usize,
+                        rows: case["rows"].as_u64().map(|r| r as usize),
+                    };
+                    assert_eq!(got, Ok(want), "{case}");
+                }
+            }
+        }
+    }
 }

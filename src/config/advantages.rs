@@ -2,6 +2,7 @@
 //! stage settings, step assembly, the step metrics and the size of the
 //! messages it publishes.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
@@ -22,30 +23,33 @@ pub const MIN_ADVANTAGES_MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// Stage 2's section: the common stage settings plus step assembly and the
 /// step metrics.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AdvantagesConfig {
     #[serde(flatten)]
     pub stage: StageConfig,
     /// A step whose rows have not all arrived this many seconds after its
     /// first row goes to the DLQ (never a silent partial result).
     pub step_timeout_secs: u64,
-    /// k values of the `reward/pass_at_<k>` metrics.
+    /// The k of the `reward/pass_at_<k>` step metrics.
     pub pass_at_k: Vec<u32>,
     /// The n of `reward/avg_pass_at_<n>`: the trainer's samples per prompt
     /// (SkyRL's `generator.n_samples_per_prompt`); 0 = the step's largest
     /// group of raw rows.
     pub samples_per_prompt: u32,
-    /// A rollout succeeded when its reward is above this.
+    /// A rollout succeeded when its reward is above this (the reference's
+    /// `> 0`), for the step metrics and the hint outcomes.
     pub success_threshold: f64,
     /// The largest message (Arrow payload, key and headers) published on
     /// the advantages topic. A step whose advantages are larger goes out as
     /// several messages, chunks of contiguous rows (headers
-    /// `hintstream.chunk`, `hintstream.chunks`, `hintstream.rows`). Keep it
-    /// at most the producer's `message.max.bytes` (`[kafka.producer]` or
-    /// `[kafka]`; librdkafka's default 1,000,000) and the topic's
-    /// `max.message.bytes`.
+    /// `hintstream.chunk`, `hintstream.chunks`, `hintstream.rows`). At
+    /// least 65,536, and at most the producer's `message.max.bytes`
+    /// (`[kafka.producer]` or `[kafka]`; librdkafka's default 1,000,000),
+    /// else the stage exits 2 saying which to raise; keep it under the
+    /// topic's `max.message.bytes` too.
     pub max_message_bytes: usize,
     #[serde(flatten)]
+    #[schemars(skip)]
     unknown: UnknownKeys,
 }
 

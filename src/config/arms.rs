@@ -2,12 +2,13 @@
 //! is (a prompt version x a model chain, or static hints as the control) as
 //! the file writes it. The rules that span the arms (unique names, one
 //! control, floors adding up to at most 1) are checked where the arms are
-//! built (`hints::learn::Arms::new`), at stage start-up (exit 2).
+//! built (`learn::Arms::new`), at stage start-up (exit 2).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One `[[hints.arms]]` entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ArmEntry {
     /// Unique; letters, digits, `_`, `-` and `.` only (it names metrics).
@@ -31,10 +32,12 @@ pub struct ArmEntry {
     /// The floors of all arms add up to at most 1.
     #[serde(default = "default_min_share")]
     pub min_share: f64,
-    /// The Beta prior of the arm's rescue rate: pseudo-rescues ...
+    /// The Beta prior of the arm's rescue rate: its pseudo-rescues (with
+    /// `prior_beta`, its pseudo-failures).
     #[serde(default = "default_prior")]
     pub prior_alpha: f64,
-    /// ... and pseudo-failures.
+    /// The Beta prior of the arm's rescue rate: its pseudo-failures (with
+    /// `prior_alpha`, its pseudo-rescues).
     #[serde(default = "default_prior")]
     pub prior_beta: f64,
 }
@@ -56,7 +59,7 @@ pub fn default_refine_max() -> usize {
 }
 
 /// How each failed group's arm is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ArmSelection {
     /// Thompson sampling on each arm's Beta posterior of `rescued`.

@@ -2,6 +2,7 @@
 //! settings, how long a group waits, which groups get a hint, and the hint
 //! cache.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::arms::{default_refine_max, ArmEntry, ArmSelection, LearnOptions};
@@ -19,7 +20,7 @@ pub const MAX_CACHE_TTL_SECS: u64 = 30 * 24 * 3600;
 pub const DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES: u64 = 512 * 1024 * 1024;
 
 /// Stage 1's section: the common stage settings plus its own.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HintsConfig {
     #[serde(flatten)]
     pub stage: StageConfig,
@@ -31,12 +32,13 @@ pub struct HintsConfig {
     /// How long a published hint is kept to answer a redelivered or late
     /// member of its group without an LLM call (seconds).
     pub cache_ttl_secs: u64,
-    /// Bytes of hints kept for that; the oldest go first.
+    /// Bytes of published hints kept to answer redelivered or late
+    /// members (`cache_ttl_secs`); the oldest go first.
     pub cache_max_bytes: u64,
     /// The arms that compete for failed groups (`[[hints.arms]]`); none:
     /// one implicit arm, `default`, and everything behaves as without arms.
     pub arms: Vec<ArmEntry>,
-    /// `thompson` (on each arm's rescue rate) or `fixed` (the weights).
+    /// How each failed group's arm is chosen.
     pub arm_selection: ArmSelection,
     /// Outcomes fade with this half-life in steps; unset: they never fade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +46,7 @@ pub struct HintsConfig {
     /// Most earlier unhelpful hints of a task shown to the LLM (0: none).
     pub refine_max: usize,
     #[serde(flatten)]
+    #[schemars(skip)]
     unknown: UnknownKeys,
 }
 

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
@@ -94,7 +95,7 @@ const TRANSACTION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=900_
 const MAX_ID_PART_CHARS: usize = 100;
 
 /// The delivery guarantee of both stages (`kafka.delivery`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryMode {
     /// Outputs are produced, then the inputs' offsets committed: a crash
@@ -119,7 +120,7 @@ fn default_transaction_timeout_ms() -> u64 {
 }
 
 /// One property value, as TOML wrote it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum KafkaValue {
     Bool(bool),
@@ -174,32 +175,54 @@ pub enum ClientKind {
 }
 
 /// librdkafka properties by client kind, and our own keys of `[kafka]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend(
+    "x-key" = "librdkafka property",
+    "x-key-doc" = "Any other key of `[kafka]` is a librdkafka property passed to every client \
+                   (`\"security.protocol\" = \"SASL_SSL\"`, `\"compression.type\" = \"zstd\"`): a \
+                   string, a number or a boolean, given to librdkafka as a string. Quote the dotted \
+                   names. It has no variable of its own: the whole table does, \
+                   `HINTSTREAM_KAFKA='{ \"security.protocol\" = \"SSL\" }'`. `transactional.id` and \
+                   `transaction.timeout.ms` are refused (exit 2): hintstream sets them from its own keys."
+))]
 pub struct KafkaConfig {
-    /// `at_least_once` (the default) or `exactly_once`.
+    /// The delivery guarantee of both stages. Under `exactly_once` a
+    /// `read_committed` reader sees each output once, through kills and
+    /// rebalances; each worker then needs a stable `worker_id`.
     #[serde(default)]
     pub delivery: DeliveryMode,
-    /// Under exactly_once: how often the open transaction commits (the
-    /// latency an output waits for at most, besides its inputs).
+    /// Under exactly_once: how often each worker commits its open
+    /// transaction, in milliseconds (10 to 60,000): the longest an output
+    /// waits for, besides its inputs.
     #[serde(default = "default_transaction_interval_ms")]
     pub transaction_interval_ms: u64,
-    /// Under exactly_once: `transactional.id` is
-    /// `<prefix>-<stage>-<worker id>`.
+    /// Under exactly_once: each worker's `transactional.id` is
+    /// `<prefix>-<stage>-<worker id>` (`hintstream-hints-hints-0`): 1 to 100
+    /// characters of A-Z, a-z, 0-9, `.`, `_` or `-`.
     #[serde(default = "default_transactional_id_prefix")]
     pub transactional_id_prefix: String,
-    /// Under exactly_once: the longest one transaction may stay open
-    /// (librdkafka's `transaction.timeout.ms`); the broker aborts it after.
+    /// Under exactly_once: the longest one transaction may stay open, in
+    /// milliseconds (1,000 to 900,000, the broker's default
+    /// `transaction.max.timeout.ms`; librdkafka's `transaction.timeout.ms`);
+    /// the broker aborts it after.
     #[serde(default = "default_transaction_timeout_ms")]
     pub transaction_timeout_ms: u64,
-    /// This worker's stable id (`--worker-id`, env `HINTSTREAM_WORKER_ID`):
-    /// required under exactly_once.
+    /// This worker's stable id (also `--worker-id`, or
+    /// `HINTSTREAM_WORKER_ID`): required under exactly_once, the same across
+    /// restarts of one worker (so that it fences its predecessor) and unique
+    /// among its stage's workers; 1 to 100 characters of A-Z, a-z, 0-9, `.`,
+    /// `_` or `-`. On Kubernetes, a StatefulSet's pod name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_id: Option<String>,
-    /// Properties of the consumers only (`[kafka.consumer]`).
+    /// librdkafka properties of the consumers only, over `[kafka]`'s
+    /// (`"group.protocol" = "consumer"`, `"session.timeout.ms" = 45000`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-key" = "librdkafka property"))]
     pub consumer: BTreeMap<String, KafkaValue>,
-    /// Properties of the producers only (`[kafka.producer]`).
+    /// librdkafka properties of the producers only, over `[kafka]`'s
+    /// (`"compression.type" = "zstd"`, `"message.max.bytes" = 2000000`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-key" = "librdkafka property"))]
     pub producer: BTreeMap<String, KafkaValue>,
     /// Properties of every client (`[kafka]`).
     #[serde(flatten)]

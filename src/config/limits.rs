@@ -1,13 +1,14 @@
 //! The `[limits]` section: bounds on what a stage accepts from its input
 //! topic, beyond which a message is dead-lettered.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
 use crate::messages::DecodeLimits;
 
 /// Bounds on what a stage accepts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Payloads over this many bytes go to the DLQ (`too_large`).
@@ -15,8 +16,9 @@ pub struct LimitsConfig {
     /// JSON nested deeper than this goes to the DLQ (`too_deep`).
     pub max_json_depth: usize,
     /// An Arrow message whose string columns would decode to more bytes than
-    /// this (views and dictionary keys resolved, plus a fixed cost a row:
-    /// `batch::bound`) goes to the DLQ (`bad_arrow`) before it is decoded.
+    /// this (views and dictionary keys resolved, plus a fixed cost a row,
+    /// counted before anything is copied) goes to the DLQ (`bad_arrow`,
+    /// naming the column) before it is decoded.
     #[serde(default = "default_max_decoded_bytes")]
     pub max_decoded_bytes: usize,
 }

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, non_negative, ConfigError};
 
 /// Which model API stage 1 calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LlmProvider {
     /// Anthropic when ANTHROPIC_API_KEY is set, else OpenRouter when
@@ -18,7 +19,10 @@ pub enum LlmProvider {
     /// `anthropic/claude-...`, `openai/gpt-...`.
     #[default]
     Auto,
+    /// The Anthropic Messages API (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL).
     Anthropic,
+    /// An OpenAI-compatible server (OPENAI_API_KEY, OPENAI_BASE_URL): vLLM,
+    /// llama.cpp, Ollama, LiteLLM, SGLang.
     Openai,
     /// OpenRouter's OpenAI-compatible API (OPENROUTER_API_KEY).
     Openrouter,
@@ -54,28 +58,40 @@ pub const DEFAULT_MAX_HINT_CHARS: usize = 4_000;
 pub const MAX_HINT_CHARS: usize = 100_000;
 
 /// Which model API stage 1 calls and how.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
+    /// Which model API stage 1 calls. Keys come from the environment only
+    /// (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, `OPENROUTER_API_KEY`), never
+    /// from this file, and are never logged.
     pub provider: LlmProvider,
     /// The model fallback chain, tried in order; empty = the provider's
     /// default (`claude-sonnet-4-20250514`, or `gpt-4o-mini`). After the last
     /// model fails, the static hint is used.
     pub models: Vec<String>,
-    /// API base URL; empty = ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the
-    /// official endpoint.
+    /// API base URL; empty = ANTHROPIC_BASE_URL / OPENAI_BASE_URL /
+    /// OPENROUTER_BASE_URL, else the official endpoint.
     pub base_url: String,
+    /// The most tokens the model may write for one hint (above 0).
     pub max_tokens: u32,
-    /// The longest hint text, in characters (at most [`MAX_HINT_CHARS`]). A
-    /// longer reply is cut at a sentence boundary (else a word boundary,
-    /// else a character) and its Hint says `hint_truncated: true`.
+    /// The longest hint text, in characters (1 to 100,000, so that every
+    /// hint fits the producer's default message size). A longer reply is cut
+    /// at a sentence boundary (else a word boundary, else a character) and
+    /// its Hint says `hint_truncated: true`.
     pub max_hint_chars: usize,
+    /// The sampling temperature of the model calls (0 to 2).
     pub temperature: f64,
-    /// Time budget of one hint, all retries and models included (seconds).
+    /// Time budget of one hint in seconds (above 0, at most 600): all
+    /// retries and models included, and the wait for a free call slot and
+    /// the rate limits. Past it the hint is the static fallback
+    /// (`failure_reason = "timeout"`).
     pub timeout_secs: f64,
-    /// LLM calls in flight at once.
+    /// LLM calls in flight at once, per worker (1 to 10,000); at most the
+    /// server's parallel slots for a self-hosted model.
     pub concurrency: usize,
-    /// Retries of one model on 429/529/5xx/timeouts/broken connections.
+    /// Retries of one model on 429/529/5xx, timeouts and broken
+    /// connections (exponential backoff with jitter, never sooner than the
+    /// server's `retry-after`), before the chain's next model.
     pub max_retries: u32,
     /// Requests per minute (0 = no limit), the consumer group's: each
     /// worker takes the share of the input partitions it holds. The default
@@ -92,11 +108,16 @@ pub struct LlmConfig {
     /// Tokens (input + output) per rolling hour (0 = no budget).
     pub budget_tokens_per_hour: u64,
     /// How often each worker publishes its settled spend to `[topics]
-    /// spend` (milliseconds, within [`LEDGER_INTERVAL_MS`]): the group's
-    /// budget sees another worker's spend this late at most (plus a
-    /// produce and a fetch).
+    /// spend`, in milliseconds (50 to 60,000): the group's budget sees
+    /// another worker's spend this late at most (plus a produce and a
+    /// fetch).
     pub ledger_interval_ms: u64,
-    /// Dollars per million input / output tokens, by model.
+    /// Dollars per million tokens, by model id, for `cost_usd` and the
+    /// budget. The default and the reference trainer's models have their
+    /// list prices built in; with a dollar budget, every model a request can
+    /// reach needs a price: `[llm] models`, `allowed_models` and every arm's
+    /// `models` (else exit 2, naming the model and this key).
+    #[schemars(extend("x-key" = "model id"))]
     pub prices: BTreeMap<String, ModelPrice>,
     /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
     /// own, byte for byte (`reference`), e.g. to compare hints with it.
@@ -108,12 +129,13 @@ pub struct LlmConfig {
     pub allowed_models: Vec<String>,
     /// A text file appended to the system prompt of every call (an
     /// environment's tool documentation, a rubric); empty = none. A relative
-    /// path is from the working directory. Read once at start-up, at most
-    /// `llm::context::MAX_CONTEXT_FILE_BYTES`.
+    /// path is from the working directory. Read once at start-up: UTF-8,
+    /// not empty, at most 256 KiB, else the stage exits 2.
     pub system_context_file: String,
     /// A directory of one file per `env_class`, `<dir>/<env_class>.md`,
     /// appended after `system_context_file` for a trajectory of that
-    /// class; empty = none. Read once at start-up.
+    /// class; empty = none. Read once at start-up (other files are ignored;
+    /// each as `system_context_file`, at most 1,000 files).
     pub system_context_dir: String,
     /// Provider prompt caching: Anthropic `cache_control` breakpoints on
     /// the system prompt (once it reaches `cache_min_tokens`) and on a task
@@ -133,8 +155,8 @@ pub struct LlmConfig {
     /// Where the duplicate goes: the same model (`"same"`) or the chain's
     /// next model (`"next"`; the same model when there is none).
     pub hedge_to: HedgeTo,
-    /// How many of a model's latest calls its p95 is taken over (at least
-    /// [`MIN_HEDGE_WINDOW`]).
+    /// How many of a model's latest answered calls its p95 is taken over
+    /// (20 to 10,000). No hedge before a model has 20 answered calls.
     pub hedge_window: usize,
     /// The shortest wait before a duplicate is sent, in milliseconds,
     /// whatever the observed p95.
@@ -142,10 +164,13 @@ pub struct LlmConfig {
     /// The most duplicates, as a share of requests (0..=1): a token bucket
     /// earns this much per request and a duplicate takes a whole token.
     pub hedge_max_share: f64,
-    /// Context windows in tokens, by model id (`[llm.context_tokens]`,
-    /// e.g. `"smollm2" = 8192`), for the models the built-in table
-    /// (`BUILT_IN_CONTEXT_TOKENS`) lacks or has wrong. The prompt is fitted
-    /// so that it and `max_tokens` fit the window (`llm::fit`).
+    /// Context windows in tokens, by model id (`"smollm2" = 8192`), for
+    /// the models the built-in table lacks or has wrong (it knows
+    /// `claude-sonnet-4-20250514`, `claude-3-5-haiku-20241022`,
+    /// `gpt-4o-mini` and the reference trainer's model). The prompt is
+    /// fitted so that it, `max_tokens` and a margin fit the window. Each
+    /// window is at least 512, at most 100,000,000, and above `max_tokens`.
+    #[schemars(extend("x-key" = "model id"))]
     pub context_tokens: BTreeMap<String, u32>,
     /// Ask an OpenAI-compatible server for the window of a model neither
     /// table knows (vLLM's `/v1/models` `max_model_len`, llama.cpp's
@@ -155,7 +180,7 @@ pub struct LlmConfig {
 }
 
 /// `llm.cache_ttl`: the lifetime of an Anthropic prompt cache entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub enum CacheTtl {
     #[default]
     #[serde(rename = "5m")]
@@ -186,7 +211,7 @@ impl CacheTtl {
 pub const DEFAULT_CACHE_MIN_TOKENS: u32 = 1024;
 
 /// Where a hedged request's duplicate goes (`llm.hedge_to`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum HedgeTo {
     /// The model of the first attempt.
@@ -205,7 +230,7 @@ pub const MAX_HEDGE_WINDOW: usize = 10_000;
 /// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
 /// default) or the reference trainer's own, byte for byte (`reference`).
 /// The texts are in `llm::prompt`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PromptVersion {
     #[default]
@@ -215,13 +240,17 @@ pub enum PromptVersion {
 
 impl PromptVersion {
     /// The name stamped on hints as `prompt_version`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             PromptVersion::V2 => "v2",
             PromptVersion::Reference => "reference",
         }
     }
 }
+
+/// Stamped on every hint of our own prompt as `prompt_version`; change it
+/// with the template (in `llm::prompt`).
+pub const PROMPT_VERSION: &str = PromptVersion::V2.as_str();
 
 impl std::fmt::Display for PromptVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -246,10 +275,13 @@ impl std::str::FromStr for PromptVersion {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// What one model's tokens cost, in dollars.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
+    /// Dollars per million input tokens (at least 0).
     pub input_per_mtok: f64,
+    /// Dollars per million output tokens (at least 0).
     pub output_per_mtok: f64,
     /// Dollars per million input tokens read from the prompt cache. Unset:
     /// 0.1x `input_per_mtok` on the Anthropic API, 0.5x on an
@@ -373,6 +405,28 @@ impl Default for LlmConfig {
 }
 
 impl LlmConfig {
+    /// With a dollar budget, every model a request can reach has a price
+    /// (built in or under `[llm.prices]`): one without would be reserved
+    /// and settled at $0, its spend unbounded. `models` are those of
+    /// `where_` (`llm` for `[llm] models` and `allowed_models`, or an arm).
+    pub fn every_model_priced<'a>(
+        &self,
+        models: impl IntoIterator<Item = &'a String>,
+        where_: &str,
+    ) -> Result<(), ConfigError> {
+        if self.budget_usd_per_hour <= 0.0 {
+            return Ok(());
+        }
+        match models.into_iter().find(|m| !self.prices.contains_key(*m)) {
+            None => Ok(()),
+            Some(model) => invalid(format!(
+                "llm.budget_usd_per_hour is set, but model {model:?} ({where_}) has no price in \
+                 [llm.prices]: its calls would cost $0 against the budget. Add llm.prices.\"{model}\" = \
+                 {{ input_per_mtok = ..., output_per_mtok = ... }}"
+            )),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_calls()?;
         super::llm_context::validate_context_tokens(&self.context_tokens, self.max_tokens)?;
@@ -449,15 +503,7 @@ impl LlmConfig {
                 LEDGER_INTERVAL_MS.end()
             ));
         }
-        if self.budget_usd_per_hour > 0.0 {
-            if let Some(model) = self.models.iter().find(|m| !self.prices.contains_key(*m)) {
-                return invalid(format!(
-                    "llm.budget_usd_per_hour is set, but model {model:?} has no price in [llm.prices]: \
-                     its calls would cost $0 against the budget. Add llm.prices.\"{model}\" = \
-                     {{ input_per_mtok = ..., output_per_mtok = ... }}"
-                ));
-            }
-        }
+        self.every_model_priced(self.models.iter().chain(&self.allowed_models), "llm")?;
         for (model, price) in &self.prices {
             let cache_ok = [price.cache_read_per_mtok, price.cache_write_per_mtok]
                 .into_iter()

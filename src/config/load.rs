@@ -11,7 +11,7 @@ use figment::Figment;
 
 use super::env_refs::{self, KeyPath};
 use super::error::ConfigError;
-use super::Config;
+use super::root::Config;
 
 /// The config file read when `--config` is not given and the file exists.
 pub const DEFAULT_CONFIG_FILE: &str = "hintstream.toml";

@@ -1,6 +1,7 @@
 //! The `[normalize]` section: how the advantage kernels compute (stage 2 and
 //! `advantages compute`), and the flags of `advantages compute` over it.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -10,7 +11,7 @@ use crate::normalize::{
 };
 
 /// How the advantage kernels compute (stage 2 and `advantages compute`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NormalizeConfig {
     /// The advantage estimator: `grpo` (the reference's default), `drgrpo`
@@ -37,6 +38,34 @@ pub struct NormalizeConfig {
     /// Opt-in floor for baseline std (0 = off, the reference's behaviour).
     pub std_floor: f64,
 }
+
+/// The JSON Schema of the kernels' enums (for the configuration
+/// reference), from their clap value names and help texts, so that it lists
+/// what the config accepts: the names are serde's too (both `snake_case`).
+macro_rules! value_enum_schema {
+    ($($ty:ty),*) => {$(
+        impl JsonSchema for $ty {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                use clap::ValueEnum;
+                let variants: Vec<serde_json::Value> = <$ty>::value_variants()
+                    .iter()
+                    .filter_map(|v| v.to_possible_value())
+                    .map(|v| match v.get_help() {
+                        Some(help) => serde_json::json!({"const": v.get_name(), "description": help.to_string()}),
+                        None => serde_json::json!({"const": v.get_name()}),
+                    })
+                    .collect();
+                schemars::json_schema!({"type": "string", "oneOf": variants})
+            }
+        }
+    )*};
+}
+
+value_enum_schema!(Estimator, HintBaseline, Device);
 
 fn default_estimator() -> Estimator {
     Estimator::Grpo

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::env_refs::KeyPath;
-use super::Config;
+use super::root::Config;
 
 /// The text shown in place of a secret.
 pub const REDACTED: &str = "<redacted>";

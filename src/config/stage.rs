@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
@@ -18,25 +19,36 @@ pub const MAX_IN_FLIGHT_BYTES: u64 = 1 << 40;
 /// What each stage has in common: where it reads, writes and reports, and
 /// its bounds. (No `deny_unknown_fields` here: it is flattened into each
 /// stage's section, which reports unknown keys itself.)
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StageConfig {
-    /// Consumer group; processes with the same id share the partitions.
+    /// Consumer group; processes with the same id share the partitions
+    /// (`--group-id`).
     pub group_id: String,
+    /// The topic the stage reads (`--input-topic`).
     pub input_topic: String,
+    /// The topic the stage writes its results to (`--output-topic`).
     pub output_topic: String,
-    /// Dead-letter topic for input that can never be processed.
+    /// Dead-letter topic for input that can never be processed
+    /// (`--dlq-topic`).
     pub dlq_topic: String,
-    /// Prometheus endpoint `HOST:PORT`; port 0 picks a free port and logs it.
+    /// Where the stage serves `/metrics` (Prometheus), `/healthz` and
+    /// `/readyz`, as `HOST:PORT` with a numeric host (`--metrics-addr`);
+    /// port 0 picks a free port and logs it.
     pub metrics_addr: String,
-    /// Messages taken off Kafka but not yet finished; intake pauses at this
-    /// bound, which also bounds redelivery after a crash.
+    /// Messages taken off Kafka but not yet finished (1 to 100,000,000);
+    /// intake pauses at this bound, which also bounds redelivery after a
+    /// crash. For stage 2 it bounds a JSON step's rows (its `step_end`
+    /// included).
     pub max_in_flight: usize,
-    /// Bytes of messages held at once. Stage 1 pauses intake at this bound;
-    /// stage 2 dead-letters the oldest incomplete step (`step_evicted`) to
-    /// stay under it.
+    /// Bytes held at once (1 to 1 TiB). Stage 1 pauses intake at this
+    /// bound; stage 2 counts messages, decoded rows and ~1 KB a parked
+    /// message (near its resident memory) and dead-letters the oldest
+    /// incomplete step (`step_evicted`) to stay under it.
     pub max_in_flight_bytes: u64,
     /// On SIGTERM/SIGINT, and when partitions are revoked, how long in-flight
-    /// work may take to finish and commit before it is dropped uncommitted.
+    /// work may take to finish and commit before it is dropped uncommitted,
+    /// in seconds. It must be under `session.timeout.ms` (the classic group
+    /// protocol) or `max.poll.interval.ms` (KIP-848's), else exit 2.
     pub drain_timeout_secs: u64,
 }
 

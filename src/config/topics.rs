@@ -1,18 +1,25 @@
 //! The `[topics]` section: the pipeline's topic names and how
 //! `hintstream topics create` makes them.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{invalid, ConfigError};
 
 /// Topic names and how `hintstream topics create` makes them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TopicsConfig {
+    /// Failed trajectories, from the trainer: stage 1's input.
     pub failed: String,
+    /// Hints, from stage 1; stage 2 and stage 1 read them back too.
     pub hints: String,
+    /// Scored rollouts and each step's `step_end`, from the trainer: stage
+    /// 2's input.
     pub scored: String,
+    /// Advantages (Arrow IPC), from stage 2.
     pub advantages: String,
+    /// Step metrics (one JSON object per step), from stage 2.
     pub metrics: String,
     /// What each hint did for its group's hinted retries (`HintOutcome`),
     /// written by stage 2 (or the trainer client) and read back by stage 1
@@ -22,9 +29,12 @@ pub struct TopicsConfig {
     /// `llm.ledger_interval_ms`, read back by every worker of its group so
     /// that the hourly budgets are the group's.
     pub spend: String,
-    /// Partitions of every topic created by `topics create`.
+    /// Partitions of every topic created by `topics create` (at least 1):
+    /// the most workers a stage can keep busy.
     pub partitions: i32,
-    /// Replication factor of every topic created by `topics create`.
+    /// Replication factor of every topic created by `topics create` (at
+    /// least 1; 3 on a cluster, with the brokers' `min.insync.replicas =
+    /// 2`).
     pub replication_factor: i32,
 }
 

@@ -7,17 +7,9 @@ use std::fmt::Write;
 
 use plotters::prelude::*;
 
+use super::arms_html::section_html;
+use super::markup::{escape, CONFIG_COLORS, STYLE};
 use super::report::{Report, CATEGORIES};
-
-/// Colors of the configs, in order (plots and table headers agree).
-pub const CONFIG_COLORS: [(u8, u8, u8); 6] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (148, 103, 189),
-    (214, 39, 40),
-    (140, 86, 75),
-];
 
 fn config_color(i: usize) -> RGBColor {
     let (r, g, b) = CONFIG_COLORS[i % CONFIG_COLORS.len()];
@@ -28,36 +20,6 @@ fn css_color(i: usize) -> String {
     let (r, g, b) = CONFIG_COLORS[i % CONFIG_COLORS.len()];
     format!("rgb({r},{g},{b})")
 }
-
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The page's style sheet (the simulation's report uses it too).
-pub const STYLE: &str = "
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; text-align: left; }
-th { background: #f4f4f4; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.hint { white-space: pre-wrap; max-width: 40em; font-size: 0.9em; }
-.cat { font-size: 0.8em; padding: 1px 4px; border-radius: 3px; background: #eee; }
-.plots { display: flex; flex-wrap: wrap; gap: 1em; }
-figure { margin: 0; }
-.meta { color: #666; }
-";
 
 /// The page.
 pub fn render(report: &Report) -> String {
@@ -102,7 +64,7 @@ pub fn render(report: &Report) -> String {
     }
     outcomes_section(report, &mut page);
     if let Some(arms) = &report.arms {
-        super::arms::section_html(arms, &mut page);
+        section_html(arms, &mut page);
     }
     if synthesis {
         hints_table(report, &mut page);
@@ -406,17 +368,4 @@ fn hints_table(report: &Report, page: &mut String) {
         page.push_str("</tr>\n");
     }
     page.push_str("</table>\n");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_markup_and_quotes() {
-        assert_eq!(
-            escape("<script>alert('x') & \"y\"</script>"),
-            "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"
-        );
-    }
 }

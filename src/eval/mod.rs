@@ -9,118 +9,35 @@
 //!
 //! `run` takes the steps in order: read the groups (`input`), one pass per
 //! config (`synthesize`), the stage-2 outcomes (`outcomes`), the report
-//! (`report`, `html`), the arm table (`arms`).
+//! (`report`, `html` over `markup`), the arm table (`arms`, drawn by
+//! `arms_html`).
 
 pub mod arms;
+pub mod arms_html;
+mod error;
 pub mod html;
 pub mod input;
+pub mod markup;
+mod options;
 mod outcomes;
 pub mod report;
 mod synthesize;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use thiserror::Error;
-
 use crate::config::Config;
-use crate::llm::cassette::{Cassette, CassetteError, CassetteMode};
+use crate::llm::cassette::Cassette;
 use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
-use crate::llm::LlmError;
-use input::{read_failed, FailedInput, InputError};
+pub use error::EvalError;
+use input::{read_failed, FailedInput};
+pub use options::{labels, EvalConfig, EvalOptions};
 use report::{histogram, ConfigSummary, EvalHint, GroupHints, Report};
 use synthesize::{run_config, ConfigPass};
 
 /// Verifier errors shown per group in the report.
 const VERIFIER_ERROR_CHARS: usize = 300;
-
-#[derive(Debug, Error)]
-pub enum EvalError {
-    #[error(transparent)]
-    Input(#[from] InputError),
-    #[error(transparent)]
-    Cassette(#[from] CassetteError),
-    #[error("config {label}: {source}")]
-    Llm {
-        label: String,
-        #[source]
-        source: LlmError,
-    },
-    #[error("{count} LLM request(s) of config {label} are not in the cassette (first: group {group}); the prompt, model or settings changed since it was recorded. Rerun without --strict to record them")]
-    CassetteMiss {
-        label: String,
-        count: usize,
-        group: String,
-    },
-    #[error("the stage-2 computation failed for {step}: {reason}")]
-    Outcomes { step: String, reason: String },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{0} has no failed trajectories to evaluate")]
-    Empty(String),
-    #[error(transparent)]
-    Arms(#[from] arms::ArmsError),
-    #[error("nothing to evaluate: give --input (failed trajectories) or --hints (recorded hints)")]
-    NothingToDo,
-}
-
-/// One config under evaluation.
-#[derive(Debug, Clone)]
-pub struct EvalConfig {
-    /// Its name in the report (the file's stem).
-    pub label: String,
-    pub file: Option<PathBuf>,
-    pub config: Config,
-}
-
-#[derive(Debug, Clone)]
-pub struct EvalOptions {
-    /// A `hintstream record` file of failed trajectories (or plain JSONL);
-    /// without it no synthesis runs (the arm table alone).
-    pub input: Option<PathBuf>,
-    /// A `hintstream record` file of scored rollouts (or plain JSONL).
-    pub scored: Option<PathBuf>,
-    /// A `hintstream record` file of `rl.hints` (or JSONL): the arm table.
-    pub hints: Option<PathBuf>,
-    /// A `hintstream record` file of `rl.hints.outcomes` (or JSONL).
-    pub outcomes: Option<PathBuf>,
-    pub out: PathBuf,
-    /// Default: `OUT/cassette.jsonl`.
-    pub cassette: Option<PathBuf>,
-    pub mode: CassetteMode,
-    pub progress: bool,
-}
-
-impl EvalOptions {
-    pub fn cassette_path(&self) -> PathBuf {
-        self.cassette
-            .clone()
-            .unwrap_or_else(|| self.out.join("cassette.jsonl"))
-    }
-}
-
-/// Labels from file stems, made unique.
-pub fn labels(files: &[Option<PathBuf>]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for (i, f) in files.iter().enumerate() {
-        let stem = f
-            .as_deref()
-            .and_then(Path::file_stem)
-            .map_or_else(|| "default".to_string(), |s| s.to_string_lossy().into_owned());
-        let label = if out.contains(&stem) {
-            format!("{stem}-{}", i + 1)
-        } else {
-            stem
-        };
-        out.push(label);
-    }
-    out
-}
 
 /// Runs the evaluation and writes `report.json` and `index.html` into `out`:
 /// reads the groups, runs each config over them through one cassette, and,
@@ -256,19 +173,4 @@ pub fn write_report(report: &Report, out: &Path) -> Result<(), EvalError> {
     let html_path = out.join("index.html");
     std::fs::write(&html_path, html::render(report)).map_err(write_error(&html_path))?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_come_from_file_stems_and_stay_unique() {
-        let files = vec![
-            Some(PathBuf::from("a/sonnet.toml")),
-            Some(PathBuf::from("b/sonnet.toml")),
-            None,
-        ];
-        assert_eq!(labels(&files), ["sonnet", "sonnet-2", "default"]);
-    }
 }

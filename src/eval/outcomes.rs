@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
+use super::error::EvalError;
 use super::input::read_scored;
 use super::report::{outcomes_by_category, Outcomes, StepOutcome};
-use super::EvalError;
 use crate::advantages::compute_step;
 use crate::advantages::step_metrics::{step_metrics, MetricOptions};
 use crate::config::Config;

@@ -8,9 +8,10 @@ use std::time::Instant;
 
 use futures::StreamExt;
 
+use super::error::EvalError;
 use super::input::{FailedInput, Group};
+use super::options::{EvalConfig, EvalOptions};
 use super::report::{summarize, ConfigSummary, EvalHint};
-use super::{EvalConfig, EvalError, EvalOptions};
 use crate::config::{Config, LlmProvider};
 use crate::hints::{build_hint, HintLabels};
 use crate::llm::cassette::{Cassette, CassetteMode};

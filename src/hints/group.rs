@@ -1,20 +1,52 @@
 //! Gathering a GRPO group: the trajectories of one `run_id/step/instance_id`
 //! arrive as separate messages; the group is ready when `group_size` of them
 //! are in or its wait ran out. The best trajectory (highest reward; the first
-//! on ties) is the one the hint is built from.
+//! on ties) is the one the hint is built from: the group knows it as members
+//! join, and a member that is outranked lets go of what only the best needs
+//! (its decoded trajectory), so a group holds one of those, not one a member.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+/// What gathering asks of a member.
+pub trait Ranked {
+    /// The best member has the highest score (the first on ties).
+    fn score(&self) -> f64;
+    /// Another member is better now: let go of what only the best needs.
+    fn outranked(&mut self) {}
+}
+
 /// One group being gathered. `T` is a member (the trajectory with its
 /// unfinished offset).
 pub struct Gathering<T> {
     pub members: Vec<T>,
+    /// The index of the best member so far.
+    pub best: usize,
     pub expected: usize,
     /// Woken when the last expected member arrives.
     pub complete: Arc<Notify>,
+}
+
+impl<T: Ranked> Gathering<T> {
+    /// Adds `member`; the one of the two that is not the best now is told.
+    fn push(&mut self, mut member: T) {
+        if member.score() > self.members[self.best].score() {
+            self.members[self.best].outranked();
+            self.best = self.members.len();
+        } else {
+            member.outranked();
+        }
+        self.members.push(member);
+    }
+
+    /// The members, the best first (the others in arrival order, but for
+    /// the one the best's place went to).
+    pub fn best_first(mut self) -> Vec<T> {
+        self.members.swap(0, self.best);
+        self.members
+    }
 }
 
 /// What adding a member means for the caller.
@@ -37,11 +69,11 @@ impl<T> Default for Groups<T> {
     }
 }
 
-impl<T> Groups<T> {
+impl<T: Ranked> Groups<T> {
     /// Adds a member to the group `key`, which expects `expected` members.
     pub fn join(&mut self, key: &str, expected: usize, member: T) -> Joined {
         if let Some(group) = self.open.get_mut(key) {
-            group.members.push(member);
+            group.push(member);
             if group.members.len() >= group.expected {
                 group.complete.notify_one();
             }
@@ -55,6 +87,7 @@ impl<T> Groups<T> {
             key.to_string(),
             Gathering {
                 members: vec![member],
+                best: 0,
                 expected: expected.max(1),
                 complete: complete.clone(),
             },
@@ -91,7 +124,8 @@ impl<T> Groups<T> {
     }
 }
 
-/// Index of the best member: highest score, the earliest on ties.
+/// Index of the best member: highest score, the earliest on ties (what
+/// [`Gathering`] keeps as members join, for a list at hand).
 pub fn best_index<T>(members: &[T], score: impl Fn(&T) -> f64) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
     for (i, m) in members.iter().enumerate() {
@@ -106,6 +140,12 @@ pub fn best_index<T>(members: &[T], score: impl Fn(&T) -> f64) -> Option<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Ranked for u32 {
+        fn score(&self) -> f64 {
+            f64::from(*self)
+        }
+    }
 
     #[test]
     fn first_member_leads_and_the_last_completes() {
@@ -134,10 +174,42 @@ mod tests {
         assert_eq!(g.len(), 2, "complete 0:b and other-partition 1:c stay");
     }
 
+    /// A score, and whether it still holds what only the best needs.
+    #[derive(Debug, PartialEq)]
+    struct Scored(f64, bool);
+
+    impl Ranked for Scored {
+        fn score(&self) -> f64 {
+            self.0
+        }
+        fn outranked(&mut self) {
+            self.1 = false;
+        }
+    }
+
     #[test]
     fn picks_the_highest_reward_first_on_ties() {
         assert_eq!(best_index(&[0.1, 0.5, 0.5, -1.0], |x| *x), Some(1));
         assert_eq!(best_index::<f64>(&[], |x| *x), None);
+    }
+
+    #[test]
+    fn a_gathering_keeps_the_best_as_best_index_picks_it_and_only_the_best_keeps_its_detail() {
+        let mut g: Groups<Scored> = Groups::default();
+        for score in [0.1, 0.5, 0.5, -1.0] {
+            g.join("k", 4, Scored(score, true));
+        }
+        let group = g.take("k").unwrap();
+        assert_eq!(Some(group.best), best_index(&group.members, |m| m.0));
+        assert_eq!(group.best, 1);
+        let held: Vec<bool> = group.members.iter().map(|m| m.1).collect();
+        assert_eq!(
+            held,
+            [false, true, false, false],
+            "one decoded trajectory a group"
+        );
+        let first = group.best_first();
+        assert_eq!(first[0], Scored(0.5, true));
     }
 
     #[tokio::test]

@@ -60,6 +60,7 @@ use rdkafka::util::Timeout;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
+use super::failure::HintsFailure;
 use crate::config::Config;
 use crate::kafka::{
     check_topic_access, partition_count, AssignmentHook, ConnectError, StageProducer, TailError, TopicTail,
@@ -547,7 +548,7 @@ fn decode(payload: &[u8]) -> Option<SpendRecord> {
 
 fn tail_error(e: TailError) -> StageError {
     // TailError names the topic.
-    StageError::Ledger(format!("reading {e}"))
+    HintsFailure::Ledger(format!("reading {e}")).into()
 }
 
 fn now_ms() -> i64 {

@@ -6,9 +6,9 @@
 //! - [`group`]: gathering a group and picking its best member;
 //! - [`hint`]: the `Hint` message built from a synthesis;
 //! - [`cache`]: one LLM call per group, whatever the redeliveries;
-//! - [`learn`]: hints that learn, the core: arms, Thompson selection, the
-//!   state rebuilt from the hints and outcomes topics, refinement;
-//! - [`learning`]: that core in the stage: the arms' synthesizers, the
+//! - [`failure`]: the stage's own reasons not to start (its model
+//!   clients, its ledger), as the shell carries them;
+//! - [`learning`]: hints that learn ([`crate::learn`]) in the stage: the arms' synthesizers, the
 //!   topic readers, the read barrier, what a group's hint is written with;
 //! - [`ledger`]: the group's spend ledger and rate share, which make the
 //!   LLM limits the consumer group's;
@@ -17,9 +17,9 @@
 
 pub mod cache;
 pub mod decode;
+pub mod failure;
 pub mod group;
 pub mod hint;
-pub mod learn;
 pub mod learning;
 pub mod ledger;
 pub mod metrics;

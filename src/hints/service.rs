@@ -17,24 +17,25 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use super::cache::{CachedHint, HintCache};
-use super::decode::{decode_arrival, decode_trajectory, Arrival};
-use super::group::{best_index, Groups, Joined};
+use super::decode::{decode_arrival, Arrival};
+use super::group::{Groups, Joined, Ranked};
 use super::hint::{build_hint, HintLabels};
 use super::learning::Learner;
 use super::ledger::{rate_share_hook, Ledger, LedgerMetrics};
 use super::metrics::HintMetrics;
 use crate::config::Config;
 use crate::health::Lifecycle;
+use crate::kafka::admin::TopicSpec;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    finish_together, partition_count, send_output, Outgoing, Parked, Partition, RecordMeta, Rejected,
-    RunSummary, SendError, Stage, StageProducer, Taken, Work,
+    partition_count, Outgoing, Partition, Published, RecordMeta, Rejected, RunSummary, Settlement, Stage,
+    StageProducer, Taken, Work,
 };
 use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
 use crate::llm::Synthesizer;
-use crate::messages::DecodeLimits;
-use crate::stage::{StageError, StageShell};
+use crate::messages::{DecodeLimits, FailedTrajectory};
+use crate::stage::{BoxFuture, Registered, Service, StageError, StageShell};
 use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
 /// How often the budget gauges are refreshed while no call changes them.
@@ -54,6 +55,18 @@ pub const PROMPT_VERSION_HEADER: &str = "hintstream.prompt-version";
 struct Member {
     reward: f64,
     message: Taken,
+    /// Decoded when it arrived; kept only while it is the group's best.
+    trajectory: Option<FailedTrajectory>,
+}
+
+impl Ranked for Member {
+    fn score(&self) -> f64 {
+        self.reward
+    }
+
+    fn outranked(&mut self) {
+        self.trajectory = None;
+    }
 }
 
 /// Groups are gathered per input partition: a group's messages share a key
@@ -120,15 +133,21 @@ impl GroupHinter {
     /// (or the group wait), then hints the gathered group.
     async fn gather(&self, work: Work<Arrival>) {
         let Work { input, message } = work;
-        let key = gathering_key(message.meta().partition, &input.group_key);
+        let Arrival {
+            group_key,
+            expected,
+            trajectory,
+        } = input;
+        let key = gathering_key(message.meta().partition, &group_key);
         let joined = {
             let mut groups = self.groups();
             let joined = groups.join(
                 &key,
-                input.expected,
+                expected,
                 Member {
-                    reward: input.reward,
+                    reward: trajectory.reward,
                     message,
+                    trajectory: Some(trajectory),
                 },
             );
             self.metrics.set_groups_open(groups.len());
@@ -144,8 +163,8 @@ impl GroupHinter {
         };
         let wait = tracing::info_span!(
             "group_wait",
-            group = %input.group_key,
-            expected = input.expected as i64,
+            group = %group_key,
+            expected = expected as i64,
             members = Empty,
         );
         async {
@@ -169,52 +188,39 @@ impl GroupHinter {
         wait.record("members", group.members.len() as i64);
         drop(wait);
         if group.members.len() < group.expected {
-            tracing::debug!(group = %input.group_key, got = group.members.len(), expected = group.expected, "group wait ran out; hinting from what arrived");
+            tracing::debug!(group = %group_key, got = group.members.len(), expected = group.expected, "group wait ran out; hinting from what arrived");
         }
-        let best = best_index(&group.members, |m| m.reward).unwrap_or(0);
-        let best_reward = group.members[best].reward;
+        let best_reward = group.members[group.best].reward;
         if best_reward > self.reward_threshold {
             // The group did not fail: the reference trainer does not hint it.
             tracing::debug!(
-                group = %input.group_key, best_reward, threshold = self.reward_threshold,
+                group = %group_key, best_reward, threshold = self.reward_threshold,
                 "best reward above hints.reward_threshold; no hint"
             );
             self.metrics.skipped("above_reward_threshold");
-            let members: Vec<Taken> = group.members.into_iter().map(|m| m.message).collect();
-            finish_together(&members);
-            for m in members {
-                m.ack();
-            }
+            Settlement::new(group.members.into_iter().map(|m| m.message).collect()).ack();
             return;
         }
-        let members: Vec<Taken> = {
-            let mut members: Vec<Taken> = group.members.into_iter().map(|m| m.message).collect();
-            // The best member first: the hint is built from it.
-            members.swap(0, best);
-            members
+        // The best member first: the hint is built from it, and it kept its
+        // decoded trajectory.
+        let mut members = group.best_first();
+        let Some(trajectory) = members[0].trajectory.take() else {
+            unreachable!("the group's best member keeps its trajectory (Gathering::push)")
         };
-        let span = hint_span(&input.group_key, &members);
-        self.hint_group(&input.group_key, members).instrument(span).await;
+        let members: Vec<Taken> = members.into_iter().map(|m| m.message).collect();
+        let span = hint_span(&group_key, &members);
+        self.hint_group(&group_key, trajectory, members)
+            .instrument(span)
+            .await;
     }
 
-    /// Publishes the hint of a gathered group (`members[0]` is its best
-    /// trajectory) and finishes every member.
-    async fn hint_group(&self, group_key: &str, members: Vec<Taken>) {
+    /// Publishes the hint of a gathered group from `trajectory`, its best
+    /// (`members[0]`), and finishes every member.
+    async fn hint_group(&self, group_key: &str, trajectory: FailedTrajectory, members: Vec<Taken>) {
         // Under exactly_once the group's members commit together, whatever
         // becomes of them.
-        finish_together(&members);
-        let best = &members[0];
-        // It decoded when it arrived; decoding is deterministic.
-        let trajectory = match decode_trajectory(best.payload(), self.limits) {
-            Ok(t) => t,
-            Err(e) => {
-                let reason = format!("the group's best trajectory no longer decodes: {e}");
-                for m in members {
-                    m.reject(e.kind(), &reason).await;
-                }
-                return;
-            }
-        };
+        let members = Settlement::new(members);
+        let best = &members.inputs()[0];
         let plan = self.learner.plan(&trajectory).await;
         let source: RecordMeta = best.meta().clone();
         let (cached, from_cache) = self
@@ -257,42 +263,44 @@ impl GroupHinter {
         );
         // The hint's `traceparent` is its produce span's (`send`). Under
         // exactly_once it joins a transaction with its members' offsets.
-        let published = send_output(
-            &self.producer,
-            &Outgoing {
-                topic: &self.output_topic,
-                key: Some(group_key.as_bytes()),
-                payload: Some(&cached.payload),
-                headers: headers([
-                    ("content-type", "application/json"),
-                    (CATEGORY_HEADER, hint.category.as_str()),
-                    (PROMPT_VERSION_HEADER, hint.prompt_version.as_str()),
-                ]),
-            },
-            &members,
-            &self.lifecycle,
-        )
-        .await;
-        match published {
-            Ok(_) => {
-                self.metrics.published(hint.category);
-                for m in members {
-                    m.ack();
-                }
-            }
-            Err(SendError::Permanent(e)) => {
-                let reason = format!(
+        let record = Outgoing {
+            topic: &self.output_topic,
+            key: Some(group_key.as_bytes()),
+            payload: Some(&cached.payload),
+            headers: headers([
+                ("content-type", "application/json"),
+                (CATEGORY_HEADER, hint.category.as_str()),
+                (PROMPT_VERSION_HEADER, hint.prompt_version.as_str()),
+            ]),
+        };
+        let published = members
+            .publish(&self.producer, &record, &self.lifecycle, |e| {
+                format!(
                     "the hint for {group_key} was rejected by {}: {e}",
                     self.output_topic
-                );
-                for m in members {
-                    m.reject("output_rejected", &reason).await;
-                }
-            }
-            // Shutdown's deadline passed: the members stay uncommitted.
-            Err(SendError::Stopped) => {}
+                )
+            })
+            .await;
+        // Rejected: dead-lettered; stopped (shutdown's deadline passed): the
+        // members stay uncommitted.
+        if let Published::Sent = published {
+            self.metrics.published(hint.category);
         }
     }
+}
+
+/// The topics stage 1 reads and writes, as `topics create` makes them:
+/// the failed trajectories, the hints, its dead-letter topic, and (hints
+/// that learn, the group budget) the outcomes and the spend ledger.
+pub fn topics(config: &Config) -> Vec<TopicSpec> {
+    let t = &config.topics;
+    vec![
+        TopicSpec::plain(&t.failed),
+        TopicSpec::plain(&t.hints),
+        TopicSpec::dead_letters(config, &config.hints.dlq_topic),
+        TopicSpec::outcomes(&t.outcomes),
+        TopicSpec::spend(&t.spend),
+    ]
 }
 
 /// The learning side's start-up errors as the stage's: a configuration
@@ -301,7 +309,7 @@ fn learn_error(e: super::learning::LearnError) -> StageError {
     use super::learning::LearnError;
     match e {
         LearnError::Config(e) => StageError::Config(e),
-        LearnError::Llm(e) => StageError::Llm(e),
+        LearnError::Llm(e) => e.into(),
         LearnError::Tail(e) => StageError::Learn(e.to_string()),
     }
 }
@@ -351,7 +359,7 @@ async fn probe_llm(hinter: std::sync::Weak<GroupHinter>) {
 
 impl Stage for GroupHinter {
     type Input = Arrival;
-    const PARKS: Parked = Parked::GatheringGroups;
+    const PARKS: &'static str = "gathering groups";
 
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Arrival, Rejected> {
         decode_arrival(payload, meta, self.limits)
@@ -505,3 +513,26 @@ impl HintStage {
         summary
     }
 }
+
+impl Service for HintStage {
+    fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    fn run(self: Box<Self>, shutdown: BoxFuture<()>) -> BoxFuture<RunSummary> {
+        Box::pin(HintStage::run(*self, shutdown))
+    }
+}
+
+/// Stage 1 as the registry of stages lists it: built with the model APIs
+/// of the process's environment.
+pub const REGISTERED: Registered = Registered {
+    name: "hints",
+    topics,
+    build: |config| {
+        Box::pin(async move {
+            let stage = HintStage::build(config, &LlmEnv::from_process()).await?;
+            Ok(Box::new(stage) as Box<dyn Service>)
+        })
+    },
+};

@@ -1,5 +1,7 @@
-//! Topic administration: `hintstream topics create`. The dead-letter topics
-//! get a `max.message.bytes` that holds every input the stage accepts
+//! Topic administration: `hintstream topics create` makes every topic of
+//! the registered stages (each stage says which it needs, and with which
+//! topic configs: [`TopicSpec`]). The dead-letter topics get a
+//! `max.message.bytes` that holds every input the stage accepts
 //! (`kafka::dlq::dlq_message_max_bytes`).
 
 use std::time::Duration;
@@ -32,51 +34,75 @@ pub enum TopicOutcome {
     Failed(String),
 }
 
-/// The design's topics and each stage's dead-letter topic.
-pub fn design_topics(config: &Config) -> Vec<String> {
-    let t = &config.topics;
-    let mut names = vec![
-        t.failed.clone(),
-        t.hints.clone(),
-        t.scored.clone(),
-        t.advantages.clone(),
-        t.metrics.clone(),
-        t.outcomes.clone(),
-        t.spend.clone(),
-        config.hints.dlq_topic.clone(),
-        config.advantages.dlq_topic.clone(),
-    ];
-    names.sort();
-    names.dedup();
-    names
+/// A topic as a stage needs it made: its name and the topic configs it is
+/// created with (an existing topic keeps its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub name: String,
+    pub configs: Vec<(&'static str, String)>,
 }
 
-/// Creates `names` with the configured partitions and replication; a
-/// stage's dead-letter topic (`hints.dlq_topic`, `advantages.dlq_topic`)
-/// with `max.message.bytes` = [`dlq_message_max_bytes`]. Topics that exist
-/// already are reported as such, not as errors (and keep their configs).
+impl TopicSpec {
+    /// A topic with the broker's defaults.
+    pub fn plain(name: &str) -> Self {
+        TopicSpec {
+            name: name.to_string(),
+            configs: Vec::new(),
+        }
+    }
+
+    /// A stage's dead-letter topic: `max.message.bytes` =
+    /// [`dlq_message_max_bytes`], which holds every input the stage accepts.
+    pub fn dead_letters(config: &Config, name: &str) -> Self {
+        TopicSpec {
+            name: name.to_string(),
+            configs: vec![("max.message.bytes", dlq_message_max_bytes(config).to_string())],
+        }
+    }
+
+    /// The outcomes topic: [`OUTCOMES_RETENTION_MS`].
+    pub fn outcomes(name: &str) -> Self {
+        TopicSpec {
+            name: name.to_string(),
+            configs: vec![("retention.ms", OUTCOMES_RETENTION_MS.to_string())],
+        }
+    }
+
+    /// The spend ledger: [`SPEND_RETENTION_MS`].
+    pub fn spend(name: &str) -> Self {
+        TopicSpec {
+            name: name.to_string(),
+            configs: vec![("retention.ms", SPEND_RETENTION_MS.to_string())],
+        }
+    }
+}
+
+/// The topics of several stages, each once (by name, the first spec
+/// wins), sorted by name.
+pub fn union(specs: impl IntoIterator<Item = TopicSpec>) -> Vec<TopicSpec> {
+    let mut out: Vec<TopicSpec> = Vec::new();
+    for spec in specs {
+        if !out.iter().any(|s| s.name == spec.name) {
+            out.push(spec);
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Creates `topics` with the configured replication and `partitions`.
+/// Topics that exist already are reported as such, not as errors (and keep
+/// their configs).
 pub async fn create_topics(
     config: &Config,
-    names: &[String],
+    topics: &[TopicSpec],
     partitions: i32,
 ) -> Result<Vec<(String, TopicOutcome)>, KafkaError> {
-    let dlq_bytes = dlq_message_max_bytes(config).to_string();
-    let outcomes_retention = OUTCOMES_RETENTION_MS.to_string();
-    let spend_retention = SPEND_RETENTION_MS.to_string();
-    let topics: Vec<(String, Vec<(&str, &str)>)> = names
+    let topics: Vec<(String, Vec<(&str, &str)>)> = topics
         .iter()
-        .map(|n| {
-            let is_dlq = *n == config.hints.dlq_topic || *n == config.advantages.dlq_topic;
-            let configs = if is_dlq {
-                vec![("max.message.bytes", dlq_bytes.as_str())]
-            } else if *n == config.topics.outcomes {
-                vec![("retention.ms", outcomes_retention.as_str())]
-            } else if *n == config.topics.spend {
-                vec![("retention.ms", spend_retention.as_str())]
-            } else {
-                vec![]
-            };
-            (n.clone(), configs)
+        .map(|t| {
+            let configs = t.configs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            (t.name.clone(), configs)
         })
         .collect();
     create_topics_with(config, &topics, partitions).await

@@ -5,7 +5,7 @@
 //! (`enable.auto.offset.store=false`); librdkafka commits the stored offsets on
 //! its timer, on revoke and on close. No other module stores offsets.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -13,9 +13,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use super::tracker::OffsetTracker;
+use super::consumer::StageConsumer;
 pub use super::tracker::Ticket;
-use super::StageConsumer;
+use super::tracker::{lock, OffsetTracker};
 use crate::metrics::StageMetrics;
 
 /// Hands out tickets for taken messages and stores offsets as they finish.
@@ -134,11 +134,4 @@ impl Committer {
             Ok(()) => Ok(()),
         }
     }
-}
-
-/// Locks the tracker. A panic while holding it cannot leave the tracker
-/// half-updated in a way that commits too far (every method either completes
-/// or changes nothing committable), so a poisoned lock is taken over.
-pub(crate) fn lock(tracker: &Mutex<OffsetTracker>) -> MutexGuard<'_, OffsetTracker> {
-    tracker.lock().unwrap_or_else(|p| p.into_inner())
 }

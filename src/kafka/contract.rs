@@ -1,14 +1,23 @@
 //! The stage contract: what the consume loop ([`StageLoop`](super::StageLoop))
-//! asks of a stage. For each message, in partition order on the loop itself,
-//! [`Stage::decode`] and then [`Stage::handle`]; when partitions are revoked,
-//! [`Stage::on_revoke`]. Defined here, below the stages, so that the loop is
-//! generic over it and `kafka/` never imports a stage.
+//! asks of a stage, and what a stage owes its inputs. For each message, in
+//! partition order on the loop itself, [`Stage::decode`] and then
+//! [`Stage::handle`]; when partitions are revoked, [`Stage::on_revoke`].
+//! Inputs that finish together go into a [`Settlement`], the only way a
+//! stage sends an output: every output is sent (or joins the transaction)
+//! before any of its inputs is acknowledged, and no commit splits them.
+//! Defined here, below the stages, so that the loop is generic over it and
+//! `kafka/` never imports a stage.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use super::client::Partition;
+use rdkafka::error::KafkaError;
+
 use super::message::{RecordMeta, Rejected, Taken};
+use super::partition::Partition;
+use super::produce::{Outgoing, SendError};
+use super::producers::StageProducer;
+use crate::health::Lifecycle;
 
 /// One decoded input, handed to the stage with its message.
 pub struct Work<T> {
@@ -31,8 +40,9 @@ pub trait Stage {
     type Input: Send + 'static;
 
     /// What the stage parks outside its handler tasks, which `on_revoke`
-    /// releases: names the count in the loop's log line.
-    const PARKS: Parked = Parked::Nothing;
+    /// releases, in plural ("gathering groups", "pending steps"): names
+    /// the count in the loop's log line.
+    const PARKS: &'static str = "parked messages";
 
     /// The stage's input, or why the message can never be processed.
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Self::Input, Rejected>;
@@ -52,35 +62,113 @@ pub trait Stage {
     }
 }
 
-/// What a stage parks outside its handler tasks, named in the loop's log
-/// line when a revoke releases some (each with the field and text its stage
-/// has always logged).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parked {
-    /// Nothing: every message lives in its handler task.
-    Nothing,
-    /// Groups still gathering members (stage 1).
-    GatheringGroups,
-    /// Incomplete steps (stage 2).
-    PendingSteps,
+/// Logs that a revoke released `count` of what a stage parks (`parks`,
+/// its [`Stage::PARKS`]); nothing when 0.
+pub(crate) fn log_released(parks: &str, count: usize) {
+    if count > 0 {
+        tracing::info!(
+            released = count,
+            parked = parks,
+            "{parks} of revoked partitions released"
+        );
+    }
 }
 
-impl Parked {
-    /// Logs that a revoke released `count` of them; nothing when 0.
-    pub(crate) fn log_released(self, count: usize) {
-        if count == 0 {
-            return;
+/// Inputs that finish together (a group's members, a step's messages), and
+/// what a stage owes them: every output made from them is sent before any
+/// of them is acknowledged (under exactly_once: joins the transaction with
+/// their offsets), and under exactly_once no commit passes some of them but
+/// not the others, whatever becomes of them. It ends in
+/// [`Settlement::ack`] (every output sent) or [`Settlement::reject`];
+/// [`Settlement::publish`] sends one output and settles in one call.
+/// Dropped unsettled, each input is dropped as [`Taken`] says (abandoned
+/// on a revoke or at shutdown, else dead-lettered as lost).
+pub struct Settlement {
+    inputs: Vec<Taken>,
+}
+
+/// What [`Settlement::publish`] did.
+#[derive(Debug)]
+pub enum Published {
+    /// Sent; the inputs were acknowledged.
+    Sent,
+    /// The broker refused the output for good; the inputs were
+    /// dead-lettered (kind `output_rejected`) with the reason given.
+    Rejected(KafkaError),
+    /// Shutdown's deadline passed first; the inputs stay uncommitted.
+    Stopped,
+}
+
+/// The dead-letter kind of inputs whose output the broker refused for good.
+pub const OUTPUT_REJECTED: &str = "output_rejected";
+
+impl Settlement {
+    /// Binds `inputs` together (see the type's docs).
+    pub fn new(inputs: Vec<Taken>) -> Self {
+        if let Some(guarantee) = inputs.first().and_then(Taken::guarantee) {
+            guarantee.bind(inputs.iter().filter_map(Taken::ticket).collect());
         }
-        match self {
-            Parked::Nothing => {
-                tracing::info!(released = count, "parked work of revoked partitions released")
+        Settlement { inputs }
+    }
+
+    pub fn inputs(&self) -> &[Taken] {
+        &self.inputs
+    }
+
+    /// Sends one output made from the inputs: produced until the broker
+    /// acknowledges it, or under exactly_once held and committed with their
+    /// offsets (this returns at once).
+    pub async fn send(
+        &self,
+        producer: &StageProducer,
+        record: &Outgoing<'_>,
+        lifecycle: &Lifecycle,
+    ) -> Result<(), SendError> {
+        let Some(guarantee) = self.inputs.first().and_then(Taken::guarantee) else {
+            // Every input finished already: nothing is owed.
+            return Ok(());
+        };
+        let tickets = self.inputs.iter().filter_map(Taken::ticket).collect();
+        guarantee.send_output(producer, record, tickets, lifecycle).await
+    }
+
+    /// Every output was sent: the inputs' offsets may commit.
+    pub fn ack(self) {
+        for input in self.inputs {
+            input.ack();
+        }
+    }
+
+    /// The inputs can never be processed: each is dead-lettered with `kind`
+    /// and `reason`, all at once.
+    pub async fn reject(self, kind: &'static str, reason: &str) {
+        futures::future::join_all(self.inputs.into_iter().map(|m| m.reject(kind, reason))).await;
+    }
+
+    /// Sends `record`, then settles: acknowledged when sent; dead-lettered
+    /// as [`OUTPUT_REJECTED`] with `refused(error)` as the reason when the
+    /// broker refused it for good; left uncommitted when shutdown's
+    /// deadline passed first.
+    pub async fn publish(
+        self,
+        producer: &StageProducer,
+        record: &Outgoing<'_>,
+        lifecycle: &Lifecycle,
+        refused: impl FnOnce(&KafkaError) -> String,
+    ) -> Published {
+        match self.send(producer, record, lifecycle).await {
+            Ok(()) => {
+                self.ack();
+                Published::Sent
             }
-            Parked::GatheringGroups => {
-                tracing::info!(groups = count, "gathering groups of revoked partitions released")
+            Err(SendError::Permanent(e)) => {
+                let reason = refused(&e);
+                for input in self.inputs {
+                    input.reject(OUTPUT_REJECTED, &reason).await;
+                }
+                Published::Rejected(e)
             }
-            Parked::PendingSteps => {
-                tracing::info!(steps = count, "pending steps of revoked partitions released")
-            }
+            Err(SendError::Stopped) => Published::Stopped,
         }
     }
 }

@@ -16,10 +16,8 @@ use std::sync::Arc;
 use rdkafka::error::KafkaResult;
 use rdkafka::producer::FutureProducer;
 
-use super::client::create_dlq_producer;
 use super::produce::{headers, send, Outgoing, SendError};
-use super::tracker::Ticket;
-use super::transaction::Transactions;
+use super::producers::create_dlq_producer;
 use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::metrics::StageMetrics;
@@ -174,14 +172,13 @@ impl DeadLetters {
         Ok(())
     }
 
-    /// Under exactly_once: the dead letter joins the worker's transactions
-    /// (held until its input's offset is passed, see
-    /// [`transaction`](super::transaction)); `ticket` is its input's.
-    pub(crate) fn register(&self, transactions: &Transactions, letter: &DeadLetter<'_>, ticket: Ticket) {
+    /// Hands the dead letter's record to `register` instead of producing
+    /// it (under exactly_once it joins the worker's transactions, see
+    /// [`guarantee`](super::guarantee)), and counts it.
+    pub(crate) fn register_with(&self, letter: &DeadLetter<'_>, register: impl FnOnce(&Outgoing<'_>)) {
         let reason = truncate(letter.reason, MAX_REASON_BYTES);
         let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
-        let record = self.record(letter, reason, self.max_payload, &partition, &offset);
-        transactions.register(&record, vec![ticket]);
+        register(&self.record(letter, reason, self.max_payload, &partition, &offset));
         self.counted(letter, reason);
     }
 

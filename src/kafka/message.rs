@@ -14,12 +14,12 @@
 use std::sync::Arc;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use tokio::sync::OwnedSemaphorePermit;
 
 use super::commit::{Committer, Ticket};
 use super::dlq::{DeadLetter, DeadLetters};
+use super::guarantee::Guarantee;
+use super::hold::Hold;
 use super::produce::SendError;
-use super::transaction::Transactions;
 use crate::health::Lifecycle;
 use crate::messages::DecodeError;
 use crate::metrics::StageMetrics;
@@ -103,15 +103,15 @@ impl From<DecodeError> for Rejected {
 }
 
 /// What finishing a taken message needs: the commit point, the dead-letter
-/// topic, the stage's lifecycle and its counters; under exactly_once, the
-/// worker's transactions, which carry its outputs and dead letters.
+/// topic, the stage's lifecycle and its counters, and the guarantee its
+/// outputs and dead letters are delivered under.
 #[derive(Clone)]
 pub struct Delivery {
     pub(crate) committer: Committer,
     pub(crate) dlq: DeadLetters,
     pub(crate) lifecycle: Lifecycle,
     pub(crate) metrics: Arc<StageMetrics>,
-    pub(crate) transactions: Option<Transactions>,
+    pub(crate) guarantee: Guarantee,
 }
 
 impl Delivery {
@@ -120,14 +120,20 @@ impl Delivery {
         dlq: DeadLetters,
         lifecycle: Lifecycle,
         metrics: Arc<StageMetrics>,
+        guarantee: Guarantee,
     ) -> Self {
         Delivery {
             committer,
             dlq,
             lifecycle,
             metrics,
-            transactions: None,
+            guarantee,
         }
+    }
+
+    /// The guarantee outputs and dead letters are delivered under.
+    pub fn guarantee(&self) -> &Guarantee {
+        &self.guarantee
     }
 
     pub fn lifecycle(&self) -> &Lifecycle {
@@ -136,47 +142,6 @@ impl Delivery {
 
     pub fn dead_letters(&self) -> &DeadLetters {
         &self.dlq
-    }
-}
-
-/// An intake bound a message holds (a message slot, or its bytes) until it
-/// ends. Byte holds keep the in-flight bytes gauge current as they go.
-pub struct Hold {
-    _permit: OwnedSemaphorePermit,
-    bytes: Option<(usize, Arc<std::sync::atomic::AtomicUsize>, Arc<StageMetrics>)>,
-}
-
-impl Hold {
-    /// A message slot.
-    pub fn slot(permit: OwnedSemaphorePermit) -> Self {
-        Hold {
-            _permit: permit,
-            bytes: None,
-        }
-    }
-
-    /// `bytes` of the byte bound; `held` sums what every hold has.
-    pub fn bytes(
-        permit: OwnedSemaphorePermit,
-        bytes: usize,
-        held: Arc<std::sync::atomic::AtomicUsize>,
-        metrics: Arc<StageMetrics>,
-    ) -> Self {
-        let now = held.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed) + bytes;
-        metrics.set_in_flight_bytes(now);
-        Hold {
-            _permit: permit,
-            bytes: Some((bytes, held, metrics)),
-        }
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        if let Some((bytes, held, metrics)) = &self.bytes {
-            let now = held.fetch_sub(*bytes, std::sync::atomic::Ordering::Relaxed) - bytes;
-            metrics.set_in_flight_bytes(now);
-        }
     }
 }
 
@@ -205,9 +170,7 @@ impl Pending {
             _holds,
             ..
         } = self;
-        if let Some(transactions) = &delivery.transactions {
-            transactions.keep(&ticket, _holds);
-        }
+        delivery.guarantee.keep(&ticket, _holds);
         delivery.committer.finish(ticket);
     }
 }
@@ -258,17 +221,16 @@ impl Taken {
     }
 
     /// Its output was acknowledged (under exactly_once: registered, see
-    /// [`send_output`](super::transaction::send_output)): the offset may
-    /// commit.
+    /// [`Settlement`](super::Settlement)): the offset may commit.
     pub fn ack(mut self) {
         if let Some(pending) = self.pending.take() {
             pending.finish();
         }
     }
 
-    /// The worker's transactions, under exactly_once.
-    pub(crate) fn transactions(&self) -> Option<&Transactions> {
-        self.pending.as_ref()?.delivery.transactions.as_ref()
+    /// The guarantee it is delivered under, while unfinished.
+    pub(crate) fn guarantee(&self) -> Option<&Guarantee> {
+        Some(&self.pending.as_ref()?.delivery.guarantee)
     }
 
     /// Its ticket, while unfinished.
@@ -296,15 +258,10 @@ impl Taken {
             kind,
             reason,
         };
-        let sent = match &delivery.transactions {
-            Some(transactions) => {
-                delivery
-                    .dlq
-                    .register(transactions, &letter, pending.ticket.clone());
-                Ok(())
-            }
-            None => delivery.dlq.send(&letter, &delivery.lifecycle).await,
-        };
+        let sent = delivery
+            .guarantee
+            .send_dead_letter(&delivery.dlq, &letter, &pending.ticket, &delivery.lifecycle)
+            .await;
         let Some(pending) = self.pending.take() else {
             return;
         };

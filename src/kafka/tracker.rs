@@ -11,7 +11,7 @@
 //! that stops the partition's unfinished work when the drain ends.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
@@ -217,6 +217,13 @@ impl OffsetTracker {
             .cloned()
             .unwrap_or_else(|| (Arc::from(topic), partition))
     }
+}
+
+/// Locks the tracker. A panic while holding it cannot leave the tracker
+/// half-updated in a way that commits too far (every method either completes
+/// or changes nothing committable), so a poisoned lock is taken over.
+pub(crate) fn lock(tracker: &Mutex<OffsetTracker>) -> MutexGuard<'_, OffsetTracker> {
+    tracker.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! earlier transaction, and no output is committed whose inputs are not.
 //!
 //! The order that makes this hold: a stage registers an output
-//! ([`send_output`]) before it acknowledges the output's inputs; a cycle
+//! ([`Settlement::send`](super::Settlement::send)) before it acknowledges the output's inputs; a cycle
 //! reads the committable offsets and picks the ready outputs under the
 //! tracker's lock, so an input below a committable offset it reads has its
 //! outputs registered already.
@@ -46,11 +46,11 @@ use rdkafka::producer::{DeliveryFuture, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
-use super::client::{Partition, StageProducer};
-use super::commit::lock;
-use super::message::{Hold, Taken};
-use super::produce::{is_permanent, send, Outgoing, SendError};
-use super::tracker::{OffsetTracker, Passage, Ticket};
+use super::hold::Hold;
+use super::partition::Partition;
+use super::produce::{is_permanent, Outgoing};
+use super::producers::StageProducer;
+use super::tracker::{lock, OffsetTracker, Passage, Ticket};
 use crate::health::Lifecycle;
 use crate::telemetry;
 
@@ -485,35 +485,6 @@ fn passage_of(tracker: &OffsetTracker, inputs: &[Ticket]) -> Passage {
         }
     }
     all
-}
-
-/// Under exactly_once, binds `inputs` that finish together (a group's
-/// members, a step's messages), whatever becomes of them (an output, dead
-/// letters, nothing): no commit then passes some of them but not the others,
-/// so a kill never leaves a part of them to be redone alone. Does nothing
-/// under at_least_once.
-pub fn finish_together(inputs: &[Taken]) {
-    if let Some(transactions) = inputs.first().and_then(Taken::transactions) {
-        transactions.bind(inputs.iter().filter_map(Taken::ticket).collect());
-    }
-}
-
-/// Produces a stage's output made from `inputs`. Under exactly_once (the
-/// inputs' delivery has transactions), the output is held and joins a
-/// transaction once every input's offset is passed (see the module docs),
-/// and this returns at once; the caller then acknowledges the inputs.
-/// Otherwise it is [`send`]: produced until the broker acknowledges it.
-pub async fn send_output(
-    producer: &StageProducer,
-    record: &Outgoing<'_>,
-    inputs: &[Taken],
-    lifecycle: &Lifecycle,
-) -> Result<(), SendError> {
-    if let Some(transactions) = inputs.first().and_then(Taken::transactions) {
-        transactions.register(record, inputs.iter().filter_map(Taken::ticket).collect());
-        return Ok(());
-    }
-    send(producer, record, lifecycle).await.map(|_| ())
 }
 
 #[cfg(test)]

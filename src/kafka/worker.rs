@@ -21,13 +21,17 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
-use super::client::{create_consumer, AssignmentHook, Partition, RevokeHook, StageContext, StageProducer};
 use super::commit::Committer;
-use super::contract::{Closures, Stage, Work};
+use super::consumer::{create_consumer, StageConsumer};
+use super::context::{AssignmentHook, RevokeHook, StageContext};
+use super::contract::{log_released, Closures, Stage, Work};
 use super::dlq::DeadLetters;
-use super::message::{Delivery, Hold, RecordMeta, Rejected, Taken};
+use super::guarantee::{Guarantee, TransactionalProducer};
+use super::hold::Hold;
+use super::message::{Delivery, RecordMeta, Rejected, Taken};
+use super::partition::Partition;
+use super::tracker::OffsetTracker;
 use super::transaction::Transactions;
-use super::StageConsumer;
 use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::health::Signal;
@@ -72,9 +76,42 @@ pub struct StageLoop {
     pub options: RunOptions,
 }
 
+/// What a loop is made under: its offset tracker, its lifecycle and the
+/// delivery guarantee (which, under exactly_once, holds both).
+pub struct Under {
+    tracker: Arc<std::sync::Mutex<OffsetTracker>>,
+    lifecycle: Lifecycle,
+    guarantee: Guarantee,
+}
+
+impl Under {
+    /// At least once.
+    pub fn at_least_once() -> Self {
+        Under {
+            tracker: Arc::default(),
+            lifecycle: Lifecycle::new(),
+            guarantee: Guarantee::AtLeastOnce,
+        }
+    }
+
+    /// Exactly once over `producer`, its transactions initialised within
+    /// `within` (see [`Guarantee::exactly_once`]).
+    pub async fn exactly_once(producer: TransactionalProducer, within: Duration) -> Result<Self, KafkaError> {
+        let Under {
+            tracker, lifecycle, ..
+        } = Under::at_least_once();
+        let guarantee = Guarantee::exactly_once(producer, tracker.clone(), lifecycle.clone(), within).await?;
+        Ok(Under {
+            tracker,
+            lifecycle,
+            guarantee,
+        })
+    }
+}
+
 impl StageLoop {
     /// Creates a group consumer subscribed to `input` and a dead-letter
-    /// producer for `dlq_topic`, counting into `metrics`.
+    /// producer for `dlq_topic`, counting into `metrics`, at least once.
     pub fn create(
         config: &Config,
         group_id: &str,
@@ -83,8 +120,39 @@ impl StageLoop {
         metrics: Arc<StageMetrics>,
         options: RunOptions,
     ) -> KafkaResult<Self> {
-        let lifecycle = Lifecycle::new();
-        let context = StageContext::new(metrics.clone(), lifecycle.clone(), options.drain_timeout);
+        Self::create_under(
+            config,
+            group_id,
+            input,
+            dlq_topic,
+            metrics,
+            options,
+            Under::at_least_once(),
+        )
+    }
+
+    /// [`StageLoop::create`] under `under`'s guarantee.
+    pub fn create_under(
+        config: &Config,
+        group_id: &str,
+        input: &str,
+        dlq_topic: &str,
+        metrics: Arc<StageMetrics>,
+        options: RunOptions,
+        under: Under,
+    ) -> KafkaResult<Self> {
+        let Under {
+            tracker,
+            lifecycle,
+            guarantee,
+        } = under;
+        let context = StageContext::new(
+            tracker,
+            guarantee.clone(),
+            metrics.clone(),
+            lifecycle.clone(),
+            options.drain_timeout,
+        );
         let consumer = Arc::new(create_consumer(
             config,
             group_id,
@@ -93,7 +161,7 @@ impl StageLoop {
         )?);
         consumer.subscribe(&[input])?;
         let dlq = DeadLetters::for_stage(config, dlq_topic, metrics.clone())?;
-        let delivery = Delivery::new(Committer::new(&consumer), dlq, lifecycle, metrics);
+        let delivery = Delivery::new(Committer::new(&consumer), dlq, lifecycle, metrics, guarantee);
         Ok(StageLoop {
             consumer,
             delivery,
@@ -103,32 +171,6 @@ impl StageLoop {
 
     pub fn lifecycle(&self) -> &Lifecycle {
         &self.delivery.lifecycle
-    }
-
-    /// Switches the loop to exactly-once delivery: initialises the
-    /// transactions of `producer` (made by
-    /// [`create_transactional_producer`](super::create_transactional_producer)),
-    /// which then carries every output and dead letter, within `within`.
-    pub async fn exactly_once(
-        &mut self,
-        config: &Config,
-        producer: &StageProducer,
-        transactional_id: &str,
-        within: Duration,
-    ) -> Result<(), KafkaError> {
-        let (producer, tracker) = (producer.clone(), self.consumer.context().tracker.clone());
-        let (lifecycle, id) = (self.lifecycle().clone(), transactional_id.to_string());
-        let interval = Duration::from_millis(config.kafka.transaction_interval_ms);
-        let call_timeout = Duration::from_millis(config.kafka.transaction_timeout_ms);
-        let transactions = tokio::task::spawn_blocking(move || {
-            Transactions::init(producer, tracker, lifecycle, id, interval, call_timeout, within)
-        })
-        .await
-        .map_err(|_| KafkaError::Canceled)??;
-        // Set before any message is taken: every handle carries them.
-        let _ = self.consumer.context().transactions.set(transactions.clone());
-        self.delivery.transactions = Some(transactions);
-        Ok(())
     }
 
     /// Whether the consumer is in its group, for the stage's readiness.
@@ -165,7 +207,7 @@ impl StageLoop {
             let Some(stage) = weak.upgrade() else {
                 return;
             };
-            S::PARKS.log_released(stage.on_revoke(partitions));
+            log_released(S::PARKS, stage.on_revoke(partitions));
         }));
         self.serve(stage, shutdown).await
     }
@@ -210,7 +252,7 @@ impl StageLoop {
             }
             .in_current_span(),
         ));
-        let _transactions = intake.transactions.clone().map(|t| {
+        let _transactions = intake.delivery.guarantee.transactions().cloned().map(|t| {
             AbortOnDrop(tokio::spawn(
                 run_transactions(t, Arc::downgrade(&consumer), intake.lifecycle.clone()).in_current_span(),
             ))
@@ -251,8 +293,6 @@ struct Intake {
     messages: Arc<Semaphore>,
     bytes: Option<ByteBound>,
     summary: RunSummary,
-    /// Under exactly_once.
-    transactions: Option<Transactions>,
 }
 
 impl Intake {
@@ -265,7 +305,6 @@ impl Intake {
                 held: Arc::new(AtomicUsize::new(0)),
             }
         });
-        let delivery_transactions = delivery.transactions.clone();
         Intake {
             _abandon_on_drop: AbandonOnDrop(delivery.lifecycle.clone()),
             tasks: JoinSet::new(),
@@ -276,7 +315,6 @@ impl Intake {
             messages: Arc::new(Semaphore::new(options.max_in_flight.min(Semaphore::MAX_PERMITS))),
             bytes,
             summary: RunSummary::default(),
-            transactions: delivery_transactions,
         }
     }
 
@@ -305,7 +343,7 @@ impl Intake {
         consumer: &StageConsumer,
         mut stop: Pin<&mut impl Future<Output = ()>>,
     ) -> Option<Next> {
-        let transactions = self.transactions.clone();
+        let transactions = self.delivery.guarantee.transactions().cloned();
         // Never resolves at_least_once.
         let rewind = || async {
             match &transactions {
@@ -440,7 +478,7 @@ impl Intake {
             self.tasks.abort_all();
             while self.tasks.join_next().await.is_some() {}
         }
-        if let Some(transactions) = self.transactions.clone() {
+        if let Some(transactions) = self.delivery.guarantee.transactions().cloned() {
             let group = consumer.group_metadata();
             let commit = tokio::task::spawn_blocking(move || transactions.cycle(group.as_ref()));
             match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {

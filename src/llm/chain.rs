@@ -9,34 +9,31 @@ use std::time::{Duration, Instant};
 
 use super::cap::cap_hint;
 use super::client::LlmError;
+use super::fitting::call_fitted;
+use super::link::{Link, Turn};
 use super::pricing::{cost_usd, price_of, uncached_cost_usd};
-use super::prompt_cache::PromptText;
-use super::routing::Link;
-use super::synth::{Synthesis, Synthesizer};
+use super::shared::Shared;
+use super::tally::Tally;
 use crate::messages::{FailedTrajectory, HintCategory, Usage};
 
-/// What one synthesis has used so far: tokens, and time, counted as the
-/// recorded time of calls played from a cassette plus real time when any
-/// call went to the API.
-#[derive(Default)]
-pub(super) struct Tally {
-    pub(super) usage: Usage,
-    pub(super) played_ms: u64,
-    pub(super) live: bool,
-    /// The chain index of the model whose hedged duplicate wrote the
-    /// answer (`llm::hedge`); `None` when the first attempt's did.
-    pub(super) hedged_by: Option<usize>,
-}
-
-impl Tally {
-    fn latency_ms(&self, started: Instant) -> u64 {
-        let real = if self.live {
-            started.elapsed().as_millis() as u64
-        } else {
-            0
-        };
-        self.played_ms + real
-    }
+/// The result of synthesis for one group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synthesis {
+    pub hint: String,
+    pub category: HintCategory,
+    pub model: Option<String>,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub failure_reason: Option<String>,
+    pub latency_ms: u64,
+    /// Whether `hint` was cut to `llm.max_hint_chars`.
+    pub hint_truncated: bool,
+    /// What the prompt cache saved on this hint, in dollars: its cost with
+    /// every prompt token at the input rate, less `cost_usd` (negative
+    /// when cache writes outweighed reads; 0 without cache usage).
+    pub cache_saved_usd: f64,
+    /// Whether a hedged request's duplicate wrote `hint` (`llm.hedge`).
+    pub hedged: bool,
 }
 
 /// A failure after which the next model is not tried: the cassette lacks
@@ -45,123 +42,120 @@ fn ends_the_walk(error: &LlmError) -> bool {
     matches!(error, LlmError::NotInCassette { .. } | LlmError::BudgetExhausted)
 }
 
-impl Synthesizer {
-    /// Synthesizes the hint for `t`, the best trajectory of its group: its
-    /// text cut to `llm.max_hint_chars`, whoever wrote it.
-    pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
-        self.synthesize_with(t, None).await
-    }
+/// The hint for `t`, the best trajectory of its group, from `chain` (empty:
+/// the static hint), with `extra` (earlier hints that did not help, for a
+/// refined hint) after the prompt's user message: its text cut to
+/// `llm.max_hint_chars` at a sentence boundary, whoever wrote it.
+pub(super) async fn synthesize(
+    shared: &Shared,
+    chain: &[Link],
+    t: &FailedTrajectory,
+    extra: Option<&str>,
+) -> Synthesis {
+    let mut s = synthesize_whole(shared, chain, t, extra).await;
+    let (hint, truncated) = cap_hint(std::mem::take(&mut s.hint), shared.config.max_hint_chars);
+    s.hint = hint;
+    s.hint_truncated = truncated;
+    s
+}
 
-    /// Synthesizes the hint for `t` with `extra` (earlier hints that did not
-    /// help, for a refined hint) after the prompt's user message; a reply
-    /// over `llm.max_hint_chars` is cut at a sentence boundary.
-    pub async fn synthesize_with(&self, t: &FailedTrajectory, extra: Option<&str>) -> Synthesis {
-        let mut s = self.synthesize_whole(t, extra).await;
-        let (hint, truncated) = cap_hint(std::mem::take(&mut s.hint), self.config.max_hint_chars);
-        s.hint = hint;
-        s.hint_truncated = truncated;
-        s
-    }
-
-    /// The hint for `t`, as long as its writer made it.
-    async fn synthesize_whole(&self, t: &FailedTrajectory, extra: Option<&str>) -> Synthesis {
-        let started = Instant::now();
-        if self.chain.is_empty() {
-            return Synthesis {
-                hint: self.prompt.static_hint(t),
-                category: HintCategory::StaticFallback,
-                model: None,
-                usage: Usage::default(),
-                cost_usd: 0.0,
-                failure_reason: None,
-                latency_ms: started.elapsed().as_millis() as u64,
-                hint_truncated: false,
-                cache_saved_usd: 0.0,
-                hedged: false,
-            };
-        };
-        let deadline = started + self.time_budget();
-        let mut tally = Tally::default();
-        let mut last_error = LlmError::Timeout;
-        for (i, link) in self.chain.iter().enumerate() {
-            let Some(result) = self
-                .call_fitted(link, t, extra, i == 0, deadline, &mut tally)
-                .await
-            else {
-                break;
-            };
-            match result {
-                Ok(text) => {
-                    let writer = tally.hedged_by.and_then(|i| self.chain.get(i)).unwrap_or(link);
-                    return self.synthesized(writer, text, tally, started);
-                }
-                Err(e) => {
-                    tracing::warn!(model = %link.id, reason = %e.failure_reason(), error = %e, "model failed; trying the next in the chain");
-                    last_error = e;
-                }
-            }
-            if Instant::now() >= deadline || ends_the_walk(&last_error) {
-                break;
-            }
-        }
-        self.fell_back(t, last_error, tally, started)
-    }
-
-    /// The prompt for `t`: the version's system prompt with the context
-    /// files (the common one, then `t`'s `env_class` one), and its user
-    /// message with `extra` after it.
-    pub(super) fn prompt_text(&self, t: &FailedTrajectory, user: String) -> PromptText {
-        let contexts: Vec<&str> = self
-            .context
-            .common
-            .as_deref()
-            .into_iter()
-            .chain(self.context.for_env_class(t.env_class.as_deref()))
-            .collect();
-        PromptText::new(self.prompt.system_prompt(), &contexts, user)
-    }
-
-    /// The time budget of one hint.
-    fn time_budget(&self) -> Duration {
-        // The config bounds timeout_secs; a value past Duration's range
-        // would mean "no deadline", which the bound rules out.
-        Duration::try_from_secs_f64(self.config.timeout_secs).unwrap_or(Duration::from_secs(600))
-    }
-
-    /// The hint `link`'s model wrote.
-    fn synthesized(&self, link: &Link, text: String, tally: Tally, started: Instant) -> Synthesis {
-        let price = price_of(&self.config, link);
-        let cost = cost_usd(price.as_ref(), &tally.usage);
-        Synthesis {
-            hint: text,
-            category: HintCategory::LlmSynthesized,
-            model: Some(link.id.clone()),
-            cost_usd: cost,
-            cache_saved_usd: uncached_cost_usd(price.as_ref(), &tally.usage) - cost,
-            latency_ms: tally.latency_ms(started),
-            hedged: tally.hedged_by.is_some(),
-            usage: tally.usage,
-            failure_reason: None,
-            hint_truncated: false,
-        }
-    }
-
-    /// The static hint, after every model tried failed; what was spent is
-    /// priced at the first model's price.
-    fn fell_back(&self, t: &FailedTrajectory, error: LlmError, tally: Tally, started: Instant) -> Synthesis {
-        let price = self.chain.first().and_then(|l| price_of(&self.config, l));
-        let cost = cost_usd(price.as_ref(), &tally.usage);
-        Synthesis {
-            hint: self.prompt.static_hint(t),
-            category: HintCategory::LlmFailedStaticFallback,
+/// The hint for `t`, as long as its writer made it.
+async fn synthesize_whole(
+    shared: &Shared,
+    chain: &[Link],
+    t: &FailedTrajectory,
+    extra: Option<&str>,
+) -> Synthesis {
+    let started = Instant::now();
+    if chain.is_empty() {
+        return Synthesis {
+            hint: shared.prompt.static_hint(t),
+            category: HintCategory::StaticFallback,
             model: None,
-            cost_usd: cost,
-            cache_saved_usd: uncached_cost_usd(price.as_ref(), &tally.usage) - cost,
-            latency_ms: tally.latency_ms(started),
-            usage: tally.usage,
-            failure_reason: Some(error.failure_reason()),
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            failure_reason: None,
+            latency_ms: started.elapsed().as_millis() as u64,
             hint_truncated: false,
+            cache_saved_usd: 0.0,
             hedged: false,
+        };
+    };
+    let deadline = started + time_budget(shared);
+    let mut tally = Tally::default();
+    let mut last_error = LlmError::Timeout;
+    for (i, link) in chain.iter().enumerate() {
+        let turn = Turn {
+            link,
+            next: chain.get(i + 1),
+        };
+        let Some(result) = call_fitted(shared, turn, t, extra, i == 0, deadline, &mut tally).await else {
+            break;
+        };
+        match result {
+            Ok(text) => {
+                let writer = tally.hedged_by.unwrap_or(link);
+                return synthesized(shared, writer, text, tally, started);
+            }
+            Err(e) => {
+                tracing::warn!(model = %link.id, reason = %e.failure_reason(), error = %e, "model failed; trying the next in the chain");
+                last_error = e;
+            }
         }
+        if Instant::now() >= deadline || ends_the_walk(&last_error) {
+            break;
+        }
+    }
+    fell_back(shared, chain, t, last_error, tally, started)
+}
+
+/// The time budget of one hint.
+fn time_budget(shared: &Shared) -> Duration {
+    // The config bounds timeout_secs; a value past Duration's range
+    // would mean "no deadline", which the bound rules out.
+    Duration::try_from_secs_f64(shared.config.timeout_secs).unwrap_or(Duration::from_secs(600))
+}
+
+/// The hint `link`'s model wrote.
+fn synthesized(shared: &Shared, link: &Link, text: String, tally: Tally<'_>, started: Instant) -> Synthesis {
+    let price = price_of(&shared.config, link);
+    let cost = cost_usd(price.as_ref(), &tally.usage);
+    Synthesis {
+        hint: text,
+        category: HintCategory::LlmSynthesized,
+        model: Some(link.id.clone()),
+        cost_usd: cost,
+        cache_saved_usd: uncached_cost_usd(price.as_ref(), &tally.usage) - cost,
+        latency_ms: tally.latency_ms(started),
+        hedged: tally.hedged_by.is_some(),
+        usage: tally.usage,
+        failure_reason: None,
+        hint_truncated: false,
+    }
+}
+
+/// The static hint, after every model tried failed; what was spent is
+/// priced at the first model's price.
+fn fell_back(
+    shared: &Shared,
+    chain: &[Link],
+    t: &FailedTrajectory,
+    error: LlmError,
+    tally: Tally<'_>,
+    started: Instant,
+) -> Synthesis {
+    let price = chain.first().and_then(|l| price_of(&shared.config, l));
+    let cost = cost_usd(price.as_ref(), &tally.usage);
+    Synthesis {
+        hint: shared.prompt.static_hint(t),
+        category: HintCategory::LlmFailedStaticFallback,
+        model: None,
+        cost_usd: cost,
+        cache_saved_usd: uncached_cost_usd(price.as_ref(), &tally.usage) - cost,
+        latency_ms: tally.latency_ms(started),
+        usage: tally.usage,
+        failure_reason: Some(error.failure_reason()),
+        hint_truncated: false,
+        hedged: false,
     }
 }

@@ -8,7 +8,7 @@
 //! the highest input rate that can apply, output at the output rate.
 
 use super::client::Provider;
-use super::routing::Link;
+use super::link::Link;
 use crate::config::{CacheTtl, LlmConfig, ModelPrice};
 use crate::messages::Usage;
 

@@ -16,10 +16,7 @@ pub mod pyeval;
 pub mod pyrepr;
 pub mod reference;
 
-/// Stamped on every hint as `prompt_version`; change it with the template.
-pub const PROMPT_VERSION: &str = "v2";
-
-pub use crate::config::{PromptVersion, UnknownPromptVersion};
+pub use crate::config::{PromptVersion, UnknownPromptVersion, PROMPT_VERSION};
 
 impl PromptVersion {
     /// The system prompt.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::client::Provider;
+use super::client::{CacheMarks, Provider};
 use crate::config::{CacheTtl, LlmConfig};
 
 /// Bytes per estimated token.
@@ -68,29 +68,6 @@ impl PromptText {
             user,
             task_end,
         }
-    }
-}
-
-/// Where one request asks for caching.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CacheMarks {
-    /// Ends (bytes of `system`) of the system blocks that get a
-    /// breakpoint; `system` is split into blocks there. Empty: `system`
-    /// goes as one string.
-    pub system_breaks: Vec<usize>,
-    /// The bytes of `user` sent as a block of their own with a breakpoint
-    /// (the recurring task); `None`: `user` goes as one string.
-    pub task_break: Option<usize>,
-    /// `"ttl": "1h"` on the breakpoints.
-    pub one_hour: bool,
-    /// OpenAI's `prompt_cache_key`.
-    pub key: Option<String>,
-}
-
-impl CacheMarks {
-    /// Whether the request may be billed a cache write (a breakpoint).
-    pub fn writes_cache(&self) -> bool {
-        !self.system_breaks.is_empty() || self.task_break.is_some()
     }
 }
 

@@ -245,6 +245,27 @@ mod tests {
         }
     }
 
+    /// The vectors both languages read (`schemas/vectors/pyliteral.json`;
+    /// python/tests/test_pyliteral.py holds the Python port to them).
+    #[test]
+    fn parse_list_gives_the_shared_vectors() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/pyliteral.json");
+        let vectors: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cases = vectors["cases"].as_array().unwrap();
+        assert!(cases.len() >= 50, "{} cases", cases.len());
+        let failures: Vec<String> = cases
+            .iter()
+            .filter_map(|case| {
+                let source = case["source"].as_str().unwrap();
+                let want: Option<Vec<String>> = serde_json::from_value(case["items"].clone()).unwrap();
+                let got = parse_list(source);
+                (got != want).then(|| format!("{}: {source:?}: want {want:?}, got {got:?}", case["case"]))
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
     #[test]
     fn never_panics_on_random_input() {
         use rand::{Rng, SeedableRng};

@@ -4,37 +4,20 @@
 //! `retry-after`, and no wait that would end past the deadline. Each HTTP
 //! attempt is an `llm_attempt` span (model, attempt, status, retry wait).
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use tracing::field::Empty;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
-use super::cassette::{Attempt, AttemptOutcome};
-use super::chain::Tally;
-use super::client::{Completion, LlmError, Reply};
-use super::hedge::Raced;
-use super::limits::{settle, Admission};
+use super::attempt::{attempt_span, report_attempt};
+use super::cassette::Attempt;
+use super::client::{Completion, LlmError};
+use super::hedge::{send_hedged, Raced};
+use super::limits::Admission;
+use super::link::{Link, Turn};
 use super::pricing::price_of;
-use super::routing::Link;
-use super::saturation::{Saturated, WINDOW};
-use super::synth::Synthesizer;
-
-/// The span of one HTTP attempt; `status` and `retry_wait_ms` are filled
-/// in as it ends, `hedge` set on a hedged request's duplicate.
-pub(super) fn attempt_span(model: &str, attempt: u32) -> Span {
-    tracing::info_span!(
-        "llm_attempt",
-        otel.kind = "client",
-        otel.status_code = Empty,
-        model,
-        attempt = i64::from(attempt),
-        status = Empty,
-        retry_wait_ms = Empty,
-        hedge = Empty,
-    )
-}
+use super::shared::Shared;
+use super::tally::Tally;
 
 /// The wait before retrying after `error`, or `None` when it is not
 /// retried: a failure for good, no retries left, or a wait and another
@@ -57,205 +40,111 @@ fn retry_delay(
     (delay + attempt_took < deadline.saturating_duration_since(Instant::now())).then_some(delay)
 }
 
-impl Synthesizer {
-    /// Calls `link`'s model until it answers, fails for good, runs out of
-    /// retries or the deadline nears; the reply's tokens are added to
-    /// `tally`, and the model whose duplicate answered (hedging) noted
-    /// there. When recording, every attempt is pushed onto `attempts` (and
-    /// none is hedged).
-    pub(super) async fn call_with_retries(
-        &self,
-        link: &Link,
-        request: &Completion<'_>,
-        deadline: Instant,
-        tally: &mut Tally,
-        mut attempts: Option<&mut Vec<Attempt>>,
-    ) -> Result<String, LlmError> {
-        let mut backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(250))
-            .with_max_delay(Duration::from_secs(8))
-            .with_jitter()
-            .with_max_times(self.config.max_retries as usize)
-            .build();
-        let mut attempt = 0u32;
-        loop {
-            let asked = Instant::now();
-            let admission = self.admit(link, request, deadline).await?;
-            let waited = asked.elapsed();
-            if let Some(o) = &self.observer {
-                o.queued(&link.id, waited);
+/// Calls `turn`'s model until it answers, fails for good, runs out of
+/// retries or the deadline nears; the reply's tokens are added to `tally`,
+/// and the model whose duplicate answered (hedging) noted there. When
+/// recording, every attempt is pushed onto `attempts` (and none is hedged).
+pub(super) async fn call_with_retries<'a>(
+    shared: &Shared,
+    turn: Turn<'a>,
+    request: &Completion<'_>,
+    deadline: Instant,
+    tally: &mut Tally<'a>,
+    mut attempts: Option<&mut Vec<Attempt>>,
+) -> Result<String, LlmError> {
+    let link = turn.link;
+    let mut backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(8))
+        .with_jitter()
+        .with_max_times(shared.config.max_retries as usize)
+        .build();
+    let mut attempt = 0u32;
+    loop {
+        let asked = Instant::now();
+        let admission = admit(shared, link, request, deadline).await?;
+        let waited = asked.elapsed();
+        if let Some(o) = &shared.observer {
+            o.queued(&link.id, waited);
+        }
+        let started = Instant::now();
+        attempt += 1;
+        let span = attempt_span(&link.id, attempt);
+        let hedge = attempts.is_none();
+        let raced = send_hedged(
+            shared,
+            turn,
+            request,
+            admission,
+            &span,
+            deadline,
+            (attempt, hedge, waited),
+        )
+        .await;
+        let result = match raced {
+            Raced::First(result) => {
+                report_attempt(shared, link, &result, started, &span, attempts.as_deref_mut());
+                result
             }
-            let started = Instant::now();
-            attempt += 1;
-            let span = attempt_span(&link.id, attempt);
-            let hedge = attempts.is_none();
-            let raced = self
-                .send_hedged(
-                    link,
-                    request,
-                    admission,
-                    &span,
-                    deadline,
-                    (attempt, hedge, waited),
-                )
-                .await;
-            let result = match raced {
-                Raced::First(result) => {
-                    self.report_attempt(link, &result, started, &span, attempts.as_deref_mut());
-                    result
+            Raced::Hedge { reply, by, first } => {
+                // A cancelled first attempt was reported as such.
+                if let Some(error) = first {
+                    report_attempt(shared, link, &Err(error), started, &span, None);
                 }
-                Raced::Hedge { reply, index, first } => {
-                    // A cancelled first attempt was reported as such.
-                    if let Some(error) = first {
-                        self.report_attempt(link, &Err(error), started, &span, None);
-                    }
-                    tally.hedged_by = Some(index);
-                    Ok(reply)
-                }
-            };
-            let error = match result {
-                Ok(reply) => {
-                    tally.usage.add(&reply.usage);
-                    self.limits.charge_overrun(&reply.usage, request);
-                    return Ok(reply.text);
-                }
-                Err(e) => e,
-            };
-            let Some(delay) = retry_delay(&error, &mut backoff, deadline, started.elapsed()) else {
-                return Err(error);
-            };
-            self.report_retry(link, &error, delay, &span, attempts.as_deref_mut());
-            // The attempt ends here; the wait is not part of it.
-            drop(span);
-            tokio::time::sleep(delay).await;
-        }
+                tally.hedged_by = Some(by);
+                Ok(reply)
+            }
+        };
+        let error = match result {
+            Ok(reply) => {
+                tally.usage.add(&reply.usage);
+                shared.limits.charge_overrun(&reply.usage, request);
+                return Ok(reply.text);
+            }
+            Err(e) => e,
+        };
+        let Some(delay) = retry_delay(&error, &mut backoff, deadline, started.elapsed()) else {
+            return Err(error);
+        };
+        report_retry(shared, link, &error, delay, &span, attempts.as_deref_mut());
+        // The attempt ends here; the wait is not part of it.
+        drop(span);
+        tokio::time::sleep(delay).await;
     }
+}
 
-    /// Waits for the limits; a spent budget is reported to the observer.
-    async fn admit(
-        &self,
-        link: &Link,
-        request: &Completion<'_>,
-        deadline: Instant,
-    ) -> Result<Admission<'_>, LlmError> {
-        let price = price_of(&self.config, link);
-        let admitted = self.limits.admit(request, price.as_ref(), deadline).await;
-        if let Err(LlmError::BudgetExhausted) = admitted {
-            self.observe_budget();
-        }
-        admitted
+/// Waits for the limits; a spent budget is reported to the observer.
+async fn admit<'s>(
+    shared: &'s Shared,
+    link: &Link,
+    request: &Completion<'_>,
+    deadline: Instant,
+) -> Result<Admission<'s>, LlmError> {
+    let price = price_of(&shared.config, link);
+    let admitted = shared.limits.admit(request, price.as_ref(), deadline).await;
+    if let Err(LlmError::BudgetExhausted) = admitted {
+        shared.observe_budget();
     }
+    admitted
+}
 
-    /// Sends one admitted attempt, frees its call slot when the reply is in,
-    /// and settles what it spent.
-    pub(super) async fn send(
-        &self,
-        link: &Link,
-        request: &Completion<'_>,
-        admission: Admission<'_>,
-        waited: Duration,
-        span: &Span,
-    ) -> Result<Reply, LlmError> {
-        let Admission {
-            slot,
-            reservation,
-            remaining,
-        } = admission;
-        self.observe_in_flight();
-        let begun = self.saturation.begin(&link.id, waited);
-        let result = link
-            .client
-            .complete(request, remaining)
-            .instrument(span.clone())
-            .await;
-        drop(slot);
-        self.observe_in_flight();
-        let timed_out = matches!(result, Err(LlmError::Timeout));
-        if let Some(s) = self.saturation.end(&link.id, begun, timed_out) {
-            self.warn_saturated(link, s);
-        }
-        if result.as_ref().err().is_none_or(LlmError::is_answer) {
-            self.answered.store(true, Ordering::Relaxed);
-        }
-        if let Some(reservation) = reservation {
-            settle(reservation, &result, price_of(&self.config, link).as_ref());
-            self.observe_budget();
-        }
-        result
+/// Records a retry after `error`, `delay` from now: to the observer, on
+/// the attempt's span, and on the recorded attempt.
+fn report_retry(
+    shared: &Shared,
+    link: &Link,
+    error: &LlmError,
+    delay: Duration,
+    span: &Span,
+    attempts: Option<&mut Vec<Attempt>>,
+) {
+    let model = link.id.as_str();
+    if let Some(o) = &shared.observer {
+        o.retry(model, &error.failure_reason());
     }
-
-    /// Says (rarely: see `saturation`) that `link`'s server is saturated,
-    /// and what to change.
-    fn warn_saturated(&self, link: &Link, s: Saturated) {
-        tracing::warn!(
-            model = %link.id,
-            attempts = s.attempts,
-            timeouts = s.timeouts,
-            queued = s.queued,
-            "the model's server looks saturated: {} of {} attempts in the last {} s timed out, {} of them \
-             sent while others waited at it. It serves fewer requests at once than llm.concurrency = {} \
-             sends: lower llm.concurrency to the server's parallel slots, give the server more slots \
-             (vLLM --max-num-seqs, llama.cpp --parallel, Ollama OLLAMA_NUM_PARALLEL), or raise \
-             llm.timeout_secs = {}",
-            s.timeouts,
-            s.attempts,
-            WINDOW.as_secs(),
-            s.queued,
-            self.config.concurrency,
-            self.config.timeout_secs,
-        );
-        if let Some(o) = &self.observer {
-            o.saturated(&link.id);
-        }
+    if let Some(last) = attempts.and_then(|a| a.last_mut()) {
+        last.retry_in_ms = Some(delay.as_millis() as u64);
     }
-
-    /// Records how an attempt ended: on its span, to the observer, and in
-    /// the call being recorded.
-    pub(super) fn report_attempt(
-        &self,
-        link: &Link,
-        result: &Result<Reply, LlmError>,
-        started: Instant,
-        span: &Span,
-        attempts: Option<&mut Vec<Attempt>>,
-    ) {
-        let status = result
-            .as_ref()
-            .map_or_else(LlmError::failure_reason, |_| "ok".to_string());
-        span.record("status", status.as_str());
-        if result.is_err() {
-            span.record("otel.status_code", "error");
-        }
-        if let Some(o) = &self.observer {
-            o.attempt(&link.id, &status, started.elapsed());
-        }
-        if let Some(attempts) = attempts {
-            attempts.push(Attempt {
-                outcome: AttemptOutcome::from_result(result),
-                latency_ms: started.elapsed().as_millis() as u64,
-                retry_in_ms: None,
-            });
-        }
-    }
-
-    /// Records a retry after `error`, `delay` from now: to the observer, on
-    /// the attempt's span, and on the recorded attempt.
-    fn report_retry(
-        &self,
-        link: &Link,
-        error: &LlmError,
-        delay: Duration,
-        span: &Span,
-        attempts: Option<&mut Vec<Attempt>>,
-    ) {
-        let model = link.id.as_str();
-        if let Some(o) = &self.observer {
-            o.retry(model, &error.failure_reason());
-        }
-        if let Some(last) = attempts.and_then(|a| a.last_mut()) {
-            last.retry_in_ms = Some(delay.as_millis() as u64);
-        }
-        span.record("retry_wait_ms", delay.as_millis() as i64);
-        tracing::debug!(parent: span, model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
-    }
+    span.record("retry_wait_ms", delay.as_millis() as i64);
+    tracing::debug!(parent: span, model, reason = %error.failure_reason(), delay_ms = delay.as_millis() as u64, "retrying LLM call");
 }

@@ -10,6 +10,7 @@ use super::client::{
     ApiKey, Endpoint, LlmClient, LlmError, Provider, DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_OPENAI_BASE_URL,
 };
 use super::env::LlmEnv;
+use super::link::Link;
 use crate::config::{LlmConfig, LlmProvider};
 
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-20250514";
@@ -18,17 +19,6 @@ pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
 pub const DEFAULT_OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
 /// The reference trainer's model, on OpenRouter.
 pub const DEFAULT_OPENROUTER_MODEL: &str = "anthropic/claude-sonnet-4";
-
-/// One model of the chain: the id as configured, the name its API knows it
-/// by, and the client of that API.
-#[derive(Debug)]
-pub(super) struct Link {
-    pub(super) id: String,
-    pub(super) api_model: String,
-    pub(super) client: LlmClient,
-    /// The context window its server reported, once asked (`fitting`).
-    pub(super) discovered: super::fitting::Discovered,
-}
 
 /// The model chain as resolved from the config and env.
 pub(super) struct ResolvedChain {

@@ -1,105 +1,39 @@
-//! The synthesizer: the model chain (see `routing`), the limits its calls
-//! share (see `limits`), an optional cassette, and what it reports:
-//! readiness, the description of where hints come from, the hints' ids and
-//! an observer for metrics. The walk from a trajectory to a hint is in
-//! `chain`, one model's call in `call`, its retries in `retry`.
+//! The synthesizer: the model chain (see `routing`), what its calls share
+//! (see `shared`: the limits, hedging, cassette, prompt cache), and what it
+//! reports: readiness, the description of where hints come from, the
+//! hints' ids and an observer for metrics. The walk from a trajectory to a
+//! hint is `chain`'s, down a one-way pipeline: `fitting` (the prompt fitted
+//! to a model's window), `call` (the cassette), `retry`, `hedge`, `send`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::cassette::Cassette;
+use super::chain;
 use super::client::{LlmError, Provider};
 use super::context::SystemContext;
-use super::hedge::Hedger;
-use super::limits::budget::Remaining;
-use super::limits::{CallLimits, GroupLimits};
-use super::prompt_cache::PromptCache;
-use super::routing::{self, Link};
-use super::saturation::Saturation;
+use super::limits::GroupLimits;
+use super::link::Link;
+use super::routing;
+use super::shared::Shared;
 use crate::config::{LlmConfig, PromptVersion};
-use crate::messages::{HintCategory, Usage};
+use crate::messages::FailedTrajectory;
 
+pub use super::chain::Synthesis;
 pub use super::env::LlmEnv;
+pub use super::observer::SynthObserver;
 pub use super::routing::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL, DEFAULT_OPENROUTER_BASE_URL, DEFAULT_OPENROUTER_MODEL,
 };
 
-/// What happened to one attempt, for metrics.
-pub trait SynthObserver: Send + Sync {
-    /// One HTTP attempt ended: `status` is `ok` or a failure reason.
-    fn attempt(&self, model: &str, status: &str, latency: Duration);
-    fn retry(&self, model: &str, reason: &str);
-    fn calls_in_flight(&self, n: usize);
-    /// What is left of the spend budgets, after each change.
-    fn budget(&self, _remaining: Remaining) {}
-    /// A hedged request's duplicate was sent to `model`.
-    fn hedge_sent(&self, _model: &str) {}
-    /// A duplicate for `model` was due but not sent: `share` (the
-    /// `llm.hedge_max_share` bucket was empty) or `limits` (no call slot,
-    /// rate-limit permit or budget reservation at once).
-    fn hedge_skipped(&self, _model: &str, _reason: &str) {}
-    /// A duplicate sent to `model` answered first; its answer is the hint's.
-    fn hedge_won(&self, _model: &str) {}
-    /// `model`'s attempt was cancelled for the other's answer: its cost,
-    /// estimated as that answer's usage at `model`'s price.
-    fn hedge_extra_usd(&self, _model: &str, _usd: f64) {}
-    /// A prompt for `model` was fitted to its context window, taking
-    /// `chars_dropped` characters out.
-    fn prompt_fitted(&self, _model: &str, _chars_dropped: usize) {}
-    /// An attempt at `model` waited `wait` for a call slot
-    /// (`llm.concurrency`) and the rate limits before it was sent.
-    fn queued(&self, _model: &str, _wait: Duration) {}
-    /// Most attempts at `model` in a window timed out while queued (said
-    /// at most once every 10 minutes).
-    fn saturated(&self, _model: &str) {}
-}
-
-/// The result of synthesis for one group.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Synthesis {
-    pub hint: String,
-    pub category: HintCategory,
-    pub model: Option<String>,
-    pub usage: Usage,
-    pub cost_usd: f64,
-    pub failure_reason: Option<String>,
-    pub latency_ms: u64,
-    /// Whether `hint` was cut to `llm.max_hint_chars`.
-    pub hint_truncated: bool,
-    /// What the prompt cache saved on this hint, in dollars: its cost with
-    /// every prompt token at the input rate, less `cost_usd` (negative
-    /// when cache writes outweighed reads; 0 without cache usage).
-    pub cache_saved_usd: f64,
-    /// Whether a hedged request's duplicate wrote `hint` (`llm.hedge`).
-    pub hedged: bool,
-}
-
 pub struct Synthesizer {
     /// Empty: static hints only.
-    pub(super) chain: Vec<Link>,
+    chain: Vec<Link>,
     /// The configured ids of the chain.
-    pub(super) models: Vec<String>,
-    pub(super) config: LlmConfig,
-    /// The prompt sent (`llm.prompt_version`, or the arm's).
-    pub(super) prompt: PromptVersion,
-    /// Shared by every arm's synthesizer: the rate limits, the calls in
-    /// flight and the budget bound the stage, not each arm.
-    pub(super) limits: Arc<CallLimits>,
-    /// Shared by every arm's synthesizer, like `limits`; `None` when
-    /// `llm.hedge` is off.
-    pub(super) hedger: Option<Arc<Hedger>>,
-    pub(super) observer: Option<Arc<dyn SynthObserver>>,
-    pub(super) cassette: Option<Arc<Cassette>>,
-    /// `llm.system_context_file` and `_dir`, read at start-up; shared by
-    /// every arm.
-    pub(super) context: Arc<SystemContext>,
-    /// Where requests ask for prompt caching, and the tasks sent recently.
-    pub(super) prompt_cache: Arc<PromptCache>,
-    /// Set once a model API answered anything (readiness).
-    pub(super) answered: AtomicBool,
-    /// Timeouts while queued, by model, shared like `limits`.
-    pub(super) saturation: Arc<Saturation>,
+    models: Vec<String>,
+    /// What its calls share, with every arm's synthesizer in part.
+    shared: Shared,
 }
 
 /// Shows the client (its key redacted by `ApiKey`), the model chain and the
@@ -109,9 +43,9 @@ impl std::fmt::Debug for Synthesizer {
         f.debug_struct("Synthesizer")
             .field("chain", &self.chain)
             .field("models", &self.models)
-            .field("concurrency", &self.config.concurrency)
-            .field("cassette", &self.cassette)
-            .field("budget", &self.limits.has_budget())
+            .field("concurrency", &self.shared.config.concurrency)
+            .field("cassette", &self.shared.cassette)
+            .field("budget", &self.shared.limits.has_budget())
             .finish_non_exhaustive()
     }
 }
@@ -130,22 +64,13 @@ impl Synthesizer {
         Ok(Synthesizer {
             chain: resolved.links,
             models: resolved.models,
-            config: config.clone(),
-            prompt: config.prompt_version,
-            limits: Arc::new(CallLimits::new(config)),
-            hedger: Hedger::new(config),
-            observer: None,
-            cassette: None,
-            context: Arc::new(context),
-            prompt_cache: Arc::new(PromptCache::new(config)),
-            answered: AtomicBool::new(false),
-            saturation: Arc::default(),
+            shared: Shared::new(config, context),
         })
     }
 
     /// The system context read at start-up.
     pub fn system_context(&self) -> &SystemContext {
-        &self.context
+        &self.shared.context
     }
 
     /// A synthesizer for one arm: its own model chain (empty: static hints)
@@ -154,7 +79,7 @@ impl Synthesizer {
         let config = LlmConfig {
             models: models.to_vec(),
             prompt_version: prompt,
-            ..self.config.clone()
+            ..self.shared.config.clone()
         };
         let (chain, models) = if models.is_empty() {
             (Vec::new(), Vec::new())
@@ -165,28 +90,32 @@ impl Synthesizer {
         Ok(Synthesizer {
             chain,
             models,
-            config,
-            prompt,
-            limits: self.limits.clone(),
-            hedger: self.hedger.clone(),
-            observer: self.observer.clone(),
-            cassette: self.cassette.clone(),
-            context: self.context.clone(),
-            prompt_cache: self.prompt_cache.clone(),
-            answered: AtomicBool::new(false),
-            saturation: self.saturation.clone(),
+            shared: self.shared.for_arm(config),
         })
     }
 
     /// Its limits (shared with every arm's synthesizer), for stage 1 to
     /// make them the consumer group's.
     pub fn group_limits(&self) -> GroupLimits {
-        GroupLimits::new(self.limits.clone())
+        GroupLimits::new(self.shared.limits.clone())
     }
 
     /// The prompt version this synthesizer sends.
     pub fn prompt_version(&self) -> PromptVersion {
-        self.prompt
+        self.shared.prompt
+    }
+
+    /// Synthesizes the hint for `t`, the best trajectory of its group: its
+    /// text cut to `llm.max_hint_chars`, whoever wrote it.
+    pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
+        self.synthesize_with(t, None).await
+    }
+
+    /// Synthesizes the hint for `t` with `extra` (earlier hints that did not
+    /// help, for a refined hint) after the prompt's user message; a reply
+    /// over `llm.max_hint_chars` is cut at a sentence boundary.
+    pub async fn synthesize_with(&self, t: &FailedTrajectory, extra: Option<&str>) -> Synthesis {
+        chain::synthesize(&self.shared, &self.chain, t, extra).await
     }
 
     /// The model ids its `hint_id` covers: the configured chain, or none
@@ -203,7 +132,7 @@ impl Synthesizer {
     /// API answered once (any HTTP response, from a synthesis or
     /// [`Synthesizer::probe`]), or there is no model (static hints).
     pub fn provider_answered(&self) -> bool {
-        self.chain.is_empty() || self.answered.load(Ordering::Relaxed)
+        self.chain.is_empty() || self.shared.answered.load(Ordering::Relaxed)
     }
 
     /// Asks each API of the chain for something free (its model list) until
@@ -223,7 +152,7 @@ impl Synthesizer {
             match link.client.probe(timeout).await {
                 Ok(status) => {
                     tracing::info!(model = %link.id, status, "the LLM provider answered");
-                    self.answered.store(true, Ordering::Relaxed);
+                    self.shared.answered.store(true, Ordering::Relaxed);
                     return true;
                 }
                 Err(e) => {
@@ -235,16 +164,16 @@ impl Synthesizer {
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn SynthObserver>) -> Self {
-        if let Some(remaining) = self.limits.remaining() {
+        if let Some(remaining) = self.shared.limits.remaining() {
             observer.budget(remaining);
         }
-        self.observer = Some(observer);
+        self.shared.observer = Some(observer);
         self
     }
 
     /// Records calls into, or answers them from, `cassette`.
     pub fn with_cassette(mut self, cassette: Arc<Cassette>) -> Self {
-        self.cassette = Some(cassette);
+        self.shared.cassette = Some(cassette);
         self
     }
 
@@ -281,29 +210,15 @@ impl Synthesizer {
         } else {
             self.models.join(",")
         };
-        let version = self.prompt.as_str();
+        let version = self.shared.prompt.as_str();
         let digest = Sha256::digest(format!("{group_key}\u{0}{version}\u{0}{chain}").as_bytes());
         digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
-    }
-
-    pub(super) fn observe_in_flight(&self) {
-        if let Some(o) = &self.observer {
-            o.calls_in_flight(self.limits.in_flight());
-        }
     }
 
     /// Reports what is left of the spend budgets to the observer (the
     /// window rolls on while idle).
     pub fn report_budget(&self) {
-        self.observe_budget();
-    }
-
-    pub(super) fn observe_budget(&self) {
-        if let Some(o) = &self.observer {
-            if let Some(remaining) = self.limits.remaining() {
-                o.budget(remaining);
-            }
-        }
+        self.shared.observe_budget();
     }
 }
 

@@ -97,7 +97,7 @@ pub struct Hint {
     pub schema_version: i64,
     /// Deterministic: a hash of group key, prompt version and model chain,
     /// and of the arm for arms other than [`DEFAULT_ARM`]
-    /// (`hints::learn::hint_id`).
+    /// (`learn::hint_id`).
     pub hint_id: String,
     pub run_id: String,
     pub step: i64,

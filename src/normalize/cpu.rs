@@ -23,7 +23,8 @@
 
 use rayon::prelude::*;
 
-use super::{AdvantageOptions, Advantages, Batch, Estimator};
+use super::batch::{Advantages, Batch};
+use super::estimator::{AdvantageOptions, Estimator};
 
 /// Batches with fewer rows run on one thread: below this, splitting costs
 /// more than it saves.

@@ -10,7 +10,8 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
-use super::{AdvantageOptions, Advantages, Batch, Estimator, NormalizeError};
+use super::batch::{Advantages, Batch, NormalizeError};
+use super::estimator::{AdvantageOptions, Estimator};
 
 /// The committed PTX of `kernels/advantage.cu`.
 pub const ADVANTAGE_PTX: &str = include_str!("../../kernels/advantage.ptx");

@@ -503,4 +503,71 @@ mod tests {
         );
         assert_eq!(out.unreadable[1].at, "adv[0]@1");
     }
+
+    /// One push of a vector message: the step it completes, or its error.
+    fn push_vector(reader: &mut Reassembler, message: &serde_json::Value) -> Result<Option<Step>, String> {
+        // A header without a value reads as empty, as `reassemble_steps`
+        // takes it.
+        let headers: Vec<(&str, &[u8])> = message["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h[0].as_str().unwrap(),
+                    h[1].as_str().unwrap_or_default().as_bytes(),
+                )
+            })
+            .collect();
+        let payload = match message.get("raw") {
+            Some(raw) => raw.as_str().unwrap().as_bytes().to_vec(),
+            None => {
+                let ids: Vec<i64> = serde_json::from_value(message["ids"].clone()).unwrap();
+                let column = Arc::new(Int64Array::from(ids)) as ArrayRef;
+                ipc::encode_stream(&[RecordBatch::try_from_iter([("id", column)]).unwrap()]).unwrap()
+            }
+        };
+        reader.push(
+            Some(message["key"].as_str().unwrap().as_bytes()),
+            |name| headers.iter().find(|(k, _)| *k == name).map(|(_, v)| *v),
+            Some(&payload),
+        )
+    }
+
+    /// The vectors both languages read (`schemas/vectors/chunks.json`,
+    /// `reassembly`; python/tests/test_reassembly.py holds the client's
+    /// `Reassembler` to them).
+    #[test]
+    fn chunks_reassemble_as_the_shared_vectors() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/chunks.json");
+        let vectors: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cases = vectors["reassembly"].as_array().unwrap();
+        assert!(!cases.is_empty());
+        for case in cases {
+            let name = case["case"].as_str().unwrap();
+            let mut reader = Reassembler::new();
+            for (i, message) in case["messages"].as_array().unwrap().iter().enumerate() {
+                let got = push_vector(&mut reader, message);
+                let expect = &message["expect"];
+                if let Some(error) = expect.get("error") {
+                    let error = error.as_str().unwrap();
+                    assert!(
+                        got.as_ref().is_err_and(|e| e.contains(error)),
+                        "{name}, message {i}: want an error with {error:?}, got {got:?}"
+                    );
+                    continue;
+                }
+                let got = got.unwrap_or_else(|e| panic!("{name}, message {i}: {e}"));
+                let got = got.map(|s| serde_json::json!({"key": s.key, "ids": ids(&s), "chunks": s.chunks}));
+                assert_eq!(got.as_ref(), expect.get("step"), "{name}, message {i}");
+            }
+            let partial: Vec<serde_json::Value> = reader
+                .partial()
+                .into_iter()
+                .map(|p| serde_json::json!({"key": p.key, "arrived": p.arrived, "count": p.count}))
+                .collect();
+            assert_eq!(&serde_json::Value::from(partial), &case["partial"], "{name}");
+        }
+    }
 }

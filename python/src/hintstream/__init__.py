@@ -14,9 +14,8 @@
 """
 
 from .client import ConsumeError, DeliveryError, HintstreamError, TrainerClient, WaitTimeout
-from .dropin import apply_hint, build_trajectories, configure, synthesize_hints_batch
+from .dropin import apply_hint, build_trajectories, configure, report_hint_outcomes, synthesize_hints_batch
 from .keys import decode_id, encode_id, group_key, parse_group_key, parse_step_key, step_key
-from .outcomes import report_hint_outcomes
 from .static_hint import static_hint
 from .wire import (
     CATEGORY_LLM,

@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import (
     Any,
     Callable,
@@ -45,7 +44,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from . import wire
 from .keys import decode_id, group_key, step_key
+from .bounded import Bounded
 from .outcomes import DeliveredHints, fill_hint_ids, outcome_messages
+from .reassembly import Reassembler
 from .wire import Topics
 
 log = logging.getLogger("hintstream")
@@ -82,50 +83,6 @@ class ConsumeError(HintstreamError):
 
 class WaitTimeout(HintstreamError, TimeoutError):
     """Nothing complete arrived for a step before the timeout."""
-
-
-@dataclass
-class _ChunkSet:
-    """The chunks of one attempt of a step's advantages received so far."""
-
-    count: int
-    rows: Optional[int]
-    parts: Dict[int, pa.Table] = field(default_factory=dict)
-
-
-#: Header naming the publication (attempt) a chunk belongs to.
-ATTEMPT_HEADER = "hintstream.attempt"
-
-#: How many attempts of one step are gathered at once; a further one drops
-#: the oldest (``tools/reassemble.rs`` has the same bound).
-MAX_ATTEMPTS_PER_STEP = 4
-
-
-@dataclass
-class _StepAttempts:
-    """The attempts of one step being gathered, by attempt header (``None``:
-    chunks without one), oldest first."""
-
-    sets: Dict[Optional[bytes], _ChunkSet] = field(default_factory=dict)
-    #: An attempt of the step completed already: the others are not reported.
-    completed: bool = False
-
-
-class _Bounded(collections.OrderedDict):  # type: ignore[type-arg]
-    """An insertion-ordered dict that drops its oldest entries past a bound."""
-
-    def __init__(self, limit: int, what: str) -> None:
-        super().__init__()
-        self.limit = limit
-        self.what = what
-        self.evicted = 0
-
-    def trim(self) -> None:
-        while len(self) > self.limit:
-            key, _ = self.popitem(last=False)
-            self.evicted += 1
-            if self.evicted == 1 or self.evicted % 1000 == 0:
-                log.warning("hintstream: dropped %d unread %s (oldest first, bound %d); latest %r", self.evicted, self.what, self.limit, key)
 
 
 class TrainerClient:
@@ -178,7 +135,7 @@ class TrainerClient:
         self._publish_lock = threading.Lock()
         self._pending: Deque[Exception] = collections.deque()
         self._producer_fatal: List[KafkaError] = []
-        self._hints: _Bounded = _Bounded(max_buffered_groups, "groups' hints")
+        self._hints: Bounded = Bounded(max_buffered_groups, "groups' hints")
         self._returned_hint_ids: Deque[str] = collections.deque()
         self._returned_hint_set: Set[str] = set()
         self._max_returned = max(10 * max_buffered_groups, 1000)
@@ -189,10 +146,10 @@ class TrainerClient:
         self._max_cached = max(max_cached_hints, 0)
         # Hints handed over, for hint_id on hinted rows and outcomes (outcomes.py).
         self._delivered = DeliveredHints(max_buffered_groups)
-        self._partial: _Bounded = _Bounded(max_buffered_steps, "incomplete advantage steps")
-        self._advantages: _Bounded = _Bounded(max_buffered_steps, "advantage steps")
-        self._metrics: _Bounded = _Bounded(max_buffered_steps, "metric steps")
-        self._unreadable: _Bounded = _Bounded(max_buffered_steps, "unreadable-message notes")
+        self._chunks = Reassembler(max_buffered_steps)
+        self._advantages: Bounded = Bounded(max_buffered_steps, "advantage steps")
+        self._metrics: Bounded = Bounded(max_buffered_steps, "metric steps")
+        self._unreadable: Bounded = Bounded(max_buffered_steps, "unreadable-message notes")
         self._received: Dict[str, int] = collections.Counter()
         self._last_offsets: Dict[Tuple[str, Optional[int]], int] = {}
         self._closed = False
@@ -355,41 +312,15 @@ class TrainerClient:
             entry[hint_id] = hint
 
     def _add_advantages(self, m: Message) -> None:
-        """Gathers one advantages message by key and attempt (header
-        ``hintstream.attempt``: one publication of the step), never mixing
-        two attempts, by the rules of ``tools/reassemble.rs``: chunks
-        without the header are one attempt of their own, where another shape
-        starts the set over and a chunk index seen before keeps its first
-        copy; at most ``MAX_ATTEMPTS_PER_STEP`` attempts of a key at once;
-        each attempt that completes replaces the step buffered under its key,
-        so the last completed (highest offset) wins."""
-        key = (m.key() or b"").decode("utf-8")
-        info = wire.chunk_info(m.headers())
-        attempt = wire.header(m.headers(), ATTEMPT_HEADER)
-        table = wire.read_ipc_stream(m.value() or b"")
-        attempts = self._partial.get(key)
-        if attempts is None:
-            attempts = self._partial[key] = _StepAttempts()
-            self._partial.trim()
-        state = attempts.sets.get(attempt)
-        if state is None or state.count != info.count or state.rows != info.rows:
-            # A first chunk, or a chunk set that restarted with another shape.
-            if state is None and len(attempts.sets) >= MAX_ATTEMPTS_PER_STEP:
-                del attempts.sets[next(iter(attempts.sets))]
-            attempts.sets.pop(attempt, None)
-            state = attempts.sets[attempt] = _ChunkSet(info.count, info.rows)
-        state.parts.setdefault(info.index, table)
-        if len(state.parts) < state.count:
-            return
-        del attempts.sets[attempt]
-        attempts.completed = True
-        if not attempts.sets:
-            self._partial.pop(key, None)
-        whole = pa.concat_tables([state.parts[i] for i in range(state.count)]) if state.count > 1 else state.parts[0]
-        if state.rows is not None and whole.num_rows != state.rows:
-            raise ValueError(f"chunks of {key} hold {whole.num_rows} rows, headers say {state.rows}; step discarded")
-        self._advantages[key] = whole
-        self._advantages.trim()
+        """Gathers one advantages message into its step (``reassembly.py``:
+        by key and attempt, never mixing two attempts, by the rules of
+        ``tools/reassemble.rs``); each attempt that completes replaces the
+        step buffered under its key, so the last completed (highest offset)
+        wins."""
+        step = self._chunks.push(m.key(), m.headers(), m.value())
+        if step is not None:
+            self._advantages[step.key] = step.table
+            self._advantages.trim()
 
     # ------------------------------------------------------------------ waits
 
@@ -508,16 +439,15 @@ class TrainerClient:
     def _timeout_text(self, what: str, topic: str, key: str, timeout: float) -> str:
         text = f"no complete {what} for {key!r} on {topic!r} within {timeout:g} s"
         with self._lock:
-            partial = self._partial.get(key) if what == "advantages" else None
+            partial = self._chunks.partial_of(key) if what == "advantages" else None
             note = self._unreadable.get((topic, key))
             buffered = self._advantages if what == "advantages" else self._metrics
             # The same step under a key whose ids are not percent-encoded.
             unencoded = [k for k in buffered if k != key and decode_id(k) == decode_id(key)]
         if unencoded:
             text += f"; it arrived under the key {unencoded[0]!r}, whose ids are not percent-encoded (a publisher older than the key encoding?)"
-        if partial is not None and not partial.completed and partial.sets:
-            best = max(partial.sets.values(), key=lambda s: len(s.parts) / max(s.count, 1))
-            text += f" ({len(best.parts)} of {best.count} chunks arrived)"
+        if partial is not None:
+            text += f" ({partial.arrived} of {partial.count} chunks arrived)"
         if note is not None:
             text += f"; a message for it could not be read: {note}"
         return text
@@ -666,7 +596,7 @@ class TrainerClient:
         at the buffer bounds)."""
         with self._lock:
             out = dict(self._received)
-            out["evicted"] = self._hints.evicted + self._advantages.evicted + self._metrics.evicted + self._partial.evicted
+            out["evicted"] = self._hints.evicted + self._advantages.evicted + self._metrics.evicted + self._chunks.evicted
             return out
 
     def _check_open(self) -> None:

@@ -27,7 +27,9 @@ set wins):
   by one a batch, so that a restarted trainer with a fixed run id never
   repeats a ``hint_id`` (nor gets an old cached hint).
 
-Build each hinted prompt with :func:`apply_hint`.
+Build each hinted prompt with :func:`apply_hint`; report what the delivered
+hints did with :func:`report_hint_outcomes` (the drop-in's client by
+default).
 """
 
 from __future__ import annotations
@@ -348,3 +350,25 @@ def _steps(hint_requests: Sequence[Mapping[str, Any]], step: Optional[int]) -> L
             counter = _batch_step()
         out.append(counter)
     return out
+
+
+def report_hint_outcomes(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    success_threshold: float = 0.0,
+    client: Optional[TrainerClient] = None,
+    timeout: float = 30.0,
+) -> int:
+    """Publishes one ``HintOutcome`` per ``hint_id`` of ``rows`` (each
+    ``{hint_id, reward}``, a hinted rollout's reward; a success is a reward
+    over ``success_threshold``; a row whose ``is_hinted`` is false ran
+    without the hint and is left out, as stage 2 leaves it out) to the
+    outcomes topic and waits for delivery
+    (:class:`~hintstream.DeliveryError` on failure). Run, step and group come
+    from the delivered hint: an unknown ``hint_id`` raises ``ValueError``
+    naming it, before anything is sent. ``client``: the client that
+    delivered the hints; by default the drop-in's (:func:`hintstream.configure`).
+    Returns how many outcomes were published."""
+    if client is None:
+        client = _client_future(None).result(timeout=timeout)
+    return client.report_hint_outcomes(rows, success_threshold=success_threshold, timeout=timeout)

@@ -10,22 +10,21 @@ others).
 - ``publish_scored`` (through :func:`fill_hint_ids`) gives a hinted row that
   has no ``hint_id`` the id of the hint delivered for its group; a row that
   names one keeps it.
-- :func:`report_hint_outcomes` turns ``{hint_id, reward}`` rows into one
+- :func:`outcome_messages` turns ``{hint_id, reward}`` rows into one
   ``HintOutcome`` per ``hint_id`` (run, step and group from the delivered
-  hint) on the outcomes topic, keyed by the group, and waits for delivery.
+  hint), keyed by the group: what ``TrainerClient.report_hint_outcomes``
+  publishes (and :func:`hintstream.report_hint_outcomes`, with the
+  drop-in's client by default).
 """
 
 from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import wire
 from .keys import group_key
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import TrainerClient
 
 #: The group a delivered hint belongs to: (run_id, step, instance_id).
 Group = Tuple[str, int, str]
@@ -89,11 +88,16 @@ def fill_hint_ids(delivered: DeliveredHints, run_id: str, step: int, rows: Itera
 
 def outcome_messages(delivered: DeliveredHints, rows: Iterable[Mapping[str, Any]], success_threshold: float = 0.0) -> List[Tuple[str, Dict[str, Any]]]:
     """One ``(key, HintOutcome)`` per ``hint_id`` of ``rows`` (``{hint_id,
-    reward}``), in first-seen order. ``ValueError`` for a row without
-    ``hint_id`` or ``reward``, a ``hint_id`` this client did not deliver
-    (naming it), or a non-finite reward."""
+    reward}``), in first-seen order, by stage 2's counting rules
+    (``advantages/outcomes.rs``; both are held to
+    ``schemas/vectors/outcomes.json``): a row whose ``is_hinted`` is false
+    ran without the hint it names and is left out. ``ValueError`` for any
+    other row without ``hint_id`` or ``reward``, a ``hint_id`` this client
+    did not deliver (naming it), or a non-finite reward."""
     rewards: "collections.OrderedDict[str, List[float]]" = collections.OrderedDict()
     for i, row in enumerate(rows):
+        if "is_hinted" in row and not row["is_hinted"]:
+            continue
         try:
             hint_id, reward = str(row["hint_id"]), float(row["reward"])
         except KeyError as e:
@@ -117,25 +121,3 @@ def outcome_messages(delivered: DeliveredHints, rows: Iterable[Mapping[str, Any]
         )
         out.append((group_key(run_id, step, instance_id), message))
     return out
-
-
-def report_hint_outcomes(
-    rows: Iterable[Mapping[str, Any]],
-    *,
-    success_threshold: float = 0.0,
-    client: Optional["TrainerClient"] = None,
-    timeout: float = 30.0,
-) -> int:
-    """Publishes one ``HintOutcome`` per ``hint_id`` of ``rows`` (each
-    ``{hint_id, reward}``, a hinted rollout's reward; a success is a reward
-    over ``success_threshold``) to the outcomes topic and waits for delivery
-    (:class:`~hintstream.DeliveryError` on failure). Run, step and group come
-    from the delivered hint: an unknown ``hint_id`` raises ``ValueError``
-    naming it, before anything is sent. ``client``: the client that
-    delivered the hints; by default the drop-in's (:func:`hintstream.configure`).
-    Returns how many outcomes were published."""
-    if client is None:
-        from .dropin import _client_future
-
-        client = _client_future(None).result(timeout=timeout)
-    return client.report_hint_outcomes(rows, success_threshold=success_threshold, timeout=timeout)

@@ -22,8 +22,10 @@ _WHITESPACE = frozenset(
     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 
-#: What Rust's ``str::parse::<f64>`` accepts.
-_RUST_FLOAT = re.compile(r"[+-]?(?:(?i:inf|infinity|nan)|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
+#: What Rust's ``str::parse::<f64>`` accepts. ASCII only: without
+#: ``re.ASCII``, ignoring case lets ``ı`` and ``İ`` match ``i`` (``[ınf]``
+#: would be a number here and garbage in Rust).
+_RUST_FLOAT = re.compile(r"[+-]?(?:(?i:inf|infinity|nan)|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)", re.ASCII)
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 

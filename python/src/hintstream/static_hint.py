@@ -173,18 +173,27 @@ def _reference_checks(value: Any) -> Optional[List[Any]]:
     return list(value)
 
 
+def reference_literal(text: str) -> Any:
+    """``ast.literal_eval(text)``, as the reference reads an accumulator
+    block (invalid escapes, which warn from Python 3.12 on, silenced);
+    raises what it raises. ``src/llm/prompt/pyeval.rs`` is stage 1's
+    version: both are held to schemas/fixtures/python_literals.json."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.literal_eval(text)
+
+
 def reference_accumulators(verifier_stdout: Optional[str]) -> Tuple[Optional[List[Any]], Optional[List[Any]]]:
     """(passed, failed) checks of the verifier's stdout, read with
-    ``ast.literal_eval``; both ``None`` when either block is not a literal."""
+    :func:`reference_literal`; both ``None`` when either block is not a
+    literal."""
     if not verifier_stdout:
         return None, None
     errors = reference_accumulator_body(verifier_stdout, "ERROR_ACCUMULATOR")
     successes = reference_accumulator_body(verifier_stdout, "SUCCESS_ACCUMULATOR")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escapes warn in 3.12
-            failed = None if errors is None else ast.literal_eval(errors)
-            passed = None if successes is None else ast.literal_eval(successes)
+        failed = None if errors is None else reference_literal(errors)
+        passed = None if successes is None else reference_literal(successes)
     except Exception:  # the reference catches every error alike
         return None, None
     return _reference_checks(passed), _reference_checks(failed)

@@ -14,6 +14,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
+from .pyliteral import rust_trim
+
 #: The only ``schema_version`` written and read.
 SCHEMA_VERSION = 1
 
@@ -33,6 +35,9 @@ CONTENT_TYPE_HEADER = "content-type"
 CHUNK_HEADER = "hintstream.chunk"
 CHUNKS_HEADER = "hintstream.chunks"
 ROWS_HEADER = "hintstream.rows"
+#: Header naming the publication (attempt) of a step a chunk belongs to:
+#: opaque, compared for equality only.
+ATTEMPT_HEADER = "hintstream.attempt"
 
 #: Kafka message headers as confluent-kafka gives or takes them.
 Headers = Union[Sequence[Tuple[str, Union[str, bytes, None]]], Mapping[str, Union[str, bytes, None]], None]
@@ -286,6 +291,12 @@ def hint_outcome(
     if any(v != v or v in (float("inf"), float("-inf")) for v in values):
         raise ValueError(f"hint {hint_id!r} has a non-finite reward")
     successes = sum(1 for v in values if v > success_threshold)
+    # Summed in order, one addition at a time, as stage 2 does: from Python
+    # 3.12 on, ``sum`` of floats compensates, and ten rewards of 0.1 would
+    # give a mean of 0.1 here and 0.09999999999999999 there.
+    total = 0.0
+    for v in values:
+        total += v
     return {
         "schema_version": SCHEMA_VERSION,
         "hint_id": str(hint_id),
@@ -295,7 +306,7 @@ def hint_outcome(
         "hinted_rollouts": len(values),
         "successes": successes,
         "rescued": successes > 0,
-        "mean_reward": sum(values) / len(values),
+        "mean_reward": total / len(values),
         "created_at": now_rfc3339(),
     }
 
@@ -393,20 +404,35 @@ class ChunkInfo:
 
 def chunk_info(headers: Headers) -> ChunkInfo:
     """The chunk headers of an advantages message; without them, chunk 0 of
-    1. ``ValueError`` when they are present but not consistent decimals."""
-    index, count, rows = (header(headers, h) for h in (CHUNK_HEADER, CHUNKS_HEADER, ROWS_HEADER))
+    1. ``ValueError`` when they are present but not consistent decimals. The
+    rules of ``ChunkInfo::from_headers`` (``src/batch/chunk.rs``), the
+    ``rows`` header read first."""
+    rows_value = header(headers, ROWS_HEADER)
+    rows = None if rows_value is None else _decimal(ROWS_HEADER, rows_value)
+    index, count = header(headers, CHUNK_HEADER), header(headers, CHUNKS_HEADER)
     if index is None and count is None:
-        return ChunkInfo(0, 1, _decimal(ROWS_HEADER, rows) if rows is not None else None)
+        return ChunkInfo(0, 1, rows)
     if index is None or count is None:
         raise ValueError(f"{CHUNK_HEADER} and {CHUNKS_HEADER} must come together")
-    info = ChunkInfo(_decimal(CHUNK_HEADER, index), _decimal(CHUNKS_HEADER, count), _decimal(ROWS_HEADER, rows) if rows is not None else None)
+    info = ChunkInfo(_decimal(CHUNK_HEADER, index), _decimal(CHUNKS_HEADER, count), rows)
     if info.count < 1 or not 0 <= info.index < info.count:
         raise ValueError(f"chunk {info.index} of {info.count} is out of range")
     return info
 
 
+#: The largest value a chunk header holds (Rust's ``usize``).
+_MAX_HEADER_VALUE = 2**64 - 1
+
+
 def _decimal(name: str, value: bytes) -> int:
-    text = value.decode("ascii", errors="replace").strip()
-    if not _DIGITS.fullmatch(text):
+    """ASCII digits in UTF-8, with whitespace around as Rust's ``str::trim``
+    takes it (Unicode White_Space), at most 2**64 - 1."""
+    try:
+        text = rust_trim(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        text = ""
+    # (At most 20 significant digits before ``int``: a longer text is out of
+    # range anyway, and ``int`` refuses texts of over 4,300 digits.)
+    if not _DIGITS.fullmatch(text) or len(text.lstrip("0")) > 20 or int(text) > _MAX_HEADER_VALUE:
         raise ValueError(f"header {name} is not a decimal number: {value!r}")
     return int(text)

@@ -183,19 +183,20 @@ fn bad_input_fails_with_the_line_number() {
     assert!(err.contains("line 2") && err.contains("non-finite"), "{err}");
 }
 
-/// The README's step-metrics table names exactly what stage 2 publishes: a
+/// The book's step-metrics table (docs/advantages.md) names exactly what stage 2 publishes: a
 /// step rich enough to define every metric (both hint categories, groups of
 /// 8 raw rows) yields one key per table row, and nothing else.
 #[test]
-fn the_readme_metrics_table_matches_what_stage_2_publishes() {
+fn the_book_metrics_table_matches_what_stage_2_publishes() {
     use hintstream::advantages::step_metrics::{step_metrics, MetricOptions};
     use hintstream::messages::ScoredRollout;
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = readme
-        .split("### Step metrics")
+    let chapter =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/advantages.md"))
+            .unwrap();
+    let section = chapter
+        .split("\n## Step metrics\n")
         .nth(1)
-        .expect("README has a Step metrics section");
+        .expect("docs/advantages.md has a Step metrics section");
     let table: std::collections::BTreeSet<String> = section
         .lines()
         .skip_while(|l| !l.starts_with("| metric |"))
@@ -263,13 +264,13 @@ fn the_readme_metrics_table_matches_what_stage_2_publishes() {
                 .replace("hint/arm/default/", "hint/arm/<name>/")
         })
         .collect();
-    assert_eq!(names, table, "README table vs published metrics");
+    assert_eq!(names, table, "docs/advantages.md's table vs published metrics");
 }
 
 /// The per-arm metrics stage 2 merges into a step with hint_ids, each
 /// defined: the implicit arm's fresh and refined hint, both rescued.
 fn learned_step_metric_names() -> Vec<String> {
-    use hintstream::hints::learn::{Arms, LearnOptions, LearnState};
+    use hintstream::learn::{Arms, LearnOptions, LearnState};
     use hintstream::messages::{Hint, HintCategory, HintOutcome, HintSource, Usage};
     let arms = Arms::from_config(Vec::new(), LearnOptions::default(), &["m".into()]).unwrap();
     let mut state = LearnState::new(arms);

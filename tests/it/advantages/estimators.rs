@@ -3,7 +3,7 @@
 //! kernels: all four estimators × {no hint, hinted, single raw row, std 0,
 //! one group of size 1, a group of size 1 among others} × both
 //! `hint_baseline`s × `norm_by_std` on and off (and, for reinforce_pp,
-//! response lengths), plus the worked examples of the README with their
+//! response lengths), plus the worked examples of the book (docs/advantages.md) with their
 //! numbers written out by hand. The reference trainer's own test cases are
 //! in `reference_estimators.rs`.
 //!
@@ -464,7 +464,7 @@ fn every_estimator_matches_the_reference_on_random_steps() {
     }
 }
 
-/// The README's worked example, numbers written out by hand: prompt q1 has
+/// The book's worked example (docs/advantages.md), numbers written out by hand: prompt q1 has
 /// raw scores 0, 0, 1 and a hinted success; q2 has raw scores 1, 0.
 const WORKED: &Rows = &[
     ("q1", 0.0, false),

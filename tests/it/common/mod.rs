@@ -91,7 +91,8 @@ pub fn config_for(bootstrap: &str) -> Config {
 /// Creates topics through the project's own admin path and checks they exist.
 pub async fn create_topics(config: &Config, names: &[&str], partitions: i32) {
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    let outcomes = hintstream::kafka::admin::create_topics(config, &names, partitions)
+    let specs = hintstream::stages::specs_of(config, &names);
+    let outcomes = hintstream::kafka::admin::create_topics(config, &specs, partitions)
         .await
         .expect("create topics");
     for (name, outcome) in outcomes {

@@ -17,20 +17,21 @@ use std::path::{Path, PathBuf};
 /// The layers, low to high. A module may import from its own layer and the
 /// ones below. Why this order: the wire contract and the pure kernels need
 /// nothing; config reads settings into typed values the rest takes; batch is
-/// Arrow over the contract; metrics, health and telemetry are what every
-/// running part reports into; the Kafka plumbing reports into them; the LLM
-/// side and the stage skeleton sit on the plumbing; the stages on the
-/// skeleton; the tools, eval and the quick start drive stages; the CLI on top.
+/// Arrow over the contract, and the learning core reasons over hints and
+/// outcomes; metrics, health and telemetry are what every running part
+/// reports into; the Kafka plumbing reports into them; the stage skeleton
+/// sits on the plumbing; the stages on the skeleton, with stage 1's model
+/// side (llm) beside them, which only stage 1 and the eval use; the tools,
+/// eval and the quick start drive stages; the CLI on top.
 const LAYERS: &[&[&str]] = &[
     &["messages", "normalize", "jsonl"],
     &["config"],
-    &["batch"],
+    &["batch", "learn"],
     &["metrics", "health", "telemetry", "lifecycle", "endpoint"],
     &["kafka"],
-    &["llm"],
     &["stage"],
-    &["hints", "advantages"],
-    &["tools", "eval", "quickstart"],
+    &["hints", "llm", "advantages"],
+    &["tools", "eval", "quickstart", "stages"],
     &["cli"],
 ];
 
@@ -79,7 +80,7 @@ fn module_of(file: &Path) -> Option<String> {
 /// The source with comments, string and char literals blanked out (kept
 /// as spaces, newlines kept), so that braces and paths inside them count for
 /// nothing.
-fn code_only(source: &str) -> String {
+pub(super) fn code_only(source: &str) -> String {
     let chars: Vec<char> = source.chars().collect();
     let mut out = String::with_capacity(source.len());
     let mut i = 0;
@@ -479,12 +480,12 @@ fn the_crate_map_names_every_module_and_no_other() {
 }
 
 #[test]
-fn the_readme_layout_names_every_module_and_top_level_folder() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## Layout\n")
+fn the_book_layout_names_every_module_and_top_level_folder() {
+    let chapter = std::fs::read_to_string(root().join("docs/layout.md")).unwrap();
+    let section = chapter
+        .split("# Layout\n")
         .nth(1)
-        .expect("README.md has a `## Layout` section");
+        .expect("docs/layout.md has a `# Layout` title");
     let block = section
         .split("```")
         .nth(1)
@@ -512,12 +513,12 @@ fn the_readme_layout_names_every_module_and_top_level_folder() {
             missing.push(format!("{folder}/"));
         }
     }
-    assert!(missing.is_empty(), "the README's layout lacks: {missing:?}");
+    assert!(missing.is_empty(), "docs/layout.md lacks: {missing:?}");
     for stale in block.split_whitespace().filter(|w| w.starts_with("src/")) {
         let path = root().join(stale.trim_end_matches('/'));
         assert!(
             path.exists(),
-            "the README's layout names {stale}, which does not exist"
+            "docs/layout.md names {stale}, which does not exist"
         );
     }
 }

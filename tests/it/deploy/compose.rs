@@ -6,7 +6,7 @@
 //! probe the endpoints the stages serve on their metrics ports;
 //! every stage's environment is a valid hintstream config; every dashboard and
 //! alert query uses only metrics the stages export; the alert rules pass
-//! promtool and their scenarios; the README's panel table is the dashboard's.
+//! promtool and their scenarios; the book's panel table (docs/deployment.md) is the dashboard's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -202,7 +202,7 @@ fn every_profile_combination_validates_and_each_profile_runs_one_stage_of_each()
     assert_eq!(
         declared,
         PROFILES.iter().map(|s| s.to_string()).collect(),
-        "the profiles the README documents"
+        "the profiles the book documents (docs/deployment.md)"
     );
     assert_eq!(dot_env_profiles(), ["cpu"], ".env makes cpu the default");
 
@@ -433,10 +433,10 @@ fn grafana_admin_password_comes_from_the_environment() {
     };
     assert_eq!(password(&[]), "change-me");
     assert_eq!(password(&[("GRAFANA_ADMIN_PASSWORD", "s3cret")]), "s3cret");
-    let readme = read("README.md");
+    let chapter = read("docs/deployment.md");
     assert!(
-        readme.contains("GRAFANA_ADMIN_PASSWORD") && readme.contains("change-me"),
-        "the README documents the default password as one to change"
+        chapter.contains("GRAFANA_ADMIN_PASSWORD") && chapter.contains("change-me"),
+        "docs/deployment.md documents the default password as one to change"
     );
 }
 
@@ -596,8 +596,8 @@ fn exported_metrics() -> String {
         hedged: false,
     });
     let arms = hintstream::hints::learning::ArmMetrics::register(&mut hints);
-    arms.show(&hintstream::hints::learn::RunReport {
-        arms: vec![hintstream::hints::learn::ArmReport {
+    arms.show(&hintstream::learn::RunReport {
+        arms: vec![hintstream::learn::ArmReport {
             name: "a".into(),
             pulls: 1,
             trials: 1,
@@ -763,9 +763,12 @@ fn alert_rules_pass_promtool_and_their_scenarios_and_prometheus_loads_them() {
         .map(|s| s.to_string())
         .collect()
     );
-    let readme = read("README.md");
+    let chapter = read("docs/deployment.md");
     for alert in &alerts {
-        assert!(readme.contains(alert.as_str()), "the README lists {alert}");
+        assert!(
+            chapter.contains(alert.as_str()),
+            "docs/deployment.md lists {alert}"
+        );
     }
 }
 
@@ -773,7 +776,7 @@ const TABLE_START: &str =
     "<!-- dashboard-panels: generated from deploy/grafana/dashboards/hintstream.json by tests/it/deploy/compose.rs -->";
 const TABLE_END: &str = "<!-- /dashboard-panels -->";
 
-/// The README table of the dashboard's panels: panel, queries, what it tells.
+/// The book's table of the dashboard's panels (docs/deployment.md): panel, queries, what it tells.
 fn panel_table(dashboard: &Value) -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut table = String::from("| panel | query | what it tells |\n|---|---|---|\n");
@@ -798,28 +801,28 @@ fn panel_table(dashboard: &Value) -> String {
 }
 
 #[test]
-fn readme_panel_table_is_the_dashboard() {
+fn book_panel_table_is_the_dashboard() {
     let dashboard: Value = serde_json::from_str(&read("deploy/grafana/dashboards/hintstream.json")).unwrap();
     let expected = panel_table(&dashboard);
-    let readme = read("README.md");
-    let start = readme
+    let chapter = read("docs/deployment.md");
+    let start = chapter
         .find(TABLE_START)
-        .expect("README has the panel table's start marker")
+        .expect("docs/deployment.md has the panel table's start marker")
         + TABLE_START.len();
     let end = start
-        + readme[start..]
+        + chapter[start..]
             .find(TABLE_END)
-            .expect("README has the panel table's end marker");
-    let current = readme[start..end].trim_matches('\n');
+            .expect("docs/deployment.md has the panel table's end marker");
+    let current = chapter[start..end].trim_matches('\n');
     if current != expected.trim_end() {
-        if std::env::var_os("UPDATE_README").is_some() {
-            let updated = format!("{}\n{}{}", &readme[..start], expected, &readme[end..]);
-            std::fs::write(root().join("README.md"), updated).unwrap();
+        if std::env::var_os("UPDATE_BOOK").is_some() {
+            let updated = format!("{}\n{}{}", &chapter[..start], expected, &chapter[end..]);
+            std::fs::write(root().join("docs/deployment.md"), updated).unwrap();
             return;
         }
         panic!(
-            "the README's panel table differs from the dashboard; \
-             `UPDATE_README=1 cargo test --test it deploy::compose::readme` rewrites it as:\n{expected}"
+            "docs/deployment.md's panel table differs from the dashboard; \
+             `UPDATE_BOOK=1 cargo test --test it deploy::compose::book` rewrites it as:\n{expected}"
         );
     }
 }

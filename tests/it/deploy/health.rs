@@ -151,7 +151,7 @@ async fn readyz_follows_assignment_the_llm_and_the_broker() {
     };
 
     // Before the stage is in its group, and so unassigned: 503 with a
-    // reason (the README's contract is the `not ready: <reason>` form, not
+    // reason (the book's contract, docs/operating.md, is the `not ready: <reason>` form, not
     // the reason's words); alive all along.
     for (endpoint, prefix) in [(hints, "hintstream_hints"), (advantages, "hintstream_advantages")] {
         let ((status, body), _) =

@@ -400,7 +400,7 @@ fn render_in_chromium(page: &Path, dir: &Path) {
             .filter(|p| (p[0], p[1], p[2]) == rgb)
             .count()
     };
-    let colors = hintstream::eval::html::CONFIG_COLORS;
+    let colors = hintstream::eval::markup::CONFIG_COLORS;
     for (i, rgb) in colors.iter().take(2).enumerate() {
         let n = count(*rgb);
         assert!(n > 2_000, "config {i}'s bars: {n} pixels of {rgb:?}");

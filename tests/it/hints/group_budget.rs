@@ -1,7 +1,7 @@
 //! The spend budget is the consumer group's: three stage-1 workers at
 //! `concurrency = 2` under one $0.50/h budget, against the loopback LLM
 //! billing each call at its worst case (a few cents), spend at most the
-//! budget plus the in-flight bound of the README ((workers - 1) x
+//! budget plus the in-flight bound of the book (docs/hints.md, (workers - 1) x
 //! (concurrency x worst-case call + what one worker settles in one ledger
 //! interval)), and each worker's group-spend gauge shows the group's total.
 //! The same three workers each on a spend topic of its own (each worker's

@@ -3,7 +3,7 @@
 //! `openssl` CLI for 127.0.0.1) and the StandardAuthorizer, the password
 //! taken from the environment as `${KAFKA_PASSWORD}` in the config file.
 //! Both stages run through it, each as its own principal with only the
-//! README's ACLs ("ACLs per stage", applied with Kafka's AclCommand); a stage
+//! book's ACLs (docs/acls.md, "ACLs per stage", applied with Kafka's AclCommand); a stage
 //! whose principal lacks WRITE on a topic it writes exits 1 before consuming,
 //! naming the topic and the ACL; a wrong password, a certificate from another
 //! CA and an unset variable each stop a stage at once, saying why; mutual
@@ -306,19 +306,20 @@ impl SecureBroker {
         }
     }
 
-    /// Applies the README's "ACLs per stage", line by line.
-    fn apply_readme_acls(&self) {
-        self.run_acl_commands(&readme_acl_lines());
+    /// Applies the book's "ACLs per stage" (docs/acls.md), line by line.
+    fn apply_book_acls(&self) {
+        self.run_acl_commands(&book_acl_lines());
     }
 }
 
-/// The `kafka-acls.sh` lines of the README's "ACLs per stage" block, as
-/// their arguments.
-fn readme_acl_lines() -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = &readme[readme
-        .find("### ACLs per stage")
-        .expect("the README has \"### ACLs per stage\"")..];
+/// The `kafka-acls.sh` lines of the book's "ACLs per stage" block
+/// (docs/acls.md), as their arguments.
+fn book_acl_lines() -> Vec<Vec<String>> {
+    let chapter =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/acls.md")).unwrap();
+    let section = &chapter[chapter
+        .find("# ACLs per stage")
+        .expect("docs/acls.md has \"# ACLs per stage\"")..];
     let block = section
         .split("```sh")
         .nth(1)
@@ -329,13 +330,13 @@ fn readme_acl_lines() -> Vec<Vec<String>> {
         .filter_map(|l| l.strip_prefix("kafka-acls.sh "))
         .map(|l| l.split_whitespace().map(String::from).collect())
         .collect();
-    assert!(lines.len() >= 4, "kafka-acls.sh lines in the README: {lines:?}");
+    assert!(lines.len() >= 4, "kafka-acls.sh lines in docs/acls.md: {lines:?}");
     lines
 }
 
 /// Topics of the test's own for every stage (on the shared broker, the
 /// default topics belong to the test that runs both stages under the
-/// README's ACLs).
+/// book's ACLs).
 fn own_pipeline_topics(config: &mut Config) {
     let prefix = common::unique("sec");
     config.topics.failed = format!("{prefix}.failed");
@@ -424,12 +425,12 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     let server = LlmServer::start(Some(API_KEY)).await;
     server.default(Behavior::Derived(Duration::from_millis(10)));
     // The default topic, group and transactional-id names (the broker is
-    // the test's own), which the README's ACL lines name.
+    // the test's own), which the book's ACL lines name.
     let ca = pki.path("ca.pem");
     let mut config = secure_config(broker, &ca);
     config.hints.group_wait_ms = 300;
     // A budget: stage 1 reads and writes the spend ledger (rl.hints.spend)
-    // under the README's ACLs too.
+    // under the book's ACLs too.
     config.llm.budget_usd_per_hour = 100.0;
     let (hints_metrics, advantages_metrics) =
         (common::MetricsEndpoint::free(), common::MetricsEndpoint::free());
@@ -455,8 +456,8 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
         "topics create over SASL_SSL:\n{}",
         text(&out)
     );
-    // Each stage as its own principal, with only the README's ACLs.
-    broker.apply_readme_acls();
+    // Each stage as its own principal, with only the book's ACLs.
+    broker.apply_book_acls();
 
     let mut logs = vec![];
     let spawn = |stage: &str| {
@@ -582,7 +583,7 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
     assert!(logs[2].1.contains("<redacted>"), "the config shows what it hides");
 }
 
-/// Least privilege refused at start-up: with the README's ACLs less stage
+/// Least privilege refused at start-up: with the book's ACLs less stage
 /// 1's WRITE on its output topic and stage 2's WRITE on its dead-letter
 /// topic, each stage exits 1 within the connect bound, naming the topic and
 /// the missing ACL, before it joins its group or takes a message.
@@ -602,7 +603,7 @@ async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_con
     let config = secure_config(&broker, &ca);
     let (out, _) = hintstream(&["topics", "create"], &write_as(ADMIN), Some(ADMIN_PASSWORD));
     assert!(out.status.success(), "{}", text(&out));
-    broker.apply_readme_acls();
+    broker.apply_book_acls();
     let remove = |principal: &str, topic: &str| {
         [
             "--bootstrap-server",
@@ -723,7 +724,7 @@ async fn a_wrong_password_an_untrusted_certificate_and_an_unset_variable_each_st
     );
 }
 
-/// Mutual TLS (the README's example): the broker's `MTLS` listener requires
+/// Mutual TLS (the book's example, docs/clusters.md): the broker's `MTLS` listener requires
 /// a client certificate signed by the CA.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_needs_the_client_certificate() {
@@ -764,7 +765,7 @@ async fn mutual_tls_needs_the_client_certificate() {
 }
 
 /// Confluent Cloud's shape (SASL_SSL with PLAIN and an API key and secret)
-/// as the README writes it. The test broker offers only SCRAM once it
+/// as the book writes it. The test broker offers only SCRAM once it
 /// authenticates, so it cannot play Confluent's part: this checks the client
 /// side of the example (it parses, its variables resolve, TLS verifies) and
 /// that a mechanism the broker refuses is named, with the user, not looped

@@ -48,6 +48,7 @@
 //! behaves as before.
 
 pub mod arms;
+pub mod limits;
 mod lru;
 pub mod refine;
 pub mod report;
@@ -59,7 +60,8 @@ pub mod state;
 mod tests;
 
 pub use arms::{hint_id, ArmConfigError, ArmSelection, ArmSpec, Arms, LearnOptions};
+pub use limits::StateLimits;
 pub use refine::{refined_prompt_version, EarlierHint, Refinement};
 pub use report::{ArmReport, RunReport};
 pub use select::{select_arm, ChoiceKind, Posterior};
-pub use state::{ArmChoice, LearnState, OutcomeCounts, StateLimits, StateStats};
+pub use state::{ArmChoice, LearnState, OutcomeCounts, StateStats};

@@ -106,7 +106,7 @@ pub fn select_arm(arms: &Arms, posteriors: &[Posterior], group_key: &str) -> (us
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hints::learn::arms::{ArmSpec, LearnOptions};
+    use crate::learn::arms::{ArmSpec, LearnOptions};
 
     fn three_arms(selection: ArmSelection) -> Arms {
         let mut specs = vec![

@@ -6,8 +6,8 @@ use thiserror::Error;
 
 use crate::config::arms::{default_min_share, default_prior, default_weight};
 use crate::config::ArmEntry;
+use crate::config::PROMPT_VERSION;
 pub use crate::config::{ArmSelection, LearnOptions};
-use crate::llm::prompt::PROMPT_VERSION;
 use crate::messages::DEFAULT_ARM;
 
 /// Most arms one stage may configure. More are rejected by [`Arms::new`]:
@@ -17,8 +17,8 @@ pub const MAX_ARMS: usize = 16;
 /// (`hint/arm/<name>/rescue_rate`) and Prometheus labels.
 pub const MAX_ARM_NAME_BYTES: usize = 64;
 /// Largest `refine_max`: a task remembers at most this many of its hints
-/// (see [`super::state::MAX_HINTS_PER_TASK`]).
-pub const MAX_REFINE_MAX: usize = super::state::MAX_HINTS_PER_TASK;
+/// (see [`super::limits::MAX_HINTS_PER_TASK`]).
+pub const MAX_REFINE_MAX: usize = super::limits::MAX_HINTS_PER_TASK;
 
 /// An arm as the stage runs it: a `[[hints.arms]]` entry
 /// ([`ArmEntry`], where the file's fields, defaults and rules are written)

@@ -25,7 +25,7 @@ pub struct EarlierHint {
     pub arm: String,
     pub category: HintCategory,
     /// The text as remembered (cut at
-    /// [`super::state::MAX_REMEMBERED_HINT_BYTES`]).
+    /// [`super::limits::MAX_REMEMBERED_HINT_BYTES`]).
     pub text: String,
     pub hinted_rollouts: i64,
     pub successes: i64,

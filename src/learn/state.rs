@@ -11,7 +11,7 @@
 //! - **Joining.** An outcome names only its `hint_id`; the arm, category,
 //!   text, cost, run and step come from the hint record. The two topics are read
 //!   concurrently, so an outcome may come first: it waits (at most
-//!   [`MAX_PENDING_OUTCOMES`], oldest dropped first) until its hint arrives.
+//!   [`MAX_PENDING_OUTCOMES`](super::limits::MAX_PENDING_OUTCOMES), oldest dropped first) until its hint arrives.
 //! - **The control.** A static fallback written on an LLM arm's turn
 //!   (category `static_fallback` or `llm_failed_static_fallback` from an arm
 //!   that is not static) counts for the static arm, not for the arm that
@@ -26,14 +26,14 @@
 //!   not depend on the order the records were read in, and a restart that
 //!   reads the same records gets the same posteriors exactly.
 //!
-//! Memory is bounded (see [`StateLimits`]; defaults below), as
+//! Memory is bounded (see [`StateLimits`]; defaults in `limits`), as
 //! [`LearnState::approx_bytes`] counts it and [`StateLimits::worst_case_bytes`]
 //! bounds it. With ids of 40 bytes: the task memory at most 50,000 tasks x
 //! (3 hints x ~1.3 KB: 1,024 bytes of text, ids, record) = 206 MB, the ledger
 //! 100,000 hints x 360 bytes = 36 MB, so 242 MB in the worst case (every
 //! remembered hint of the full length); a typical run (one ~600-byte hint a
 //! task, ids of 30 bytes) holds about 55 + 31 MB. Pending outcomes add at
-//! most 10,000 x ~300 bytes, and each run's tally a few counters per arm and
+//! most 100,000 x ~300 bytes, and each run's tally a few counters per arm and
 //! step. What is forgotten:
 //! - a task pushed out of the task memory (least recently written first)
 //!   takes its hints' texts with it: they can no longer be refined;
@@ -41,82 +41,23 @@
 //!   its counts in the tallies, but a later outcome of it can no longer be
 //!   joined (it waits, then is dropped), and a later duplicate of its record
 //!   counts as a new pull. Determinism holds while outcomes arrive within
-//!   [`MAX_HINTS_TRACKED`] hints of their hint, which any run that keeps up
+//!   [`MAX_HINTS_TRACKED`](super::limits::MAX_HINTS_TRACKED) hints of their hint, which any run that keeps up
 //!   does by far;
-//! - tallies are kept for the [`MAX_RUNS_TALLIED`] runs written most
-//!   recently (a run's tally is a few counters per arm and step).
+//! - tallies are kept for the [`MAX_RUNS_TALLIED`](super::limits::MAX_RUNS_TALLIED) runs written most
+//!   recently (a run's tally is a few counters per arm and step), never
+//!   evicting the runs this worker is hinting ([`LearnState::hinting`]). Only
+//!   a hint record makes or refreshes a run's tally: an outcome of a run
+//!   without one is counted ([`StateStats::outcomes_untracked`]) and
+//!   ignored, so outcomes of old runs (a replay, an eval) cannot push out a
+//!   live run and reset its arms. α and β never go below their priors.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::arms::Arms;
+use super::limits::{StateLimits, OUTCOME_LAG_STEPS, RECORD_OVERHEAD_BYTES};
 use super::lru::Lru;
 use super::select::{select_arm, ChoiceKind, Posterior};
 use crate::messages::{group_key, Hint, HintCategory, HintOutcome};
-
-/// Tasks `(run_id, instance_id)` whose recent hints are remembered for
-/// refinement. The least recently written task is forgotten first.
-pub const MAX_TASKS_REMEMBERED: usize = 50_000;
-/// Hints remembered per task. Past it, the oldest hint known to have
-/// rescued the task is forgotten first, else the oldest.
-pub const MAX_HINTS_PER_TASK: usize = 3;
-/// Bytes of a hint's text remembered for refinement; longer texts are cut at
-/// a character boundary and end with `…`.
-pub const MAX_REMEMBERED_HINT_BYTES: usize = 1024;
-/// Hints whose outcome can still be joined and replaced. The least recently
-/// written is forgotten first; its counts stay in the tallies.
-pub const MAX_HINTS_TRACKED: usize = 100_000;
-/// Outcomes waiting for their hint record. Past it the oldest is dropped
-/// (and counted in [`StateStats::pending_dropped`]).
-pub const MAX_PENDING_OUTCOMES: usize = 10_000;
-/// Runs whose per-arm tallies are kept; the least recently written is
-/// dropped first.
-pub const MAX_RUNS_TALLIED: usize = 16;
-/// A group of step `s` is hinted with posteriors of outcomes of steps
-/// `<= s - OUTCOME_LAG_STEPS`.
-pub const OUTCOME_LAG_STEPS: i64 = 2;
-
-/// The bounds of a [`LearnState`]; the defaults are the constants above.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateLimits {
-    pub max_tasks: usize,
-    pub max_hints_per_task: usize,
-    pub max_hint_bytes: usize,
-    pub max_hints_tracked: usize,
-    pub max_pending_outcomes: usize,
-    pub max_runs: usize,
-}
-
-impl Default for StateLimits {
-    fn default() -> Self {
-        StateLimits {
-            max_tasks: MAX_TASKS_REMEMBERED,
-            max_hints_per_task: MAX_HINTS_PER_TASK,
-            max_hint_bytes: MAX_REMEMBERED_HINT_BYTES,
-            max_hints_tracked: MAX_HINTS_TRACKED,
-            max_pending_outcomes: MAX_PENDING_OUTCOMES,
-            max_runs: MAX_RUNS_TALLIED,
-        }
-    }
-}
-
-/// Bytes [`LearnState::approx_bytes`] counts for the fixed part of a
-/// remembered hint, a ledger entry and a task, besides their strings.
-const RECORD_OVERHEAD_BYTES: usize = 160;
-
-impl StateLimits {
-    /// The most [`LearnState::approx_bytes`] can report with ids of up to
-    /// `id_bytes` bytes each (run, instance, hint and arm ids), pending
-    /// outcomes and tallies aside.
-    pub fn worst_case_bytes(&self, id_bytes: usize) -> usize {
-        // A remembered hint: its text (and a 3-byte `…`), hint id and arm.
-        let hint = RECORD_OVERHEAD_BYTES + self.max_hint_bytes + 3 + 2 * id_bytes;
-        // A task: its two ids, twice (map and LRU order), and its hints.
-        let task = RECORD_OVERHEAD_BYTES + 4 * id_bytes + self.max_hints_per_task * hint;
-        // A ledger entry: its hint id twice, run, instance and arm.
-        let entry = RECORD_OVERHEAD_BYTES + 5 * id_bytes;
-        self.max_tasks * task + self.max_hints_tracked * entry
-    }
-}
 
 /// What an outcome said, kept with its hint.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -203,6 +144,10 @@ pub struct StateStats {
     pub pending_dropped: u64,
     pub tasks_forgotten: u64,
     pub hints_untracked: u64,
+    /// Outcomes of hints whose run has no tally (not written lately, or
+    /// never seen by this worker): counted and ignored, so that outcomes of
+    /// old runs (a replay, an eval) never push out the runs being hinted.
+    pub outcomes_untracked: u64,
 }
 
 /// The arm chosen for a group.
@@ -233,8 +178,15 @@ pub struct LearnState {
     /// Pending hint ids in arrival order (some may have been joined since).
     pending_order: VecDeque<String>,
     pub(super) runs: Lru<String, RunTally>,
+    /// The runs this worker chose arms for most recently (at most
+    /// [`MAX_LIVE_RUNS`]): their tallies are never evicted.
+    live: VecDeque<String>,
     stats: StateStats,
 }
+
+/// Runs a worker keeps as being hinted now: a stage serves a few trainers
+/// at once, not more than the runs it tallies.
+pub const MAX_LIVE_RUNS: usize = 4;
 
 impl LearnState {
     pub fn new(arms: Arms) -> Self {
@@ -250,6 +202,7 @@ impl LearnState {
             pending: HashMap::new(),
             pending_order: VecDeque::new(),
             runs: Lru::new(limits.max_runs),
+            live: VecDeque::new(),
             stats: StateStats::default(),
         }
     }
@@ -285,6 +238,7 @@ impl LearnState {
         } else if let Some(outcome) = self.pending.remove(&hint.hint_id) {
             entry.outcome = Some(OutcomeCounts::from(&outcome));
         }
+        self.tally_of_hint(&entry.run_id);
         self.apply(&entry, 1);
         let outcome = entry.outcome;
         let (slot, evicted) = self.ledger.touch_or_insert_with(&hint.hint_id, || entry.clone());
@@ -300,6 +254,10 @@ impl LearnState {
             self.hold(outcome);
             return;
         };
+        if self.runs.get(&old.run_id).is_none() {
+            self.stats.outcomes_untracked += 1;
+            return;
+        }
         if old.outcome.is_some() {
             self.stats.outcomes_replaced += 1;
         }
@@ -392,19 +350,33 @@ impl LearnState {
         }
     }
 
-    /// Adds (`sign` 1) or takes back (-1) what `entry` contributes.
+    /// Marks `run_id` as being hinted by this worker: its tally is never
+    /// evicted while it is among the [`MAX_LIVE_RUNS`] marked last.
+    pub fn hinting(&mut self, run_id: &str) {
+        if self.live.front().is_some_and(|r| r == run_id) {
+            return;
+        }
+        self.live.retain(|r| r != run_id);
+        self.live.push_front(run_id.to_string());
+        self.live.truncate(MAX_LIVE_RUNS);
+    }
+
+    /// A hint of `run_id` was written: its run's tally is made (or marked
+    /// used), evicting the least recently written run that is not live.
+    fn tally_of_hint(&mut self, run_id: &str) {
+        let live = &self.live;
+        self.runs
+            .touch_or_insert_keeping(&run_id.to_string(), RunTally::default, |r| live.contains(r));
+    }
+
+    /// Adds (`sign` 1) or takes back (-1) what `entry` contributes to its
+    /// run's tally (only hints make a tally: without one, nothing is done).
     fn apply(&mut self, entry: &LedgerEntry, sign: i64) {
         let counting = entry
             .outcome
             .and_then(|o| self.counting_arm(entry).map(|arm| (arm.to_string(), o)));
-        let tally = if sign > 0 {
-            self.runs.touch_or_insert_with(&entry.run_id, RunTally::default).0
-        } else {
-            match self.runs.get(&entry.run_id) {
-                Some(_) => self.runs.touch_or_insert_with(&entry.run_id, RunTally::default).0,
-                // The run's tally was dropped: nothing to take back.
-                None => return,
-            }
+        let Some(tally) = self.runs.get_mut(&entry.run_id) else {
+            return;
         };
         tally.newest_step = tally.newest_step.max(entry.step);
         let cell = tally.cells.entry((entry.arm.clone(), entry.step)).or_default();
@@ -505,7 +477,12 @@ impl LearnState {
                     p.alpha += w * cell.rescues as f64;
                     p.beta += w * (cell.trials - cell.rescues) as f64;
                 }
-                p
+                // A tally rebuilt after its run was dropped may have taken
+                // back what it never had: never below the priors.
+                Posterior {
+                    alpha: p.alpha.max(spec.prior_alpha),
+                    beta: p.beta.max(spec.prior_beta),
+                }
             })
             .collect()
     }

@@ -1,0 +1,64 @@
+//! The group consumer both stages read with: the settings the
+//! at-least-once and exactly-once contracts rest on (no automatic offset
+//! store; under exactly_once no automatic commit; `read_committed`),
+//! incremental rebalances, and a prefetch bound.
+
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::error::KafkaResult;
+
+use super::context::StageContext;
+use super::settings::{apply, ensure_statistics};
+use crate::config::{ClientKind, Config, GroupProtocol};
+
+/// The consumer type both stages use.
+pub type StageConsumer = StreamConsumer<StageContext>;
+
+/// A group consumer for at-least-once processing: offsets are committed on a
+/// timer, but only offsets the [`Committer`](super::Committer) stored.
+/// `prefetch_bytes` bounds what librdkafka fetches ahead of the stage.
+pub fn create_consumer(
+    config: &Config,
+    group_id: &str,
+    context: StageContext,
+    prefetch_bytes: Option<usize>,
+) -> KafkaResult<StageConsumer> {
+    let mut client = ClientConfig::new();
+    client.set_log_level(RDKafkaLogLevel::Warning);
+    client
+        .set("auto.offset.reset", "earliest")
+        .set("auto.commit.interval.ms", "1000");
+    // Incremental rebalances: a member joining or leaving moves only the
+    // partitions that change owner, so in-flight work elsewhere is not
+    // revoked and redone. Under KIP-848 (`group.protocol = "consumer"`) the
+    // broker assigns, always incrementally, and librdkafka refuses a client
+    // assignor; the config check refused one set there already.
+    if config.kafka.group_protocol().unwrap_or(GroupProtocol::Classic) == GroupProtocol::Classic {
+        client.set("partition.assignment.strategy", "cooperative-sticky");
+    }
+    if let Some(bytes) = prefetch_bytes {
+        // librdkafka's default (64 MiB) would let prefetched messages alone
+        // exceed a small in-flight byte bound.
+        let kbytes = (bytes / 1024).clamp(1024, 65_536);
+        client.set("queued.max.messages.kbytes", kbytes.to_string());
+    }
+    // The passthrough tables may tune anything above.
+    apply(&mut client, config, ClientKind::Consumer);
+    ensure_statistics(&mut client);
+    client.set("group.id", group_id);
+    // The settings the delivery contract rests on; set after the passthrough
+    // table so that it cannot turn them off. Under exactly_once offsets are
+    // committed only through the transactions, never by the consumer.
+    let auto_commit = if config.kafka.exactly_once() {
+        "false"
+    } else {
+        "true"
+    };
+    client
+        .set("enable.auto.commit", auto_commit)
+        .set("enable.auto.offset.store", "false")
+        // Inputs written in transactions are read once committed (also
+        // librdkafka's default; set so that a passthrough cannot change it).
+        .set("isolation.level", "read_committed");
+    client.create_with_context(context)
+}

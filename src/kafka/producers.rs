@@ -1,0 +1,133 @@
+//! The producers: plain (tools, clients), the stage's output producer
+//! whose statistics say whether it is connected, the dead-letter producer
+//! sized for every input the stage accepts, and under exactly_once the
+//! worker's transactional producer. Idempotent, `acks=all`.
+
+use std::sync::Arc;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::KafkaResult;
+use rdkafka::producer::FutureProducer;
+use rdkafka::statistics::Statistics;
+
+use super::settings::{apply, ensure_statistics};
+use crate::config::{ClientKind, Config};
+use crate::health::Signal;
+
+/// How long librdkafka tries to deliver one produced message before it
+/// reports a failure, which the stage then retries or dead-letters
+/// (librdkafka's default is 300 s).
+const MESSAGE_TIMEOUT_MS: &str = "30000";
+
+/// An idempotent producer: acks from all in-sync replicas and no reordering
+/// or duplication by the producer's own retries, so per-key order holds.
+pub fn create_producer(config: &Config) -> KafkaResult<FutureProducer> {
+    producer_config(config).create()
+}
+
+fn producer_config(config: &Config) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client.set_log_level(RDKafkaLogLevel::Warning);
+    client
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
+    // Passthrough last: a deployment may tune batching and timeouts.
+    apply(&mut client, config, ClientKind::Producer);
+    client
+}
+
+/// A stage's dead-letter producer: [`create_producer`]'s settings, taking
+/// messages of at least `message_max_bytes` (`kafka::dlq::dlq_message_max_bytes`;
+/// a larger `message.max.bytes` set in `[kafka]` stays).
+pub fn create_dlq_producer(config: &Config, message_max_bytes: usize) -> KafkaResult<FutureProducer> {
+    let mut client = producer_config(config);
+    let configured = client
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    client.set("message.max.bytes", configured.max(message_max_bytes).to_string());
+    client.create()
+}
+
+/// A stage's output producer: [`create_producer`]'s, whose statistics say
+/// whether it is connected.
+pub type StageProducer = FutureProducer<OutputContext>;
+
+/// The output producer's context: keeps "connected to a broker" (readiness)
+/// current from librdkafka's statistics.
+pub struct OutputContext {
+    connected: Arc<Signal>,
+}
+
+impl ClientContext for OutputContext {
+    fn stats(&self, statistics: Statistics) {
+        // The internal and logical "brokers" are librdkafka's own.
+        let brokers: Vec<_> = statistics
+            .brokers
+            .values()
+            .filter(|b| b.source == "learned" || b.source == "configured")
+            .collect();
+        if brokers.iter().any(|b| b.state == "UP") {
+            self.connected.hold();
+        } else {
+            let states: Vec<String> = brokers
+                .iter()
+                .map(|b| format!("{} {}", b.name, b.state))
+                .collect();
+            self.connected.fail(format!(
+                "the output producer has no broker connection ({})",
+                if states.is_empty() {
+                    "no broker known".to_string()
+                } else {
+                    states.join(", ")
+                }
+            ));
+        }
+    }
+}
+
+/// Under exactly_once, the worker's one producer, for its outputs and its
+/// dead letters: [`create_stage_producer`]'s settings with
+/// `transactional.id` and `transaction.timeout.ms`, and a
+/// `message.max.bytes` of at least `message_max_bytes` (the dead letters'
+/// need; a larger one set in `[kafka]` stays). Transactions are
+/// initialised by [`Transactions::init`](super::Transactions::init).
+pub fn create_transactional_producer(
+    config: &Config,
+    transactional_id: &str,
+    message_max_bytes: usize,
+    connected: Arc<Signal>,
+) -> KafkaResult<StageProducer> {
+    let mut client = producer_config(config);
+    ensure_statistics(&mut client);
+    let configured = client
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    // librdkafka refuses a message timeout longer than the transaction's.
+    let message_timeout = client
+        .get("message.timeout.ms")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX)
+        .min(config.kafka.transaction_timeout_ms);
+    client
+        .set("message.max.bytes", configured.max(message_max_bytes).to_string())
+        .set("message.timeout.ms", message_timeout.to_string())
+        .set("transactional.id", transactional_id)
+        .set(
+            "transaction.timeout.ms",
+            config.kafka.transaction_timeout_ms.to_string(),
+        );
+    client.create_with_context(OutputContext { connected })
+}
+
+/// The stage's output producer: [`create_producer`]'s settings, with
+/// statistics on so that `connected` tracks its broker connection.
+pub fn create_stage_producer(config: &Config, connected: Arc<Signal>) -> KafkaResult<StageProducer> {
+    let mut client = producer_config(config);
+    ensure_statistics(&mut client);
+    client.create_with_context(OutputContext { connected })
+}
