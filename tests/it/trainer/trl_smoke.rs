@@ -4,7 +4,7 @@
 //! advantages from stage 2, on an Apache Kafka node: python/tests_rl/, run
 //! with pytest in the venv of scripts/rl-venv.sh (torch, transformers, TRL:
 //! ~3 GB downloaded once, cached under ~/.cache/hintstream/rl). The model
-//! server comes from `scripts/local-llm.sh` (installed by scripts/test.sh).
+//! server comes from `scripts/local-llm.sh`; scripts/test.sh installs both.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,9 +13,10 @@ fn root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The venv's install (cold, ~8 minutes) and the run (~5 minutes on two idle
-/// cores) must finish within this.
-const TIMEOUT: Duration = Duration::from_secs(40 * 60);
+/// The venv's install (cold, ~8 minutes, when this test runs without
+/// scripts/test.sh, which installs it beside the build) and the run must
+/// finish within this.
+const TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 #[test]
 fn trl_grpo_smoke_run() {
