@@ -28,7 +28,10 @@ fn trl_grpo_smoke_run() {
         .expect("scripts/rl-venv.sh runs");
     assert!(venv.status.success(), "making the rl venv failed");
     let python = String::from_utf8(venv.stdout).unwrap();
-    let python = python.lines().last().expect("rl-venv.sh prints the venv's python");
+    let python = python
+        .lines()
+        .last()
+        .expect("rl-venv.sh prints the venv's python");
     println!("rl venv: {:.1} s", started.elapsed().as_secs_f64());
 
     let log = tempfile::NamedTempFile::new().unwrap();
