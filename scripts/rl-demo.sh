@@ -60,7 +60,7 @@ cleanup() {
   local pid
   for pid in "${stage_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${stage_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [ "$arms" = llm ] && scripts/local-llm.sh stop "$llm_port" || true
+  [ "$arms" = llm ] && LOCAL_LLM_STATE_DIR="$logs/llm" scripts/local-llm.sh stop "$llm_port" || true
   KAFKA_STATE_DIR="$logs/kafka" scripts/kafka.sh stop "$kafka_port" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
