@@ -7,6 +7,8 @@
 //! - `earlier`: the section that shows earlier hints to a refined hint;
 //! - `feedback`: the verifier feedback, parsed and bounded, and the static
 //!   hint;
+//! - `leak`: the values the verifier output presents as expected, and
+//!   whether a hint repeats one (the leak guard's reading);
 //! - `reference`: the reference trainer's prompt byte for byte (with
 //!   `pyrepr`, `pyeval`, `printable`). It shows untrusted text as the
 //!   reference does, undelimited: it is not hardened against prompt
@@ -17,6 +19,7 @@ use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
 
 pub mod earlier;
 pub mod feedback;
+pub mod leak;
 pub mod ours;
 pub mod printable;
 pub mod pyeval;
