@@ -61,6 +61,9 @@ pub struct Registered {
     pub name: &'static str,
     pub topics: fn(&Config) -> Vec<crate::kafka::admin::TopicSpec>,
     pub build: fn(Config) -> Built,
+    /// How many workers of it the quick start runs in its one process
+    /// (stage 1 runs two, sharing the input's partitions as a group).
+    pub quickstart_workers: usize,
 }
 
 /// Why a stage could not start, or stopped on its own.
@@ -181,6 +184,7 @@ impl StageShell {
         let transactional_id = config
             .kafka
             .transactional_id(prefix.strip_prefix("hintstream_").unwrap_or(prefix))?;
+        config.kafka.group_instance_id(&stage.group_id)?;
         let mut topics = vec![
             stage.input_topic.as_str(),
             stage.output_topic.as_str(),
