@@ -24,8 +24,9 @@
 //! - [`stage`]: the skeleton both stages share: checks, clients, registry,
 //!   metrics endpoint, the loop.
 //! - [`llm`]: stage 1's model side: the HTTP clients (Anthropic,
-//!   OpenAI-compatible), routing, the prompts (`v2`, and the reference's
-//!   byte for byte), the Python-literal parser, the chain walk with retries,
+//!   OpenAI-compatible), routing, the prompts (`v3`, untrusted text
+//!   delimited, and the reference's byte for byte), the Python-literal
+//!   parser, the chain walk with retries,
 //!   the limits (rate, spend budget), the cassette.
 //! - [`learn`]: hints that learn, the core, without Kafka: arms, Thompson
 //!   selection, the state rebuilt from the hints and outcomes topics (its
