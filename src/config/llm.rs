@@ -232,8 +232,8 @@ pub const MAX_HEDGE_WINDOW: usize = 10_000;
 
 /// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v3`, the
 /// default) or the reference trainer's own, byte for byte (`reference`).
-/// The texts are in `llm::prompt`. (`v2`, which showed untrusted text
-/// undelimited, is gone: naming it is an error that says so.)
+/// The texts are in `llm::prompt`. `v2` is read as `v3`: every version of
+/// ours delimits untrusted text, and v3 is v2 delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PromptVersion {
@@ -264,19 +264,10 @@ impl std::fmt::Display for PromptVersion {
 
 /// A `prompt_version` that names no prompt.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown prompt_version {:?}: expected \"v3\" or \"reference\"{}", .0, retired_note(.0))]
+#[error("unknown prompt_version {0:?}: expected \"v3\" or \"reference\"")]
 pub struct UnknownPromptVersion(pub String);
 
-/// Why a retired prompt version is refused.
-fn retired_note(version: &str) -> &'static str {
-    match version {
-        "v2" => " (\"v2\" showed the task, chat and verifier output undelimited, so a message could rewrite the prompt; \"v3\" replaced it)",
-        _ => "",
-    }
-}
-
-/// Read as its name (see `FromStr`), so that a retired version's error
-/// says why.
+/// Read as its name (see `FromStr`).
 impl<'de> Deserialize<'de> for PromptVersion {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let name = String::deserialize(deserializer)?;
@@ -289,7 +280,9 @@ impl std::str::FromStr for PromptVersion {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "v3" => Ok(PromptVersion::V3),
+            // v2 showed untrusted text undelimited; a config that names it
+            // gets the same prompt delimited, as every version of ours is.
+            "v3" | "v2" => Ok(PromptVersion::V3),
             "reference" => Ok(PromptVersion::Reference),
             other => Err(UnknownPromptVersion(other.to_string())),
         }

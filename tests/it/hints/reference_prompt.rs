@@ -185,12 +185,8 @@ fn the_default_version_is_v3_and_names_parse() {
     );
     assert_eq!("v3".parse::<PromptVersion>().unwrap().as_str(), "v3");
     assert!("v4".parse::<PromptVersion>().is_err());
-    // The undelimited v2 is gone, and the error says why.
-    let retired = "v2".parse::<PromptVersion>().unwrap_err().to_string();
-    assert!(
-        retired.contains("undelimited") && retired.contains("\"v3\""),
-        "{retired}"
-    );
+    // v2 is read as v3: the same prompt, its untrusted text delimited.
+    assert_eq!("v2".parse::<PromptVersion>().unwrap(), PromptVersion::V3);
     let v: PromptVersion = serde_json::from_str("\"reference\"").unwrap();
     assert_eq!(v.to_string(), "reference");
 }
