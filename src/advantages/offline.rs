@@ -14,7 +14,7 @@ use arrow_ipc::writer::FileWriter;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::compute::{advantages_batch, compute_rows, ComputeError};
+use super::compute::{advantages_batch, check_finite, compute_rows, ComputeError};
 use crate::batch::{ipc, BatchError, ScoredRows};
 use crate::messages::{decode, DecodeLimits, ScoredMessage};
 use crate::normalize::{AdvantageOptions, Advantages, Device};
@@ -79,6 +79,11 @@ pub fn compute_file(
         read_jsonl(input, limits)?
     };
     let advantages = compute_rows(&rows, options, device)?;
+    // The last check before the file is written (none is, when it fails).
+    check_finite(&advantages).map_err(|source| OfflineError::Columns {
+        path: output.display().to_string(),
+        source,
+    })?;
     if is_arrow(output) {
         write_arrow(output, &rows, &advantages)?;
     } else {
@@ -163,7 +168,8 @@ fn write_jsonl(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Resul
             instance_id: &rows.instance_id[i],
             advantage: advantages.advantage[i],
         };
-        // A struct of strings and finite numbers always serialises.
+        // A struct of strings and finite numbers (checked above) always
+        // serialises.
         let line = serde_json::to_string(&row).unwrap_or_default();
         writeln!(out, "{line}").map_err(err)?;
     }

@@ -11,20 +11,16 @@ use std::collections::HashMap;
 
 use crate::batch::ScoredRows;
 use crate::messages::{HintOutcome, SCHEMA_VERSION};
+use crate::normalize::finite;
 
 /// One outcome per `hint_id` of `rows` (see the module docs), stamped
 /// `created_at` (RFC 3339). A success is a reward over
 /// `success_threshold` (stage 2 passes `advantages.success_threshold`, as its
 /// step metrics use).
 pub fn hint_outcomes(rows: &ScoredRows, success_threshold: f64, created_at: &str) -> Vec<HintOutcome> {
-    struct Acc {
-        first_row: usize,
-        hinted: i64,
-        successes: i64,
-        reward_sum: f64,
-    }
     let mut order: Vec<&str> = Vec::new();
-    let mut by_hint: HashMap<&str, Acc> = HashMap::new();
+    // Each hint's counted rows, in row order (the first gives its group).
+    let mut by_hint: HashMap<&str, Vec<usize>> = HashMap::new();
     for row in 0..rows.len() {
         let Some(hint_id) = rows.hint_id(row) else {
             continue;
@@ -32,35 +28,32 @@ pub fn hint_outcomes(rows: &ScoredRows, success_threshold: f64, created_at: &str
         if !rows.is_hinted[row] {
             continue;
         }
-        let acc = by_hint.entry(hint_id).or_insert_with(|| {
-            order.push(hint_id);
-            Acc {
-                first_row: row,
-                hinted: 0,
-                successes: 0,
-                reward_sum: 0.0,
-            }
-        });
-        let reward = rows.reward[row];
-        acc.hinted += 1;
-        acc.successes += i64::from(reward > success_threshold);
-        acc.reward_sum += reward;
+        by_hint
+            .entry(hint_id)
+            .or_insert_with(|| {
+                order.push(hint_id);
+                Vec::new()
+            })
+            .push(row);
     }
     order
         .into_iter()
         .filter_map(|hint_id| {
-            let acc = by_hint.get(hint_id)?;
-            let row = acc.first_row;
+            let counted = by_hint.get(hint_id)?;
+            let row = *counted.first()?;
+            let rewards = counted.iter().map(|&i| rows.reward[i]);
+            let successes = rewards.clone().filter(|&r| r > success_threshold).count() as i64;
             Some(HintOutcome {
                 schema_version: i64::from(SCHEMA_VERSION),
                 hint_id: hint_id.to_string(),
                 run_id: rows.run_id[row].clone(),
                 step: rows.step[row],
                 instance_id: rows.instance_id[row].clone(),
-                hinted_rollouts: acc.hinted,
-                successes: acc.successes,
-                rescued: acc.successes > 0,
-                mean_reward: acc.reward_sum / acc.hinted as f64,
+                hinted_rollouts: counted.len() as i64,
+                successes,
+                rescued: successes > 0,
+                // Finite for finite rewards, even where their sum is not.
+                mean_reward: finite::mean(rewards)?,
                 created_at: created_at.to_string(),
             })
         })
@@ -131,6 +124,16 @@ mod tests {
         assert_eq!((out[0].successes, out[0].rescued), (1, true));
         let out = hint_outcomes(&step, 0.9, "2026-01-01T00:00:00Z");
         assert_eq!((out[0].successes, out[0].rescued), (0, false));
+    }
+
+    #[test]
+    fn rewards_whose_sum_overflows_have_a_finite_mean_reward() {
+        let step = rows(&[("a", 1.7e308, true, Some("h")), ("a", 1.7e308, true, Some("h"))]);
+        let out = hint_outcomes(&step, 0.0, "2026-01-01T00:00:00Z");
+        assert_eq!(out[0].mean_reward, 1.7e308);
+        out[0].validate().unwrap();
+        let json = serde_json::to_value(&out[0]).unwrap();
+        assert_eq!(json["mean_reward"].as_f64(), Some(1.7e308), "never null: {json}");
     }
 
     #[test]

@@ -208,6 +208,7 @@ impl Unpublished {
         match self {
             Unpublished::Compute { source, .. } => Some(source.kind()),
             Unpublished::ComputePanicked { .. } | Unpublished::EncodePanicked { .. } => Some("compute_panic"),
+            Unpublished::EncodeBatch(e @ BatchError::NonFinite { .. }) => Some(e.kind()),
             Unpublished::EncodeBatch(_) | Unpublished::EncodeChunks(_) => Some("encode"),
             Unpublished::Oversized { .. } | Unpublished::ChunkRejected { .. } => Some("output_rejected"),
             Unpublished::Stopped => None,

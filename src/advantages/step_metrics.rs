@@ -21,14 +21,15 @@
 //!
 //! A row succeeded when its reward is above `advantages.success_threshold`
 //! (0 by default, the reference's `> 0`). The service adds `step` and
-//! `advantage/duplicate_rows`.
+//! `advantage/duplicate_rows`. Every value is finite: means of rewards whose
+//! sum overflows are taken on rescaled rewards (`normalize::finite`).
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::batch::ScoredRows;
 use crate::config::AdvantagesConfig;
 use crate::messages::HintCategory;
-use crate::normalize::{Advantages, EXTREME_ADVANTAGE};
+use crate::normalize::{finite, Advantages, EXTREME_ADVANTAGE};
 
 /// Flat metric name → value.
 pub type StepMetrics = BTreeMap<String, f64>;
@@ -136,14 +137,10 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
             format!("reward/avg_pass_at_{n}"),
             passed as f64 / groups.len() as f64,
         );
-        let count = rows.len() as f64;
-        m.insert(
-            "reward/avg_raw_reward".into(),
-            rows.reward.iter().sum::<f64>() / count,
-        );
+        m.insert("reward/avg_raw_reward".into(), mean(rows.reward.iter().copied()));
         m.insert(
             "reward/mean_positive_reward".into(),
-            rows.reward.iter().map(|r| r.max(0.0)).sum::<f64>() / count,
+            mean(rows.reward.iter().map(|r| r.max(0.0))),
         );
     }
     for &k in options.pass_at_k {
@@ -166,7 +163,20 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
         .count();
     m.insert("advantage/extreme_count".into(), extreme as f64);
     m.insert("advantage/rows".into(), rows.len() as f64);
+    // Never the case (means are finite, rates are ratios of counts): a
+    // value that is not finite is left out, as an undefined one is.
+    m.retain(|_, v| v.is_finite());
     m
+}
+
+/// The mean of at least one finite value: their sum over their count, or
+/// where that sum overflows, [`finite::mean`] (always finite).
+fn mean(values: impl Iterator<Item = f64> + Clone) -> f64 {
+    let (sum, count) = values.clone().fold((-0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if sum.is_finite() {
+        return sum / count as f64;
+    }
+    finite::mean(values).unwrap_or(0.0)
 }
 
 /// 1 − C(n−c, k) / C(n, k), computed as a running product (no overflow).
@@ -278,6 +288,10 @@ mod tests {
         assert_eq!(m["reward/pass_at_1"], 0.0, "defined, and 0");
         assert_eq!(m["reward/mean_positive_reward"], 0.0);
         assert_eq!(m["reward/avg_raw_reward"], -0.5);
+        // Rewards whose sum overflows still have a finite mean.
+        let m = metrics(&rows(&[("a", 1.7e308, None), ("a", 1.7e308, None)]));
+        assert_eq!(m["reward/avg_raw_reward"], 1.7e308);
+        assert_eq!(m["reward/mean_positive_reward"], 1.7e308);
         let only_llm = metrics(&rows(&[("a", 0.0, None), ("a", 1.0, Some("llm_synthesized"))]));
         assert!(only_llm.contains_key("hint/category_llm_synthesized_success_rate"));
         assert!(

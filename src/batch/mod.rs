@@ -55,6 +55,14 @@ pub enum BatchError {
         bytes: u64,
         limit: usize,
     },
+    /// An output value that is not finite, found by the last check before
+    /// publication: it is never published.
+    #[error("column `{column}` row {row} is {value}; a value that is not finite is never published")]
+    NonFinite {
+        column: &'static str,
+        row: usize,
+        value: f64,
+    },
     #[error("arrow: {0}")]
     Arrow(#[from] ArrowError),
 }
@@ -68,6 +76,7 @@ impl BatchError {
             BatchError::Nulls { .. } => "null_values",
             BatchError::InvalidValue { .. } => "invalid_value",
             BatchError::DecodedTooLarge { .. } => "bad_arrow",
+            BatchError::NonFinite { .. } => "non_finite_output",
             BatchError::Arrow(_) => "arrow",
         }
     }

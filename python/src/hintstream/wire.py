@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass, fields
@@ -263,12 +264,6 @@ def hint_outcome(
     if any(v != v or v in (float("inf"), float("-inf")) for v in values):
         raise ValueError(f"hint {hint_id!r} has a non-finite reward")
     successes = sum(1 for v in values if v > success_threshold)
-    # Summed in order, one addition at a time, as stage 2 does: from Python
-    # 3.12 on, ``sum`` of floats compensates, and ten rewards of 0.1 would
-    # give a mean of 0.1 here and 0.09999999999999999 there.
-    total = 0.0
-    for v in values:
-        total += v
     return {
         "schema_version": SCHEMA_VERSION,
         "hint_id": str(hint_id),
@@ -278,9 +273,34 @@ def hint_outcome(
         "hinted_rollouts": len(values),
         "successes": successes,
         "rescued": successes > 0,
-        "mean_reward": total / len(values),
+        "mean_reward": finite_mean(values),
         "created_at": now_rfc3339(),
     }
+
+
+#: Values up to this (2**400) are never scaled by :func:`finite_mean`.
+_SCALE_ABOVE = 2.0**400
+
+
+def finite_mean(values: Sequence[float]) -> float:
+    """The mean of finite ``values`` as stage 2 takes it
+    (``normalize::finite::mean``), always finite: summed in order, one
+    addition at a time, over their count (from Python 3.12 on, ``sum`` of
+    floats compensates, and ten rewards of 0.1 would give 0.1 here and
+    0.09999999999999999 there); where that sum overflows, the same on the
+    values each divided by 2**floor(log2 of the largest |value|), an exact
+    division, multiplied back."""
+    total = 0.0
+    for v in values:
+        total += v
+    if math.isfinite(total):
+        return total / len(values)
+    largest = max(abs(v) for v in values)
+    scale = 1.0 if largest <= _SCALE_ABOVE else 2.0 ** (math.frexp(largest)[1] - 1)
+    scaled = 0.0
+    for v in values:
+        scaled += v / scale
+    return scaled / len(values) * scale
 
 
 def ipc_stream(table: pa.Table) -> bytes:
