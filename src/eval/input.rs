@@ -201,6 +201,8 @@ mod tests {
                 hint_category: None,
                 hint_id: None,
                 response_length: None,
+                logprob_hinted: None,
+                logprob_unhinted: None,
             });
         }
         let chunks = encode_chunks(&rows.to_batch().unwrap(), 16 * 1024).unwrap();

@@ -73,6 +73,7 @@ pub mod finite;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod groups;
+pub mod offpolicy;
 pub mod rescaled;
 
 pub use batch::{Advantages, Batch, Device, NormalizeError, Ran, GPU_MIN_ROWS, OUT_OF_RANGE_ROWS_SHOWN};

@@ -229,6 +229,8 @@ fn the_book_metrics_table_matches_what_stage_2_publishes() {
                 hint_category: category.map(str::to_string),
                 hint_id: None,
                 response_length: None,
+                logprob_hinted: None,
+                logprob_unhinted: None,
             });
         }
     }
@@ -311,6 +313,8 @@ fn learned_step_metric_names() -> Vec<String> {
             successes: 1,
             rescued: true,
             mean_reward: 1.0,
+            transfer: None,
+            reliance: None,
             created_at: "2026-01-01T00:00:00Z".into(),
         });
     }
