@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 
 use crate::batch::{advantages_schema, kernel_columns, BatchError, ScoredRows};
 use crate::normalize::{
-    self, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, NormalizeError, Ran,
+    self, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight, NormalizeError,
+    Ran,
 };
 
 /// The result of one step.
@@ -195,10 +197,16 @@ pub fn compute_rows(
 /// The advantages batch published for a step ([`advantages_schema`]). The
 /// last check before any publication or file write: a column with a value
 /// that is not finite is refused ([`BatchError::NonFinite`]; never the case
-/// for what `normalize::compute` returns).
-pub fn advantages_batch(rows: &ScoredRows, advantages: &Advantages) -> Result<RecordBatch, BatchError> {
+/// for what `normalize::compute` returns). With [`HintedWeight::Ratio`] the
+/// batch gains a last Float64 column `weight` ([`weights`]); with
+/// [`HintedWeight::None`] it is as it always was.
+pub fn advantages_batch(
+    rows: &ScoredRows,
+    advantages: &Advantages,
+    hinted_weight: HintedWeight,
+) -> Result<RecordBatch, BatchError> {
     check_finite(advantages)?;
-    let columns: Vec<ArrayRef> = vec![
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(&rows.run_id)),
         Arc::new(Int64Array::from(rows.step.clone())),
         Arc::new(StringArray::from_iter_values(&rows.trajectory_id)),
@@ -209,7 +217,27 @@ pub fn advantages_batch(rows: &ScoredRows, advantages: &Advantages) -> Result<Re
         Arc::new(Float64Array::from(advantages.group_mean.clone())),
         Arc::new(Float64Array::from(advantages.group_std.clone())),
     ];
-    Ok(RecordBatch::try_new(advantages_schema(), columns)?)
+    if hinted_weight == HintedWeight::None {
+        return Ok(RecordBatch::try_new(advantages_schema(), columns)?);
+    }
+    let mut fields: Vec<Field> = advantages_schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(WEIGHT, DataType::Float64, false));
+    columns.push(Arc::new(Float64Array::from(weights(rows))));
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// The name of the off-policy weight column (`normalize.hinted_weight =
+/// "ratio"`).
+pub const WEIGHT: &str = "weight";
+
+/// Each row's off-policy weight: ω on hinted rows with both log-probs
+/// ([`ScoredRows::ratio`]), 1.0 on every other row.
+pub fn weights(rows: &ScoredRows) -> Vec<f64> {
+    (0..rows.len()).map(|i| rows.ratio(i).unwrap_or(1.0)).collect()
 }
 
 /// Refuses `advantages` when any advantage, group_mean or group_std is not

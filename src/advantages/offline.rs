@@ -17,7 +17,7 @@ use thiserror::Error;
 use super::compute::{advantages_batch, check_finite, compute_rows, ComputeError};
 use crate::batch::{ipc, BatchError, ScoredRows};
 use crate::messages::{decode, DecodeLimits, ScoredMessage};
-use crate::normalize::{AdvantageOptions, Advantages, Device};
+use crate::normalize::{AdvantageOptions, Advantages, Device, HintedWeight};
 
 #[derive(Debug, Error)]
 pub enum OfflineError {
@@ -59,6 +59,9 @@ struct OutputRow<'a> {
     trajectory_id: &'a str,
     instance_id: &'a str,
     advantage: f64,
+    /// `normalize.hinted_weight = "ratio"` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight: Option<f64>,
 }
 
 fn is_arrow(path: &Path) -> bool {
@@ -71,6 +74,7 @@ pub fn compute_file(
     output: &Path,
     options: &AdvantageOptions,
     device: Device,
+    hinted_weight: HintedWeight,
     limits: DecodeLimits,
 ) -> Result<usize, OfflineError> {
     let rows = if is_arrow(input) {
@@ -85,9 +89,9 @@ pub fn compute_file(
         source,
     })?;
     if is_arrow(output) {
-        write_arrow(output, &rows, &advantages)?;
+        write_arrow(output, &rows, &advantages, hinted_weight)?;
     } else {
-        write_jsonl(output, &rows, &advantages)?;
+        write_jsonl(output, &rows, &advantages, hinted_weight)?;
     }
     Ok(rows.len())
 }
@@ -153,7 +157,12 @@ pub fn read_arrow(path: &Path) -> Result<ScoredRows, OfflineError> {
     Ok(rows)
 }
 
-fn write_jsonl(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Result<(), OfflineError> {
+fn write_jsonl(
+    path: &Path,
+    rows: &ScoredRows,
+    advantages: &Advantages,
+    hinted_weight: HintedWeight,
+) -> Result<(), OfflineError> {
     let name = path.display().to_string();
     let err = |source| OfflineError::Write {
         path: name.clone(),
@@ -167,6 +176,7 @@ fn write_jsonl(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Resul
             trajectory_id: &rows.trajectory_id[i],
             instance_id: &rows.instance_id[i],
             advantage: advantages.advantage[i],
+            weight: (hinted_weight == HintedWeight::Ratio).then(|| rows.ratio(i).unwrap_or(1.0)),
         };
         // A struct of strings and finite numbers (checked above) always
         // serialises.
@@ -176,16 +186,22 @@ fn write_jsonl(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Resul
     out.flush().map_err(err)
 }
 
-fn write_arrow(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Result<(), OfflineError> {
+fn write_arrow(
+    path: &Path,
+    rows: &ScoredRows,
+    advantages: &Advantages,
+    hinted_weight: HintedWeight,
+) -> Result<(), OfflineError> {
     let name = path.display().to_string();
     let io = |e: arrow_schema::ArrowError| OfflineError::Write {
         path: name.clone(),
         source: std::io::Error::other(e.to_string()),
     };
-    let batch = advantages_batch(rows, advantages).map_err(|source| OfflineError::Columns {
-        path: name.clone(),
-        source,
-    })?;
+    let batch =
+        advantages_batch(rows, advantages, hinted_weight).map_err(|source| OfflineError::Columns {
+            path: name.clone(),
+            source,
+        })?;
     let file = std::fs::File::create(path).map_err(|source| OfflineError::Write {
         path: name.clone(),
         source,

@@ -252,6 +252,7 @@ impl AdvantageStage {
                 output_topic: stage.output_topic.clone(),
                 metrics_topic: config.topics.metrics.clone(),
                 options: config.normalize.options(),
+                hinted_weight: config.normalize.hinted_weight,
                 device: config.normalize.device,
                 stage: stage.clone(),
                 metrics,

@@ -1068,18 +1068,33 @@ mod tests {
         assert_eq!(rows.logprob_hinted, vec![Some(-5.0), None, Some(-1.0)]);
         assert_eq!(rows.logprob_unhinted, vec![Some(-25.0)]);
         assert_eq!(rows.ratio(0), Some((-2.0f64).exp()));
-        assert_eq!((rows.reliance(0), rows.ratio(2), rows.ratio(3)), (Some(2.0), None, None));
+        assert_eq!(
+            (rows.reliance(0), rows.ratio(2), rows.ratio(3)),
+            (Some(2.0), None, None)
+        );
         let batch = rows.to_batch().unwrap();
         for name in [LOGPROB_HINTED, LOGPROB_UNHINTED] {
             let field = batch.schema().field_with_name(name).unwrap().clone();
-            assert_eq!((field.data_type(), field.is_nullable()), (&DataType::Float64, true));
+            assert_eq!(
+                (field.data_type(), field.is_nullable()),
+                (&DataType::Float64, true)
+            );
         }
         assert_eq!(ScoredRows::from_batch(&batch).unwrap(), rows);
         let taken = rows.take(&[2, 0]);
-        assert_eq!((taken.logprob_hinted, taken.logprob_unhinted), (vec![Some(-1.0), Some(-5.0)], vec![None, Some(-25.0)]));
+        assert_eq!(
+            (taken.logprob_hinted, taken.logprob_unhinted),
+            (vec![Some(-1.0), Some(-5.0)], vec![None, Some(-25.0)])
+        );
         // A log-prob above 0, and one on a row without a length: invalid.
         let with = |name: &str, values: Vec<Option<f64>>, lengths: Option<Vec<Option<u32>>>| {
-            let mut fields: Vec<Field> = batch.schema().fields().iter().take(8).map(|f| f.as_ref().clone()).collect();
+            let mut fields: Vec<Field> = batch
+                .schema()
+                .fields()
+                .iter()
+                .take(8)
+                .map(|f| f.as_ref().clone())
+                .collect();
             let mut columns: Vec<ArrayRef> = batch.columns()[..8].to_vec();
             fields.push(Field::new(name, DataType::Float64, true));
             columns.push(Arc::new(Float64Array::from(values)));
@@ -1090,13 +1105,46 @@ mod tests {
             RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
         };
         let lengths = Some(vec![Some(3), Some(3), Some(3), Some(3)]);
-        let err = ScoredRows::from_batch(&with(LOGPROB_HINTED, vec![None, Some(0.5), None, None], lengths)).unwrap_err();
-        assert!(matches!(err, BatchError::InvalidValue { column: LOGPROB_HINTED, row: 1, .. }), "{err}");
-        let err = ScoredRows::from_batch(&with(LOGPROB_UNHINTED, vec![Some(-1.0), None, None, None], None)).unwrap_err();
-        assert!(matches!(err, BatchError::InvalidValue { column: RESPONSE_LENGTH, row: 0, .. }), "{err}");
+        let err = ScoredRows::from_batch(&with(LOGPROB_HINTED, vec![None, Some(0.5), None, None], lengths))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: LOGPROB_HINTED,
+                    row: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = ScoredRows::from_batch(&with(LOGPROB_UNHINTED, vec![Some(-1.0), None, None, None], None))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: RESPONSE_LENGTH,
+                    row: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let nulls = Some(vec![Some(3), None, Some(3), Some(3)]);
-        let err = ScoredRows::from_batch(&with(LOGPROB_UNHINTED, vec![None, Some(-1.0), None, None], nulls)).unwrap_err();
-        assert!(matches!(err, BatchError::InvalidValue { column: RESPONSE_LENGTH, row: 1, .. }), "{err}");
+        let err = ScoredRows::from_batch(&with(LOGPROB_UNHINTED, vec![None, Some(-1.0), None, None], nulls))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: RESPONSE_LENGTH,
+                    row: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert_eq!(err.kind(), "invalid_value");
     }
 

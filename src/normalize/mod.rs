@@ -81,6 +81,7 @@ pub use estimator::{
     AdvantageOptions, Estimator, HintBaseline, DEFAULT_EPSILON, DEFAULT_WHITEN_EPSILON, EXTREME_ADVANTAGE,
 };
 pub use groups::DenseGroups;
+pub use offpolicy::HintedWeight;
 
 /// Computes the advantages of `batch` on `device`.
 ///

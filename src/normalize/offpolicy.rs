@@ -10,6 +10,27 @@
 //!
 //! Both are finite for finite log-probs at most 0 (their difference is at
 //! most the larger magnitude) and L ≥ 1: ω is in [0, 1].
+//!
+//! [`HintedWeight`] says whether stage 2's output carries ω as each row's
+//! off-policy `weight`.
+
+use serde::{Deserialize, Serialize};
+
+/// Whether the advantages carry an off-policy `weight` per row (config
+/// `normalize.hinted_weight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum HintedWeight {
+    /// No `weight`: the output is as before.
+    #[default]
+    None,
+    /// A Float64 `weight` column (a `weight` field in JSON): ω on hinted
+    /// rows with both log-probs, 1.0 on every other row. A trainer
+    /// multiplies each sample's policy-gradient term by it (Guide-GRPO's
+    /// correction, per token as GSPO does).
+    Ratio,
+}
 
 /// ω of a row with log-probs `hinted` and `unhinted` and length `length`.
 pub fn ratio(hinted: f64, unhinted: f64, length: u32) -> f64 {
