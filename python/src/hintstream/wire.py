@@ -204,7 +204,7 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
             message["hint_id"] = hint_id
         if row.get("response_length") is not None:
             message["response_length"] = _response_length(i, row["response_length"])
-        for name in ("logprob_hinted", "logprob_unhinted"):
+        for name in LOGPROB_FIELDS:
             if row.get(name) is not None:
                 message[name] = _logprob(i, name, row[name])
                 if "response_length" not in message:
@@ -226,6 +226,11 @@ def _response_length(i: int, value: Any) -> int:
         raise ValueError(f"scored row {i} has response_length {value!r}; it must be an integer from 1 to 4294967295")
     return length
 
+
+#: A hinted row's log-probs (the sum over the response's tokens): under the
+#: hinted prompt, and the same response under the unhinted prompt with the
+#: same weights.
+LOGPROB_FIELDS = ("logprob_hinted", "logprob_unhinted")
 
 #: How far above 0 a log-prob may be (rounding in the trainer's sums).
 LOGPROB_ROUNDING = 1e-6
