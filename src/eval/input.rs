@@ -158,7 +158,7 @@ pub fn read_scored(path: &Path, limits: DecodeLimits) -> Result<ScoredInputFile,
                     .filter(|&r| seen.insert(rows.trajectory_id[r].clone()))
                     .collect();
                 let rows = if fresh.len() == rows.len() {
-                    rows
+                    *rows
                 } else {
                     rows.take(&fresh)
                 };
