@@ -70,6 +70,8 @@ fn outcome(hint: &Hint, hinted_rollouts: i64, successes: i64) -> HintOutcome {
         successes,
         rescued: successes > 0,
         mean_reward: successes as f64 / hinted_rollouts as f64,
+        transfer: None,
+        reliance: None,
         created_at: "2026-01-01T00:00:00Z".into(),
     }
 }

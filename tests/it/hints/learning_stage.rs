@@ -38,6 +38,8 @@ fn outcome(hint: &Hint, hinted_rollouts: i64, successes: i64) -> HintOutcome {
         successes,
         rescued: successes > 0,
         mean_reward: if successes > 0 { 0.5 } else { 0.0 },
+        transfer: None,
+        reliance: None,
         created_at: "2026-12-01T00:00:00.000Z".into(),
     }
 }
