@@ -51,6 +51,8 @@ fn unrescued(hint: &Hint) -> HintOutcome {
         successes: 0,
         rescued: false,
         mean_reward: 0.0,
+        transfer: None,
+        reliance: None,
         created_at: "2026-12-01T00:00:00.000Z".into(),
     }
 }
