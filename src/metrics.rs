@@ -25,6 +25,7 @@ pub struct StageMetrics {
     store_failures: Counter,
     revoke_finished: Counter,
     transaction_retries: Family<Labels, Counter>,
+    rebalances: Family<Labels, Counter>,
     in_flight: Gauge,
     in_flight_bytes: Gauge,
     consumer_lag: Gauge,
@@ -46,6 +47,7 @@ impl StageMetrics {
             store_failures: Counter::default(),
             revoke_finished: Counter::default(),
             transaction_retries: Family::default(),
+            rebalances: Family::default(),
             in_flight: Gauge::default(),
             in_flight_bytes: Gauge::default(),
             consumer_lag: Gauge::default(),
@@ -97,6 +99,12 @@ impl StageMetrics {
             "Transaction commits or aborts (call) not acknowledged within one call's wait and called again \
              (exactly_once)",
             m.transaction_retries.clone(),
+        );
+        registry.register(
+            "rebalances",
+            "Rebalance callbacks this member received, by kind (assign, revoke): a restarted static member \
+             rejoins without any on the others",
+            m.rebalances.clone(),
         );
         registry.register(
             "in_flight_messages",
@@ -190,6 +198,13 @@ impl StageMetrics {
         self.transaction_retries
             .get_or_create(&vec![("call", call.to_string())])
             .get()
+    }
+
+    /// A rebalance callback: `kind` is `assign` or `revoke`.
+    pub fn rebalanced(&self, kind: &str) {
+        self.rebalances
+            .get_or_create(&vec![("kind", kind.to_string())])
+            .inc();
     }
 
     pub fn set_in_flight(&self, n: usize) {

@@ -114,8 +114,9 @@ pub struct LlmConfig {
     pub ledger_interval_ms: u64,
     /// Dollars per million tokens, by model id, for `cost_usd` and the
     /// budget. The default and the reference trainer's models have their
-    /// list prices built in; with a dollar budget, every model of the chain
-    /// needs a price (else exit 2).
+    /// list prices built in; with a dollar budget, every model a request can
+    /// reach needs a price: `[llm] models`, `allowed_models` and every arm's
+    /// `models` (else exit 2, naming the model and this key).
     #[schemars(extend("x-key" = "model id"))]
     pub prices: BTreeMap<String, ModelPrice>,
     /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
@@ -404,6 +405,28 @@ impl Default for LlmConfig {
 }
 
 impl LlmConfig {
+    /// With a dollar budget, every model a request can reach has a price
+    /// (built in or under `[llm.prices]`): one without would be reserved
+    /// and settled at $0, its spend unbounded. `models` are those of
+    /// `where_` (`llm` for `[llm] models` and `allowed_models`, or an arm).
+    pub fn every_model_priced<'a>(
+        &self,
+        models: impl IntoIterator<Item = &'a String>,
+        where_: &str,
+    ) -> Result<(), ConfigError> {
+        if self.budget_usd_per_hour <= 0.0 {
+            return Ok(());
+        }
+        match models.into_iter().find(|m| !self.prices.contains_key(*m)) {
+            None => Ok(()),
+            Some(model) => invalid(format!(
+                "llm.budget_usd_per_hour is set, but model {model:?} ({where_}) has no price in \
+                 [llm.prices]: its calls would cost $0 against the budget. Add llm.prices.\"{model}\" = \
+                 {{ input_per_mtok = ..., output_per_mtok = ... }}"
+            )),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_calls()?;
         super::llm_context::validate_context_tokens(&self.context_tokens, self.max_tokens)?;
@@ -480,15 +503,7 @@ impl LlmConfig {
                 LEDGER_INTERVAL_MS.end()
             ));
         }
-        if self.budget_usd_per_hour > 0.0 {
-            if let Some(model) = self.models.iter().find(|m| !self.prices.contains_key(*m)) {
-                return invalid(format!(
-                    "llm.budget_usd_per_hour is set, but model {model:?} has no price in [llm.prices]: \
-                     its calls would cost $0 against the budget. Add llm.prices.\"{model}\" = \
-                     {{ input_per_mtok = ..., output_per_mtok = ... }}"
-                ));
-            }
-        }
+        self.every_model_priced(self.models.iter().chain(&self.allowed_models), "llm")?;
         for (model, price) in &self.prices {
             let cache_ok = [price.cache_read_per_mtok, price.cache_write_per_mtok]
                 .into_iter()

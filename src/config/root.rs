@@ -99,6 +99,10 @@ impl Config {
         self.llm.validate()?;
         self.normalize.validate()?;
         self.hints.validate(&drain)?;
+        for arm in &self.hints.arms {
+            self.llm
+                .every_model_priced(&arm.models, &format!("[[hints.arms]] {:?}", arm.name))?;
+        }
         self.advantages.validate(&self.limits, &self.kafka, &drain)
     }
 

@@ -15,9 +15,12 @@ pub const MAX_REMEMBERED_HINT_BYTES: usize = 1024;
 /// Hints whose outcome can still be joined and replaced. The least recently
 /// written is forgotten first; its counts stay in the tallies.
 pub const MAX_HINTS_TRACKED: usize = 100_000;
-/// Outcomes waiting for their hint record. Past it the oldest is dropped
+/// Outcomes waiting for their hint record: as many as the ledger holds
+/// hints, since a restart reads both topics at once and the smaller outcome
+/// records run ahead of their hints; an outcome whose hint the ledger could
+/// join waits for it, whatever the order. Past it the oldest is dropped
 /// (and counted in [`StateStats::pending_dropped`](super::StateStats::pending_dropped)).
-pub const MAX_PENDING_OUTCOMES: usize = 10_000;
+pub const MAX_PENDING_OUTCOMES: usize = MAX_HINTS_TRACKED;
 /// Runs whose per-arm tallies are kept; the least recently written is
 /// dropped first.
 pub const MAX_RUNS_TALLIED: usize = 16;

@@ -32,25 +32,46 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
     /// absent. Returns the entries evicted to make room (least recently
     /// used first), so that the caller can drop what points at them.
     pub fn touch_or_insert_with(&mut self, key: &K, make: impl FnOnce() -> V) -> (&mut V, Vec<(K, V)>) {
-        self.tick += 1;
-        let tick = self.tick;
+        self.touch_or_insert_keeping(key, make, |_| false)
+    }
+
+    /// As [`Lru::touch_or_insert_with`], but an entry `keep` says yes to is
+    /// never evicted: the least recently used of the others goes instead
+    /// (when every entry is kept, the map holds more than its capacity for
+    /// as long as that lasts).
+    pub fn touch_or_insert_keeping(
+        &mut self,
+        key: &K,
+        make: impl FnOnce() -> V,
+        keep: impl Fn(&K) -> bool,
+    ) -> (&mut V, Vec<(K, V)>) {
         let mut evicted = Vec::new();
-        if let Some((old, _)) = self.entries.get(key) {
-            self.order.remove(old);
-        } else {
+        if !self.entries.contains_key(key) {
             while self.entries.len() >= self.capacity {
-                let Some((_, oldest)) = self.order.pop_first() else {
+                let Some(oldest) = self.order.values().find(|k| !keep(k)).cloned() else {
                     break;
                 };
-                if let Some((_, v)) = self.entries.remove(&oldest) {
+                if let Some((tick, v)) = self.entries.remove(&oldest) {
+                    self.order.remove(&tick);
                     evicted.push((oldest, v));
                 }
             }
+        }
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some((old, _)) = self.entries.get(key) {
+            self.order.remove(old);
         }
         self.order.insert(tick, key.clone());
         let slot = self.entries.entry(key.clone()).or_insert_with(|| (tick, make()));
         slot.0 = tick;
         (&mut slot.1, evicted)
+    }
+
+    /// The entry of `key`, to change in place; its place in the order
+    /// stays (it is not marked used).
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.entries.get_mut(key).map(|(_, v)| v)
     }
 
     /// Every entry, in no particular order.
@@ -76,5 +97,20 @@ mod tests {
             (lru.get(&"a"), lru.get(&"b"), lru.iter().count()),
             (Some(&11), None, 2)
         );
+    }
+
+    #[test]
+    fn a_kept_entry_is_never_evicted_and_get_mut_does_not_touch() {
+        let mut lru: Lru<&str, u32> = Lru::new(2);
+        lru.touch_or_insert_with(&"live", || 1);
+        lru.touch_or_insert_with(&"b", || 2);
+        *lru.get_mut(&"live").unwrap() += 10;
+        let (_, evicted) = lru.touch_or_insert_keeping(&"c", || 3, |k| *k == "live");
+        assert_eq!(evicted, vec![("b", 2)], "the oldest not kept goes");
+        let (_, evicted) = lru.touch_or_insert_keeping(&"d", || 4, |k| *k == "live");
+        assert_eq!(evicted, vec![("c", 3)]);
+        assert_eq!(lru.get(&"live"), Some(&11));
+        let (_, evicted) = lru.touch_or_insert_with(&"e", || 5);
+        assert_eq!(evicted, vec![("live", 11)], "get_mut did not mark it used");
     }
 }

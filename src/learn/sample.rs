@@ -47,10 +47,19 @@ impl GroupStream {
     /// A Gamma(shape, 1) draw, `shape` > 0: Marsaglia and Tsang's method,
     /// with Gamma(a) = Gamma(a + 1) * U^(1/a) for shapes below 1.
     pub fn gamma(&mut self, shape: f64) -> f64 {
+        // Shapes come from posteriors, never below their (positive) priors;
+        // anything else is taken as the smallest positive shape.
+        let shape = if shape > 0.0 { shape } else { f64::MIN_POSITIVE };
         if shape < 1.0 {
+            // Gamma(shape) = Gamma(shape + 1) * U^(1/shape), without recursion.
             let boost = self.uniform_open_zero().powf(1.0 / shape);
-            return self.gamma(shape + 1.0) * boost;
+            return self.gamma_at_least_one(shape + 1.0) * boost;
         }
+        self.gamma_at_least_one(shape)
+    }
+
+    /// Marsaglia and Tsang's method, for `shape` >= 1.
+    fn gamma_at_least_one(&mut self, shape: f64) -> f64 {
         let d = shape - 1.0 / 3.0;
         let c = 1.0 / (9.0 * d).sqrt();
         loop {

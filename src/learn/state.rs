@@ -33,7 +33,7 @@
 //! 100,000 hints x 360 bytes = 36 MB, so 242 MB in the worst case (every
 //! remembered hint of the full length); a typical run (one ~600-byte hint a
 //! task, ids of 30 bytes) holds about 55 + 31 MB. Pending outcomes add at
-//! most 10,000 x ~300 bytes, and each run's tally a few counters per arm and
+//! most 100,000 x ~300 bytes, and each run's tally a few counters per arm and
 //! step. What is forgotten:
 //! - a task pushed out of the task memory (least recently written first)
 //!   takes its hints' texts with it: they can no longer be refined;
@@ -44,7 +44,12 @@
 //!   [`MAX_HINTS_TRACKED`](super::limits::MAX_HINTS_TRACKED) hints of their hint, which any run that keeps up
 //!   does by far;
 //! - tallies are kept for the [`MAX_RUNS_TALLIED`](super::limits::MAX_RUNS_TALLIED) runs written most
-//!   recently (a run's tally is a few counters per arm and step).
+//!   recently (a run's tally is a few counters per arm and step), never
+//!   evicting the runs this worker is hinting ([`LearnState::hinting`]). Only
+//!   a hint record makes or refreshes a run's tally: an outcome of a run
+//!   without one is counted ([`StateStats::outcomes_untracked`]) and
+//!   ignored, so outcomes of old runs (a replay, an eval) cannot push out a
+//!   live run and reset its arms. α and β never go below their priors.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -139,6 +144,10 @@ pub struct StateStats {
     pub pending_dropped: u64,
     pub tasks_forgotten: u64,
     pub hints_untracked: u64,
+    /// Outcomes of hints whose run has no tally (not written lately, or
+    /// never seen by this worker): counted and ignored, so that outcomes of
+    /// old runs (a replay, an eval) never push out the runs being hinted.
+    pub outcomes_untracked: u64,
 }
 
 /// The arm chosen for a group.
@@ -169,8 +178,15 @@ pub struct LearnState {
     /// Pending hint ids in arrival order (some may have been joined since).
     pending_order: VecDeque<String>,
     pub(super) runs: Lru<String, RunTally>,
+    /// The runs this worker chose arms for most recently (at most
+    /// [`MAX_LIVE_RUNS`]): their tallies are never evicted.
+    live: VecDeque<String>,
     stats: StateStats,
 }
+
+/// Runs a worker keeps as being hinted now: a stage serves a few trainers
+/// at once, not more than the runs it tallies.
+pub const MAX_LIVE_RUNS: usize = 4;
 
 impl LearnState {
     pub fn new(arms: Arms) -> Self {
@@ -186,6 +202,7 @@ impl LearnState {
             pending: HashMap::new(),
             pending_order: VecDeque::new(),
             runs: Lru::new(limits.max_runs),
+            live: VecDeque::new(),
             stats: StateStats::default(),
         }
     }
@@ -221,6 +238,7 @@ impl LearnState {
         } else if let Some(outcome) = self.pending.remove(&hint.hint_id) {
             entry.outcome = Some(OutcomeCounts::from(&outcome));
         }
+        self.tally_of_hint(&entry.run_id);
         self.apply(&entry, 1);
         let outcome = entry.outcome;
         let (slot, evicted) = self.ledger.touch_or_insert_with(&hint.hint_id, || entry.clone());
@@ -236,6 +254,10 @@ impl LearnState {
             self.hold(outcome);
             return;
         };
+        if self.runs.get(&old.run_id).is_none() {
+            self.stats.outcomes_untracked += 1;
+            return;
+        }
         if old.outcome.is_some() {
             self.stats.outcomes_replaced += 1;
         }
@@ -328,19 +350,33 @@ impl LearnState {
         }
     }
 
-    /// Adds (`sign` 1) or takes back (-1) what `entry` contributes.
+    /// Marks `run_id` as being hinted by this worker: its tally is never
+    /// evicted while it is among the [`MAX_LIVE_RUNS`] marked last.
+    pub fn hinting(&mut self, run_id: &str) {
+        if self.live.front().is_some_and(|r| r == run_id) {
+            return;
+        }
+        self.live.retain(|r| r != run_id);
+        self.live.push_front(run_id.to_string());
+        self.live.truncate(MAX_LIVE_RUNS);
+    }
+
+    /// A hint of `run_id` was written: its run's tally is made (or marked
+    /// used), evicting the least recently written run that is not live.
+    fn tally_of_hint(&mut self, run_id: &str) {
+        let live = &self.live;
+        self.runs
+            .touch_or_insert_keeping(&run_id.to_string(), RunTally::default, |r| live.contains(r));
+    }
+
+    /// Adds (`sign` 1) or takes back (-1) what `entry` contributes to its
+    /// run's tally (only hints make a tally: without one, nothing is done).
     fn apply(&mut self, entry: &LedgerEntry, sign: i64) {
         let counting = entry
             .outcome
             .and_then(|o| self.counting_arm(entry).map(|arm| (arm.to_string(), o)));
-        let tally = if sign > 0 {
-            self.runs.touch_or_insert_with(&entry.run_id, RunTally::default).0
-        } else {
-            match self.runs.get(&entry.run_id) {
-                Some(_) => self.runs.touch_or_insert_with(&entry.run_id, RunTally::default).0,
-                // The run's tally was dropped: nothing to take back.
-                None => return,
-            }
+        let Some(tally) = self.runs.get_mut(&entry.run_id) else {
+            return;
         };
         tally.newest_step = tally.newest_step.max(entry.step);
         let cell = tally.cells.entry((entry.arm.clone(), entry.step)).or_default();
@@ -441,7 +477,12 @@ impl LearnState {
                     p.alpha += w * cell.rescues as f64;
                     p.beta += w * (cell.trials - cell.rescues) as f64;
                 }
-                p
+                // A tally rebuilt after its run was dropped may have taken
+                // back what it never had: never below the priors.
+                Posterior {
+                    alpha: p.alpha.max(spec.prior_alpha),
+                    beta: p.beta.max(spec.prior_beta),
+                }
             })
             .collect()
     }

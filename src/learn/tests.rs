@@ -465,3 +465,125 @@ fn simulated_run_the_best_arm_takes_over_and_every_arm_keeps_its_floor() {
     }
     assert_eq!(state.run_report(RUN), restarted.run_report(RUN));
 }
+
+/// A run of `run_id`'s: `hint` with its run set, and an outcome of it.
+fn of_run(arms: &Arms, run_id: &str, arm: usize, step: i64, instance: &str) -> Hint {
+    let mut h = llm_hint(arms, arm, step, instance);
+    h.run_id = run_id.into();
+    h.hint_id = arms.hint_id(arm, &group_key(run_id, step, instance));
+    h
+}
+
+#[test]
+fn outcomes_of_sixteen_other_runs_leave_the_live_runs_choices_as_they_were() {
+    let arms = three_arms(LearnOptions::default());
+    let mut state = LearnState::new(arms.clone());
+    // 16 older runs wrote hints first (their tallies fill the runs kept).
+    let old: Vec<Hint> = (0..16)
+        .map(|r| of_run(&arms, &format!("old-{r}"), 1, 1, "task"))
+        .collect();
+    for h in &old {
+        state.observe_hint(h);
+    }
+    // The live run: the strong arm rescues, the weak one does not.
+    state.hinting(RUN);
+    for step in 0..6 {
+        for i in 0..8 {
+            let strong = llm_hint(&arms, 0, step, &format!("s{i}"));
+            let weak = llm_hint(&arms, 1, step, &format!("w{i}"));
+            state.observe_hint(&strong);
+            state.observe_hint(&weak);
+            state.observe_outcome(&outcome(&strong, 4, 3));
+            state.observe_outcome(&outcome(&weak, 4, 0));
+        }
+    }
+    let choices = |state: &LearnState| -> Vec<usize> {
+        (0..64)
+            .map(|i| state.choose(RUN, 8, &format!("g{i}")).index)
+            .collect()
+    };
+    let before = (state.posteriors(RUN, 8), choices(&state));
+    // Outcomes of every old run's hint, then more hints of old runs.
+    for h in &old {
+        state.observe_outcome(&outcome(h, 4, 4));
+    }
+    for r in 16..40 {
+        state.observe_hint(&of_run(&arms, &format!("old-{r}"), 1, 1, "task"));
+    }
+    for h in &old {
+        state.observe_outcome(&outcome(h, 4, 0));
+    }
+    assert_eq!(
+        (state.posteriors(RUN, 8), choices(&state)),
+        before,
+        "the live run kept its arms"
+    );
+    assert!(
+        state.stats().outcomes_untracked > 0,
+        "outcomes of dropped runs are counted and ignored"
+    );
+}
+
+#[test]
+fn posteriors_never_fall_below_their_priors() {
+    let arms = three_arms(LearnOptions::default());
+    let limits = StateLimits {
+        max_runs: 1,
+        ..StateLimits::default()
+    };
+    let mut state = LearnState::with_limits(arms.clone(), limits);
+    let h = llm_hint(&arms, 0, 1, "t");
+    state.observe_hint(&h);
+    state.observe_outcome(&outcome(&h, 4, 4));
+    // Another run pushes the tally out; the hint's run comes back with a
+    // fresh tally, then the hint's record again takes back what it had.
+    state.observe_hint(&of_run(&arms, "other", 0, 1, "t"));
+    state.observe_hint(&llm_hint(&arms, 1, 2, "u"));
+    state.observe_hint(&h);
+    state.observe_outcome(&outcome(&h, 4, 0));
+    for (p, spec) in state.posteriors(RUN, 10).iter().zip(arms.specs()) {
+        assert!(p.alpha >= spec.prior_alpha && p.beta >= spec.prior_beta, "{p:?}");
+    }
+}
+
+#[test]
+fn twelve_thousand_outcomes_before_their_hints_give_the_posteriors_of_the_other_order() {
+    let arms = three_arms(LearnOptions::default());
+    let hints: Vec<Hint> = (0..12_000)
+        .map(|i| llm_hint(&arms, i % 3, (i / 300) as i64, &format!("t{i}")))
+        .collect();
+    let outcomes: Vec<HintOutcome> = hints
+        .iter()
+        .enumerate()
+        .map(|(i, h)| outcome(h, 4, (i % 5) as i64))
+        .collect();
+    let mut hints_first = LearnState::new(arms.clone());
+    for h in &hints {
+        hints_first.observe_hint(h);
+    }
+    for o in &outcomes {
+        hints_first.observe_outcome(o);
+    }
+    let mut outcomes_first = LearnState::new(arms.clone());
+    for o in &outcomes {
+        outcomes_first.observe_outcome(o);
+    }
+    for h in &hints {
+        outcomes_first.observe_hint(h);
+    }
+    assert_eq!(outcomes_first.stats().pending_dropped, 0, "nothing dropped");
+    assert_eq!(outcomes_first.stats().pending, 0, "every outcome joined");
+    assert_eq!(
+        outcomes_first.posteriors(RUN, 100),
+        hints_first.posteriors(RUN, 100)
+    );
+}
+
+#[test]
+fn the_gamma_sampler_takes_any_shape_without_recursion() {
+    let mut s = super::sample::GroupStream::new("shapes");
+    for shape in [1e-300, 0.0, -5.0, f64::NAN, 0.3, 1.0, 7.5] {
+        let x = s.gamma(shape);
+        assert!(x.is_finite() && x >= 0.0, "Gamma({shape}) drew {x}");
+    }
+}

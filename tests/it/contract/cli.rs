@@ -86,6 +86,54 @@ fn bad_config_exits_2_saying_what_to_fix() {
 }
 
 #[test]
+fn a_dollar_budget_with_an_unpriced_reachable_model_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[llm]\nbudget_usd_per_hour = 0.5\n[[hints.arms]]\nname = \"cheap\"\nmodels = [\"my-local-model\"]\n",
+            "my-local-model",
+        ),
+        (
+            "[llm]\nbudget_usd_per_hour = 0.5\nallowed_models = [\"gpt-4o-mini\", \"unpriced-allowed\"]\n",
+            "unpriced-allowed",
+        ),
+    ];
+    for (i, (toml, model)) in cases.iter().enumerate() {
+        let file = dir.path().join(format!("h{i}.toml"));
+        std::fs::write(&file, toml).unwrap();
+        let out = hintstream()
+            .args(["hints", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(model) && err.contains(&format!("llm.prices.\"{model}\"")),
+            "names the model and the key to set: {err}"
+        );
+    }
+    // Priced, the same arm passes the check (`config` validates and prints).
+    let file = dir.path().join("priced.toml");
+    std::fs::write(
+        &file,
+        "[llm]\nbudget_usd_per_hour = 0.5\n[llm.prices.my-local-model]\ninput_per_mtok = 0.1\noutput_per_mtok = 0.2\n[[hints.arms]]\nname = \"cheap\"\nmodels = [\"my-local-model\"]\n",
+    )
+    .unwrap();
+    let out = hintstream()
+        .args(["config", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn help_explains_layering_and_exit_codes() {
     let out = hintstream().arg("--help").output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
