@@ -8,7 +8,7 @@
 //! jsonl < config < batch, learn < metrics, health, telemetry < kafka <
 //! stage < hints, llm, advantages < tools, eval, quickstart < cli), with no
 //! circle; `tests/it/contract/layout.rs` checks it, and that this map and
-//! the README's layout name every module.
+//! the book's layout chapter (docs/layout.md) name every module.
 //!
 //! - [`messages`]: the wire contract (failed trajectories, hints, scored
 //!   rollouts, step ends), their validation and keys; decoding untrusted bytes

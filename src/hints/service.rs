@@ -536,4 +536,5 @@ pub const REGISTERED: Registered = Registered {
             Ok(Box::new(stage) as Box<dyn Service>)
         })
     },
+    quickstart_workers: 2,
 };
