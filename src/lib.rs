@@ -53,7 +53,7 @@
 //!   `/readyz` answers (in the group, producer connected, the stage's own
 //!   conditions); the endpoint that serves `/metrics`, `/healthz` and
 //!   `/readyz` under a header-read timeout, an idle timeout and a
-//!   connection cap.
+//!   connection cap (where the connection idle longest makes room).
 //! - [`telemetry`]: log output, OTLP span export, W3C `traceparent` on
 //!   Kafka headers, one file each.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of
