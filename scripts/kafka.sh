@@ -16,6 +16,9 @@
 # Cluster node N listens on BASE+N-1 and its controller on BASE+N+9, BASE
 # being KAFKA_CLUSTER_PORT (default 39092); every node is a controller and a
 # broker, topics default to replication 3 and min.insync.replicas=2.
+# KAFKA_EXTRA_PROPERTIES (space-separated key=value) adds server.properties
+# lines to the nodes started, after the tests' ones (e.g. a benchmark's
+# group.consumer.session.timeout.ms=45000).
 # Jars: $HINTSTREAM_KAFKA_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hintstream/kafka-4.1.1).
 # Nodes' data and logs: $KAFKA_STATE_DIR (default ${TMPDIR:-/tmp}/hintstream-kafka).
 # Needs Java 17 or newer and Maven (Debian: apt-get install default-jre-headless maven).
@@ -104,6 +107,7 @@ write_properties() {
     echo "transaction.state.log.min.isr=$isr"
     echo "share.coordinator.state.topic.replication.factor=$rf"
     echo "share.coordinator.state.topic.min.isr=$isr"
+    for line in ${KAFKA_EXTRA_PROPERTIES:-}; do echo "$line"; done
   } >"$dir/server.properties"
 }
 

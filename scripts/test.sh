@@ -28,6 +28,12 @@ cargo build --locked --features cuda
 # Benches and examples must build; they are run by their own scripts.
 cargo build --locked --all-targets
 cargo check --manifest-path fuzz/Cargo.toml  # the fuzz targets build (on stable; scripts/fuzz.sh runs them)
+# The Helm chart: helm v3.22.0 built from its Go module (cached), lint, render
+# under deploy/helm/hintstream/ci/*-values.yaml, and the rendered manifests
+# decoded strictly against their Go types (deploy/helm/check); the binary
+# built above loads each rendered hintstream.toml. ~8 min cold on 2 cores
+# (docs/BENCHMARKS.md, "Cold start"), seconds once cached.
+scripts/helm.sh check
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

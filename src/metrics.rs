@@ -24,6 +24,7 @@ pub struct StageMetrics {
     commit_failures: Counter,
     store_failures: Counter,
     revoke_finished: Counter,
+    rebalances: Family<Labels, Counter>,
     in_flight: Gauge,
     in_flight_bytes: Gauge,
     consumer_lag: Gauge,
@@ -44,6 +45,7 @@ impl StageMetrics {
             commit_failures: Counter::default(),
             store_failures: Counter::default(),
             revoke_finished: Counter::default(),
+            rebalances: Family::default(),
             in_flight: Gauge::default(),
             in_flight_bytes: Gauge::default(),
             consumer_lag: Gauge::default(),
@@ -89,6 +91,12 @@ impl StageMetrics {
             "revoke_drained_messages",
             "In-flight messages of revoked partitions that finished during the drain",
             m.revoke_finished.clone(),
+        );
+        registry.register(
+            "rebalances",
+            "Rebalance callbacks this member received, by kind (assign, revoke): a restarted static member \
+             rejoins without any on the others",
+            m.rebalances.clone(),
         );
         registry.register(
             "in_flight_messages",
@@ -168,6 +176,13 @@ impl StageMetrics {
     /// cancelled are counted as abandoned when their handles drop).
     pub fn revoke_drained(&self, finished: usize) {
         self.revoke_finished.inc_by(finished as u64);
+    }
+
+    /// A rebalance callback: `kind` is `assign` or `revoke`.
+    pub fn rebalanced(&self, kind: &str) {
+        self.rebalances
+            .get_or_create(&vec![("kind", kind.to_string())])
+            .inc();
     }
 
     pub fn set_in_flight(&self, n: usize) {

@@ -7,14 +7,19 @@
 //! step's metrics, and stops cleanly. Each stage builds and runs in a
 //! `stage` span (`stage=hints worker=0`), so its log lines say which wrote
 //! them.
+//!
+//! A first run is quiet: without an API key it logs no warning and no error
+//! at the default level. It stops in order: the stages (their consumers,
+//! producers and topic readers) and its own clients first, the embedded
+//! broker last, so that nothing reconnects to it, and nothing logs, after
+//! `done`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{DefaultProducerContext, FutureProducer};
+use rdkafka::producer::FutureProducer;
 use rdkafka::Message;
 use thiserror::Error;
 use tokio::sync::watch;
@@ -24,7 +29,7 @@ use crate::advantages::service::AdvantageStage;
 use crate::batch::ipc;
 use crate::config::Config;
 use crate::hints::HintStage;
-use crate::kafka::{admin, client_config, create_producer};
+use crate::kafka::{admin, client_config, create_producer, EmbeddedBroker};
 use crate::llm::synth::LlmEnv;
 use crate::messages::{decode, key_for, Hint};
 use crate::telemetry::stage_span;
@@ -37,6 +42,16 @@ pub const SAMPLE_DIR: &str = "examples/data";
 const HINT_WORKERS: usize = 2;
 /// How long to wait for the hints and the step's results.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
+/// The consumers' session on the embedded broker (see [`fresh_groups`]).
+const EMBEDDED_SESSION: [(&str, &str); 2] =
+    [("session.timeout.ms", "6000"), ("heartbeat.interval.ms", "1000")];
+/// How long one metadata request for a new topic may take.
+const TOPIC_PROBE: Duration = Duration::from_secs(5);
+/// How often a new topic is looked for.
+const READY_POLL: Duration = Duration::from_millis(100);
+/// How long the embedded broker waits for its clients to close before it
+/// stops anyway (they may then log that it refused their connection).
+const BROKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Error)]
 pub enum QuickstartError {
@@ -129,11 +144,7 @@ fn reader(config: &Config, topic: &str) -> Result<StreamConsumer, QuickstartErro
     Ok(consumer)
 }
 
-/// The embedded broker, when the quick start runs its own: kept alive for
-/// the run.
-type Embedded = Option<MockCluster<'static, DefaultProducerContext>>;
-
-/// Runs the quick start. `embedded`: start the mock cluster and point
+/// Runs the quick start. `embedded`: start the embedded broker and point
 /// `config` at it.
 pub async fn run(
     mut config: Config,
@@ -142,49 +153,114 @@ pub async fn run(
 ) -> Result<QuickstartReport, QuickstartError> {
     let started = Instant::now();
     let run_id = format!("quickstart-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
-    let _cluster = open_broker(&mut config, embedded).await?;
+    let broker = open_broker(&mut config, embedded).await?;
     fresh_groups(&mut config, &run_id);
-    let (stop_tx, running) = start_stages(&config).await?;
+    let played = match start_stages(&config).await {
+        Ok((stop_tx, running)) => {
+            let played = play(&config, data, &run_id).await;
+            let _ = stop_tx.send(true);
+            for task in running {
+                let _ = task.await;
+            }
+            played
+        }
+        Err(e) => Err(e),
+    };
+    if let Some(broker) = broker {
+        broker.stop(BROKER_STOP_TIMEOUT).await;
+    }
+    let report = played?;
+    println!("done in {:.1?}; stages stopped cleanly", started.elapsed());
+    Ok(report)
+}
 
-    let producer = create_producer(&config)?;
+/// The quick start's readers of the topics it shows, made together so
+/// that their groups join while the stages work.
+struct Readers {
+    hints: StreamConsumer,
+    metrics: StreamConsumer,
+    advantages: StreamConsumer,
+}
+
+/// Plays the sample step through the running stages; its producer and
+/// readers are closed when it returns.
+async fn play(config: &Config, data: &Path, run_id: &str) -> Result<QuickstartReport, QuickstartError> {
+    let producer = create_producer(config)?;
+    let readers = Readers {
+        hints: reader(config, &config.topics.hints)?,
+        metrics: reader(config, &config.topics.metrics)?,
+        advantages: reader(config, &config.topics.advantages)?,
+    };
     let mut report = QuickstartReport {
-        hints: play_failed(&config, &producer, data, &run_id).await?,
+        hints: play_failed(config, &producer, &readers.hints, data, run_id).await?,
         ..QuickstartReport::default()
     };
-    play_scored(&config, &producer, data, &run_id, &mut report).await?;
-
-    let _ = stop_tx.send(true);
-    for task in running {
-        let _ = task.await;
-    }
-    println!("done in {:.1?}; stages stopped cleanly", started.elapsed());
+    play_scored(config, &producer, &readers, data, run_id, &mut report).await?;
     Ok(report)
 }
 
 /// Starts the embedded broker with the design's topics (`embedded`), or
 /// creates them on the broker `config` names.
-async fn open_broker(config: &mut Config, embedded: bool) -> Result<Embedded, QuickstartError> {
+async fn open_broker(config: &mut Config, embedded: bool) -> Result<Option<EmbeddedBroker>, QuickstartError> {
     let topics = crate::stages::design_topics(config);
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
     if !embedded {
         admin::create_topics(config, &topics, config.topics.partitions).await?;
+        wait_for_topics(config, &names).await?;
         println!("broker: {}", config.bootstrap_servers);
         return Ok(None);
     }
-    let cluster = MockCluster::new(1)?;
-    config.bootstrap_servers = cluster.bootstrap_servers();
-    for topic in topics {
-        cluster.create_topic(&topic.name, config.topics.partitions, 1)?;
-    }
+    let broker = EmbeddedBroker::start(&names, config.topics.partitions)?;
+    config.bootstrap_servers = broker.bootstrap_servers().to_string();
     println!(
         "broker: embedded Kafka-protocol broker (librdkafka mock cluster) at {}",
         config.bootstrap_servers
     );
-    Ok(Some(cluster))
+    Ok(Some(broker))
+}
+
+/// Waits until the broker's metadata names every topic of `topics`, at most
+/// [`PHASE_TIMEOUT`]: a topic just created is not in every metadata answer
+/// at once, and a stage that asks too early refuses to start.
+async fn wait_for_topics(config: &Config, topics: &[String]) -> Result<(), QuickstartError> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    for topic in topics {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let seen = crate::kafka::connect::topic_exists(config, topic, left.min(TOPIC_PROBE))
+                .await
+                .unwrap_or(false);
+            if seen {
+                break;
+            }
+            if left.is_zero() {
+                return Err(QuickstartError::Timeout(format!(
+                    "topic {topic} was created but the broker did not name it within {PHASE_TIMEOUT:?}"
+                )));
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+    Ok(())
 }
 
 /// Fresh groups, so a rerun against the same broker starts clean; metrics
-/// on free ports; a short group wait for the small sample.
+/// on free ports; a short group wait for the small sample. On the embedded
+/// broker, a short session: its group coordinator, when two workers join at
+/// the same moment, can wait a session timeout for a member to rejoin (45 s
+/// by default; 6 s here, as in the tests).
 fn fresh_groups(config: &mut Config, run_id: &str) {
+    if crate::kafka::embedded::is_embedded(&config.bootstrap_servers) {
+        for (key, value) in EMBEDDED_SESSION {
+            if config
+                .kafka
+                .get(crate::config::ClientKind::Consumer, key)
+                .is_none()
+            {
+                config.kafka.consumer.insert(key.to_string(), value.into());
+            }
+        }
+    }
     config.hints.group_id = format!("{}-{run_id}", config.hints.group_id);
     config.advantages.group_id = format!("{}-{run_id}", config.advantages.group_id);
     config.hints.metrics_addr = "127.0.0.1:0".into();
@@ -231,6 +307,13 @@ async fn start_stages(
     }));
     let synth = crate::llm::Synthesizer::new(&config.llm, &env).map_err(|e| stage_error(&e))?;
     println!("hints from: {}", synth.describe());
+    let embedded = crate::kafka::embedded::is_embedded(&config.bootstrap_servers);
+    tracing::info!(
+        broker = %config.bootstrap_servers,
+        embedded,
+        hints = %synth.describe(),
+        "quick start: the broker and the hint source"
+    );
     Ok((stop_tx, running))
 }
 
@@ -260,6 +343,7 @@ fn failed_groups(config: &Config, failed: &[RecordedMessage]) -> HashSet<Vec<u8>
 async fn play_failed(
     config: &Config,
     producer: &FutureProducer,
+    hints_reader: &StreamConsumer,
     data: &Path,
     run_id: &str,
 ) -> Result<Vec<Hint>, QuickstartError> {
@@ -270,7 +354,6 @@ async fn play_failed(
         &HashMap::new(),
     )?;
     let groups = failed_groups(config, &failed);
-    let hints_reader = reader(config, &config.topics.hints)?;
     send_all(
         producer,
         &failed,
@@ -320,12 +403,11 @@ async fn play_failed(
 async fn play_scored(
     config: &Config,
     producer: &FutureProducer,
+    readers: &Readers,
     data: &Path,
     run_id: &str,
     report: &mut QuickstartReport,
 ) -> Result<(), QuickstartError> {
-    let metrics_reader = reader(config, &config.topics.metrics)?;
-    let advantages_reader = reader(config, &config.topics.advantages)?;
     let categories = report
         .hints
         .iter()
@@ -346,12 +428,12 @@ async fn play_scored(
         "\nplayed {} scored rollouts (hinted retries included); step metrics:\n",
         scored.len()
     );
-    let m = next_for_key(&metrics_reader, &step_key, "step metrics").await?;
+    let m = next_for_key(&readers.metrics, &step_key, "step metrics").await?;
     report.metrics = serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or_default();
     for (name, value) in &report.metrics {
         println!("  {name:<45} {value:.4}");
     }
-    let m = next_for_key(&advantages_reader, &step_key, "advantages").await?;
+    let m = next_for_key(&readers.advantages, &step_key, "advantages").await?;
     let batches = ipc::decode_stream(m.payload().unwrap_or_default()).unwrap_or_default();
     report.advantage_rows = batches.iter().map(|b| b.num_rows()).sum();
     println!(

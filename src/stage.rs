@@ -181,6 +181,7 @@ impl StageShell {
         let transactional_id = config
             .kafka
             .transactional_id(prefix.strip_prefix("hintstream_").unwrap_or(prefix))?;
+        config.kafka.group_instance_id(&stage.group_id)?;
         let mut topics = vec![
             stage.input_topic.as_str(),
             stage.output_topic.as_str(),

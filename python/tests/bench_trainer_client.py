@@ -5,7 +5,13 @@ messages are put on the same topics and a new client runs N more steps. For
 contrast, what the old client did per read (a new consumer group from the
 start of the topic) is timed on the same history.
 
-    python python/tests/bench_trainer_client.py [--steps N] [--out FILE.md]
+Each step's hint phase (from publishing its failed trajectories to its last
+hint) is reported too. With ``--outcomes`` the pipeline has an outcomes
+topic, so stage 1 learns (it reads the hints and outcomes topics back, with
+a read barrier before each step's first choice); ``--llm-delay-ms`` makes the
+loopback LLM take that long per answer.
+
+    python python/tests/bench_trainer_client.py [--steps N] [--outcomes] [--llm-delay-ms MS] [--out FILE.md]
 
 (scripts/bench-trainer-client.sh makes the venv and the binary first.)
 """
@@ -35,8 +41,15 @@ from loop import FAILED_GROUPS, run_step  # noqa: E402
 
 
 def steps(client: TrainerClient, run_id: str, first: int, n: int, rng: random.Random) -> list:
-    asyncio.run(run_step(client, run_id, first, rng))  # warm-up, not counted
-    return [asyncio.run(run_step(client, run_id, s, rng)).seconds["step"] for s in range(first + 1, first + 1 + n)]
+    """Each step's seconds (``step``, ``hints``, ...), after one warm-up
+    step that is not counted."""
+    asyncio.run(run_step(client, run_id, first, rng))
+    return [asyncio.run(run_step(client, run_id, s, rng)).seconds for s in range(first + 1, first + 1 + n)]
+
+
+def ms(values: list) -> str:
+    """median (min-max) in milliseconds."""
+    return f"{statistics.median(values) * 1000:.0f} ms ({min(values) * 1000:.0f}-{max(values) * 1000:.0f})"
 
 
 def rescan_seconds(bootstrap: str, topic: str, expected: int) -> float:
@@ -59,6 +72,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--hints", type=int, default=30_000)
     p.add_argument("--advantages", type=int, default=2_000)
+    p.add_argument("--outcomes", action="store_true", help="give the pipeline an outcomes topic (stage 1 learns)")
+    p.add_argument("--llm-delay-ms", type=float, default=0.0, help="the loopback LLM's time per answer")
     p.add_argument("--out", default="/tmp/hs-notes/python-bench.md")
     a = p.parse_args()
 
@@ -69,9 +84,9 @@ def main() -> None:
     else:
         kafka = Kafka().start()
         bootstrap = kafka.bootstrap
-    llm = LlmServer()
+    llm = LlmServer(delay=a.llm_delay_ms / 1000)
     work = Path(tempfile.mkdtemp(prefix="bench-trainer-client-"))
-    pipeline = Pipeline(bootstrap, llm, work)
+    pipeline = Pipeline(bootstrap, llm, work, outcomes=a.outcomes)
     try:
         rng = random.Random(11)
         run_id = f"bench-{uuid.uuid4().hex[:6]}"
@@ -89,21 +104,25 @@ def main() -> None:
             kafka.kill()
         shutil.rmtree(work, ignore_errors=True)
 
-    m_fresh, m_after = statistics.median(fresh), statistics.median(after)
-    ratio = m_after / m_fresh
+    step_fresh, step_after = [s["step"] for s in fresh], [s["step"] for s in after]
+    hints_fresh, hints_after = [s["hints"] for s in fresh], [s["hints"] for s in after]
+    ratio = statistics.median(step_after) / statistics.median(step_fresh)
+    learning = "an outcomes topic (stage 1 learns: read barrier before each step)" if a.outcomes else "no outcomes topic (stage 1 does not learn)"
     lines = [
         "# Trainer client: per-step time against topic history",
         "",
-        f"`scripts/bench-trainer-client.sh` ({time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, Apache Kafka 4.1.1 (one node), both stages as debug-build processes, loopback LLM).",
+        f"`scripts/bench-trainer-client.sh {' '.join(sys.argv[1:])}` ({time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, Apache Kafka 4.1.1 (one node), both stages as debug-build processes, "
+        f"loopback LLM answering in {a.llm_delay_ms:.0f} ms, {learning}).",
         "",
         f"One step = {FAILED_GROUPS} failed groups through `synthesize_hints_batch` (stage 1 → loopback LLM → hints), "
-        f"112 scored rows published, the step's advantages and metrics awaited. {a.steps} steps each (median; one warm-up step not counted).",
+        f"112 scored rows published, the step's advantages and metrics awaited. {a.steps} steps each (median (min-max); one warm-up step not counted). "
+        "The hint phase: from publishing the step's failed trajectories to its last hint.",
         "",
-        "| topics | per-step median | min | max |",
-        "|---|---|---|---|",
-        f"| fresh | {m_fresh * 1000:.0f} ms | {min(fresh) * 1000:.0f} ms | {max(fresh) * 1000:.0f} ms |",
-        f"| after {a.hints:,} old hints + {a.advantages:,} old advantage messages | {m_after * 1000:.0f} ms | {min(after) * 1000:.0f} ms | {max(after) * 1000:.0f} ms |",
+        "| topics | per step | hint phase |",
+        "|---|---|---|",
+        f"| fresh | {ms(step_fresh)} | {ms(hints_fresh)} |",
+        f"| after {a.hints:,} old hints + {a.advantages:,} old advantage messages | {ms(step_after)} | {ms(hints_after)} |",
         "",
         f"**Ratio after / fresh: {ratio:.2f}** (1.0 = history costs nothing). The second client received "
         f"{stats.get(pipeline.topics.hints, 0)} hint and {stats.get(pipeline.topics.advantages, 0)} advantage messages: its own steps only.",

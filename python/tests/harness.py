@@ -169,7 +169,11 @@ def create_topics(bootstrap: str, names: List[str], partitions: int) -> None:
         time.sleep(0.1)
 
 
-def unique_topics(prefix: str = "py") -> Topics:
+def unique_topics(prefix: str = "py", outcomes: bool = False) -> Topics:
+    """Fresh topic names; with ``outcomes`` an outcomes topic of their own
+    too (hints that learn then run: stage 1 reads it and ``rl.hints`` back,
+    with a read barrier before each step), else the design's name, which
+    these tests' brokers do not hold."""
     tag = f"{prefix}-{uuid.uuid4().hex[:8]}"
     return Topics(
         failed=f"{tag}.failed",
@@ -177,11 +181,15 @@ def unique_topics(prefix: str = "py") -> Topics:
         scored=f"{tag}.scored",
         advantages=f"{tag}.advantages",
         metrics=f"{tag}.metrics",
+        **({"outcomes": f"{tag}.outcomes"} if outcomes else {}),
     )
 
 
 def make_topics(bootstrap: str, topics: Topics, partitions: int = 3) -> None:
-    create_topics(bootstrap, [topics.failed, topics.hints, topics.scored, topics.advantages, topics.metrics], partitions)
+    names = [topics.failed, topics.hints, topics.scored, topics.advantages, topics.metrics]
+    if topics.outcomes != Topics().outcomes:
+        names.append(topics.outcomes)
+    create_topics(bootstrap, names, partitions)
     create_topics(bootstrap, [topics.failed + ".dlq", topics.scored + ".dlq"], 1)
 
 
@@ -202,6 +210,8 @@ class _LlmHandler(BaseHTTPRequestHandler):
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
         found = TOKEN_RE.search(prompt)
         self.server.requests += 1
+        if self.server.delay:
+            time.sleep(self.server.delay)
         text = f"Echo {found.group(0)}: re-run the failing check before finishing." if found else "No token in the request."
         answer = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
@@ -221,13 +231,15 @@ class _LlmHandler(BaseHTTPRequestHandler):
 
 class LlmServer(ThreadingHTTPServer):
     """``POST /v1/chat/completions`` on 127.0.0.1: answers with the first
-    ``TOKEN-<hex>`` of the request's messages."""
+    ``TOKEN-<hex>`` of the request's messages, each answer ``delay`` seconds
+    after its request (a model's own time)."""
 
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), _LlmHandler)
         self.requests = 0
+        self.delay = delay
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
         self._thread.start()
 
@@ -273,7 +285,7 @@ class Stage:
         sections: Dict[str, Dict[str, Any]] = {
             # Test latency: fetch without waiting out librdkafka's 500 ms default.
             "kafka": {"fetch.wait.max.ms": "50"},
-            "topics": {k: getattr(topics, k) for k in ("failed", "hints", "scored", "advantages", "metrics")},
+            "topics": {k: getattr(topics, k) for k in ("failed", "hints", "scored", "advantages", "metrics", "outcomes")},
             "hints": {
                 "group_id": f"py-hints-{tag}",
                 "input_topic": topics.failed,
@@ -347,9 +359,10 @@ class Pipeline:
         partitions: int = 3,
         hints_stage: bool = True,
         advantages_settings: Optional[Dict[str, Dict[str, Any]]] = None,
+        outcomes: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
-        self.topics = unique_topics()
+        self.topics = unique_topics(outcomes=outcomes)
         make_topics(bootstrap, self.topics, partitions)
         self.stages: Dict[str, Stage] = {}
         if hints_stage:

@@ -4,8 +4,8 @@
 //! booleans; librdkafka gets them as strings. The two properties other
 //! settings are checked against, `session.timeout.ms` and the producers'
 //! `message.max.bytes`, are read here. A few keys of `[kafka]` are ours, not
-//! librdkafka's ([`OUR_KEYS`]: the delivery guarantee and its transactions);
-//! they never reach a client.
+//! librdkafka's ([`OUR_KEYS`]: the delivery guarantee and its transactions,
+//! the worker id and static membership); they never reach a client.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -74,6 +74,7 @@ pub const OUR_KEYS: &[&str] = &[
     "transactional_id_prefix",
     "transaction_timeout_ms",
     "worker_id",
+    "static_membership",
 ];
 
 /// librdkafka properties that hintstream sets itself from its own keys; a
@@ -84,6 +85,7 @@ const RESERVED_PROPERTIES: &[(&str, &str)] = &[
         "kafka.transactional_id_prefix and --worker-id",
     ),
     ("transaction.timeout.ms", "kafka.transaction_timeout_ms"),
+    ("group.instance.id", "kafka.static_membership and --worker-id"),
 ];
 
 /// The range of `transaction_interval_ms`.
@@ -93,6 +95,9 @@ const TRANSACTION_INTERVAL_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=60_000
 const TRANSACTION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=900_000;
 /// The longest transactional-id prefix and worker id accepted.
 const MAX_ID_PART_CHARS: usize = 100;
+/// The longest `group.instance.id` a broker accepts (Kafka checks it as it
+/// checks a topic name: at most 249 of `[A-Za-z0-9._-]`).
+const MAX_GROUP_INSTANCE_ID_CHARS: usize = 249;
 
 /// The delivery guarantee of both stages (`kafka.delivery`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -214,6 +219,15 @@ pub struct KafkaConfig {
     /// `_` or `-`. On Kubernetes, a StatefulSet's pod name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_id: Option<String>,
+    /// Static group membership (KIP-345): each stage consumer joins with
+    /// `group.instance.id` = `<group id>-<worker id>`, so that a worker
+    /// restarted within the session timeout takes its partitions back
+    /// without a rebalance. Needs a worker id, as exactly_once does. A
+    /// static member sends no leave when it stops: after a scale-down its
+    /// partitions wait for the session timeout before another member
+    /// takes them.
+    #[serde(default)]
+    pub static_membership: bool,
     /// librdkafka properties of the consumers only, over `[kafka]`'s
     /// (`"group.protocol" = "consumer"`, `"session.timeout.ms" = 45000`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -237,6 +251,7 @@ impl Default for KafkaConfig {
             transactional_id_prefix: default_transactional_id_prefix(),
             transaction_timeout_ms: default_transaction_timeout_ms(),
             worker_id: None,
+            static_membership: false,
             consumer: BTreeMap::new(),
             producer: BTreeMap::new(),
             common: BTreeMap::new(),
@@ -266,6 +281,38 @@ impl KafkaConfig {
                  the downward API), the same across restarts of this worker and unique among its stage's workers",
             ),
         }
+    }
+
+    /// The consumers' `group.instance.id` in consumer group `group`:
+    /// `<group>-<worker id>` under `static_membership`, else `None`. Without
+    /// a worker id, or when the two make an id the broker would refuse, an
+    /// error that says what to set.
+    pub fn group_instance_id(&self, group: &str) -> Result<Option<String>, ConfigError> {
+        if !self.static_membership {
+            return Ok(None);
+        }
+        let Some(worker) = self
+            .worker_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+        else {
+            return invalid(
+                "kafka.static_membership = true needs a stable worker id: set --worker-id or \
+                 HINTSTREAM_WORKER_ID (on Kubernetes, a StatefulSet's pod name, e.g. hints-0, through \
+                 the downward API), the same across restarts of this worker and unique among its stage's workers",
+            );
+        };
+        let id = format!("{group}-{worker}");
+        let fine = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if id.chars().count() > MAX_GROUP_INSTANCE_ID_CHARS || !id.chars().all(fine) {
+            return invalid(format!(
+                "kafka.static_membership: the group.instance.id {id:?} (<group id>-<worker id>) must be at most \
+                 {MAX_GROUP_INSTANCE_ID_CHARS} characters of A-Z, a-z, 0-9, '.', '_' or '-': rename the group \
+                 or turn static membership off"
+            ));
+        }
+        Ok(Some(id))
     }
 
     /// Sets a property of every client.
@@ -581,6 +628,52 @@ mod tests {
                 Ok(c) => c.validate().unwrap_err().to_string(),
             };
             assert!(e.contains(named), "{toml_text}: {e}");
+        }
+    }
+
+    #[test]
+    fn static_membership_joins_as_group_dash_worker_id_and_needs_a_worker_id() {
+        let off = KafkaConfig {
+            worker_id: Some("hints-0".into()),
+            ..KafkaConfig::default()
+        };
+        assert_eq!(off.group_instance_id("hintstream-hints").unwrap(), None);
+        let on: KafkaConfig = toml::from_str("static_membership = true\nworker_id = \"hints-0\"").unwrap();
+        on.validate().unwrap();
+        assert_eq!(
+            on.group_instance_id("hintstream-hints").unwrap().as_deref(),
+            Some("hintstream-hints-hints-0")
+        );
+        for kind in [ClientKind::Consumer, ClientKind::Producer, ClientKind::Other] {
+            assert!(!on.properties(kind).contains_key("static_membership"));
+        }
+        let without = KafkaConfig {
+            static_membership: true,
+            ..KafkaConfig::default()
+        };
+        let e = without.group_instance_id("g").unwrap_err().to_string();
+        assert!(
+            e.contains("static_membership") && e.contains("HINTSTREAM_WORKER_ID"),
+            "{e}"
+        );
+        let e = on.group_instance_id("team/hints").unwrap_err().to_string();
+        assert!(e.contains("\"team/hints-hints-0\""), "{e}");
+        let e = on.group_instance_id(&"g".repeat(250)).unwrap_err().to_string();
+        assert!(e.contains("249"), "{e}");
+    }
+
+    #[test]
+    fn group_instance_id_is_not_settable_directly() {
+        for text in [
+            "\"group.instance.id\" = \"x\"",
+            "[consumer]\n\"group.instance.id\" = \"x\"",
+        ] {
+            let config: KafkaConfig = toml::from_str(text).unwrap();
+            let e = config.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("group.instance.id") && e.contains("kafka.static_membership"),
+                "{text}: {e}"
+            );
         }
     }
 

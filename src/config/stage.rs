@@ -40,8 +40,9 @@ pub struct StageConfig {
     /// crash. For stage 2 it bounds a JSON step's rows (its `step_end`
     /// included).
     pub max_in_flight: usize,
-    /// Bytes held at once (1 to 1 TiB). Stage 1 pauses intake at this
-    /// bound; stage 2 counts messages, decoded rows and ~1 KB a parked
+    /// Bytes held at once (1 to 1 TiB). Stage 1 counts a message's payload
+    /// twice (its bytes, and the decoded trajectory a group keeps of its
+    /// best member) and pauses intake at this bound; stage 2 counts messages, decoded rows and ~1 KB a parked
     /// message (near its resident memory) and dead-letters the oldest
     /// incomplete step (`step_evicted`) to stay under it.
     pub max_in_flight_bytes: u64,

@@ -10,7 +10,10 @@
 //! a step the worker reads both topics up to their end offsets at that
 //! moment. A redelivery, a late member or another worker so picks the same
 //! arm and writes the same `hint_id`; the hint cache gives a redelivery the
-//! same text (and so the same refinement).
+//! same text (and so the same refinement). The barrier measures both topics'
+//! end offsets in one round trip (`kafka::tail::sync_all`); the readers have
+//! usually fetched what was written before it already, so a step's hints
+//! wait about that round trip, not a read.
 //!
 //! Without `[[hints.arms]]` there is one implicit arm, `default`, with
 //! today's `hint_id`s; outcomes then only refine hints, and without the
@@ -26,6 +29,7 @@ use prometheus_client::registry::Registry;
 use tracing::Instrument;
 
 use crate::config::{Config, ConfigError, PromptVersion};
+use crate::kafka::tail::sync_all;
 use crate::kafka::{TailError, TopicTail};
 use crate::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
 use crate::llm::synth::LlmEnv;
@@ -283,8 +287,10 @@ impl Learner {
         if self.synced().contains(&key) {
             return;
         }
-        for tail in [&readers.hints, &readers.outcomes] {
-            if let Err(e) = tail.sync(LEARN_SYNC_TIMEOUT).await {
+        let started = std::time::Instant::now();
+        match sync_all(&[&readers.hints, &readers.outcomes], LEARN_SYNC_TIMEOUT).await {
+            Ok(()) => tracing::debug!(run_id, step, waited = ?started.elapsed(), "read barrier passed"),
+            Err(e) => {
                 self.gauges.sync_timeouts.inc();
                 tracing::warn!(run_id, step, error = %e, "hinting the step with what was read so far");
             }
@@ -448,10 +454,8 @@ async fn catch_up(learner: std::sync::Weak<Learner>) {
         return;
     };
     if let Some(readers) = &l.readers {
-        for tail in [&readers.hints, &readers.outcomes] {
-            if let Err(e) = tail.sync(LEARN_CATCH_UP_TIMEOUT).await {
-                tracing::warn!(error = %e, "ready before the learning topics were read whole");
-            }
+        if let Err(e) = sync_all(&[&readers.hints, &readers.outcomes], LEARN_CATCH_UP_TIMEOUT).await {
+            tracing::warn!(error = %e, "ready before the learning topics were read whole");
         }
         let stats = l.state().stats();
         tracing::info!(?stats, "read the hints and outcomes topics");

@@ -360,6 +360,7 @@ async fn probe_llm(hinter: std::sync::Weak<GroupHinter>) {
 impl Stage for GroupHinter {
     type Input = Arrival;
     const PARKS: &'static str = "gathering groups";
+    const HOLDS_DECODED: bool = true;
 
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Arrival, Rejected> {
         decode_arrival(payload, meta, self.limits)

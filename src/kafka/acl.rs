@@ -5,8 +5,10 @@
 //!
 //! The broker answers for the client's own principal. A broker without an
 //! authorizer answers every operation; one that does not report authorized
-//! operations (librdkafka's mock cluster) answers nothing, and the check then
-//! passes: it only refuses what the broker says is refused.
+//! operations answers nothing, and the check then passes: it only refuses
+//! what the broker says is refused. The quick start's embedded broker
+//! (librdkafka's mock cluster) is not asked at all (`super::embedded`): it
+//! answers DescribeTopics only after the request's own timeout.
 
 use std::ffi::{CStr, CString};
 use std::fmt;

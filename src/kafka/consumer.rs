@@ -46,6 +46,10 @@ pub fn create_consumer(
     apply(&mut client, config, ClientKind::Consumer);
     ensure_statistics(&mut client);
     client.set("group.id", group_id);
+    // Static membership (KIP-345); the stage refused a bad one before.
+    if let Ok(Some(instance)) = config.kafka.group_instance_id(group_id) {
+        client.set("group.instance.id", instance);
+    }
     // The settings the delivery contract rests on; set after the passthrough
     // table so that it cannot turn them off. Under exactly_once offsets are
     // committed only through the transactions, never by the consumer.

@@ -236,6 +236,7 @@ impl ConsumerContext for StageContext {
         if let Rebalance::Revoke(tpl) = rebalance {
             let partitions = partitions_of(tpl);
             tracing::info!(partitions = %describe_partitions(&partitions), "partitions revoked");
+            self.metrics.rebalanced("revoke");
             // At shutdown the stage drained already; the close revokes all.
             if !self.lifecycle.is_stopping() {
                 self.drain(consumer, &partitions);
@@ -250,6 +251,7 @@ impl ConsumerContext for StageContext {
             Rebalance::Assign(tpl) => {
                 let partitions = partitions_of(tpl);
                 tracing::info!(partitions = %describe_partitions(&partitions), "partitions assigned");
+                self.metrics.rebalanced("assign");
                 self.reset(&partitions);
                 self.group.hold();
             }

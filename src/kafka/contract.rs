@@ -44,6 +44,11 @@ pub trait Stage {
     /// the count in the loop's log line.
     const PARKS: &'static str = "parked messages";
 
+    /// Whether an input may be held decoded beside its message's bytes
+    /// (stage 1 keeps a group's best trajectory decoded): the byte bound
+    /// then counts a payload twice, near what it holds in memory.
+    const HOLDS_DECODED: bool = false;
+
     /// The stage's input, or why the message can never be processed.
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Self::Input, Rejected>;
 

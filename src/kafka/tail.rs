@@ -10,7 +10,8 @@
 //! and waits until every partition has been read up to them (a partition
 //! whose reader reported partition-EOF after the measurement counts as
 //! read: transaction markers take offsets that carry no record). A reader is
-//! caught up when the barrier taken at its start has passed.
+//! caught up when the barrier taken at its start has passed. [`sync_all`]
+//! is the barrier of several readers at once, measured in one round trip.
 //!
 //! Partitions added to a topic after the tail started are not read (a
 //! restart picks them up). [`TopicTail::start_since`] starts at a time
@@ -35,8 +36,9 @@ use crate::config::{ClientKind, Config};
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The readers' client context: librdkafka reports each partition-EOF (which
-/// the reader asks for, to place the end of a partition) as a global error
-/// too; those are expected and not logged.
+/// the reader asks for, to place the end of a partition) to the error
+/// callback too, as `KafkaError::Global(PartitionEOF)`; the end of a
+/// partition is progress, not an error, and is not logged.
 struct TailContext;
 
 impl ClientContext for TailContext {
@@ -49,12 +51,16 @@ impl ClientContext for TailContext {
 
 impl ConsumerContext for TailContext {}
 
-/// Errors a whole-topic reader expects: the end of a partition, and a
-/// refused lookup of the group it never joins.
+/// Errors a whole-topic reader expects: the end of a partition (as the
+/// consumer reports it, or as the error callback does), and a refused
+/// lookup of the group it never joins.
 fn expected(error: &KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode::GroupAuthorizationFailed;
+    use rdkafka::types::RDKafkaErrorCode::{GroupAuthorizationFailed, PartitionEOF};
     matches!(error, KafkaError::PartitionEOF(_))
-        || error.rdkafka_error_code() == Some(GroupAuthorizationFailed)
+        || matches!(
+            error.rdkafka_error_code(),
+            Some(PartitionEOF | GroupAuthorizationFailed)
+        )
 }
 
 type TailConsumer = StreamConsumer<TailContext>;
@@ -229,9 +235,19 @@ impl TopicTail {
     /// Waits until every partition has been read up to the end offsets it
     /// has now, at most `within`.
     pub async fn sync(&self, within: Duration) -> Result<(), TailError> {
-        let started = Instant::now();
-        let measured_at = lock(&self.progress).events;
-        let targets = end_offsets(self.consumer.clone(), self.topic.clone(), self.partitions.clone()).await?;
+        sync_all(&[self], within).await
+    }
+
+    /// Waits until every partition is read up to `targets` (partition ->
+    /// end offset), or reported partition-EOF after the event numbered
+    /// `measured_at`, until `deadline`; `within` is the bound reported.
+    async fn read_up_to(
+        &self,
+        targets: &HashMap<i32, i64>,
+        measured_at: u64,
+        deadline: Instant,
+        within: Duration,
+    ) -> Result<(), TailError> {
         loop {
             let waiting = self.moved.notified();
             let behind = {
@@ -251,7 +267,7 @@ impl TopicTail {
             if behind == 0 {
                 return Ok(());
             }
-            let left = within.saturating_sub(started.elapsed());
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, waiting).await.is_err() {
                 return Err(TailError::Behind {
                     topic: self.topic.clone(),
@@ -261,6 +277,36 @@ impl TopicTail {
             }
         }
     }
+}
+
+/// The read barrier of several tails at once: waits until each has read
+/// every partition of its topic up to the end offsets they all have now, at
+/// most `within`. The end offsets of every partition are asked for in one
+/// request per leader broker (ListOffsets, at the readers' isolation
+/// level), sent together: the barrier costs one round trip, then only the
+/// reading of what was written before it, which the readers fetch all the
+/// time.
+pub async fn sync_all(tails: &[&TopicTail], within: Duration) -> Result<(), TailError> {
+    let Some(first) = tails.first() else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + within;
+    // Events counted before the measurement: an EOF after it is fresh.
+    let measured_at: Vec<u64> = tails.iter().map(|t| lock(&t.progress).events).collect();
+    let wanted: Vec<(String, Vec<i32>)> = tails
+        .iter()
+        .map(|t| (t.topic.clone(), t.partitions.clone()))
+        .collect();
+    let ends = latest_offsets(first.consumer.clone(), wanted, within.min(METADATA_TIMEOUT)).await?;
+    for (tail, at) in tails.iter().zip(measured_at) {
+        let targets: HashMap<i32, i64> = ends
+            .iter()
+            .filter(|((topic, _), _)| *topic == tail.topic)
+            .map(|((_, partition), end)| (*partition, *end))
+            .collect();
+        tail.read_up_to(&targets, at, deadline, within).await?;
+    }
+    Ok(())
 }
 
 fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
@@ -301,20 +347,45 @@ async fn partitions_of(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec
     .map_err(|_| TailError::Stopped(String::from("metadata")))?
 }
 
-/// The end (high watermark) offset of each partition now.
+/// The end offset of each partition of `topic` now.
 async fn end_offsets(
     consumer: Arc<TailConsumer>,
     topic: String,
     partitions: Vec<i32>,
 ) -> Result<HashMap<i32, i64>, TailError> {
-    tokio::task::spawn_blocking(move || {
-        let mut out = HashMap::new();
+    let ends = latest_offsets(consumer, vec![(topic, partitions)], METADATA_TIMEOUT).await?;
+    Ok(ends.into_iter().map(|((_, p), end)| (p, end)).collect())
+}
+
+/// The end offset of each (topic, partition) of `wanted` now, as the
+/// consumer's isolation level sees it (read_committed: the last stable
+/// offset): one ListOffsets request (timestamp "latest") per leader
+/// broker, sent together (a blocking call, off the runtime).
+async fn latest_offsets(
+    consumer: Arc<TailConsumer>,
+    wanted: Vec<(String, Vec<i32>)>,
+    within: Duration,
+) -> Result<HashMap<(String, i32), i64>, TailError> {
+    let mut list = TopicPartitionList::new();
+    for (topic, partitions) in &wanted {
         for partition in partitions {
-            let (_, high) = consumer.fetch_watermarks(&topic, partition, METADATA_TIMEOUT)?;
-            out.insert(partition, high);
+            list.add_partition_offset(topic, *partition, Offset::End)?;
         }
-        Ok(out)
+    }
+    tokio::task::spawn_blocking(move || {
+        let found = consumer.offsets_for_times(list, within)?;
+        let mut out = HashMap::new();
+        for e in found.elements() {
+            e.error()?;
+            let end = match e.offset() {
+                Offset::Offset(n) => n,
+                // An empty partition: nothing to read up to.
+                _ => 0,
+            };
+            out.insert((e.topic().to_string(), e.partition()), end);
+        }
+        Ok::<_, TailError>(out)
     })
     .await
-    .map_err(|_| TailError::Stopped(String::from("watermarks")))?
+    .map_err(|_| TailError::Stopped(String::from("end offsets")))?
 }

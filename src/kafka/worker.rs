@@ -329,19 +329,21 @@ impl Intake {
             }
         };
         tokio::pin!(stop);
-        while let Some(next) = self.take(consumer, stop.as_mut()).await {
+        while let Some(next) = self.take(consumer, stop.as_mut(), S::HOLDS_DECODED).await {
             self.dispatch(stage, next);
         }
     }
 
     /// Reaps finished tasks, then takes the next message: waits for a
-    /// message slot, the message, then its bytes. `None` once `stop`
+    /// message slot, the message, then its bytes (twice its payload when
+    /// `decoded_too`: see [`Stage::HOLDS_DECODED`]). `None` once `stop`
     /// resolved. A read error is counted and logged, and the wait starts
     /// again.
     async fn take(
         &mut self,
         consumer: &StageConsumer,
         mut stop: Pin<&mut impl Future<Output = ()>>,
+        decoded_too: bool,
     ) -> Option<Next> {
         let transactions = self.delivery.guarantee.transactions().cloned();
         // Never resolves at_least_once.
@@ -391,7 +393,8 @@ impl Intake {
             let mut holds = vec![Hold::slot(slot)];
             if let Some(bound) = &self.bytes {
                 // A message bigger than the whole bound takes all of it.
-                let need = (payload.len() + meta.footprint()).min(bound.total);
+                let copies = if decoded_too { 2 } else { 1 };
+                let need = (payload.len() * copies + meta.footprint()).min(bound.total);
                 let need = u32::try_from(need).unwrap_or(u32::MAX);
                 let permit = tokio::select! {
                     biased;

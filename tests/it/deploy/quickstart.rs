@@ -1,6 +1,8 @@
 //! The README's first command: `hintstream quickstart` runs the whole
 //! pipeline on the bundled sample step against the embedded broker and prints
-//! a hint per failed group, the step's metrics and the metrics endpoints.
+//! a hint per failed group, the step's metrics and the metrics endpoints. A
+//! first run, without an API key, is quiet: no warning and no error line at
+//! the default log level, librdkafka's included.
 
 use crate::common;
 
@@ -59,6 +61,59 @@ fn quickstart_runs_to_the_end_on_the_embedded_broker() {
     let out = quickstart(&[]);
     assert_ran_to_the_end(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("embedded Kafka-protocol broker"));
+}
+
+/// The stderr lines at WARN or ERROR level (the text format's level comes
+/// after the timestamp), and any librdkafka wrote itself (`%4|...`).
+fn warnings_and_errors(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| {
+            matches!(l.split_whitespace().nth(1), Some("WARN" | "ERROR"))
+                || l.starts_with("%3|")
+                || l.starts_with("%4|")
+        })
+        .collect()
+}
+
+#[test]
+fn a_first_quick_start_without_an_api_key_prints_no_warning_and_no_error() {
+    let out = common::without_llm_env(&mut Command::new(env!("CARGO_BIN_EXE_hintstream")))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("quickstart")
+        .env_remove("HINTSTREAM_BOOTSTRAP_SERVERS")
+        .env_remove("OPENROUTER_API_KEY")
+        // The default log level.
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.matches("  [static_fallback] ").count(),
+        20,
+        "20 hints: {stdout}"
+    );
+    let table = stdout
+        .split("step metrics:")
+        .nth(1)
+        .expect("the metrics table follows its heading");
+    assert!(
+        table.contains("hint/signal_rescued") && table.contains("reward/pass_at_4"),
+        "the metrics table: {stdout}"
+    );
+    let loud = warnings_and_errors(&stderr);
+    assert!(
+        loud.is_empty(),
+        "{} WARN/ERROR lines on stderr:\n{}",
+        loud.len(),
+        loud.join("\n")
+    );
+    let after_done = stdout.split("stopped cleanly").nth(1).unwrap_or_default();
+    assert!(after_done.trim().is_empty(), "nothing after done: {after_done}");
 }
 
 #[test]

@@ -62,7 +62,7 @@ async fn stage_1_peak_memory_stays_under_its_byte_bound() {
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "big", "big-hints");
     config.hints.max_in_flight_bytes = 256 * MIB as u64;
-    config.hints.group_wait_ms = 10_000;
+    config.hints.group_wait_ms = 30_000;
     config
         .kafka
         .insert("fetch.message.max.bytes", (8 * MIB).to_string());

@@ -1,4 +1,4 @@
-//! The Kafka plumbing under both stages: at-least-once, exactly-once, delivery, dead letters, revoke, failover, faults, group protocols (classic and KIP-848), chaos, codecs, secured clusters, record/replay.
+//! The Kafka plumbing under both stages: at-least-once, exactly-once, delivery, dead letters, revoke, failover, faults, group protocols (classic and KIP-848), static membership, chaos, codecs, secured clusters, record/replay.
 
 mod at_least_once;
 mod chaos;
@@ -12,4 +12,5 @@ mod group_protocol;
 mod record_replay;
 mod revoke;
 mod secure_cluster;
+mod static_membership;
 mod tail;
