@@ -8,7 +8,7 @@
 //! jsonl < config < batch, learn < metrics, health, telemetry < kafka <
 //! stage < hints, llm, advantages < tools, eval, quickstart < cli), with no
 //! circle; `tests/it/contract/layout.rs` checks it, and that this map and
-//! the README's layout name every module.
+//! the book's layout chapter (docs/layout.md) name every module.
 //!
 //! - [`messages`]: the wire contract (failed trajectories, hints, scored
 //!   rollouts, step ends), their validation and keys; decoding untrusted bytes
@@ -24,8 +24,9 @@
 //! - [`stage`]: the skeleton both stages share: checks, clients, registry,
 //!   metrics endpoint, the loop.
 //! - [`llm`]: stage 1's model side: the HTTP clients (Anthropic,
-//!   OpenAI-compatible), routing, the prompts (`v2`, and the reference's
-//!   byte for byte), the Python-literal parser, the chain walk with retries,
+//!   OpenAI-compatible), routing, the prompts (`v3`, untrusted text
+//!   delimited, and the reference's byte for byte), the Python-literal
+//!   parser, the chain walk with retries,
 //!   the limits (rate, spend budget), the cassette.
 //! - [`learn`]: hints that learn, the core, without Kafka: arms, Thompson
 //!   selection, the state rebuilt from the hints and outcomes topics (its

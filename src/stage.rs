@@ -61,6 +61,9 @@ pub struct Registered {
     pub name: &'static str,
     pub topics: fn(&Config) -> Vec<crate::kafka::admin::TopicSpec>,
     pub build: fn(Config) -> Built,
+    /// How many workers of it the quick start runs in its one process
+    /// (stage 1 runs two, sharing the input's partitions as a group).
+    pub quickstart_workers: usize,
 }
 
 /// Why a stage could not start, or stopped on its own.

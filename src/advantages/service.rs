@@ -335,4 +335,5 @@ pub const REGISTERED: Registered = Registered {
             Ok(Box::new(stage) as Box<dyn Service>)
         })
     },
+    quickstart_workers: 1,
 };

@@ -119,8 +119,11 @@ pub struct LlmConfig {
     /// `models` (else exit 2, naming the model and this key).
     #[schemars(extend("x-key" = "model id"))]
     pub prices: BTreeMap<String, ModelPrice>,
-    /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
-    /// own, byte for byte (`reference`), e.g. to compare hints with it.
+    /// The prompt the LLM is sent: ours (`v3`), which shows every text the
+    /// failed attempt produced inside an `<untrusted>` element, or the
+    /// reference trainer's own, byte for byte (`reference`), e.g. to compare
+    /// hints with it; the reference's is not hardened against prompt
+    /// injection.
     pub prompt_version: PromptVersion,
     /// Models a trainer may ask for on a failed trajectory (`hint_model`,
     /// the drop-in's `model`): such a request is served by that model
@@ -227,14 +230,15 @@ pub const MIN_HEDGE_WINDOW: usize = 20;
 /// The largest `llm.hedge_window` (a p95 is sorted out of it per call).
 pub const MAX_HEDGE_WINDOW: usize = 10_000;
 
-/// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
+/// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v3`, the
 /// default) or the reference trainer's own, byte for byte (`reference`).
-/// The texts are in `llm::prompt`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+/// The texts are in `llm::prompt`. (`v2`, which showed untrusted text
+/// undelimited, is gone: naming it is an error that says so.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PromptVersion {
     #[default]
-    V2,
+    V3,
     Reference,
 }
 
@@ -242,7 +246,7 @@ impl PromptVersion {
     /// The name stamped on hints as `prompt_version`.
     pub const fn as_str(self) -> &'static str {
         match self {
-            PromptVersion::V2 => "v2",
+            PromptVersion::V3 => "v3",
             PromptVersion::Reference => "reference",
         }
     }
@@ -250,7 +254,7 @@ impl PromptVersion {
 
 /// Stamped on every hint of our own prompt as `prompt_version`; change it
 /// with the template (in `llm::prompt`).
-pub const PROMPT_VERSION: &str = PromptVersion::V2.as_str();
+pub const PROMPT_VERSION: &str = PromptVersion::V3.as_str();
 
 impl std::fmt::Display for PromptVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -260,15 +264,32 @@ impl std::fmt::Display for PromptVersion {
 
 /// A `prompt_version` that names no prompt.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown prompt_version {0:?}: expected \"v2\" or \"reference\"")]
+#[error("unknown prompt_version {:?}: expected \"v3\" or \"reference\"{}", .0, retired_note(.0))]
 pub struct UnknownPromptVersion(pub String);
+
+/// Why a retired prompt version is refused.
+fn retired_note(version: &str) -> &'static str {
+    match version {
+        "v2" => " (\"v2\" showed the task, chat and verifier output undelimited, so a message could rewrite the prompt; \"v3\" replaced it)",
+        _ => "",
+    }
+}
+
+/// Read as its name (see `FromStr`), so that a retired version's error
+/// says why.
+impl<'de> Deserialize<'de> for PromptVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 impl std::str::FromStr for PromptVersion {
     type Err = UnknownPromptVersion;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "v2" => Ok(PromptVersion::V2),
+            "v3" => Ok(PromptVersion::V3),
             "reference" => Ok(PromptVersion::Reference),
             other => Err(UnknownPromptVersion(other.to_string())),
         }

@@ -42,7 +42,7 @@
 //!   plus a produce and a fetch). So the group spends at most the budget
 //!   plus, for each worker but the one that admits the last call,
 //!   `llm.concurrency` worst-case calls and what it settles within one
-//!   interval (README, "The budget and the rate limits are the group's").
+//!   interval (docs/hints.md, "The budget and the rate limits are the group's").
 //!   A worker alone: the budget itself. A killed worker (no final record)
 //!   adds its calls in flight (billed, never settled, seen by no peer) and
 //!   what it settled since its last acknowledged record.

@@ -41,7 +41,7 @@ pub enum ConnectError {
     Tls { broker: String, detail: String },
     #[error("topic {topic:?} does not exist on {servers}; create the pipeline's topics with `hintstream topics create` (or point the stage at an existing topic)")]
     MissingTopic { topic: String, servers: String },
-    #[error("missing ACLs for {principal}: {}. Grant them with kafka-acls (docs/acls.md, the book's \"ACLs per stage\" chapter, lists each stage's)", list(.missing))]
+    #[error("missing ACLs for {principal}: {}. Grant them with kafka-acls (docs/acls.md lists each stage's)", list(.missing))]
     MissingAcls {
         principal: String,
         missing: Vec<MissingAcl>,

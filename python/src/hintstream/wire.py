@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass, fields
@@ -174,7 +175,9 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
     (``hint_category``, ``hint_id``, the hint a hinted row ran with, and
     ``response_length``, the response's length in tokens, the reference
     trainer's ``response_mask`` sum, an integer >= 1 that only the
-    ``reinforce_pp`` estimator reads, optional)."""
+    ``reinforce_pp`` estimator reads, optional; ``logprob_hinted`` and
+    ``logprob_unhinted`` of a hinted row, optional, with its
+    ``response_length``)."""
     out = []
     for i, row in enumerate(rows):
         try:
@@ -199,6 +202,11 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
             message["hint_id"] = hint_id
         if row.get("response_length") is not None:
             message["response_length"] = _response_length(i, row["response_length"])
+        for name in LOGPROB_FIELDS:
+            if row.get(name) is not None:
+                if "response_length" not in message:
+                    raise ValueError(f"scored row {i} has {name} but no response_length")
+                message[name] = _logprob(i, name, row[name])
         out.append(message)
     return out
 
@@ -215,6 +223,26 @@ def _response_length(i: int, value: Any) -> int:
     if length != value or not 1 <= length <= 0xFFFFFFFF:
         raise ValueError(f"scored row {i} has response_length {value!r}; it must be an integer from 1 to 4294967295")
     return length
+
+
+#: A hinted row's log-probs (the sum over the response's tokens): under the
+#: hinted prompt, and the same response under the unhinted prompt with the
+#: same weights.
+LOGPROB_FIELDS = ("logprob_hinted", "logprob_unhinted")
+
+
+def _logprob(i: int, name: str, value: Any) -> float:
+    """A row's log-prob as a float: finite and at most 0 (1e-6 allowed for
+    rounding)."""
+    if isinstance(value, bool):
+        raise ValueError(f"scored row {i} has a {name} that is a bool")
+    try:
+        logprob = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"scored row {i} has a {name} that is not a number: {value!r}") from None
+    if not math.isfinite(logprob) or logprob > 1e-6:
+        raise ValueError(f"scored row {i} has {name} {value!r}; it must be finite and at most 0")
+    return logprob
 
 
 def step_end(run_id: str, step: int, count: int) -> Dict[str, Any]:
