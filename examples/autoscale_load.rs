@@ -481,7 +481,8 @@ async fn main() -> anyhow::Result<()> {
         config.hints.dlq_topic.clone(),
         config.topics.spend.clone(),
     ];
-    hintstream::kafka::admin::create_topics(&config, &names, args.partitions)
+    let specs = hintstream::stages::specs_of(&config, &names);
+    hintstream::kafka::admin::create_topics(&config, &specs, args.partitions)
         .await
         .context("creating topics")?;
     let dir = tempfile::tempdir()?;

@@ -539,7 +539,7 @@ fn answer(body: &serde_json::Value, counted: &Mutex<BTreeMap<String, u64>>) -> s
     let model = body["model"].as_str().unwrap_or("unknown").to_string();
     let refined = body
         .to_string()
-        .contains(hintstream::learn::refine::SECTION_HEADING);
+        .contains(hintstream::llm::prompt::earlier::HEADING);
     if let Ok(mut c) = counted.lock() {
         *c.entry(model.clone()).or_default() += 1;
     }

@@ -166,6 +166,8 @@ fn encode_input(rows: &mut ScoredRows, step: i64, format: Format) -> Result<Vec<
                     hint_category: rows.hint_category[i].clone(),
                     hint_id: None,
                     response_length: None,
+                    logprob_hinted: None,
+                    logprob_unhinted: None,
                 });
                 Ok(Input {
                     payload: serde_json::to_vec(&row)?,

@@ -132,41 +132,48 @@ extern "C" __global__ void group_stds(const double *squares, const unsigned long
     }
 }
 
+// The largest finite double: |x| <= DBL_MAX is false for infinities and NaN.
+#define FINITE_MAX 1.7976931348623157e308
+
+__device__ bool finite3(double a, double b, double c) {
+    return fabs(a) <= FINITE_MAX && fabs(b) <= FINITE_MAX && fabs(c) <= FINITE_MAX;
+}
+
 // Pass 3: every row's advantage, the baseline subtracted (row_mean) and the
 // std (row_std). `divide`: A = (s - mean) / (std + epsilon), else s - mean;
 // reinforce_pp: A = (s - mean) / sqrt(std * std + epsilon), the reference's
 // rsqrt(var + 1e-8) with epsilon = whiten_epsilon; rloo never divides.
-// `whole_step`: every row uses index 0 (reinforce_pp).
+// `whole_step`: every row uses index 0 (reinforce_pp). Sets *non_finite to 1
+// when any output is not finite (rewards too large for plain sums: the host
+// then computes the batch on rescaled rewards, src/normalize/rescaled.rs).
 extern "C" __global__ void advantages(const unsigned int *group, const double *reward,
                                       const unsigned char *hinted, int first_turn,
                                       unsigned long long n, const double *sum,
                                       const unsigned long long *count, const double *mean,
                                       const double *std_, int estimator, int divide,
                                       double epsilon, int whole_step, double *advantage,
-                                      double *row_mean, double *row_std) {
+                                      double *row_mean, double *row_std, int *non_finite) {
     GRID_STRIDE(i, n) {
         unsigned int g = whole_step ? 0 : group[i];
         double r = reward[i], m = mean[g], s = std_[g];
+        double a, baseline = m;
         if (estimator == EST_RLOO) {
             unsigned long long c = count[g];
-            double baseline;
             if (c < 2) {
                 baseline = r;
-            } else if (first_turn && hinted[i]) {
-                baseline = m;
-            } else {
+            } else if (!(first_turn && hinted[i])) {
                 baseline = (sum[g] - r) / (double)(c - 1);
             }
-            advantage[i] = r - baseline;
-            row_mean[i] = baseline;
+            a = r - baseline;
         } else if (estimator == EST_REINFORCE_PP) {
-            advantage[i] = (r - m) / sqrt(s * s + epsilon);
-            row_mean[i] = m;
+            a = (r - m) / sqrt(s * s + epsilon);
         } else {
             double centred = r - m;
-            advantage[i] = divide ? centred / (s + epsilon) : centred;
-            row_mean[i] = m;
+            a = divide ? centred / (s + epsilon) : centred;
         }
+        advantage[i] = a;
+        row_mean[i] = baseline;
         row_std[i] = s;
+        if (!finite3(a, baseline, s)) atomicOr(non_finite, 1);
     }
 }

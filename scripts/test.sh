@@ -18,6 +18,12 @@ scripts/kafka.sh install
 # The real llama.cpp server of tests/it/hints/local_model.rs: ~8 min cold on 2 busy
 # cores (the wheel's build), ~20 s from the cached wheel, instant once installed.
 scripts/local-llm.sh install
+# The TRL smoke run's venv (tests/it/trainer/trl_smoke.rs): torch with its CUDA 13 runtime
+# wheels, transformers, TRL, the policy's GGUF; ~2.8 GB downloaded and ~8 min on 2 busy cores
+# cold, cached in ~/.cache/hintstream/rl, under a second warm (docs/BENCHMARKS.md, "A real
+# run"). Mostly download and unpacking: it runs beside the builds below, and the tests wait for it.
+scripts/rl-venv.sh >/dev/null &
+rl_venv=$!
 # The book (docs/, mdBook from crates.io: 5.6 CPU-minutes cold, ~14 min on 2 busy cores; then
 # cached in ~/.cache/hintstream) must build; its links, the README's length
 # and the generated configuration reference are checked by the tests
@@ -34,6 +40,7 @@ cargo check --manifest-path fuzz/Cargo.toml  # the fuzz targets build (on stable
 # built above loads each rendered hintstream.toml. ~8 min cold on 2 cores
 # (docs/BENCHMARKS.md, "Cold start"), seconds once cached.
 scripts/helm.sh check
+wait "$rl_venv" || { echo "scripts/rl-venv.sh failed (the TRL smoke run's venv)" >&2; exit 1; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

@@ -8,7 +8,7 @@
 //! jsonl < config < batch, learn < metrics, health, telemetry < kafka <
 //! stage < hints, llm, advantages < tools, eval, quickstart < cli), with no
 //! circle; `tests/it/contract/layout.rs` checks it, and that this map and
-//! the README's layout name every module.
+//! the book's layout chapter (docs/layout.md) name every module.
 //!
 //! - [`messages`]: the wire contract (failed trajectories, hints, scored
 //!   rollouts, step ends), their validation and keys; decoding untrusted bytes
@@ -24,8 +24,9 @@
 //! - [`stage`]: the skeleton both stages share: checks, clients, registry,
 //!   metrics endpoint, the loop.
 //! - [`llm`]: stage 1's model side: the HTTP clients (Anthropic,
-//!   OpenAI-compatible), routing, the prompts (`v2`, and the reference's
-//!   byte for byte), the Python-literal parser, the chain walk with retries,
+//!   OpenAI-compatible), routing, the prompts (`v3`, untrusted text
+//!   delimited, and the reference's byte for byte), the Python-literal
+//!   parser, the chain walk with retries,
 //!   the limits (rate, spend budget), the cassette.
 //! - [`learn`]: hints that learn, the core, without Kafka: arms, Thompson
 //!   selection, the state rebuilt from the hints and outcomes topics (its
@@ -52,7 +53,7 @@
 //!   `/readyz` answers (in the group, producer connected, the stage's own
 //!   conditions); the endpoint that serves `/metrics`, `/healthz` and
 //!   `/readyz` under a header-read timeout, an idle timeout and a
-//!   connection cap.
+//!   connection cap (where the connection idle longest makes room).
 //! - [`telemetry`]: log output, OTLP span export, W3C `traceparent` on
 //!   Kafka headers, one file each.
 //! - [`tools`]: `produce`, `record` and `replay` for moving data in and out of

@@ -177,11 +177,11 @@ async fn compute(
     output: PathBuf,
 ) -> anyhow::Result<()> {
     let normalize = config.normalize.with_flags(flags)?;
-    let (options, device) = (normalize.options(), normalize.device);
+    let (options, device, weight) = (normalize.options(), normalize.device, normalize.hinted_weight);
     let limits = config.decode_limits();
     let started = Instant::now();
     let rows = tokio::task::spawn_blocking(move || {
-        offline::compute_file(&input, &output, &options, device, limits).map(|n| (n, output))
+        offline::compute_file(&input, &output, &options, device, weight, limits).map(|n| (n, output))
     })
     .await??;
     println!(

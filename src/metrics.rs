@@ -24,6 +24,7 @@ pub struct StageMetrics {
     commit_failures: Counter,
     store_failures: Counter,
     revoke_finished: Counter,
+    transaction_retries: Family<Labels, Counter>,
     rebalances: Family<Labels, Counter>,
     in_flight: Gauge,
     in_flight_bytes: Gauge,
@@ -45,6 +46,7 @@ impl StageMetrics {
             commit_failures: Counter::default(),
             store_failures: Counter::default(),
             revoke_finished: Counter::default(),
+            transaction_retries: Family::default(),
             rebalances: Family::default(),
             in_flight: Gauge::default(),
             in_flight_bytes: Gauge::default(),
@@ -91,6 +93,12 @@ impl StageMetrics {
             "revoke_drained_messages",
             "In-flight messages of revoked partitions that finished during the drain",
             m.revoke_finished.clone(),
+        );
+        registry.register(
+            "transaction_retries",
+            "Transaction commits or aborts (call) not acknowledged within one call's wait and called again \
+             (exactly_once)",
+            m.transaction_retries.clone(),
         );
         registry.register(
             "rebalances",
@@ -176,6 +184,20 @@ impl StageMetrics {
     /// cancelled are counted as abandoned when their handles drop).
     pub fn revoke_drained(&self, finished: usize) {
         self.revoke_finished.inc_by(finished as u64);
+    }
+
+    /// A transaction `call` (`commit` or `abort`) timed out and is called
+    /// again.
+    pub fn transaction_retried(&self, call: &str) {
+        self.transaction_retries
+            .get_or_create(&vec![("call", call.to_string())])
+            .inc();
+    }
+
+    pub fn transaction_retry_count(&self, call: &str) -> u64 {
+        self.transaction_retries
+            .get_or_create(&vec![("call", call.to_string())])
+            .get()
     }
 
     /// A rebalance callback: `kind` is `assign` or `revoke`.

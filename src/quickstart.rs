@@ -25,21 +25,18 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::advantages::service::AdvantageStage;
 use crate::batch::ipc;
 use crate::config::Config;
-use crate::hints::HintStage;
 use crate::kafka::{admin, client_config, create_producer, EmbeddedBroker};
 use crate::llm::synth::LlmEnv;
 use crate::messages::{decode, key_for, Hint};
+use crate::stage::BoxFuture;
 use crate::telemetry::stage_span;
 use crate::tools::recorded::{Bytes, RecordedMessage};
 use crate::tools::replay::{send_all, ReplayOptions};
 
 /// The sample step, relative to the crate root.
 pub const SAMPLE_DIR: &str = "examples/data";
-/// Hint workers started in the one process.
-const HINT_WORKERS: usize = 2;
 /// How long to wait for the hints and the step's results.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 /// The consumers' session on the embedded broker (see [`fresh_groups`]).
@@ -268,43 +265,40 @@ fn fresh_groups(config: &mut Config, run_id: &str) {
     config.hints.group_wait_ms = config.hints.group_wait_ms.min(1000);
 }
 
-/// Builds and spawns [`HINT_WORKERS`] hint workers and the advantage stage,
-/// each in its `stage` span; they stop when the returned sender says so.
+/// Builds and spawns every registered stage (each `quickstart_workers`
+/// times), each worker in its `stage` span; they stop when the returned
+/// sender says so.
 async fn start_stages(
     config: &Config,
 ) -> Result<(watch::Sender<bool>, Vec<tokio::task::JoinHandle<()>>), QuickstartError> {
     let env = LlmEnv::from_process();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
+    let stopped = |mut rx: watch::Receiver<bool>| -> BoxFuture<()> {
+        Box::pin(async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        })
     };
     let stage_error = |e: &dyn std::fmt::Display| QuickstartError::Stage(e.to_string());
     let mut running = Vec::new();
-    for worker in 0..HINT_WORKERS {
-        let span = stage_span("hints", Some(worker));
-        let stage = HintStage::build(config.clone(), &env)
-            .instrument(span.clone())
-            .await
-            .map_err(|e| stage_error(&e))?;
-        println!(
-            "hints worker {worker}: metrics at http://{}/metrics",
-            stage.metrics_addr
-        );
-        let run = stage.run(stopped(stop_rx.clone())).instrument(span);
-        running.push(tokio::spawn(async move {
-            let _ = run.await;
-        }));
+    for registered in &crate::stages::STAGES {
+        let workers = registered.quickstart_workers;
+        for worker in 0..workers {
+            let span = stage_span(registered.name, (workers > 1).then_some(worker));
+            let stage = (registered.build)(config.clone())
+                .instrument(span.clone())
+                .await
+                .map_err(|e| stage_error(&e))?;
+            let who = match workers {
+                1 => registered.name.to_string(),
+                _ => format!("{} worker {worker}", registered.name),
+            };
+            println!("{who}: metrics at http://{}/metrics", stage.metrics_addr());
+            let run = stage.run(stopped(stop_rx.clone())).instrument(span);
+            running.push(tokio::spawn(async move {
+                let _ = run.await;
+            }));
+        }
     }
-    let span = stage_span("advantages", None);
-    let stage = AdvantageStage::build(config.clone())
-        .instrument(span.clone())
-        .await
-        .map_err(|e| stage_error(&e))?;
-    println!("advantages: metrics at http://{}/metrics", stage.metrics_addr);
-    let run = stage.run(stopped(stop_rx.clone())).instrument(span);
-    running.push(tokio::spawn(async move {
-        let _ = run.await;
-    }));
     let synth = crate::llm::Synthesizer::new(&config.llm, &env).map_err(|e| stage_error(&e))?;
     println!("hints from: {}", synth.describe());
     let embedded = crate::kafka::embedded::is_embedded(&config.bootstrap_servers);

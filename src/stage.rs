@@ -61,6 +61,9 @@ pub struct Registered {
     pub name: &'static str,
     pub topics: fn(&Config) -> Vec<crate::kafka::admin::TopicSpec>,
     pub build: fn(Config) -> Built,
+    /// How many workers of it the quick start runs in its one process
+    /// (stage 1 runs two, sharing the input's partitions as a group).
+    pub quickstart_workers: usize,
 }
 
 /// Why a stage could not start, or stopped on its own.
@@ -122,6 +125,7 @@ async fn exactly_once(
     config: &Config,
     transactional_id: &str,
     connected: Arc<Signal>,
+    metrics: Arc<StageMetrics>,
 ) -> Result<Under, StageError> {
     let producer =
         create_transactional_producer(config, transactional_id, dlq_message_max_bytes(config), connected)?;
@@ -130,6 +134,7 @@ async fn exactly_once(
         transactional_id: transactional_id.to_string(),
         interval: Duration::from_millis(config.kafka.transaction_interval_ms),
         call_timeout: Duration::from_millis(config.kafka.transaction_timeout_ms),
+        metrics,
     };
     let within = Duration::from_secs(config.connect_timeout_secs);
     Under::exactly_once(producer, within)
@@ -205,7 +210,7 @@ impl StageShell {
         let producer = create_stage_producer(config, plain_connected)?;
         let under = match &transactional_id {
             None => Under::at_least_once(),
-            Some(id) => exactly_once(config, id, connected.clone()).await?,
+            Some(id) => exactly_once(config, id, connected.clone(), metrics.clone()).await?,
         };
         let intake = StageLoop::create_under(
             config,

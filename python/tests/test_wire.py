@@ -116,3 +116,33 @@ def test_a_big_step_is_cut_into_arrow_messages_under_the_limit_in_row_order() ->
     assert scored_chunks([], 200_000) == []
     with pytest.raises(ValueError, match="alone encodes"):
         scored_chunks(messages[:100], 100)
+
+
+def test_log_probs_are_checked_and_go_on_the_arrow_table() -> None:
+    base = {"instance_id": "g", "trajectory_id": "t", "reward": 1.0, "is_hinted": True}
+    rows = scored_rows("r", 1, [{**base, "logprob_hinted": -5.0, "logprob_unhinted": -25.0, "response_length": 10}, base])
+    assert (rows[0]["logprob_hinted"], rows[0]["logprob_unhinted"]) == (-5.0, -25.0)
+    assert "logprob_hinted" not in rows[1]
+    table = scored_table(rows)
+    assert table.column("logprob_hinted").type == pa.float64()
+    assert table.column("logprob_unhinted").to_pylist() == [-25.0, None]
+    for bad, text in [
+        ({"logprob_hinted": 0.5, "response_length": 2}, "at most 0"),
+        ({"logprob_unhinted": float("nan"), "response_length": 2}, "finite"),
+        ({"logprob_hinted": -1.0}, "no response_length"),
+        ({"logprob_unhinted": True, "response_length": 2}, "bool"),
+    ]:
+        with pytest.raises(ValueError, match=text):
+            scored_rows("r", 1, [{**base, **bad}])
+    # 1e-6 of rounding is accepted.
+    assert scored_rows("r", 1, [{**base, "logprob_hinted": 1e-6, "response_length": 1}])[0]["logprob_hinted"] == 1e-6
+
+
+def test_ratio_and_reliance_are_stage_2s() -> None:
+    import math
+
+    from hintstream.wire import ratio, reliance
+
+    assert ratio(-5.0, -25.0, 10) == math.exp(-2.0) and reliance(-5.0, -25.0, 10) == 2.0
+    assert ratio(-30.0, -10.0, 4) == 1.0 and reliance(-30.0, -10.0, 4) == -5.0
+    assert ratio(0.0, -1.7e308, 1) == 0.0

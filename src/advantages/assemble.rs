@@ -396,6 +396,8 @@ mod tests {
                 hint_category: None,
                 hint_id: None,
                 response_length: None,
+                logprob_hinted: None,
+                logprob_unhinted: None,
             });
         }
         r

@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 
 use crate::batch::{advantages_schema, kernel_columns, BatchError, ScoredRows};
 use crate::normalize::{
-    self, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, NormalizeError, Ran,
+    self, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight, NormalizeError,
+    Ran,
 };
 
 /// The result of one step.
@@ -25,13 +27,64 @@ pub enum ComputeError {
     Batch(#[from] BatchError),
     #[error(transparent)]
     Normalize(#[from] NormalizeError),
+    /// Rows without a finite advantage, group_mean or group_std
+    /// ([`NormalizeError::RewardOutOfRange`]), named by trajectory id.
+    #[error(
+        "{count} row(s) of step {step} have no finite advantage, group_mean or group_std: {rows}; the \
+         largest |reward| of the step is {max_abs_reward:e}, and the result is beyond f64's range even with \
+         the rewards rescaled; scale the rewards down"
+    )]
+    RewardOutOfRange {
+        /// `run_id/step`.
+        step: String,
+        /// The first rows, as `row N (trajectory_id "...")`, comma-separated.
+        rows: String,
+        count: usize,
+        max_abs_reward: f64,
+    },
 }
 
 impl ComputeError {
     pub fn kind(&self) -> &'static str {
         match self {
             ComputeError::Batch(e) => e.kind(),
+            ComputeError::RewardOutOfRange { .. } => "reward_out_of_range",
+            ComputeError::Normalize(NormalizeError::RewardOutOfRange { .. }) => "reward_out_of_range",
             ComputeError::Normalize(_) => "compute",
+        }
+    }
+
+    /// A [`NormalizeError`] of `rows`' step, whose row `i` is input row
+    /// `input_row(i)`: an out-of-range refusal names its rows by input row
+    /// and trajectory id.
+    fn of_step(e: NormalizeError, rows: &ScoredRows, input_row: impl Fn(usize) -> usize) -> ComputeError {
+        let NormalizeError::RewardOutOfRange {
+            rows: bad,
+            count,
+            max_abs_reward,
+            ..
+        } = e
+        else {
+            return ComputeError::Normalize(e);
+        };
+        let mut named: Vec<String> = bad
+            .iter()
+            .map(|&i| {
+                let id = rows.trajectory_id.get(i).map_or("", String::as_str);
+                format!("row {} (trajectory_id {id:?})", input_row(i))
+            })
+            .collect();
+        if count > bad.len() {
+            named.push("…".into());
+        }
+        ComputeError::RewardOutOfRange {
+            step: rows
+                .run_id
+                .first()
+                .map_or_else(String::new, |run| format!("{run}/{}", rows.step[0])),
+            rows: named.join(", "),
+            count,
+            max_abs_reward,
         }
     }
 }
@@ -43,23 +96,31 @@ pub fn compute_step(
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<StepResult, ComputeError> {
-    let groups = step_groups(&rows.instance_id, options);
-    let (advantages, ran) = normalize::compute(
-        &Batch {
-            group: &groups.ids,
-            n_groups: groups.n_groups,
-            reward: &rows.reward,
-            hinted: &rows.is_hinted,
-            response_length: &rows.response_length,
-        },
-        options,
-        device,
-    )?;
+    let (advantages, ran) = compute_one(&rows, options, device, |i| i)?;
     Ok(StepResult {
         rows,
         advantages,
         ran,
     })
+}
+
+/// Computes `rows`, all of one step, whose row `i` is input row
+/// `input_row(i)` (for naming rows in a refusal).
+fn compute_one(
+    rows: &ScoredRows,
+    options: &AdvantageOptions,
+    device: Device,
+    input_row: impl Fn(usize) -> usize,
+) -> Result<(Advantages, Ran), ComputeError> {
+    let groups = step_groups(&rows.instance_id, options);
+    let batch = Batch {
+        group: &groups.ids,
+        n_groups: groups.n_groups,
+        reward: &rows.reward,
+        hinted: &rows.is_hinted,
+        response_length: &rows.response_length,
+    };
+    normalize::compute(&batch, options, device).map_err(|e| ComputeError::of_step(e, rows, input_row))
 }
 
 /// Dense group ids of a step's rows for `options`' estimator: reinforce_pp
@@ -101,15 +162,7 @@ pub fn compute_rows(
         .all(|(r, s)| *r == rows.run_id[0] && *s == rows.step[0]);
     if one_step {
         // The common case: no need to split or copy the rows.
-        let groups = step_groups(&rows.instance_id, options);
-        let batch = Batch {
-            group: &groups.ids,
-            n_groups: groups.n_groups,
-            reward: &rows.reward,
-            hinted: &rows.is_hinted,
-            response_length: &rows.response_length,
-        };
-        return Ok(normalize::compute(&batch, options, device)?.0);
+        return Ok(compute_one(rows, options, device, |i| i)?.0);
     }
     let mut steps: HashMap<(&str, i64), Vec<usize>, foldhash::fast::RandomState> = HashMap::default();
     let mut order = Vec::new();
@@ -131,7 +184,7 @@ pub fn compute_rows(
     };
     for key in order {
         let indices = &steps[&key];
-        let result = compute_step(rows.take(indices), options, device)?.advantages;
+        let (result, _) = compute_one(&rows.take(indices), options, device, |i| indices[i])?;
         for (j, &i) in indices.iter().enumerate() {
             out.advantage[i] = result.advantage[j];
             out.group_mean[i] = result.group_mean[j];
@@ -141,9 +194,19 @@ pub fn compute_rows(
     Ok(out)
 }
 
-/// The advantages batch published for a step ([`advantages_schema`]).
-pub fn advantages_batch(rows: &ScoredRows, advantages: &Advantages) -> Result<RecordBatch, BatchError> {
-    let columns: Vec<ArrayRef> = vec![
+/// The advantages batch published for a step ([`advantages_schema`]). The
+/// last check before any publication or file write: a column with a value
+/// that is not finite is refused ([`BatchError::NonFinite`]; never the case
+/// for what `normalize::compute` returns). With [`HintedWeight::Ratio`] the
+/// batch gains a last Float64 column `weight` ([`weights`]); with
+/// [`HintedWeight::None`] it is as it always was.
+pub fn advantages_batch(
+    rows: &ScoredRows,
+    advantages: &Advantages,
+    hinted_weight: HintedWeight,
+) -> Result<RecordBatch, BatchError> {
+    check_finite(advantages)?;
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(&rows.run_id)),
         Arc::new(Int64Array::from(rows.step.clone())),
         Arc::new(StringArray::from_iter_values(&rows.trajectory_id)),
@@ -154,5 +217,45 @@ pub fn advantages_batch(rows: &ScoredRows, advantages: &Advantages) -> Result<Re
         Arc::new(Float64Array::from(advantages.group_mean.clone())),
         Arc::new(Float64Array::from(advantages.group_std.clone())),
     ];
-    Ok(RecordBatch::try_new(advantages_schema(), columns)?)
+    if hinted_weight == HintedWeight::None {
+        return Ok(RecordBatch::try_new(advantages_schema(), columns)?);
+    }
+    let mut fields: Vec<Field> = advantages_schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(WEIGHT, DataType::Float64, false));
+    columns.push(Arc::new(Float64Array::from(weights(rows))));
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// The name of the off-policy weight column (`normalize.hinted_weight =
+/// "ratio"`).
+pub const WEIGHT: &str = "weight";
+
+/// Each row's off-policy weight: ω on hinted rows with both log-probs
+/// ([`ScoredRows::ratio`]), 1.0 on every other row.
+pub fn weights(rows: &ScoredRows) -> Vec<f64> {
+    (0..rows.len()).map(|i| rows.ratio(i).unwrap_or(1.0)).collect()
+}
+
+/// Refuses `advantages` when any advantage, group_mean or group_std is not
+/// finite, naming the first such value.
+pub fn check_finite(advantages: &Advantages) -> Result<(), BatchError> {
+    for (column, values) in [
+        ("advantage", &advantages.advantage),
+        ("group_mean", &advantages.group_mean),
+        ("group_std", &advantages.group_std),
+    ] {
+        if !normalize::finite::all_finite(values) {
+            let row = values.iter().position(|v| !v.is_finite()).unwrap_or(0);
+            return Err(BatchError::NonFinite {
+                column,
+                row,
+                value: values.get(row).copied().unwrap_or(f64::NAN),
+            });
+        }
+    }
+    Ok(())
 }

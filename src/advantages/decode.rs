@@ -15,7 +15,7 @@ use crate::messages::{decode, DecodeLimits, ScoredMessage};
 /// One decoded message of `rl.rollouts.scored`.
 pub enum ScoredInput {
     /// Rows of one (run_id, step): one JSON row or one Arrow batch.
-    Rows(ScoredRows),
+    Rows(Box<ScoredRows>),
     End {
         run_id: String,
         step: i64,
@@ -70,7 +70,7 @@ fn decode_unguarded(
             ScoredMessage::ScoredRollout(row) => {
                 let mut rows = ScoredRows::default();
                 rows.push(&row);
-                Ok(ScoredInput::Rows(rows))
+                Ok(ScoredInput::Rows(Box::new(rows)))
             }
             ScoredMessage::StepEnd(end) => Ok(ScoredInput::End {
                 run_id: end.run_id,
@@ -108,7 +108,7 @@ fn decode_unguarded(
             "an Arrow message must hold rows of one run_id/step".into(),
         ));
     }
-    Ok(ScoredInput::Rows(rows))
+    Ok(ScoredInput::Rows(Box::new(rows)))
 }
 
 #[cfg(test)]

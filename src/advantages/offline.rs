@@ -14,10 +14,10 @@ use arrow_ipc::writer::FileWriter;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::compute::{advantages_batch, compute_rows, ComputeError};
+use super::compute::{advantages_batch, check_finite, compute_rows, ComputeError};
 use crate::batch::{ipc, BatchError, ScoredRows};
 use crate::messages::{decode, DecodeLimits, ScoredMessage};
-use crate::normalize::{AdvantageOptions, Advantages, Device};
+use crate::normalize::{AdvantageOptions, Advantages, Device, HintedWeight};
 
 #[derive(Debug, Error)]
 pub enum OfflineError {
@@ -59,6 +59,9 @@ struct OutputRow<'a> {
     trajectory_id: &'a str,
     instance_id: &'a str,
     advantage: f64,
+    /// `normalize.hinted_weight = "ratio"` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight: Option<f64>,
 }
 
 fn is_arrow(path: &Path) -> bool {
@@ -71,6 +74,7 @@ pub fn compute_file(
     output: &Path,
     options: &AdvantageOptions,
     device: Device,
+    hinted_weight: HintedWeight,
     limits: DecodeLimits,
 ) -> Result<usize, OfflineError> {
     let rows = if is_arrow(input) {
@@ -79,10 +83,15 @@ pub fn compute_file(
         read_jsonl(input, limits)?
     };
     let advantages = compute_rows(&rows, options, device)?;
+    // The last check before the file is written (none is, when it fails).
+    check_finite(&advantages).map_err(|source| OfflineError::Columns {
+        path: output.display().to_string(),
+        source,
+    })?;
     if is_arrow(output) {
-        write_arrow(output, &rows, &advantages)?;
+        write_arrow(output, &rows, &advantages, hinted_weight)?;
     } else {
-        write_jsonl(output, &rows, &advantages)?;
+        write_jsonl(output, &rows, &advantages, hinted_weight)?;
     }
     Ok(rows.len())
 }
@@ -148,7 +157,12 @@ pub fn read_arrow(path: &Path) -> Result<ScoredRows, OfflineError> {
     Ok(rows)
 }
 
-fn write_jsonl(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Result<(), OfflineError> {
+fn write_jsonl(
+    path: &Path,
+    rows: &ScoredRows,
+    advantages: &Advantages,
+    hinted_weight: HintedWeight,
+) -> Result<(), OfflineError> {
     let name = path.display().to_string();
     let err = |source| OfflineError::Write {
         path: name.clone(),
@@ -162,24 +176,32 @@ fn write_jsonl(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Resul
             trajectory_id: &rows.trajectory_id[i],
             instance_id: &rows.instance_id[i],
             advantage: advantages.advantage[i],
+            weight: (hinted_weight == HintedWeight::Ratio).then(|| rows.ratio(i).unwrap_or(1.0)),
         };
-        // A struct of strings and finite numbers always serialises.
+        // A struct of strings and finite numbers (checked above) always
+        // serialises.
         let line = serde_json::to_string(&row).unwrap_or_default();
         writeln!(out, "{line}").map_err(err)?;
     }
     out.flush().map_err(err)
 }
 
-fn write_arrow(path: &Path, rows: &ScoredRows, advantages: &Advantages) -> Result<(), OfflineError> {
+fn write_arrow(
+    path: &Path,
+    rows: &ScoredRows,
+    advantages: &Advantages,
+    hinted_weight: HintedWeight,
+) -> Result<(), OfflineError> {
     let name = path.display().to_string();
     let io = |e: arrow_schema::ArrowError| OfflineError::Write {
         path: name.clone(),
         source: std::io::Error::other(e.to_string()),
     };
-    let batch = advantages_batch(rows, advantages).map_err(|source| OfflineError::Columns {
-        path: name.clone(),
-        source,
-    })?;
+    let batch =
+        advantages_batch(rows, advantages, hinted_weight).map_err(|source| OfflineError::Columns {
+            path: name.clone(),
+            source,
+        })?;
     let file = std::fs::File::create(path).map_err(|source| OfflineError::Write {
         path: name.clone(),
         source,

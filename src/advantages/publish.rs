@@ -49,7 +49,7 @@ use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{Outgoing, SendError, Settlement, StageProducer, Taken};
 use crate::messages::{step_key, HintOutcome};
-use crate::normalize::{AdvantageOptions, Device, Ran};
+use crate::normalize::{AdvantageOptions, Device, HintedWeight, Ran};
 
 /// Header that says which kernel computed a published step.
 pub const DEVICE_HEADER: &str = "hintstream.device";
@@ -208,6 +208,7 @@ impl Unpublished {
         match self {
             Unpublished::Compute { source, .. } => Some(source.kind()),
             Unpublished::ComputePanicked { .. } | Unpublished::EncodePanicked { .. } => Some("compute_panic"),
+            Unpublished::EncodeBatch(e @ BatchError::NonFinite { .. }) => Some(e.kind()),
             Unpublished::EncodeBatch(_) | Unpublished::EncodeChunks(_) => Some("encode"),
             Unpublished::Oversized { .. } | Unpublished::ChunkRejected { .. } => Some("output_rejected"),
             Unpublished::Stopped => None,
@@ -224,6 +225,8 @@ pub(super) struct StepOutput {
     pub(super) output_topic: String,
     pub(super) metrics_topic: String,
     pub(super) options: AdvantageOptions,
+    /// `normalize.hinted_weight`: whether the output carries `weight`.
+    pub(super) hinted_weight: HintedWeight,
     pub(super) device: Device,
     pub(super) stage: AdvantagesConfig,
     pub(super) metrics: AdvantageMetrics,
@@ -328,9 +331,10 @@ impl StepOutput {
             .saturating_sub(envelope_bytes(&key, device));
         let stage = self.stage.clone();
         let step_no = id.step;
+        let hinted_weight = self.hinted_weight;
         let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let (result, chunks, metrics, outcomes) = tokio::task::spawn_blocking(move || {
-            let chunks = advantages_batch(&result.rows, &result.advantages)
+            let chunks = advantages_batch(&result.rows, &result.advantages, hinted_weight)
                 .map_err(Unpublished::EncodeBatch)
                 .and_then(|batch| encode_chunks(&batch, room).map_err(Unpublished::EncodeChunks));
             let options = MetricOptions::from(&stage);

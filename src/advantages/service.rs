@@ -76,7 +76,7 @@ impl StepPublisher {
         let mut assembler = self.assembler();
         let now = Instant::now();
         let status = match input {
-            ScoredInput::Rows(rows) => assembler.add_rows(rows, position, message, bytes, now),
+            ScoredInput::Rows(rows) => assembler.add_rows(*rows, position, message, bytes, now),
             ScoredInput::End { run_id, step, count } => {
                 assembler.end(&run_id, step, count, (position.0, message, bytes), now)
             }
@@ -252,6 +252,7 @@ impl AdvantageStage {
                 output_topic: stage.output_topic.clone(),
                 metrics_topic: config.topics.metrics.clone(),
                 options: config.normalize.options(),
+                hinted_weight: config.normalize.hinted_weight,
                 device: config.normalize.device,
                 stage: stage.clone(),
                 metrics,
@@ -335,4 +336,5 @@ pub const REGISTERED: Registered = Registered {
             Ok(Box::new(stage) as Box<dyn Service>)
         })
     },
+    quickstart_workers: 1,
 };

@@ -12,6 +12,8 @@
 //! | `hint/zero_signal_rescued_count` | hinted groups whose raw rows all failed and a hinted row succeeded (GRPO signal that would otherwise be zero) | the step has hinted rows |
 //! | `hint/category_llm_synthesized_count`, `_success_rate` | hinted rows of that category; their successes / count | that category has rows |
 //! | `hint/category_static_fallback_count`, `_success_rate` | hinted rows whose category ends in `fallback` (both fallback kinds) | such rows exist |
+//! | `hint/transfer_rate` | mean of success · ω over hinted rows with both log-probs (ω = min(1, exp((logprob_unhinted − logprob_hinted) / response_length))) | a hinted row carries both log-probs |
+//! | `hint/reliance` | mean of ρ = (logprob_hinted − logprob_unhinted) / response_length over those rows that succeeded, in nats a token | such a row succeeded |
 //! | `reward/avg_pass_at_<n>` | groups with any successful row, hinted rows included / groups (the reference's definition; n = `advantages.samples_per_prompt`, else the largest raw group) | always |
 //! | `reward/pass_at_<k>` | the unbiased pass@k estimator 1 − C(n−c,k)/C(n,k) over raw rows, averaged over groups with ≥ k raw rows | some group has ≥ k raw rows |
 //! | `reward/avg_raw_reward` | mean reward over all rows, hinted included (the reference's name) | always |
@@ -21,14 +23,16 @@
 //!
 //! A row succeeded when its reward is above `advantages.success_threshold`
 //! (0 by default, the reference's `> 0`). The service adds `step` and
-//! `advantage/duplicate_rows`.
+//! `advantage/duplicate_rows`. Every value is finite: means of rewards whose
+//! sum overflows are taken on rescaled rewards (`normalize::finite`).
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::outcomes::transfer_and_reliance;
 use crate::batch::ScoredRows;
 use crate::config::AdvantagesConfig;
 use crate::messages::HintCategory;
-use crate::normalize::{Advantages, EXTREME_ADVANTAGE};
+use crate::normalize::{finite, Advantages, EXTREME_ADVANTAGE};
 
 /// Flat metric name → value.
 pub type StepMetrics = BTreeMap<String, f64>;
@@ -121,6 +125,10 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
                 m.insert(format!("hint/category_{name}_success_rate"), rate);
             }
         }
+        let hinted_rows: Vec<usize> = (0..rows.len()).filter(|&i| rows.is_hinted[i]).collect();
+        let (transfer, reliance) = transfer_and_reliance(rows, &hinted_rows, options.success_threshold);
+        m.extend(transfer.map(|t| ("hint/transfer_rate".into(), t)));
+        m.extend(reliance.map(|r| ("hint/reliance".into(), r)));
     }
 
     if !rows.is_empty() {
@@ -136,14 +144,10 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
             format!("reward/avg_pass_at_{n}"),
             passed as f64 / groups.len() as f64,
         );
-        let count = rows.len() as f64;
-        m.insert(
-            "reward/avg_raw_reward".into(),
-            rows.reward.iter().sum::<f64>() / count,
-        );
+        m.insert("reward/avg_raw_reward".into(), mean(rows.reward.iter().copied()));
         m.insert(
             "reward/mean_positive_reward".into(),
-            rows.reward.iter().map(|r| r.max(0.0)).sum::<f64>() / count,
+            mean(rows.reward.iter().map(|r| r.max(0.0))),
         );
     }
     for &k in options.pass_at_k {
@@ -166,7 +170,20 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
         .count();
     m.insert("advantage/extreme_count".into(), extreme as f64);
     m.insert("advantage/rows".into(), rows.len() as f64);
+    // Never the case (means are finite, rates are ratios of counts): a
+    // value that is not finite is left out, as an undefined one is.
+    m.retain(|_, v| v.is_finite());
     m
+}
+
+/// The mean of at least one finite value: their sum over their count, or
+/// where that sum overflows, [`finite::mean`] (always finite).
+fn mean(values: impl Iterator<Item = f64> + Clone) -> f64 {
+    let (sum, count) = values.clone().fold((-0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if sum.is_finite() {
+        return sum / count as f64;
+    }
+    finite::mean(values).unwrap_or(0.0)
 }
 
 /// 1 − C(n−c, k) / C(n, k), computed as a running product (no overflow).
@@ -200,6 +217,8 @@ mod tests {
                 hint_category: category.map(str::to_string),
                 hint_id: None,
                 response_length: None,
+                logprob_hinted: None,
+                logprob_unhinted: None,
             });
         }
         r
@@ -219,6 +238,42 @@ mod tests {
                 samples_per_prompt: None,
             },
         )
+    }
+
+    #[test]
+    fn transfer_rate_and_reliance_come_from_rows_with_both_log_probs() {
+        let plain = rows(&[("a", 0.0, None), ("a", 1.0, Some("llm_synthesized"))]);
+        let m = metrics(&plain);
+        assert!(
+            !m.contains_key("hint/transfer_rate") && !m.contains_key("hint/reliance"),
+            "{m:?}"
+        );
+        // Hinted rows: a success with ω = e^-1, ρ = 1 (2 tokens, 2 nats); a
+        // failure with ω = 1; a success with one log-prob (left out).
+        let mut r = rows(&[("a", 0.0, None)]);
+        for (reward, hinted, unhinted) in [
+            (1.0, Some(-1.0), Some(-3.0)),
+            (0.0, Some(-2.0), Some(-1.0)),
+            (1.0, Some(-1.0), None),
+        ] {
+            r.push(&ScoredRollout {
+                schema_version: 1,
+                run_id: "r".into(),
+                step: 1,
+                instance_id: "a".into(),
+                trajectory_id: "h".into(),
+                reward,
+                is_hinted: true,
+                hint_category: Some("llm_synthesized".into()),
+                hint_id: None,
+                response_length: Some(2),
+                logprob_hinted: hinted,
+                logprob_unhinted: unhinted,
+            });
+        }
+        let m = metrics(&r);
+        assert_eq!(m["hint/transfer_rate"], (-1.0f64).exp() / 2.0);
+        assert_eq!(m["hint/reliance"], 1.0);
     }
 
     #[test]
@@ -278,6 +333,10 @@ mod tests {
         assert_eq!(m["reward/pass_at_1"], 0.0, "defined, and 0");
         assert_eq!(m["reward/mean_positive_reward"], 0.0);
         assert_eq!(m["reward/avg_raw_reward"], -0.5);
+        // Rewards whose sum overflows still have a finite mean.
+        let m = metrics(&rows(&[("a", 1.7e308, None), ("a", 1.7e308, None)]));
+        assert_eq!(m["reward/avg_raw_reward"], 1.7e308);
+        assert_eq!(m["reward/mean_positive_reward"], 1.7e308);
         let only_llm = metrics(&rows(&[("a", 0.0, None), ("a", 1.0, Some("llm_synthesized"))]));
         assert!(only_llm.contains_key("hint/category_llm_synthesized_success_rate"));
         assert!(

@@ -55,6 +55,14 @@ pub enum BatchError {
         bytes: u64,
         limit: usize,
     },
+    /// An output value that is not finite, found by the last check before
+    /// publication: it is never published.
+    #[error("column `{column}` row {row} is {value}; a value that is not finite is never published")]
+    NonFinite {
+        column: &'static str,
+        row: usize,
+        value: f64,
+    },
     #[error("arrow: {0}")]
     Arrow(#[from] ArrowError),
 }
@@ -68,6 +76,7 @@ impl BatchError {
             BatchError::Nulls { .. } => "null_values",
             BatchError::InvalidValue { .. } => "invalid_value",
             BatchError::DecodedTooLarge { .. } => "bad_arrow",
+            BatchError::NonFinite { .. } => "non_finite_output",
             BatchError::Arrow(_) => "arrow",
         }
     }
@@ -78,6 +87,14 @@ impl BatchError {
 /// writes it, which it does only for steps where a row has a length other
 /// than 1. A batch without it has length 1 on every row; nulls read as 1.
 pub const RESPONSE_LENGTH: &str = "response_length";
+
+/// The optional columns of the hinted rows' log-probs (issue 31): any float
+/// type on input, nullable `Float64` when this crate writes them, which it
+/// does only for steps where a row has one. A row with a value must have a
+/// non-null [`RESPONSE_LENGTH`].
+pub const LOGPROB_HINTED: &str = "logprob_hinted";
+/// See [`LOGPROB_HINTED`].
+pub const LOGPROB_UNHINTED: &str = "logprob_unhinted";
 
 /// Schema of scored rollouts as stage 2 assembles them: one step per batch,
 /// `instance_id` dictionary-encoded so group ids are dense already. A step
@@ -135,6 +152,11 @@ pub struct ScoredRows {
     /// shorter than the other columns (rows past its end have length 1) and
     /// never ends with a 1. Read it with [`ScoredRows::response_length`].
     pub response_length: Vec<u32>,
+    /// Each row's `logprob_hinted`, in `hint_id`'s short form (rows past its
+    /// end have none; never ends with `None`).
+    pub logprob_hinted: Vec<Option<f64>>,
+    /// Each row's `logprob_unhinted`, in the same form.
+    pub logprob_unhinted: Vec<Option<f64>>,
 }
 
 impl ScoredRows {
@@ -156,12 +178,59 @@ impl ScoredRows {
         self.response_length.get(row).copied().unwrap_or(1)
     }
 
+    /// Row `row`'s `(logprob_hinted, logprob_unhinted)` when it is hinted
+    /// and carries both (validation saw to its length).
+    pub fn logprobs(&self, row: usize) -> Option<(f64, f64)> {
+        if !self.is_hinted.get(row).copied().unwrap_or(false) {
+            return None;
+        }
+        let hinted = self.logprob_hinted.get(row).copied().flatten()?;
+        let unhinted = self.logprob_unhinted.get(row).copied().flatten()?;
+        Some((hinted, unhinted))
+    }
+
+    /// ω of row `row` ([`crate::normalize::offpolicy::ratio`]): a hinted
+    /// row with both log-probs; `None` otherwise.
+    pub fn ratio(&self, row: usize) -> Option<f64> {
+        let (hinted, unhinted) = self.logprobs(row)?;
+        Some(crate::normalize::offpolicy::ratio(
+            hinted,
+            unhinted,
+            self.response_length(row),
+        ))
+    }
+
+    /// ρ of row `row` ([`crate::normalize::offpolicy::reliance`]), as
+    /// [`ScoredRows::ratio`].
+    pub fn reliance(&self, row: usize) -> Option<f64> {
+        let (hinted, unhinted) = self.logprobs(row)?;
+        Some(crate::normalize::offpolicy::reliance(
+            hinted,
+            unhinted,
+            self.response_length(row),
+        ))
+    }
+
+    /// Whether any row carries a log-prob.
+    pub fn has_logprobs(&self) -> bool {
+        !self.logprob_hinted.is_empty() || !self.logprob_unhinted.is_empty()
+    }
+
     /// Appends one row. A `response_length` outside 1..=u32::MAX (which
     /// [`ScoredRollout`]'s validation rejects) is stored as 1.
     pub fn push(&mut self, row: &ScoredRollout) {
         if let Some(id) = &row.hint_id {
             self.hint_id.resize(self.len(), None);
             self.hint_id.push(Some(id.clone()));
+        }
+        for (column, value) in [
+            (&mut self.logprob_hinted, row.logprob_hinted),
+            (&mut self.logprob_unhinted, row.logprob_unhinted),
+        ] {
+            if value.is_some() {
+                column.resize(self.reward.len(), None);
+                column.push(value);
+            }
         }
         match row.response_length.and_then(|l| u32::try_from(l).ok()) {
             Some(length) if length > 1 => {
@@ -188,6 +257,16 @@ impl ScoredRows {
         if !other.response_length.is_empty() {
             self.response_length.resize(self.len(), 1);
             self.response_length.extend(other.response_length);
+        }
+        let n = self.len();
+        for (column, more) in [
+            (&mut self.logprob_hinted, other.logprob_hinted),
+            (&mut self.logprob_unhinted, other.logprob_unhinted),
+        ] {
+            if !more.is_empty() {
+                column.resize(n, None);
+                column.extend(more);
+            }
         }
         self.run_id.extend(other.run_id);
         self.step.extend(other.step);
@@ -223,6 +302,8 @@ impl ScoredRows {
             } else {
                 without_trailing_ones(indices.iter().map(|&i| self.response_length(i)).collect())
             },
+            logprob_hinted: take_optional(&self.logprob_hinted, indices),
+            logprob_unhinted: take_optional(&self.logprob_unhinted, indices),
         }
     }
 
@@ -255,7 +336,7 @@ impl ScoredRows {
                 (0..self.len()).map(|row| self.hint_id(row)),
             )),
         ];
-        if self.response_length.is_empty() {
+        if self.response_length.is_empty() && !self.has_logprobs() {
             return Ok(RecordBatch::try_new(scored_schema(), columns)?);
         }
         let mut fields: Vec<Field> = scored_schema()
@@ -263,10 +344,23 @@ impl ScoredRows {
             .iter()
             .map(|f| f.as_ref().clone())
             .collect();
+        // A row with a log-prob needs a length on the wire: the column is
+        // written whenever log-probs are.
         fields.push(Field::new(RESPONSE_LENGTH, DataType::UInt32, false));
         columns.push(Arc::new(UInt32Array::from_iter_values(
             (0..self.len()).map(|row| self.response_length(row)),
         )));
+        if self.has_logprobs() {
+            for (name, column) in [
+                (LOGPROB_HINTED, &self.logprob_hinted),
+                (LOGPROB_UNHINTED, &self.logprob_unhinted),
+            ] {
+                fields.push(Field::new(name, DataType::Float64, true));
+                columns.push(Arc::new(Float64Array::from_iter(
+                    (0..self.len()).map(|row| column.get(row).copied().flatten()),
+                )));
+            }
+        }
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
     }
 
@@ -290,8 +384,11 @@ impl ScoredRows {
                 _ => Vec::new(),
             },
             response_length: without_trailing_ones(response_lengths(batch)?),
+            logprob_hinted: optional_floats(batch, LOGPROB_HINTED)?,
+            logprob_unhinted: optional_floats(batch, LOGPROB_UNHINTED)?,
         };
         rows.check()?;
+        check_logprob_lengths(batch, &rows)?;
         Ok(rows)
     }
 
@@ -318,9 +415,84 @@ impl ScoredRows {
             if self.hint_id(row).is_some_and(|id| id.trim().is_empty()) {
                 return Err(bad("hint_id", row, "must be non-empty when present"));
             }
+            for (column, values) in [
+                (LOGPROB_HINTED, &self.logprob_hinted),
+                (LOGPROB_UNHINTED, &self.logprob_unhinted),
+            ] {
+                let value = values.get(row).copied().flatten();
+                if let Err(e) = crate::messages::check_logprob(column, value) {
+                    return Err(bad(column, row, &e.to_string()));
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// The rows at `indices` of a column in `hint_id`'s short form, in that
+/// form.
+fn take_optional(column: &[Option<f64>], indices: &[usize]) -> Vec<Option<f64>> {
+    if column.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<Option<f64>> = indices
+        .iter()
+        .map(|&i| column.get(i).copied().flatten())
+        .collect();
+    while out.last().is_some_and(Option::is_none) {
+        out.pop();
+    }
+    out
+}
+
+/// A float column that may be absent, in `hint_id`'s short form (nulls as
+/// `None`; empty when the column is absent or all null).
+fn optional_floats(batch: &RecordBatch, name: &'static str) -> Result<Vec<Option<f64>>, BatchError> {
+    let Some(array) = batch.column_by_name(name) else {
+        return Ok(Vec::new());
+    };
+    if array.null_count() == array.len() {
+        return Ok(Vec::new());
+    }
+    if !array.data_type().is_floating() {
+        return Err(BatchError::WrongType {
+            column: name,
+            found: array.data_type().clone(),
+            wanted: "float",
+        });
+    }
+    let cast = cast(array, name, &DataType::Float64, "float")?;
+    let values = cast
+        .as_any()
+        .downcast_ref::<Float64Array>()
+        .ok_or(BatchError::MissingColumn(name))?;
+    let mut out: Vec<Option<f64>> = values.iter().collect();
+    while out.last().is_some_and(Option::is_none) {
+        out.pop();
+    }
+    Ok(out)
+}
+
+/// A row with a log-prob must have a [`RESPONSE_LENGTH`] that is not null
+/// (an absent length reads as 1, which would make the log-prob per token
+/// wrong without a word).
+fn check_logprob_lengths(batch: &RecordBatch, rows: &ScoredRows) -> Result<(), BatchError> {
+    if !rows.has_logprobs() {
+        return Ok(());
+    }
+    let lengths = batch.column_by_name(RESPONSE_LENGTH);
+    for row in 0..rows.len() {
+        let has = rows.logprob_hinted.get(row).copied().flatten().is_some()
+            || rows.logprob_unhinted.get(row).copied().flatten().is_some();
+        if has && lengths.is_none_or(|l| l.is_null(row)) {
+            return Err(BatchError::InvalidValue {
+                column: RESPONSE_LENGTH,
+                row,
+                reason: "is required on a row with logprob_hinted or logprob_unhinted".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `lengths` without its trailing 1s ([`ScoredRows::response_length`]'s
@@ -782,6 +954,8 @@ mod tests {
             hint_category: None,
             hint_id: hint_id.map(str::to_string),
             response_length: None,
+            logprob_hinted: None,
+            logprob_unhinted: None,
         }
     }
 
@@ -876,6 +1050,105 @@ mod tests {
     }
 
     #[test]
+    fn log_probs_round_trip_through_arrow_and_bad_ones_are_invalid() {
+        let mut rows = ScoredRows::default();
+        for (id, hinted, unhinted, length) in [
+            ("a", Some(-5.0), Some(-25.0), Some(10)),
+            ("b", None, None, None),
+            ("a", Some(-1.0), None, Some(1)),
+            ("c", None, None, None),
+        ] {
+            rows.push(&ScoredRollout {
+                response_length: length,
+                logprob_hinted: hinted,
+                logprob_unhinted: unhinted,
+                ..row(id, Some("h"))
+            });
+        }
+        assert_eq!(rows.logprob_hinted, vec![Some(-5.0), None, Some(-1.0)]);
+        assert_eq!(rows.logprob_unhinted, vec![Some(-25.0)]);
+        assert_eq!(rows.ratio(0), Some((-2.0f64).exp()));
+        assert_eq!(
+            (rows.reliance(0), rows.ratio(2), rows.ratio(3)),
+            (Some(2.0), None, None)
+        );
+        let batch = rows.to_batch().unwrap();
+        for name in [LOGPROB_HINTED, LOGPROB_UNHINTED] {
+            let field = batch.schema().field_with_name(name).unwrap().clone();
+            assert_eq!(
+                (field.data_type(), field.is_nullable()),
+                (&DataType::Float64, true)
+            );
+        }
+        assert_eq!(ScoredRows::from_batch(&batch).unwrap(), rows);
+        let taken = rows.take(&[2, 0]);
+        assert_eq!(
+            (taken.logprob_hinted, taken.logprob_unhinted),
+            (vec![Some(-1.0), Some(-5.0)], vec![None, Some(-25.0)])
+        );
+        // A log-prob above 0, and one on a row without a length: invalid.
+        let with = |name: &str, values: Vec<Option<f64>>, lengths: Option<Vec<Option<u32>>>| {
+            let mut fields: Vec<Field> = batch
+                .schema()
+                .fields()
+                .iter()
+                .take(8)
+                .map(|f| f.as_ref().clone())
+                .collect();
+            let mut columns: Vec<ArrayRef> = batch.columns()[..8].to_vec();
+            fields.push(Field::new(name, DataType::Float64, true));
+            columns.push(Arc::new(Float64Array::from(values)));
+            if let Some(l) = lengths {
+                fields.push(Field::new(RESPONSE_LENGTH, DataType::UInt32, true));
+                columns.push(Arc::new(UInt32Array::from(l)));
+            }
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+        };
+        let lengths = Some(vec![Some(3), Some(3), Some(3), Some(3)]);
+        let err = ScoredRows::from_batch(&with(LOGPROB_HINTED, vec![None, Some(0.5), None, None], lengths))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: LOGPROB_HINTED,
+                    row: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = ScoredRows::from_batch(&with(LOGPROB_UNHINTED, vec![Some(-1.0), None, None, None], None))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: RESPONSE_LENGTH,
+                    row: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let nulls = Some(vec![Some(3), None, Some(3), Some(3)]);
+        let err = ScoredRows::from_batch(&with(LOGPROB_UNHINTED, vec![None, Some(-1.0), None, None], nulls))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::InvalidValue {
+                    column: RESPONSE_LENGTH,
+                    row: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.kind(), "invalid_value");
+    }
+
+    #[test]
     fn response_lengths_round_trip_and_batches_without_the_column_read_as_1() {
         let mut rows = ScoredRows::default();
         for (id, length) in [
@@ -887,6 +1160,8 @@ mod tests {
         ] {
             rows.push(&ScoredRollout {
                 response_length: length,
+                logprob_hinted: None,
+                logprob_unhinted: None,
                 ..row(id, None)
             });
         }

@@ -119,8 +119,11 @@ pub struct LlmConfig {
     /// `models` (else exit 2, naming the model and this key).
     #[schemars(extend("x-key" = "model id"))]
     pub prices: BTreeMap<String, ModelPrice>,
-    /// The prompt the LLM is sent: ours (`v2`) or the reference trainer's
-    /// own, byte for byte (`reference`), e.g. to compare hints with it.
+    /// The prompt the LLM is sent: ours (`v3`), which shows every text the
+    /// failed attempt produced inside an `<untrusted>` element, or the
+    /// reference trainer's own, byte for byte (`reference`), e.g. to compare
+    /// hints with it; the reference's is not hardened against prompt
+    /// injection.
     pub prompt_version: PromptVersion,
     /// Models a trainer may ask for on a failed trajectory (`hint_model`,
     /// the drop-in's `model`): such a request is served by that model
@@ -227,14 +230,15 @@ pub const MIN_HEDGE_WINDOW: usize = 20;
 /// The largest `llm.hedge_window` (a p95 is sorted out of it per call).
 pub const MAX_HEDGE_WINDOW: usize = 10_000;
 
-/// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v2`, the
+/// Which prompt stage 1 sends (`[llm] prompt_version`): ours (`v3`, the
 /// default) or the reference trainer's own, byte for byte (`reference`).
-/// The texts are in `llm::prompt`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+/// The texts are in `llm::prompt`. `v2` is read as `v3`: every version of
+/// ours delimits untrusted text, and v3 is v2 delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PromptVersion {
     #[default]
-    V2,
+    V3,
     Reference,
 }
 
@@ -242,7 +246,7 @@ impl PromptVersion {
     /// The name stamped on hints as `prompt_version`.
     pub const fn as_str(self) -> &'static str {
         match self {
-            PromptVersion::V2 => "v2",
+            PromptVersion::V3 => "v3",
             PromptVersion::Reference => "reference",
         }
     }
@@ -250,7 +254,7 @@ impl PromptVersion {
 
 /// Stamped on every hint of our own prompt as `prompt_version`; change it
 /// with the template (in `llm::prompt`).
-pub const PROMPT_VERSION: &str = PromptVersion::V2.as_str();
+pub const PROMPT_VERSION: &str = PromptVersion::V3.as_str();
 
 impl std::fmt::Display for PromptVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -260,15 +264,25 @@ impl std::fmt::Display for PromptVersion {
 
 /// A `prompt_version` that names no prompt.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown prompt_version {0:?}: expected \"v2\" or \"reference\"")]
+#[error("unknown prompt_version {0:?}: expected \"v3\" or \"reference\"")]
 pub struct UnknownPromptVersion(pub String);
+
+/// Read as its name (see `FromStr`).
+impl<'de> Deserialize<'de> for PromptVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 impl std::str::FromStr for PromptVersion {
     type Err = UnknownPromptVersion;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "v2" => Ok(PromptVersion::V2),
+            // v2 showed untrusted text undelimited; a config that names it
+            // gets the same prompt delimited, as every version of ours is.
+            "v3" | "v2" => Ok(PromptVersion::V3),
             "reference" => Ok(PromptVersion::Reference),
             other => Err(UnknownPromptVersion(other.to_string())),
         }

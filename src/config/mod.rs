@@ -16,7 +16,8 @@
 //! - `stage.rs`: what `[hints]` and `[advantages]` share; `hints.rs` and
 //!   `advantages.rs`: the two stages' sections; `arms.rs`: `[[hints.arms]]`.
 //! - `env_refs.rs`: `${NAME}` references in the file; `redact.rs`: the
-//!   config as `hintstream config` shows it.
+//!   config as `hintstream config` shows it; `secrets.rs`: the secret
+//!   parts of URLs taken out of shown text.
 //! - `error.rs`: [`ConfigError`].
 
 mod advantages;
@@ -33,6 +34,7 @@ mod normalize;
 mod redact;
 mod reference;
 mod root;
+mod secrets;
 mod stage;
 mod topics;
 
@@ -57,9 +59,10 @@ pub use llm::{
 pub use llm_context::{context_tokens_of, BUILT_IN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS};
 pub use load::{Overrides, DEFAULT_CONFIG_FILE, ENV_PREFIX};
 pub use normalize::{FlagError, NormalizeConfig, NormalizeFlags};
-pub use redact::{is_secret_key, REDACTED};
+pub use redact::is_secret_key;
 pub use reference::{REGENERATE, UNDOCUMENTED};
 pub use root::Config;
+pub use secrets::{redact_url, redact_urls, REDACTED};
 pub use stage::{StageConfig, MAX_IN_FLIGHT_BYTES, MAX_IN_FLIGHT_MESSAGES};
 pub use topics::TopicsConfig;
 

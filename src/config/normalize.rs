@@ -7,7 +7,7 @@ use thiserror::Error;
 
 use super::error::{invalid, non_negative, ConfigError};
 use crate::normalize::{
-    AdvantageOptions, Device, Estimator, HintBaseline, DEFAULT_EPSILON, DEFAULT_WHITEN_EPSILON,
+    AdvantageOptions, Device, Estimator, HintBaseline, HintedWeight, DEFAULT_EPSILON, DEFAULT_WHITEN_EPSILON,
 };
 
 /// How the advantage kernels compute (stage 2 and `advantages compute`).
@@ -37,6 +37,13 @@ pub struct NormalizeConfig {
     pub whiten_epsilon: f64,
     /// Opt-in floor for baseline std (0 = off, the reference's behaviour).
     pub std_floor: f64,
+    /// `none` (default: the output as before) or `ratio`: the output gains
+    /// a Float64 column `weight` (a `weight` field in JSON): ω = min(1,
+    /// exp((logprob_unhinted − logprob_hinted) / response_length)) on hinted
+    /// rows with both log-probs, 1.0 on every other row. A trainer
+    /// multiplies each sample's policy-gradient term by it.
+    #[serde(default)]
+    pub hinted_weight: HintedWeight,
 }
 
 /// The JSON Schema of the kernels' enums (for the configuration
@@ -65,7 +72,7 @@ macro_rules! value_enum_schema {
     )*};
 }
 
-value_enum_schema!(Estimator, HintBaseline, Device);
+value_enum_schema!(Estimator, HintBaseline, Device, HintedWeight);
 
 fn default_estimator() -> Estimator {
     Estimator::Grpo
@@ -97,6 +104,7 @@ impl Default for NormalizeConfig {
             epsilon: default_epsilon(),
             whiten_epsilon: DEFAULT_WHITEN_EPSILON,
             std_floor: default_std_floor(),
+            hinted_weight: HintedWeight::None,
         }
     }
 }

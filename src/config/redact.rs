@@ -5,14 +5,13 @@ use std::collections::BTreeSet;
 
 use super::env_refs::KeyPath;
 use super::root::Config;
-
-/// The text shown in place of a secret.
-pub const REDACTED: &str = "<redacted>";
+use super::secrets::{redact_urls, REDACTED};
 
 impl Config {
     /// The effective config as TOML, with every secret replaced: values of
-    /// keys whose names say they are secret, and every value that came from
-    /// a `${NAME}` reference.
+    /// keys whose names say they are secret, every value that came from
+    /// a `${NAME}` reference, and the user info and query of every URL
+    /// (`[llm] base_url`).
     pub fn to_redacted_toml(&self) -> String {
         // Serialising plain structs of strings and numbers cannot fail.
         let mut value = match toml::Value::try_from(self) {
@@ -46,6 +45,10 @@ fn redact(value: &mut toml::Value, path: &mut Vec<String>, from_env: &BTreeSet<K
             let secret_name = path.last().is_some_and(|k| is_secret_key(k));
             if secret_name || from_env.contains(path) {
                 *leaf = toml::Value::String(REDACTED.into());
+            } else if let toml::Value::String(text) = leaf {
+                if let std::borrow::Cow::Owned(clean) = redact_urls(text) {
+                    *text = clean;
+                }
             }
         }
     }
@@ -69,4 +72,21 @@ pub fn is_secret_key(key: &str) -> bool {
     ]
     .iter()
     .any(|s| key.contains(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_url_shows_without_its_user_info_and_query() {
+        let mut config = Config::default();
+        config.llm.base_url = "http://hs-user:hs-pass@127.0.0.1:8000/v1?sig=abc".into();
+        let shown = config.to_redacted_toml();
+        assert!(
+            shown.contains("base_url = \"http://<redacted>@127.0.0.1:8000/v1?<redacted>\""),
+            "{shown}"
+        );
+        assert!(!shown.contains("hs-") && !shown.contains("sig=abc"), "{shown}");
+    }
 }

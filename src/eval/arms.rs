@@ -349,6 +349,8 @@ mod tests {
             successes,
             rescued: successes > 0,
             mean_reward: successes as f64 / 2.0,
+            transfer: None,
+            reliance: None,
             created_at: "2026-12-01T10:00:01Z".into(),
         }
     }

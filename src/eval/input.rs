@@ -158,7 +158,7 @@ pub fn read_scored(path: &Path, limits: DecodeLimits) -> Result<ScoredInputFile,
                     .filter(|&r| seen.insert(rows.trajectory_id[r].clone()))
                     .collect();
                 let rows = if fresh.len() == rows.len() {
-                    rows
+                    *rows
                 } else {
                     rows.take(&fresh)
                 };
@@ -201,6 +201,8 @@ mod tests {
                 hint_category: None,
                 hint_id: None,
                 response_length: None,
+                logprob_hinted: None,
+                logprob_unhinted: None,
             });
         }
         let chunks = encode_chunks(&rows.to_batch().unwrap(), 16 * 1024).unwrap();

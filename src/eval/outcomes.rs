@@ -72,6 +72,8 @@ mod tests {
             hint_category: hinted.map(str::to_string),
             hint_id: None,
             response_length: None,
+            logprob_hinted: None,
+            logprob_unhinted: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! port): `/metrics` (the registry), `/healthz` (liveness) and `/readyz`
 //! (readiness), served over HTTP/1 with bounds on what one client can hold:
 //! a deadline for each request's headers, an idle timeout and a connection
-//! cap ([`EndpointLimits`]). The bind address is the stage's `metrics_addr`,
+//! cap at which the connection idle longest makes room ([`EndpointLimits`]). The bind address is the stage's `metrics_addr`,
 //! loopback unless configured otherwise.
 
 use std::net::SocketAddr;
@@ -17,11 +17,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-use super::idle::Tracked;
+use super::idle::{Activity, Tracked};
 use super::readiness::Readiness;
+use super::slots::{Slot, Slots};
 use crate::metrics::render;
 
 /// How long a connection has to deliver a request's headers, counted from
@@ -35,11 +35,14 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// doing.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Connections served at once. A connection over the cap is closed as soon
-/// as it is accepted, unanswered, so that clients which hold connections
-/// cost the stage a bounded number of sockets and tasks. A client that never
-/// sends a request holds its slot for [`HEADER_READ_TIMEOUT`]; one that
-/// stops mid-request, for [`IDLE_TIMEOUT`].
+/// Connections served at once, so that clients which hold connections cost
+/// the stage a bounded number of sockets and tasks. A new connection is
+/// always taken: at the cap, the connection that has moved no byte for
+/// longest is closed to make room (see [`slots`](super::slots) for why), so
+/// `/healthz` and `/readyz` answer however many idle connections others
+/// hold. A client that never sends a request holds its slot for at most
+/// [`HEADER_READ_TIMEOUT`]; one that stops mid-request, for at most
+/// [`IDLE_TIMEOUT`].
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long the accept loop waits after an error that is not about one
@@ -150,9 +153,9 @@ fn router(registry: Arc<Registry>, readiness: Option<Arc<Readiness>>) -> Router 
 }
 
 /// Accepts connections until the runtime stops, each served on a task of
-/// its own while a slot is free, closed at once when none is.
+/// its own; at the cap, the connection idle longest is closed to make room.
 async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS)));
+    let slots = Slots::new(limits.max_connections);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -164,12 +167,12 @@ async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: over the connection cap; closed");
-            drop(stream);
-            continue;
-        };
-        tokio::spawn(connection(stream, app.clone(), limits, slot).in_current_span());
+        let (stream, activity) = Tracked::new(stream);
+        let (slot, evicted) = slots.admit(activity.clone());
+        if evicted {
+            tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest");
+        }
+        tokio::spawn(connection(stream, activity, app.clone(), limits, slot).in_current_span());
     }
 }
 
@@ -180,11 +183,16 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset)
 }
 
-/// Serves one connection until it ends, its headers are late, or it idles;
-/// frees its slot before the socket closes, so that a client that sees the
-/// close finds the slot free.
-async fn connection(stream: TcpStream, app: Router, limits: EndpointLimits, slot: OwnedSemaphorePermit) {
-    let (stream, activity) = Tracked::new(stream);
+/// Serves one connection until it ends, its headers are late, it idles or
+/// a newer connection takes its slot; frees its slot before the socket
+/// closes, so that a client that sees the close finds the slot free.
+async fn connection(
+    stream: Tracked<TcpStream>,
+    activity: Activity,
+    app: Router,
+    limits: EndpointLimits,
+    slot: Slot,
+) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
@@ -198,6 +206,7 @@ async fn connection(stream: TcpStream, app: Router, limits: EndpointLimits, slot
         () = activity.idle_for(limits.idle_timeout) => {
             tracing::debug!("metrics endpoint: connection idle; closed");
         }
+        () = slot.evicted() => {}
     }
     drop(slot);
     drop(served);

@@ -1,5 +1,6 @@
 //! A stream that notes when it last moved a byte, and the wait that ends
-//! once it has moved none for a while: the endpoint's idle timeout.
+//! once it has moved none for a while: the endpoint's idle timeout, and the
+//! order in which its slots are taken back.
 
 use std::io;
 use std::pin::Pin;
@@ -32,11 +33,16 @@ impl Activity {
         self.last.fetch_max(nanos, Ordering::Relaxed);
     }
 
+    /// When the stream last moved a byte (when it was wrapped, before its
+    /// first).
+    pub(super) fn last_active(&self) -> Instant {
+        self.since + Duration::from_nanos(self.last.load(Ordering::Relaxed))
+    }
+
     /// Resolves once the stream has moved no byte for `idle`.
     pub(super) async fn idle_for(&self, idle: Duration) {
         loop {
-            let last = self.since + Duration::from_nanos(self.last.load(Ordering::Relaxed));
-            let deadline = last + idle;
+            let deadline = self.last_active() + idle;
             if Instant::now() >= deadline {
                 return;
             }

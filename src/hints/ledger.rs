@@ -27,17 +27,22 @@
 //!   (`hintstream_hints_llm_ledger_publish_failures`) and logged; the next
 //!   carries the same totals or more.
 //! - Records are checked before they count (negative or non-finite
-//!   amounts, totals going backwards, more spend in one record than the
-//!   budget, a time over [`MAX_CLOCK_AHEAD`] ahead): a rejected record
-//!   counts for nothing (`hintstream_hints_llm_ledger_rejected_records`).
-//!   Whoever may write the topic still controls the budget (records of an
-//!   invented instance count): WRITE on it is a budget-control permission.
+//!   amounts, totals going backwards, a `seq` or totals that jump further
+//!   than one instance could go since its last record, a time over
+//!   [`MAX_CLOCK_AHEAD`] ahead): a rejected record counts for nothing
+//!   (`hintstream_hints_llm_ledger_rejected_records`) and never moves its
+//!   instance's stored `seq` or totals, so a forged record naming a real
+//!   instance cannot silence that instance's later records. A plausible
+//!   record with more than a budget (after an outage) counts, capped at
+//!   the budget. Whoever may write the topic still controls the budget
+//!   (records of an invented instance count): WRITE on it is a
+//!   budget-control permission.
 //! - The overspend bound: a worker does not see the others' calls in
 //!   flight, nor what they settled since their last record (one interval,
 //!   plus a produce and a fetch). So the group spends at most the budget
 //!   plus, for each worker but the one that admits the last call,
 //!   `llm.concurrency` worst-case calls and what it settles within one
-//!   interval (README, "The budget and the rate limits are the group's").
+//!   interval (docs/hints.md, "The budget and the rate limits are the group's").
 //!   A worker alone: the budget itself. A killed worker (no final record)
 //!   adds its calls in flight (billed, never settled, seen by no peer) and
 //!   what it settled since its last acknowledged record.
@@ -45,8 +50,12 @@
 //!   one, the spend topic is required like the stage's other topics: a
 //!   missing one exits 2 naming it (`hintstream topics create` makes it),
 //!   a refused one names the missing ACL.
-//! - Record times are the writers' wall clocks: a skew between hosts moves
-//!   a record's place in the rolling hour by that much.
+//! - Record times are the broker's: `hintstream topics create` makes the
+//!   spend topic with `message.timestamp.type = LogAppendTime`, so a
+//!   writer's clock skew does not move its spend in the rolling hour, and a
+//!   reader started later finds the same ages. On a topic made without it,
+//!   the writers' wall clocks (`at_ms`) stand in, and a skew between hosts
+//!   moves a record's place in the rolling hour by that much.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -91,6 +100,45 @@ pub const MAX_CLOCK_AHEAD: Duration = Duration::from_secs(300);
 /// in the last hour are forgotten (a forgotten instance's next record
 /// counts what it says was settled since its last acknowledged record).
 const MAX_STREAMS: usize = 4096;
+
+/// The fewest milliseconds between two records of one instance (the least
+/// `llm.ledger_interval_ms`).
+const MIN_RECORD_GAP_MS: u64 = *crate::config::LEDGER_INTERVAL_MS.start();
+
+/// How long an instance may have run when a reader first sees it, for the
+/// plausibility of its first record (a forged `seq` or total beyond this
+/// is rejected).
+const MAX_INSTANCE_AGE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The highest `seq` a first record read of an instance may carry: one
+/// record per [`MIN_RECORD_GAP_MS`] for [`MAX_INSTANCE_AGE`].
+const MAX_FIRST_SEQ: u64 = MAX_INSTANCE_AGE.as_millis() as u64 / MIN_RECORD_GAP_MS;
+
+/// Hours of budget an instance's totals may grow by beyond the hours
+/// between two of its records (its calls in flight, an hour's worth after
+/// an outage): more is not plausible.
+const SPEND_SLACK_HOURS: f64 = 2.0;
+
+/// The most records an instance writes within `elapsed`: one per
+/// [`MIN_RECORD_GAP_MS`], its final one at shutdown, and one of slack
+/// (two records' broker times can be a little closer than their sends).
+fn most_records_within(elapsed: Duration) -> u64 {
+    (elapsed.as_millis() as u64) / MIN_RECORD_GAP_MS + 2
+}
+
+/// Whether `usd` and `tokens` could have been settled within `elapsed` by
+/// one instance under `budgets`: at most [`SPEND_SLACK_HOURS`] plus the
+/// elapsed hours' worth of each budget set.
+fn plausible(
+    usd: f64,
+    tokens: u64,
+    elapsed: Duration,
+    (usd_budget, tokens_budget): (Option<f64>, Option<u64>),
+) -> bool {
+    let hours = SPEND_SLACK_HOURS + elapsed.as_secs_f64() / LOOKBACK.as_secs_f64();
+    usd_budget.is_none_or(|b| usd <= b * hours)
+        && tokens_budget.is_none_or(|b| tokens as f64 <= b as f64 * hours)
+}
 
 /// The record format's version (2: running totals; 1, still read: what
 /// was settled since the previous record).
@@ -154,11 +202,18 @@ pub struct PeerStreams {
 
 impl PeerStreams {
     /// Decides what `record` (of this reader's group, not its own) counts,
-    /// at `now_ms`, under `budgets` (dollars, tokens per hour): a record
-    /// with more spend than a budget is rejected.
+    /// at `now_ms`, under `budgets` (dollars, tokens per hour). Its time is
+    /// `appended_ms`, the broker's (the spend topic stamps records with
+    /// `LogAppendTime`), else what the writer says (`at_ms`). A record
+    /// whose `seq` or totals jump further than its instance could have
+    /// gone since its last record is rejected, and a rejected record never
+    /// moves its instance's stored `seq` or totals: a forged one cannot
+    /// silence the instance's genuine records. A plausible record with more
+    /// spend than a budget (an outage's worth) counts, capped at the budget.
     pub fn observe(
         &mut self,
         record: &SpendRecord,
+        appended_ms: Option<i64>,
         now_ms: i64,
         budgets: (Option<f64>, Option<u64>),
     ) -> Verdict {
@@ -166,30 +221,52 @@ impl PeerStreams {
         if !(finite(record.total_usd) && finite(record.usd)) {
             return Verdict::Rejected("negative_or_not_finite");
         }
+        let at_ms = appended_ms.unwrap_or(record.at_ms);
         let ahead_ms = i64::try_from(MAX_CLOCK_AHEAD.as_millis()).unwrap_or(i64::MAX);
-        if record.at_ms > now_ms.saturating_add(ahead_ms) {
+        if at_ms > now_ms.saturating_add(ahead_ms) {
             return Verdict::Rejected("in_the_future");
         }
         if record.schema_version == 1 {
             // No totals: the spend since its previous record, as it says.
-            return Self::bounded(record, record.usd, record.tokens, now_ms, budgets);
+            if !plausible(record.usd, record.tokens, LOOKBACK, budgets) {
+                return Verdict::Rejected("implausible_totals");
+            }
+            return Self::bounded(at_ms, record.usd, record.tokens, now_ms, budgets);
         }
         let last = self.streams.get(&record.instance).copied();
         let (usd, tokens) = match last {
             Some(last) if record.seq <= last.seq => return Verdict::Seen,
             Some(last) => {
+                let elapsed =
+                    Duration::from_millis(u64::try_from(at_ms.saturating_sub(last.at_ms)).unwrap_or(0));
+                if record.seq - last.seq > most_records_within(elapsed) {
+                    return Verdict::Rejected("implausible_seq");
+                }
                 if record.total_usd < last.total_usd || record.total_tokens < last.total_tokens {
                     return Verdict::Rejected("totals_went_back");
                 }
-                (
+                let grew = (
                     record.total_usd - last.total_usd,
                     record.total_tokens - last.total_tokens,
-                )
+                );
+                if !plausible(grew.0, grew.1, elapsed, budgets) {
+                    return Verdict::Rejected("implausible_totals");
+                }
+                grew
             }
-            None => (record.usd, record.tokens),
+            None => {
+                if record.seq > MAX_FIRST_SEQ {
+                    return Verdict::Rejected("implausible_seq");
+                }
+                if !(plausible(record.usd, record.tokens, LOOKBACK, budgets)
+                    && plausible(record.total_usd, record.total_tokens, MAX_INSTANCE_AGE, budgets))
+                {
+                    return Verdict::Rejected("implausible_totals");
+                }
+                (record.usd, record.tokens)
+            }
         };
-        // Read on: a later record counts from these totals, whatever this
-        // one's verdict.
+        // Read on: a later record counts from these totals.
         if last.is_none() && self.streams.len() >= MAX_STREAMS {
             self.forget_old(now_ms);
         }
@@ -199,24 +276,26 @@ impl PeerStreams {
                 seq: record.seq,
                 total_usd: record.total_usd,
                 total_tokens: record.total_tokens,
-                at_ms: record.at_ms,
+                at_ms,
             },
         );
-        Self::bounded(record, usd, tokens, now_ms, budgets)
+        Self::bounded(at_ms, usd, tokens, now_ms, budgets)
     }
 
-    /// Counts `usd` and `tokens` of `record` unless they exceed a budget.
+    /// Counts `usd` and `tokens` of a record of time `at_ms`, each capped
+    /// at its budget: an instance cut off from the ledger (an outage) may
+    /// have spent its share for longer than an hour, and no record counts
+    /// more than the whole budget.
     fn bounded(
-        record: &SpendRecord,
+        at_ms: i64,
         usd: f64,
         tokens: u64,
         now_ms: i64,
         (usd_budget, tokens_budget): (Option<f64>, Option<u64>),
     ) -> Verdict {
-        if usd_budget.is_some_and(|b| usd > b) || tokens_budget.is_some_and(|b| tokens > b) {
-            return Verdict::Rejected("over_the_budget");
-        }
-        let age = Duration::from_millis(u64::try_from(now_ms.saturating_sub(record.at_ms)).unwrap_or(0));
+        let usd = usd_budget.map_or(usd, |b| usd.min(b));
+        let tokens = tokens_budget.map_or(tokens, |b| tokens.min(b));
+        let age = Duration::from_millis(u64::try_from(now_ms.saturating_sub(at_ms)).unwrap_or(0));
         Verdict::Count { age, usd, tokens }
     }
 
@@ -302,7 +381,8 @@ impl LedgerMetrics {
         registry.register(
             "llm_ledger_rejected_records",
             "Spend records of the group's other workers rejected (negative or non-finite amounts, totals \
-             going back, more than the budget in one record, a time too far ahead): they count for nothing",
+             going back, a seq or totals jumping further than a worker could go, a time too far ahead): they \
+             count for nothing",
             m.rejected.clone(),
         );
         m
@@ -388,7 +468,7 @@ impl Ledger {
                 (group.clone(), instance.clone(), limits.clone(), metrics.clone());
             let since = SystemTime::now().checked_sub(LOOKBACK).unwrap_or(UNIX_EPOCH);
             let mut streams = PeerStreams::default();
-            TopicTail::start_since(config, &topic, since, move |_, payload| {
+            TopicTail::start_since(config, &topic, since, move |_, payload, appended| {
                 let Some(record) = payload.and_then(decode) else {
                     return;
                 };
@@ -396,7 +476,7 @@ impl Ledger {
                     return;
                 }
                 metrics.peer_records.inc();
-                match streams.observe(&record, now_ms(), limits.budgets()) {
+                match streams.observe(&record, appended, now_ms(), limits.budgets()) {
                     Verdict::Count { age, usd, tokens } => limits.observe_peer_spend(age, usd, tokens),
                     Verdict::Seen => {}
                     Verdict::Rejected(why) => {
@@ -649,13 +729,15 @@ mod tests {
     fn a_duplicate_record_counts_once() {
         let mut streams = PeerStreams::default();
         let first = record("a", 1, 0.10, 0.10);
-        assert!((counted(streams.observe(&first, NOW, BUDGETS)) - 0.10).abs() < 1e-12);
-        assert_eq!(streams.observe(&first, NOW, BUDGETS), Verdict::Seen);
+        assert!((counted(streams.observe(&first, None, NOW, BUDGETS)) - 0.10).abs() < 1e-12);
+        assert_eq!(streams.observe(&first, None, NOW, BUDGETS), Verdict::Seen);
         // The publisher timed out on seq 2 (delivered anyway) and sent the
         // same totals again as seq 3: nothing more.
-        assert!((counted(streams.observe(&record("a", 2, 0.15, 0.05), NOW, BUDGETS)) - 0.05).abs() < 1e-12);
+        assert!(
+            (counted(streams.observe(&record("a", 2, 0.15, 0.05), None, NOW, BUDGETS)) - 0.05).abs() < 1e-12
+        );
         assert_eq!(
-            counted(streams.observe(&record("a", 3, 0.15, 0.05), NOW, BUDGETS)),
+            counted(streams.observe(&record("a", 3, 0.15, 0.05), None, NOW, BUDGETS)),
             0.0
         );
     }
@@ -663,34 +745,34 @@ mod tests {
     #[test]
     fn a_lost_record_is_covered_by_the_next() {
         let mut streams = PeerStreams::default();
-        streams.observe(&record("a", 1, 0.10, 0.10), NOW, BUDGETS);
+        streams.observe(&record("a", 1, 0.10, 0.10), None, NOW, BUDGETS);
         // Seq 2 (0.10 -> 0.15) never arrived; seq 3 carries the totals.
-        let v = streams.observe(&record("a", 3, 0.20, 0.10), NOW, BUDGETS);
+        let v = streams.observe(&record("a", 3, 0.20, 0.10), None, NOW, BUDGETS);
         assert!((counted(v) - 0.10).abs() < 1e-12, "{v:?}");
     }
 
     #[test]
     fn an_out_of_order_record_counts_nothing_more() {
         let mut streams = PeerStreams::default();
-        streams.observe(&record("a", 1, 0.10, 0.10), NOW, BUDGETS);
-        streams.observe(&record("a", 3, 0.30, 0.20), NOW, BUDGETS);
+        streams.observe(&record("a", 1, 0.10, 0.10), None, NOW, BUDGETS);
+        streams.observe(&record("a", 3, 0.30, 0.20), None, NOW, BUDGETS);
         assert_eq!(
-            streams.observe(&record("a", 2, 0.20, 0.10), NOW, BUDGETS),
+            streams.observe(&record("a", 2, 0.20, 0.10), None, NOW, BUDGETS),
             Verdict::Seen
         );
-        let v = streams.observe(&record("a", 4, 0.35, 0.05), NOW, BUDGETS);
+        let v = streams.observe(&record("a", 4, 0.35, 0.05), None, NOW, BUDGETS);
         assert!((counted(v) - 0.05).abs() < 1e-12, "{v:?}");
     }
 
     #[test]
     fn a_new_incarnation_is_a_new_stream_from_zero() {
         let mut streams = PeerStreams::default();
-        streams.observe(&record("a", 5, 0.40, 0.05), NOW, BUDGETS);
+        streams.observe(&record("a", 5, 0.40, 0.05), None, NOW, BUDGETS);
         // The worker restarted: a new instance id, totals from 0, seq from 1.
-        let v = streams.observe(&record("b", 1, 0.03, 0.03), NOW, BUDGETS);
+        let v = streams.observe(&record("b", 1, 0.03, 0.03), None, NOW, BUDGETS);
         assert!((counted(v) - 0.03).abs() < 1e-12, "{v:?}");
         // The old incarnation's late record still counts on its own stream.
-        let v = streams.observe(&record("a", 6, 0.42, 0.02), NOW, BUDGETS);
+        let v = streams.observe(&record("a", 6, 0.42, 0.02), None, NOW, BUDGETS);
         assert!((counted(v) - 0.02).abs() < 1e-12, "{v:?}");
     }
 
@@ -698,7 +780,7 @@ mod tests {
     fn the_first_record_read_of_an_instance_counts_what_its_last_acknowledged_one_did_not() {
         // Read at start-up, an hour back: its totals hold older spend.
         let mut streams = PeerStreams::default();
-        let v = streams.observe(&record("a", 40, 3.00, 0.02), NOW, BUDGETS);
+        let v = streams.observe(&record("a", 40, 3.00, 0.02), None, NOW, BUDGETS);
         assert!((counted(v) - 0.02).abs() < 1e-12, "{v:?}");
     }
 
@@ -707,17 +789,17 @@ mod tests {
         let mut streams = PeerStreams::default();
         let negative = record("a", 1, -1.0, 0.0);
         assert!(matches!(
-            streams.observe(&negative, NOW, BUDGETS),
+            streams.observe(&negative, None, NOW, BUDGETS),
             Verdict::Rejected(_)
         ));
         let nan = record("a", 1, f64::NAN, 0.0);
         assert!(matches!(
-            streams.observe(&nan, NOW, BUDGETS),
+            streams.observe(&nan, None, NOW, BUDGETS),
             Verdict::Rejected(_)
         ));
         let infinite = record("a", 1, 0.1, f64::INFINITY);
         assert!(matches!(
-            streams.observe(&infinite, NOW, BUDGETS),
+            streams.observe(&infinite, None, NOW, BUDGETS),
             Verdict::Rejected(_)
         ));
         let ahead = SpendRecord {
@@ -725,20 +807,20 @@ mod tests {
             ..record("a", 1, 0.1, 0.1)
         };
         assert_eq!(
-            streams.observe(&ahead, NOW, BUDGETS),
+            streams.observe(&ahead, None, NOW, BUDGETS),
             Verdict::Rejected("in_the_future")
         );
-        // More than the whole budget in one record.
+        // More than any instance could spend in the time.
         assert_eq!(
-            streams.observe(&record("b", 1, 5.0, 5.0), NOW, BUDGETS),
-            Verdict::Rejected("over_the_budget")
+            streams.observe(&record("b", 1, 5.0, 5.0), None, NOW, BUDGETS),
+            Verdict::Rejected("implausible_totals")
         );
         // ...which does not stop that instance's later records counting.
-        let v = streams.observe(&record("b", 2, 5.1, 0.1), NOW, BUDGETS);
+        let v = streams.observe(&record("b", 2, 5.1, 0.1), None, NOW, BUDGETS);
         assert!((counted(v) - 0.1).abs() < 1e-9, "{v:?}");
         // Totals going back.
         assert_eq!(
-            streams.observe(&record("b", 3, 1.0, 0.0), NOW, BUDGETS),
+            streams.observe(&record("b", 3, 1.0, 0.0), None, NOW, BUDGETS),
             Verdict::Rejected("totals_went_back")
         );
         // A token budget bounds the tokens of one record.
@@ -748,8 +830,8 @@ mod tests {
             ..record("c", 1, 0.0, 0.0)
         };
         assert_eq!(
-            streams.observe(&huge, NOW, (None, Some(1_000_000))),
-            Verdict::Rejected("over_the_budget")
+            streams.observe(&huge, None, NOW, (None, Some(1_000_000))),
+            Verdict::Rejected("implausible_totals")
         );
     }
 
@@ -760,7 +842,7 @@ mod tests {
         let record = decode(v1).unwrap();
         let mut streams = PeerStreams::default();
         for _ in 0..2 {
-            let v = streams.observe(&record, NOW, BUDGETS);
+            let v = streams.observe(&record, None, NOW, BUDGETS);
             assert_eq!(
                 v,
                 Verdict::Count {
@@ -770,11 +852,121 @@ mod tests {
                 }
             );
         }
-        let huge = SpendRecord { usd: 2.0, ..record };
+        let over = SpendRecord {
+            usd: 2.0,
+            ..record.clone()
+        };
         assert_eq!(
-            streams.observe(&huge, NOW, BUDGETS),
-            Verdict::Rejected("over_the_budget")
+            counted(streams.observe(&over, None, NOW, BUDGETS)),
+            1.0,
+            "capped at the budget"
         );
+        let huge = SpendRecord { usd: 5.0, ..record };
+        assert_eq!(
+            streams.observe(&huge, None, NOW, BUDGETS),
+            Verdict::Rejected("implausible_totals")
+        );
+    }
+
+    const HOUR_MS: i64 = 3_600_000;
+
+    #[test]
+    fn a_forged_seq_does_not_silence_the_instance_it_names() {
+        let forged = || record("a", u64::MAX, 0.10, 0.0);
+        // After the genuine first record, and as the first one read.
+        for genuine_first in [true, false] {
+            let mut streams = PeerStreams::default();
+            if genuine_first {
+                streams.observe(&record("a", 1, 0.10, 0.10), None, NOW, BUDGETS);
+            }
+            assert_eq!(
+                streams.observe(&forged(), None, NOW, BUDGETS),
+                Verdict::Rejected("implausible_seq")
+            );
+            let v = streams.observe(&record("a", 2, 0.30, 0.20), None, NOW + 1_000, BUDGETS);
+            assert!(
+                (counted(v) - 0.20).abs() < 1e-9,
+                "genuine first {genuine_first}: {v:?}"
+            );
+            let v = streams.observe(&record("a", 3, 0.35, 0.05), None, NOW + 2_000, BUDGETS);
+            assert!(
+                (counted(v) - 0.05).abs() < 1e-9,
+                "genuine first {genuine_first}: {v:?}"
+            );
+        }
+        // A jump further than one record per interval since the last.
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 1, 0.10, 0.10), None, NOW, BUDGETS);
+        let far = most_records_within(Duration::from_secs(10)) + 2;
+        assert_eq!(
+            streams.observe(&record("a", far, 0.20, 0.10), None, NOW + 10_000, BUDGETS),
+            Verdict::Rejected("implausible_seq")
+        );
+        let v = streams.observe(&record("a", 2, 0.20, 0.10), None, NOW + 10_000, BUDGETS);
+        assert!((counted(v) - 0.10).abs() < 1e-9, "{v:?}");
+    }
+
+    #[test]
+    fn forged_totals_do_not_silence_the_instance_they_name() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 1, 0.10, 0.10), None, NOW, BUDGETS);
+        assert_eq!(
+            streams.observe(&record("a", 2, 1e300, 1e300), None, NOW + 1_000, BUDGETS),
+            Verdict::Rejected("implausible_totals")
+        );
+        // Seq 2 was not taken by the forgery: the genuine seq 2 counts.
+        let v = streams.observe(&record("a", 2, 0.15, 0.05), None, NOW + 1_000, BUDGETS);
+        assert!((counted(v) - 0.05).abs() < 1e-9, "{v:?}");
+        // A forged first record with an implausible total.
+        let mut streams = PeerStreams::default();
+        assert_eq!(
+            streams.observe(&record("b", 1, 1e300, 0.01), None, NOW, BUDGETS),
+            Verdict::Rejected("implausible_totals")
+        );
+        let v = streams.observe(&record("b", 2, 0.02, 0.02), None, NOW, BUDGETS);
+        assert!((counted(v) - 0.02).abs() < 1e-9, "{v:?}");
+    }
+
+    #[test]
+    fn a_record_over_the_budget_after_an_outage_counts_capped_at_the_budget() {
+        let mut streams = PeerStreams::default();
+        streams.observe(&record("a", 1, 0.10, 0.10), None, NOW, BUDGETS);
+        // Two hours cut off from the ledger, spending its share: 1.5 × the
+        // budget since its last record read.
+        let v = streams.observe(&record("a", 2, 1.60, 1.50), None, NOW + 2 * HOUR_MS, BUDGETS);
+        assert!((counted(v) - 1.0).abs() < 1e-9, "{v:?}");
+    }
+
+    #[test]
+    fn a_record_of_a_writer_an_hour_behind_counts_for_the_hour_by_the_brokers_time() {
+        let mut streams = PeerStreams::default();
+        // The writer's clock says an hour ago; the broker appended it now.
+        let behind = SpendRecord {
+            at_ms: NOW - HOUR_MS,
+            ..record("a", 1, 0.30, 0.30)
+        };
+        let v = streams.observe(&behind, Some(NOW), NOW, BUDGETS);
+        assert_eq!(
+            v,
+            Verdict::Count {
+                age: Duration::ZERO,
+                usd: 0.30,
+                tokens: 3000
+            }
+        );
+        // Counted in the window, as any fresh spend: it stays for the hour.
+        let budget = crate::llm::budget::SpendBudget::new(1.0, 0).unwrap();
+        let Verdict::Count { age, usd, tokens } = v else {
+            unreachable!()
+        };
+        budget.observe_peer(age, usd, tokens);
+        assert!((budget.group_spend().usd - 0.30).abs() < 1e-9);
+        // Without the broker's time it would have left the window at once.
+        let mut streams = PeerStreams::default();
+        let Verdict::Count { age, .. } = streams.observe(&behind, None, NOW, BUDGETS) else {
+            panic!("counted")
+        };
+        assert!(age >= LOOKBACK, "{age:?}");
     }
 
     #[test]
@@ -786,7 +978,7 @@ mod tests {
                 at_ms,
                 ..record(&format!("i{i}"), 1, 0.0001, 0.0001)
             };
-            streams.observe(&r, at_ms, BUDGETS);
+            streams.observe(&r, None, at_ms, BUDGETS);
         }
         assert!(streams.streams.len() <= MAX_STREAMS);
     }

@@ -226,8 +226,8 @@ impl GroupHinter {
         let (cached, from_cache) = self
             .cache
             .get_or_make(&plan.hint_id, async {
-                let extra = plan.refinement.as_ref().map(|r| r.prompt_section.as_str());
-                let synthesis = plan.synth.synthesize_with(&trajectory, extra).await;
+                let earlier = plan.refinement.as_ref().map_or(&[][..], |r| &r.earlier[..]);
+                let synthesis = plan.synth.synthesize_with(&trajectory, earlier).await;
                 self.metrics.synthesized(&synthesis);
                 let labels = HintLabels {
                     arm: plan.arm.clone(),
@@ -536,4 +536,5 @@ pub const REGISTERED: Registered = Registered {
             Ok(Box::new(stage) as Box<dyn Service>)
         })
     },
+    quickstart_workers: 2,
 };

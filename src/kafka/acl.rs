@@ -207,6 +207,20 @@ unsafe fn text(s: *const std::os::raw::c_char) -> String {
     }
 }
 
+/// The topics to describe for a stage that reads `reads` and writes
+/// `writes`: each once, in order, whatever it is needed for. A broker
+/// refuses a DescribeTopics that names a topic twice (Apache Kafka:
+/// "Duplicate topics not allowed"), and one answer holds every operation.
+pub fn topics_to_describe(reads: &[&str], writes: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for topic in reads.iter().chain(writes) {
+        if !names.iter().any(|n| n == topic) {
+            names.push((*topic).to_string());
+        }
+    }
+    names
+}
+
 /// What a stage needs and lacks: READ on `reads`, WRITE on `writes`, from
 /// the broker's answer `access`. A topic the broker did not describe, or
 /// described without authorized operations, is not judged here (a missing
@@ -296,6 +310,14 @@ mod tests {
             access("gone", Some(RDKafkaErrorCode::UnknownTopicOrPartition), None),
         ];
         assert!(missing_acls(&answer, &["quiet"], &["gone", "never-described"]).is_empty());
+    }
+
+    #[test]
+    fn a_topic_read_and_written_is_described_once() {
+        assert_eq!(
+            topics_to_describe(&["spend", "in"], &["spend", "out", "in"]),
+            ["spend", "in", "out"]
+        );
     }
 
     #[test]

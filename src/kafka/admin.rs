@@ -68,11 +68,18 @@ impl TopicSpec {
         }
     }
 
-    /// The spend ledger: [`SPEND_RETENTION_MS`].
+    /// The spend ledger: [`SPEND_RETENTION_MS`], and each record stamped
+    /// with the broker's clock as it is appended
+    /// (`message.timestamp.type = LogAppendTime`): a record's age in the
+    /// rolling hour is the broker's, whatever the writer's clock says, and
+    /// a reader started later finds the same age.
     pub fn spend(name: &str) -> Self {
         TopicSpec {
             name: name.to_string(),
-            configs: vec![("retention.ms", SPEND_RETENTION_MS.to_string())],
+            configs: vec![
+                ("retention.ms", SPEND_RETENTION_MS.to_string()),
+                ("message.timestamp.type", "LogAppendTime".to_string()),
+            ],
         }
     }
 }
@@ -140,4 +147,22 @@ pub async fn create_topics_with(
             Err((name, code)) => (name, TopicOutcome::Failed(code.to_string())),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spend_topic_is_stamped_with_the_brokers_clock() {
+        let spec = TopicSpec::spend("rl.hints.spend");
+        assert!(
+            spec.configs
+                .iter()
+                .any(|(k, v)| *k == "message.timestamp.type" && v == "LogAppendTime"),
+            "{:?}",
+            spec.configs
+        );
+        assert!(spec.configs.iter().any(|(k, _)| *k == "retention.ms"));
+    }
 }

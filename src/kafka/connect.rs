@@ -16,7 +16,7 @@ use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaErrorCode;
 use thiserror::Error;
 
-use super::acl::{describe_topics, missing_acls, MissingAcl};
+use super::acl::{describe_topics, missing_acls, topics_to_describe, MissingAcl};
 use super::client_config;
 use super::embedded::is_embedded;
 use crate::config::{ClientKind, Config};
@@ -41,7 +41,7 @@ pub enum ConnectError {
     Tls { broker: String, detail: String },
     #[error("topic {topic:?} does not exist on {servers}; create the pipeline's topics with `hintstream topics create` (or point the stage at an existing topic)")]
     MissingTopic { topic: String, servers: String },
-    #[error("missing ACLs for {principal}: {}. Grant them with kafka-acls (the README lists each stage's under \"ACLs per stage\")", list(.missing))]
+    #[error("missing ACLs for {principal}: {}. Grant them with kafka-acls (docs/acls.md lists each stage's)", list(.missing))]
     MissingAcls {
         principal: String,
         missing: Vec<MissingAcl>,
@@ -189,7 +189,7 @@ pub async fn check_topic_access(
         asks.push((ClientKind::Producer, vec![], writes.to_vec()));
     }
     for (kind, reads, writes) in asks {
-        let names: Vec<String> = reads.iter().chain(&writes).map(|t| t.to_string()).collect();
+        let names = topics_to_describe(&reads, &writes);
         let client = {
             let mut client = client_config(config, kind);
             strip_producer_only(config, kind, &mut client);
@@ -320,6 +320,26 @@ fn broker_of(reason: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_acls_point_at_the_book_chapter_that_lists_them() {
+        let e = ConnectError::MissingAcls {
+            principal: "User:hints".into(),
+            missing: vec![MissingAcl {
+                topic: "rl.hints.spend".into(),
+                operation: super::super::acl::TopicOperation::Write,
+                granted: vec![],
+            }],
+        };
+        let said = e.to_string();
+        assert!(said.contains("docs/acls.md"), "{said}");
+        assert!(!said.contains("README"), "{said}");
+        let chapter = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/acls.md")).unwrap();
+        assert!(
+            chapter.starts_with("# ACLs per stage"),
+            "docs/acls.md is the chapter the message names"
+        );
+    }
 
     #[test]
     fn names_the_broker_of_a_librdkafka_reason() {

@@ -116,13 +116,15 @@ impl StageContext {
 
     /// Under exactly_once, commits the open transaction (what the revoked
     /// partitions finished goes with it), so that their next owner starts
-    /// after it. Blocking, bounded by the transaction calls' timeout.
-    fn commit_before_revoke(&self, consumer: &BaseConsumer<Self>) {
+    /// after it. Blocking, until the drain's `deadline` at most: a commit
+    /// still in progress then is resumed by the next cycle, and the next
+    /// owner's offset fetch waits for it.
+    fn commit_before_revoke(&self, consumer: &BaseConsumer<Self>, deadline: Instant) {
         let Some(transactions) = self.guarantee.transactions() else {
             return;
         };
         let group = consumer.group_metadata();
-        let commit = || transactions.cycle(group.as_ref());
+        let commit = || transactions.cycle(group.as_ref(), Some(deadline));
         let cycle = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(commit),
             _ => commit(),
@@ -130,14 +132,14 @@ impl StageContext {
         tracing::info!(?cycle, "transaction committed before the revoke");
     }
 
-    /// Drain on revoke: the revoked partitions' in-flight work gets up to
-    /// the drain timeout to finish and store its offsets (librdkafka commits
+    /// Drain on revoke: the revoked partitions' in-flight work gets until
+    /// `deadline` (the drain timeout) to finish and store its offsets (librdkafka commits
     /// a removed partition's stored offsets itself on unassign); what has not
     /// finished by then is cancelled, uncommitted, and its new owner redoes
     /// it. A lost assignment (the group moved on without us) is not drained:
     /// its partitions belong to others already. Shutdown beginning meanwhile
     /// ends the wait.
-    fn drain(&self, consumer: &BaseConsumer<Self>, partitions: &[Partition]) {
+    fn drain(&self, consumer: &BaseConsumer<Self>, partitions: &[Partition], deadline: Instant) {
         {
             let mut tracker = lock(&self.tracker);
             for (topic, partition) in partitions {
@@ -156,11 +158,7 @@ impl StageContext {
         let before = live();
         let lost = consumer.assignment_lost();
         let wait = || {
-            while !lost
-                && live() > 0
-                && started.elapsed() < self.drain_timeout
-                && !self.lifecycle.is_stopping()
-            {
+            while !lost && live() > 0 && Instant::now() < deadline && !self.lifecycle.is_stopping() {
                 std::thread::sleep(Duration::from_millis(10));
             }
         };
@@ -239,8 +237,10 @@ impl ConsumerContext for StageContext {
             self.metrics.rebalanced("revoke");
             // At shutdown the stage drained already; the close revokes all.
             if !self.lifecycle.is_stopping() {
-                self.drain(consumer, &partitions);
-                self.commit_before_revoke(consumer);
+                // The drain and the commit after it end by one deadline.
+                let deadline = Instant::now() + self.drain_timeout;
+                self.drain(consumer, &partitions, deadline);
+                self.commit_before_revoke(consumer, deadline);
             }
             self.reset(&partitions);
         }

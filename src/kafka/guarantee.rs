@@ -25,6 +25,7 @@ use super::producers::StageProducer;
 use super::tracker::{OffsetTracker, Ticket};
 use super::transaction::Transactions;
 use crate::health::Lifecycle;
+use crate::metrics::StageMetrics;
 
 /// How a worker's outputs, dead letters and input offsets reach the broker;
 /// cheap to clone (the transactions are shared).
@@ -47,6 +48,8 @@ pub struct TransactionalProducer {
     pub interval: Duration,
     /// `kafka.transaction_timeout_ms`: the bound of each transaction call.
     pub call_timeout: Duration,
+    /// Where retried commits and aborts are counted.
+    pub metrics: Arc<StageMetrics>,
 }
 
 impl Guarantee {
@@ -64,12 +67,14 @@ impl Guarantee {
             transactional_id,
             interval,
             call_timeout,
+            metrics,
         } = producer;
         let transactions = tokio::task::spawn_blocking(move || {
             Transactions::init(
                 producer,
                 tracker,
                 lifecycle,
+                metrics,
                 transactional_id,
                 interval,
                 call_timeout,

@@ -3,7 +3,7 @@
 //! tracker and its commit point, one handle per taken message and its
 //! intake holds, the dead-letter producer, producing with bounds, the
 //! delivery guarantee (`guarantee`: at-least-once, or exactly-once over the
-//! worker's `transaction`s), the consume loop and the stage contract it
+//! worker's `transaction`s, their `held` outputs and how each `ending` goes), the consume loop and the stage contract it
 //! drives (with the output obligations, `Settlement`), whole-topic readers,
 //! start-up checks and topic administration. The stages see
 //! records only through what this module hands them (`Taken`,
@@ -19,7 +19,9 @@ pub mod context;
 pub mod contract;
 pub mod dlq;
 pub mod embedded;
+pub mod ending;
 pub mod guarantee;
+pub mod held;
 pub mod hold;
 pub mod message;
 pub mod partition;

@@ -115,15 +115,21 @@ impl TopicTail {
     /// Assigns every partition of `topic` from the beginning and starts
     /// handing each record (key, payload) to `on_record`, on a task of its
     /// own. A topic that does not exist is an error.
-    pub async fn start<F>(config: &Config, topic: &str, on_record: F) -> Result<TopicTail, TailError>
+    pub async fn start<F>(config: &Config, topic: &str, mut on_record: F) -> Result<TopicTail, TailError>
     where
         F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
     {
-        Self::start_at(config, topic, None, on_record).await
+        Self::start_at(config, topic, None, move |key, payload, _| {
+            on_record(key, payload)
+        })
+        .await
     }
 
     /// As [`TopicTail::start`], from the first record of each partition
-    /// written at or after `since` (the partition's end when none is).
+    /// written at or after `since` (the partition's end when none is);
+    /// `on_record` also gets the time the broker appended the record (ms
+    /// since the Unix epoch) when the topic stamps records so
+    /// (`message.timestamp.type = LogAppendTime`), else `None`.
     pub async fn start_since<F>(
         config: &Config,
         topic: &str,
@@ -131,7 +137,7 @@ impl TopicTail {
         on_record: F,
     ) -> Result<TopicTail, TailError>
     where
-        F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
+        F: FnMut(Option<&[u8]>, Option<&[u8]>, Option<i64>) + Send + 'static,
     {
         Self::start_at(config, topic, Some(since), on_record).await
     }
@@ -143,7 +149,7 @@ impl TopicTail {
         mut on_record: F,
     ) -> Result<TopicTail, TailError>
     where
-        F: FnMut(Option<&[u8]>, Option<&[u8]>) + Send + 'static,
+        F: FnMut(Option<&[u8]>, Option<&[u8]>, Option<i64>) + Send + 'static,
     {
         let consumer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
         let partitions = partitions_of(consumer.clone(), topic.to_string()).await?;
@@ -198,7 +204,11 @@ impl TopicTail {
                             Ok(m) => {
                                 p.position.insert(m.partition(), m.offset() + 1);
                                 drop(p);
-                                on_record(m.key(), m.payload());
+                                let appended = match m.timestamp() {
+                                    rdkafka::Timestamp::LogAppendTime(ms) => Some(ms),
+                                    _ => None,
+                                };
+                                on_record(m.key(), m.payload(), appended);
                             }
                             Err(KafkaError::PartitionEOF(partition)) => {
                                 p.eof_at.insert(partition, n);

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, KafkaResult};
@@ -483,8 +483,11 @@ impl Intake {
         }
         if let Some(transactions) = self.delivery.guarantee.transactions().cloned() {
             let group = consumer.group_metadata();
-            let commit = tokio::task::spawn_blocking(move || transactions.cycle(group.as_ref()));
-            match tokio::time::timeout(FINAL_COMMIT_TIMEOUT, commit).await {
+            let within = Instant::now() + FINAL_COMMIT_TIMEOUT;
+            let commit =
+                tokio::task::spawn_blocking(move || transactions.cycle(group.as_ref(), Some(within)));
+            // The cycle ends by `within`; a moment more for its last call.
+            match tokio::time::timeout(FINAL_COMMIT_TIMEOUT + Duration::from_secs(1), commit).await {
                 Ok(Ok(cycle)) => tracing::info!(?cycle, "final transaction"),
                 _ => tracing::warn!("the final transaction did not commit in time; its work is redone"),
             }
@@ -638,7 +641,7 @@ async fn run_transactions(
             continue;
         };
         let t = transactions.clone();
-        if tokio::task::spawn_blocking(move || t.cycle(Some(&group)))
+        if tokio::task::spawn_blocking(move || t.cycle(Some(&group), None))
             .await
             .is_err()
         {

@@ -8,7 +8,7 @@
 //! - [`select`]: the arm of a group (pure; what is guaranteed);
 //! - [`state`]: tallies, the hint/outcome join and task memory rebuilt from
 //!   `rl.hints` and `rl.hints.outcomes` (the counting rules, memory bounds);
-//! - [`refine`]: earlier unhelpful hints and the prompt section showing them;
+//! - [`refine`]: the earlier unhelpful hints a refined hint's prompt shows;
 //! - [`report`]: per-arm and per-step metrics;
 //! - `lru`: the exact LRU map behind the bounds.
 //!
@@ -29,8 +29,8 @@
 //! let spec = &state.arms().specs()[choice.index];
 //! // choice.hint_id keys the hint cache, as the hint_id does today.
 //! let refinement = state.refinement(run_id, step, instance_id); // Option
-//! // prompt: the arm's prompt_version and models; with a refinement, add
-//! // refinement.prompt_section to the user prompt and stamp the Hint with
+//! // prompt: the arm's prompt_version and models; with a refinement, show
+//! // refinement.earlier in the user prompt and stamp the Hint with
 //! // prompt_version = refine::refined_prompt_version(&spec.prompt_version),
 //! // refines = refinement.refines; always arm = spec.name.
 //! // A static arm (spec.is_static) writes the static hint, no LLM call.

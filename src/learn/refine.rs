@@ -1,5 +1,6 @@
 //! Refinement: when a task fails again after hints that did not rescue it,
-//! the LLM is shown up to `refine_max` of them, each with what it did.
+//! the LLM is shown up to `refine_max` of them, each with what it did (the
+//! prompt shows them: `llm::prompt::earlier`).
 //!
 //! Unlike the arm, refinement uses every outcome known when the group is
 //! hinted, the previous step's included (no two-step lag): a redelivery gets
@@ -13,9 +14,6 @@ use crate::messages::HintCategory;
 
 /// Appended to an arm's prompt version on a refined hint.
 pub const REFINE_SUFFIX: &str = "+refine";
-
-/// The heading of the prompt section that shows earlier hints.
-pub const SECTION_HEADING: &str = "## Earlier hints that did not help";
 
 /// An earlier hint of a task that did not rescue it, with its outcome.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,8 +34,8 @@ pub struct EarlierHint {
 pub struct Refinement {
     /// The earlier hints' ids, newest first: the Hint's `refines`.
     pub refines: Vec<String>,
-    /// The section to add to the LLM's user prompt ([`prompt_section`]).
-    pub prompt_section: String,
+    /// The earlier hints, newest first, for the LLM's user prompt.
+    pub earlier: Vec<EarlierHint>,
 }
 
 impl LearnState {
@@ -80,56 +78,22 @@ impl LearnState {
     /// configured `refine_max`, or `None` when there is nothing to show.
     pub fn refinement(&self, run_id: &str, step: i64, instance_id: &str) -> Option<Refinement> {
         let earlier = self.earlier_unhelpful(run_id, instance_id, step, self.arms.options().refine_max);
-        refinement(&earlier)
+        refinement(earlier)
     }
 }
 
 /// The [`Refinement`] of `earlier` (newest first), `None` when empty.
-pub fn refinement(earlier: &[EarlierHint]) -> Option<Refinement> {
+pub fn refinement(earlier: Vec<EarlierHint>) -> Option<Refinement> {
     if earlier.is_empty() {
         return None;
     }
     Some(Refinement {
         refines: earlier.iter().map(|h| h.hint_id.clone()).collect(),
-        prompt_section: prompt_section(earlier),
+        earlier,
     })
 }
 
 /// `<version>+refine`.
 pub fn refined_prompt_version(version: &str) -> String {
     format!("{version}{REFINE_SUFFIX}")
-}
-
-/// "2 hinted retries, 0 succeeded".
-pub fn outcome_line(hinted_rollouts: i64, successes: i64) -> String {
-    let retries = if hinted_rollouts == 1 { "retry" } else { "retries" };
-    format!("{hinted_rollouts} hinted {retries}, {successes} succeeded")
-}
-
-/// The prompt section that shows `earlier` to the LLM, newest first:
-///
-/// ```text
-/// ## Earlier hints that did not help
-/// These hints were given for this task at earlier steps, and the retries
-/// that used them still failed. Do not repeat them; write guidance that
-/// takes a different approach.
-///
-/// ### Hint from step 7 (2 hinted retries, 0 succeeded)
-/// <its text>
-/// ```
-pub fn prompt_section(earlier: &[EarlierHint]) -> String {
-    let mut out = format!(
-        "{SECTION_HEADING}\nThese hints were given for this task at earlier steps, and the retries \
-         that used them still failed. Do not repeat them; write guidance that takes a different \
-         approach.\n"
-    );
-    for h in earlier {
-        out.push_str(&format!(
-            "\n### Hint from step {} ({})\n{}\n",
-            h.step,
-            outcome_line(h.hinted_rollouts, h.successes),
-            h.text.trim_end()
-        ));
-    }
-    out
 }

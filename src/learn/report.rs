@@ -25,6 +25,9 @@ pub struct ArmReport {
     pub rescues: i64,
     /// `rescues / trials`.
     pub rescue_rate: Option<f64>,
+    /// The mean `transfer` of the outcomes counted for the arm that carried
+    /// one; `None` when none did.
+    pub transfer_rate: Option<f64>,
     /// Posterior mean of the rescue rate from every outcome known now.
     pub posterior_mean: f64,
     /// What the arm's hints cost, in USD.
@@ -64,6 +67,8 @@ impl LearnState {
     /// One step's metrics by their `rl.metrics` names:
     /// `hint/arm/<name>/rescue_rate` and `hint/arm/<name>/count` (outcomes
     /// counted for the arm, the rate's denominator; the rate absent at 0),
+    /// `hint/arm/<name>/transfer_rate` (the mean `transfer` of those that
+    /// carried one; absent when none did),
     /// `hint/refined_rescue_rate`, `hint/fresh_rescue_rate` and
     /// `hint/cost_per_rescue_usd`, each absent when undefined.
     pub fn step_metrics(&self, run_id: &str, step: i64) -> BTreeMap<String, f64> {
@@ -73,6 +78,9 @@ impl LearnState {
             out.insert(format!("hint/arm/{}/count", arm.name), arm.trials as f64);
             if let Some(rate) = arm.rescue_rate {
                 out.insert(format!("hint/arm/{}/rescue_rate", arm.name), rate);
+            }
+            if let Some(rate) = arm.transfer_rate {
+                out.insert(format!("hint/arm/{}/transfer_rate", arm.name), rate);
             }
         }
         for (name, value) in [
@@ -125,6 +133,7 @@ impl LearnState {
                     trials: c.trials,
                     rescues: c.rescues,
                     rescue_rate: ratio(c.rescues as f64, c.trials as f64),
+                    transfer_rate: ratio(c.transfer_nano as f64 / 1e9, c.transfer_trials as f64),
                     posterior_mean: posterior.mean(),
                     spend_usd,
                     cost_per_rescue_usd: ratio(spend_usd, c.rescues as f64),
@@ -150,4 +159,6 @@ fn add(total: &mut Cell, cell: &Cell) {
     total.rescues += cell.rescues;
     total.refined_trials += cell.refined_trials;
     total.refined_rescues += cell.refined_rescues;
+    total.transfer_trials += cell.transfer_trials;
+    total.transfer_nano += cell.transfer_nano;
 }

@@ -66,6 +66,8 @@ pub struct OutcomeCounts {
     pub successes: i64,
     pub rescued: bool,
     pub mean_reward: f64,
+    /// The outcome's `transfer`, when it had one.
+    pub transfer: Option<f64>,
 }
 
 impl From<&HintOutcome> for OutcomeCounts {
@@ -75,6 +77,7 @@ impl From<&HintOutcome> for OutcomeCounts {
             successes: o.successes,
             rescued: o.rescued,
             mean_reward: o.mean_reward,
+            transfer: o.transfer,
         }
     }
 }
@@ -122,6 +125,10 @@ pub(super) struct Cell {
     pub(super) rescues: i64,
     pub(super) refined_trials: i64,
     pub(super) refined_rescues: i64,
+    /// Outcomes counted for the arm that carried `transfer`.
+    pub(super) transfer_trials: i64,
+    /// Their `transfer`s summed, in nano-units (integers, as the spend).
+    pub(super) transfer_nano: i64,
 }
 
 /// One run's cells by (arm name, step).
@@ -387,6 +394,10 @@ impl LearnState {
             let rescued = i64::from(o.rescued);
             cell.trials += sign;
             cell.rescues += sign * rescued;
+            if let Some(t) = o.transfer {
+                cell.transfer_trials += sign;
+                cell.transfer_nano += sign * nano_usd(t);
+            }
             if entry.refined {
                 cell.refined_trials += sign;
                 cell.refined_rescues += sign * rescued;

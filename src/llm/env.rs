@@ -1,10 +1,14 @@
 //! The environment the model endpoints are resolved from: the official SDKs'
-//! variables, read once, with a `Debug` that never shows a key.
+//! variables, read once, with a `Debug` that never shows a key, nor a base
+//! URL's user info or query.
 
 use std::path::PathBuf;
 
+use crate::config::redact_url;
+
 /// Environment the endpoint is resolved from (the official SDKs' variables).
-/// Its `Debug` shows whether a key is set, never the key.
+/// Its `Debug` shows whether a key is set, never the key, and the base
+/// URLs without their user info and query.
 #[derive(Clone, Default)]
 pub struct LlmEnv {
     pub anthropic_api_key: Option<String>,
@@ -25,13 +29,14 @@ pub struct LlmEnv {
 impl std::fmt::Debug for LlmEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let key = |k: &Option<String>| if k.is_some() { "<redacted>" } else { "<unset>" };
+        let url = |u: &Option<String>| u.as_deref().map(|u| redact_url(u).into_owned());
         f.debug_struct("LlmEnv")
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
-            .field("anthropic_base_url", &self.anthropic_base_url)
+            .field("anthropic_base_url", &url(&self.anthropic_base_url))
             .field("openai_api_key", &key(&self.openai_api_key))
-            .field("openai_base_url", &self.openai_base_url)
+            .field("openai_base_url", &url(&self.openai_base_url))
             .field("openrouter_api_key", &key(&self.openrouter_api_key))
-            .field("openrouter_base_url", &self.openrouter_base_url)
+            .field("openrouter_base_url", &url(&self.openrouter_base_url))
             .field("ssl_cert_file", &self.ssl_cert_file)
             .finish()
     }

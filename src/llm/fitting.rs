@@ -16,6 +16,7 @@ use super::prompt_cache::PromptText;
 use super::shared::Shared;
 use super::tally::Tally;
 use crate::config::context_tokens_of;
+use crate::learn::EarlierHint;
 use crate::messages::FailedTrajectory;
 
 /// How long a server is given to say its context window.
@@ -28,7 +29,7 @@ pub(super) async fn call_fitted<'a>(
     shared: &Shared,
     turn: Turn<'a>,
     t: &FailedTrajectory,
-    extra: Option<&str>,
+    earlier: &[EarlierHint],
     first: bool,
     deadline: Instant,
     tally: &mut Tally<'a>,
@@ -40,7 +41,7 @@ pub(super) async fn call_fitted<'a>(
     let system = system_prompt.as_str();
     let window = window_of(shared, link);
     let budget = window.map_or(u64::MAX, |w| user_budget(w, config.max_tokens, system));
-    let fitted = fit(shared.prompt, t, extra, budget);
+    let fitted = fit(shared.prompt, t, earlier, budget);
     observe_fit(shared, link, &fitted);
     let sent_tokens = estimate_tokens(&fitted.user);
     let prompt = prompt_text(shared, t, fitted.user);
@@ -54,7 +55,7 @@ pub(super) async fn call_fitted<'a>(
         Some(w) => user_budget(w, config.max_tokens, system).min(budget) / 2,
         None => sent_tokens / 2,
     };
-    let refitted = fit(shared.prompt, t, extra, half);
+    let refitted = fit(shared.prompt, t, earlier, half);
     observe_fit(shared, link, &refitted);
     tracing::info!(model = %link.id, error = %error, budget_tokens = half, "the prompt was over the model's context window; refitted to half the budget");
     let prompt = prompt_text(shared, t, refitted.user);
@@ -63,7 +64,7 @@ pub(super) async fn call_fitted<'a>(
 
 /// The prompt for `t`: the version's system prompt with the context
 /// files (the common one, then `t`'s `env_class` one), and its user
-/// message with `extra` after it.
+/// message as fitted.
 fn prompt_text(shared: &Shared, t: &FailedTrajectory, user: String) -> PromptText {
     let contexts: Vec<&str> = shared
         .context

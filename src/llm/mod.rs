@@ -32,8 +32,9 @@
 //! - `saturation`: a model's server that times out while requests queue.
 //! - [`cassette`]: recorded exchanges, for deterministic reruns.
 //! - [`fit`]: the prompt fitted to the model's context window.
-//! - [`prompt`]: the versioned prompt with its truncation rules, and the
-//!   static hint.
+//! - [`prompt`]: the versioned prompt with its truncation rules, the
+//!   `<untrusted>` element that delimits what hintstream did not write,
+//!   and the static hint.
 //! - [`pyliteral`]: the Python-literal parser for verifier accumulators.
 
 mod attempt;

@@ -18,6 +18,7 @@ use super::link::Link;
 use super::routing;
 use super::shared::Shared;
 use crate::config::{LlmConfig, PromptVersion};
+use crate::learn::EarlierHint;
 use crate::messages::FailedTrajectory;
 
 pub use super::chain::Synthesis;
@@ -108,14 +109,14 @@ impl Synthesizer {
     /// Synthesizes the hint for `t`, the best trajectory of its group: its
     /// text cut to `llm.max_hint_chars`, whoever wrote it.
     pub async fn synthesize(&self, t: &FailedTrajectory) -> Synthesis {
-        self.synthesize_with(t, None).await
+        self.synthesize_with(t, &[]).await
     }
 
-    /// Synthesizes the hint for `t` with `extra` (earlier hints that did not
-    /// help, for a refined hint) after the prompt's user message; a reply
+    /// Synthesizes the hint for `t` showing `earlier` hints that did not
+    /// help (a refined hint; newest first) in the prompt; a reply
     /// over `llm.max_hint_chars` is cut at a sentence boundary.
-    pub async fn synthesize_with(&self, t: &FailedTrajectory, extra: Option<&str>) -> Synthesis {
-        chain::synthesize(&self.shared, &self.chain, t, extra).await
+    pub async fn synthesize_with(&self, t: &FailedTrajectory, earlier: &[EarlierHint]) -> Synthesis {
+        chain::synthesize(&self.shared, &self.chain, t, earlier).await
     }
 
     /// The model ids its `hint_id` covers: the configured chain, or none

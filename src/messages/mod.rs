@@ -16,5 +16,5 @@ pub use hint::{Hint, HintCategory, HintSource, Usage, DEFAULT_ARM};
 pub use keys::{group_key, key_for, step_key};
 pub use ordered::OrderedJson;
 pub use outcome::HintOutcome;
-pub use scored::{ScoredMessage, ScoredRollout, StepEnd};
+pub use scored::{check_logprob, ScoredMessage, ScoredRollout, StepEnd, LOGPROB_ROUNDING};
 pub use version::SCHEMA_VERSION;

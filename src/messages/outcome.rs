@@ -24,6 +24,17 @@ pub struct HintOutcome {
     pub rescued: bool,
     /// Mean reward of the hinted rollouts.
     pub mean_reward: f64,
+    /// The mean of `success_i · ω_i` over the hinted rollouts that carry
+    /// both log-probs (ω: the per-token ratio of the unhinted to the hinted
+    /// likelihood, capped at 1; `normalize::offpolicy`), in [0, 1]: how much
+    /// of the rescue the policy keeps without the hint. Absent (never 0)
+    /// when no rollout carries both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<f64>,
+    /// The mean reliance ρ (nats a token the hint adds) over those of them
+    /// that succeeded. Absent (never 0) when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reliance: Option<f64>,
     pub created_at: String,
 }
 
@@ -67,6 +78,17 @@ impl Validate for HintOutcome {
             ));
         }
         rules::finite("mean_reward", self.mean_reward)?;
+        if let Some(t) = self.transfer {
+            if !(0.0..=1.0).contains(&t) {
+                return Err(DecodeError::invalid(
+                    "transfer",
+                    format!("must be from 0 to 1, got {t}"),
+                ));
+            }
+        }
+        if let Some(r) = self.reliance {
+            rules::finite("reliance", r)?;
+        }
         rules::rfc3339("created_at", Some(&self.created_at))
     }
 }

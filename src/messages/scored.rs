@@ -26,6 +26,32 @@ pub struct ScoredRollout {
     /// Only `reinforce_pp` reads it: its mean and variance are over tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_length: Option<i64>,
+    /// The sum of the response's token log-probs under the hinted prompt,
+    /// for the policy that sampled it (hinted rows; at most 0, with
+    /// [`LOGPROB_ROUNDING`] allowed). A row with a log-prob must have a
+    /// `response_length`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprob_hinted: Option<f64>,
+    /// The same response's log-prob under the unhinted prompt, with the same
+    /// weights (one forward pass without gradients in the trainer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprob_unhinted: Option<f64>,
+}
+
+/// How far above 0 a log-prob may be (rounding in the trainer's sums).
+pub const LOGPROB_ROUNDING: f64 = 1e-6;
+
+/// Checks one optional log-prob: finite and at most [`LOGPROB_ROUNDING`].
+pub fn check_logprob(field: &str, value: Option<f64>) -> Result<(), DecodeError> {
+    let Some(v) = value else { return Ok(()) };
+    rules::finite(field, v)?;
+    if v > LOGPROB_ROUNDING {
+        return Err(DecodeError::invalid(
+            field,
+            format!("must be at most 0 (a sum of log-probabilities; 1e-6 of rounding allowed), got {v}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The largest `response_length` accepted (u32's range, which the kernels
@@ -66,6 +92,16 @@ impl Validate for ScoredRollout {
                     "must be an integer from 1 to 4294967295",
                 ));
             }
+        }
+        check_logprob("logprob_hinted", self.logprob_hinted)?;
+        check_logprob("logprob_unhinted", self.logprob_unhinted)?;
+        if (self.logprob_hinted.is_some() || self.logprob_unhinted.is_some())
+            && self.response_length.is_none()
+        {
+            return Err(DecodeError::invalid(
+                "response_length",
+                "is required on a row with logprob_hinted or logprob_unhinted (the log-probs are per token)",
+            ));
         }
         rules::finite("reward", self.reward)
     }
@@ -108,6 +144,8 @@ mod tests {
             hint_category: None,
             hint_id: None,
             response_length,
+            logprob_hinted: None,
+            logprob_unhinted: None,
         }
     }
 
@@ -123,5 +161,33 @@ mod tests {
         // Absent on the wire when absent.
         let json = serde_json::to_value(rollout(None)).unwrap();
         assert!(json.get("response_length").is_none());
+    }
+
+    #[test]
+    fn log_probs_are_finite_at_most_0_and_need_a_length() {
+        let with = |hinted: Option<f64>, unhinted: Option<f64>, length: Option<i64>| ScoredRollout {
+            logprob_hinted: hinted,
+            logprob_unhinted: unhinted,
+            ..rollout(length)
+        };
+        for ok in [
+            with(Some(-3.5), Some(-9.0), Some(4)),
+            with(Some(0.0), None, Some(1)),
+            with(None, Some(1e-6), Some(2)),
+            with(None, None, None),
+        ] {
+            ok.validate().unwrap();
+        }
+        for (bad, field) in [
+            (with(Some(0.5), Some(-1.0), Some(3)), "logprob_hinted"),
+            (with(Some(-1.0), Some(f64::NAN), Some(3)), "logprob_unhinted"),
+            (with(Some(-1.0), Some(-2.0), None), "response_length"),
+            (with(None, Some(-2.0), None), "response_length"),
+        ] {
+            let err = bad.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{bad:?}: {err}");
+        }
+        let json = serde_json::to_value(rollout(None)).unwrap();
+        assert!(json.get("logprob_hinted").is_none() && json.get("logprob_unhinted").is_none());
     }
 }

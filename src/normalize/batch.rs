@@ -59,6 +59,26 @@ pub enum NormalizeError {
     TooManyLengths { rows: usize, lengths: usize },
     #[error("response length at row {row} is 0; it must be >= 1")]
     ZeroLength { row: usize },
+    /// Rows whose advantage, group_mean or group_std is beyond f64's range
+    /// even on rescaled rewards ([`super::rescaled`]): the batch has no
+    /// finite result and is refused (dead-letter kind
+    /// `reward_out_of_range`).
+    #[error(
+        "{count} row(s) have no finite advantage, group_mean or group_std, even with their rewards \
+         rescaled (rows {}; the largest |reward| is {max_abs_reward:e}, epsilon {epsilon:e}): the result \
+         is beyond f64's range; scale the rewards down",
+        listed(.rows, *.count)
+    )]
+    RewardOutOfRange {
+        /// The first such rows, at most [`OUT_OF_RANGE_ROWS_SHOWN`].
+        rows: Vec<usize>,
+        /// How many rows in all.
+        count: usize,
+        max_abs_reward: f64,
+        /// The epsilon of the division (grpo's `epsilon`; reinforce_pp's
+        /// `whiten_epsilon`).
+        epsilon: f64,
+    },
     #[error("CUDA device: {0}")]
     Device(String),
     #[error("device `cuda` requested, but {0}")]
@@ -118,11 +138,22 @@ impl Batch<'_> {
     }
 }
 
+/// How many out-of-range rows [`NormalizeError::RewardOutOfRange`] lists.
+pub const OUT_OF_RANGE_ROWS_SHOWN: usize = 8;
+
+/// `rows` as a list, with `, …` when `count` is more.
+fn listed(rows: &[usize], count: usize) -> String {
+    let list: Vec<String> = rows.iter().map(usize::to_string).collect();
+    let more = if count > rows.len() { ", …" } else { "" };
+    format!("{}{more}", list.join(", "))
+}
+
 /// Which kernel ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ran {
     /// The CPU kernel, as asked (`cpu`, or `auto` without a usable GPU or
-    /// for a batch below [`GPU_MIN_ROWS`]).
+    /// for a batch below [`GPU_MIN_ROWS`]); or the rescaled CPU kernel
+    /// after either kernel's plain sums overflowed (`normalize::rescaled`).
     Cpu,
     /// The CUDA kernel.
     Cuda,

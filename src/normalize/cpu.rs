@@ -32,29 +32,43 @@ pub const PARALLEL_MIN_ROWS: usize = 200_000;
 
 /// Computes the advantages into fresh columns; `batch` must have passed
 /// [`Batch::validate`]. Runs on rayon's pool when the batch is large (see the
-/// module docs).
+/// module docs). Outputs may be non-finite for rewards too large for plain
+/// sums: [`compute_checked`] says so, and `normalize::compute` never lets
+/// them out.
 pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Advantages {
+    compute_checked(batch, options).0
+}
+
+/// [`compute`], with whether every advantage, group_mean and group_std is
+/// finite (checked as the rows are written, at no extra pass).
+pub fn compute_checked(batch: &Batch<'_>, options: &AdvantageOptions) -> (Advantages, bool) {
     let mut out = fresh(batch.len());
-    compute_into(batch, options, &mut out);
-    out
+    let finite = compute_into(batch, options, &mut out);
+    (out, finite)
 }
 
 /// [`compute`] into `out`, reusing its columns' memory: a caller that keeps
 /// one `Advantages` across steps of similar size saves the allocation and the
 /// page faults of 24 bytes a row (about 1 ms of the 6.5 ms of a 1M-row step
-/// on one core here). `out`'s previous contents are overwritten.
-pub fn compute_into(batch: &Batch<'_>, options: &AdvantageOptions, out: &mut Advantages) {
+/// on one core here). `out`'s previous contents are overwritten. Returns
+/// whether every output is finite.
+pub fn compute_into(batch: &Batch<'_>, options: &AdvantageOptions, out: &mut Advantages) -> bool {
     let threads = rayon::current_num_threads();
     // Per-chunk tables cost n_groups slots each: worth it only when a chunk
     // has several rows per group.
     let parallel = threads > 1 && batch.len() >= PARALLEL_MIN_ROWS && batch.n_groups * 4 <= batch.len();
-    compute_on(batch, options, if parallel { threads } else { 1 }, out);
+    compute_on(batch, options, if parallel { threads } else { 1 }, out)
 }
 
 /// [`compute_into`] on exactly `threads` row chunks of rayon's pool; `1`
 /// runs on the calling thread only (for benchmarks and callers that manage
-/// their own threads).
-pub fn compute_on(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut Advantages) {
+/// their own threads). Returns whether every output is finite.
+pub fn compute_on(
+    batch: &Batch<'_>,
+    options: &AdvantageOptions,
+    threads: usize,
+    out: &mut Advantages,
+) -> bool {
     run(batch, options, threads.max(1), out)
 }
 
@@ -135,14 +149,15 @@ pub fn step_stats(batch: &Batch<'_>, options: &AdvantageOptions) -> GroupStats {
     }
 }
 
-fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut Advantages) {
+/// The three passes; returns whether every output is finite.
+fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut Advantages) -> bool {
     let n = batch.len();
     // No-ops when `out` already has n rows (its values are all overwritten).
     out.advantage.resize(n, 0.0);
     out.group_mean.resize(n, 0.0);
     out.group_std.resize(n, 0.0);
     if n == 0 {
-        return;
+        return true;
     }
     let first_turn = options.estimator.raw_baselines(batch, options);
     let eps = options.epsilon;
@@ -160,7 +175,7 @@ fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut 
     let rloo = options.estimator == Estimator::Rloo;
     tables.build(batch, options, threads, rloo, first_turn);
     let slots = &tables.slots;
-    match options.estimator {
+    let finite = match options.estimator {
         Estimator::Grpo if options.norm_by_std => fill(batch, out, threads, |g, r, _| {
             let s = slots[g as usize];
             ((r - s.a) / (s.b + eps), s.a, s.b)
@@ -200,8 +215,9 @@ fn run(batch: &Batch<'_>, options: &AdvantageOptions, threads: usize, out: &mut 
             })
         }
         Estimator::ReinforcePp => unreachable!("returned above"),
-    }
+    };
     tables.give_back();
+    finite
 }
 
 /// What rloo reads per row.
@@ -216,8 +232,10 @@ struct RlooSlot {
 
 /// Pass 3: writes every row's (advantage, group_mean, group_std) as
 /// `row(group, score, hinted)` gives them into `out`, whose columns have the
-/// batch's length; in `threads` chunks when more than one.
-fn fill<F>(batch: &Batch<'_>, out: &mut Advantages, threads: usize, row: F)
+/// batch's length; in `threads` chunks when more than one. Returns whether
+/// every value written is finite (a branch-free flag on values already in
+/// registers, so the check costs no pass of its own).
+fn fill<F>(batch: &Batch<'_>, out: &mut Advantages, threads: usize, row: F) -> bool
 where
     F: Fn(u32, f64, bool) -> (f64, f64, f64) + Sync,
 {
@@ -228,13 +246,15 @@ where
             .zip(&batch.reward[start..end])
             .zip(&batch.hinted[start..end]);
         let outputs = advantage.iter_mut().zip(mean.iter_mut()).zip(std.iter_mut());
+        let mut finite = true;
         for (((a, m), s), ((&g, &r), &h)) in outputs.zip(inputs) {
             (*a, *m, *s) = row(g, r, h);
+            finite &= a.is_finite() & m.is_finite() & s.is_finite();
         }
+        finite
     };
     if threads <= 1 {
-        write(0, &mut out.advantage, &mut out.group_mean, &mut out.group_std);
-        return;
+        return write(0, &mut out.advantage, &mut out.group_mean, &mut out.group_std);
     }
     let chunk = out.advantage.len().div_ceil(threads).max(1);
     out.advantage
@@ -242,7 +262,9 @@ where
         .zip(out.group_mean.par_chunks_mut(chunk))
         .zip(out.group_std.par_chunks_mut(chunk))
         .enumerate()
-        .for_each(|(k, ((advantage, mean), std))| write(k * chunk, advantage, mean, std));
+        .map(|(k, ((advantage, mean), std))| write(k * chunk, advantage, mean, std))
+        // Not `all`: it would stop early and leave chunks unwritten.
+        .reduce(|| true, |x, y| x & y)
 }
 
 /// Two f64s of one group, kept together so that a row touches one 16-byte

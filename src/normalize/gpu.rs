@@ -134,15 +134,27 @@ fn estimator_code(e: Estimator) -> i32 {
 }
 
 /// Computes the advantages on GPU 0; `batch` must have passed
-/// [`Batch::validate`].
+/// [`Batch::validate`]. Outputs may be non-finite for rewards too large for
+/// plain sums ([`compute_checked`] says so; `normalize::compute` never lets
+/// them out).
+pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
+    compute_checked(batch, options).map(|(advantages, _)| advantages)
+}
+
+/// [`compute`], with whether every advantage, group_mean and group_std is
+/// finite (flagged by the `advantages` kernel as it writes them: one int
+/// comes back, no pass over the outputs).
 // long-fn: one kernel launch sequence (upload, six launches, download) that
 // reads best in one piece: each launch's argument list mirrors its kernel's
 // signature in kernels/advantage.cu, and splitting it would only pass the
 // dozen device buffers around.
-pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
+pub fn compute_checked(
+    batch: &Batch<'_>,
+    options: &AdvantageOptions,
+) -> Result<(Advantages, bool), NormalizeError> {
     let n = batch.len();
     if n == 0 {
-        return Ok(Advantages::default());
+        return Ok((Advantages::default(), true));
     }
     let k = kernels()?;
     let s = &k.stream;
@@ -184,6 +196,7 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
     let mut advantage = s.alloc_zeros::<f64>(n).map_err(device_error)?;
     let mut row_mean = s.alloc_zeros::<f64>(n).map_err(device_error)?;
     let mut row_std = s.alloc_zeros::<f64>(n).map_err(device_error)?;
+    let mut non_finite = s.alloc_zeros::<i32>(1).map_err(device_error)?;
     let has_floor = i32::from(options.std_floor.is_some());
     let floor = options.std_floor.unwrap_or(0.0);
     let estimator = estimator_code(options.estimator);
@@ -202,8 +215,9 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
     // SAFETY (all launches): argument lists match the kernel signatures in
     // kernels/advantage.cu, every buffer holds at least the n or `groups`
     // elements the kernel indexes (index 0 only when whole_step; `length`
-    // below n_lengths only, which validate keeps <= n), group ids were
-    // checked < n_groups, and the reductions run with BLOCK threads.
+    // below n_lengths only, which validate keeps <= n; `non_finite` at 0
+    // only), group ids were checked < n_groups, and the reductions run with
+    // BLOCK threads.
     unsafe {
         if whole_step {
             s.launch_builder(&k.step_sums)
@@ -286,12 +300,15 @@ pub fn compute(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantag
             .arg(&mut advantage)
             .arg(&mut row_mean)
             .arg(&mut row_std)
+            .arg(&mut non_finite)
             .launch(grid(n))
             .map_err(device_error)?;
     }
-    Ok(Advantages {
+    let advantages = Advantages {
         advantage: s.clone_dtoh(&advantage).map_err(device_error)?,
         group_mean: s.clone_dtoh(&row_mean).map_err(device_error)?,
         group_std: s.clone_dtoh(&row_std).map_err(device_error)?,
-    })
+    };
+    let flag = s.clone_dtoh(&non_finite).map_err(device_error)?;
+    Ok((advantages, flag.first() == Some(&0)))
 }

@@ -48,24 +48,40 @@
 //! with ≤ 1 baseline row, A = 0). `group_std` is the std the row was divided
 //! by (for reinforce_pp sqrt(var), floored when asked), or where nothing
 //! divides (drgrpo, rloo, grpo without `norm_by_std`) the group's baseline
-//! std as grpo computes it, informative only. Both columns are always finite
-//! (for epsilons > 0).
+//! std as grpo computes it, informative only.
 //!
 //! Output order is input order; accumulation is in f64 with two passes (sums,
 //! then squared deviations from the mean), on CPU and GPU alike.
+//!
+//! **Finite or refused.** Every advantage, group_mean and group_std that
+//! [`compute`] returns is finite, checked. Each kernel flags a non-finite
+//! output as it writes it (no extra pass); a flagged batch is computed again
+//! on the CPU with each group's rewards divided by a power of two
+//! ([`rescaled`], [`finite`]), which gives finite results for any finite
+//! rewards whose mean, std and advantages f64 can hold (two rewards of
+//! 1.7e308, ±1e200, one huge row among a reinforce_pp step). Where even
+//! those are beyond f64's range (a std above 1.8e308; a hinted success over
+//! a std-0 baseline that epsilon cannot bring into range), the batch is
+//! refused with [`NormalizeError::RewardOutOfRange`], naming the rows. On
+//! ordinary rewards nothing changes: the kernels run as before and the
+//! flag is their only addition.
 
 pub mod batch;
 pub mod cpu;
 pub mod estimator;
+pub mod finite;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod groups;
+pub mod offpolicy;
+pub mod rescaled;
 
-pub use batch::{Advantages, Batch, Device, NormalizeError, Ran, GPU_MIN_ROWS};
+pub use batch::{Advantages, Batch, Device, NormalizeError, Ran, GPU_MIN_ROWS, OUT_OF_RANGE_ROWS_SHOWN};
 pub use estimator::{
     AdvantageOptions, Estimator, HintBaseline, DEFAULT_EPSILON, DEFAULT_WHITEN_EPSILON, EXTREME_ADVANTAGE,
 };
 pub use groups::DenseGroups;
+pub use offpolicy::HintedWeight;
 
 /// Computes the advantages of `batch` on `device`.
 ///
@@ -73,8 +89,10 @@ pub use groups::DenseGroups;
 /// a GPU present) the batch is then computed on the CPU and the result says
 /// [`Ran::CpuFallback`]. A module that cannot be loaded (no driver, a driver
 /// too old for the PTX, no CUDA in this build) is logged once per process; a
-/// failure while running is logged each time it happens. The only errors are
-/// malformed batches ([`Batch::validate`]).
+/// failure while running is logged each time it happens. The errors are
+/// malformed batches ([`Batch::validate`]) and batches without a finite
+/// result ([`NormalizeError::RewardOutOfRange`]; see the module docs): every
+/// output returned is finite.
 pub fn compute(
     batch: &Batch<'_>,
     options: &AdvantageOptions,
@@ -86,16 +104,46 @@ pub fn compute(
         Device::Cuda => true,
         Device::Auto => batch.len() >= GPU_MIN_ROWS && cuda_available(),
     };
-    if !try_cuda {
-        return Ok((cpu::compute(batch, options), Ran::Cpu));
-    }
-    match cuda(batch, options) {
-        Ok(a) => Ok((a, Ran::Cuda)),
-        Err(e) => {
-            log_fallback(&e);
-            Ok((cpu::compute(batch, options), Ran::CpuFallback))
+    let ((advantages, finite), ran) = if try_cuda {
+        match cuda(batch, options) {
+            Ok(computed) => (computed, Ran::Cuda),
+            Err(e) => {
+                log_fallback(&e);
+                (cpu::compute_checked(batch, options), Ran::CpuFallback)
+            }
         }
+    } else {
+        (cpu::compute_checked(batch, options), Ran::Cpu)
+    };
+    if finite {
+        return Ok((advantages, ran));
     }
+    finite_or_refused(batch, options).map(|a| (a, Ran::Cpu))
+}
+
+/// The batch computed on rescaled rewards, once a kernel's outputs were
+/// not all finite: its results when they are all finite, else the refusal
+/// naming the rows that are not.
+fn finite_or_refused(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
+    let advantages = rescaled::compute(batch, options);
+    let bad: Vec<usize> = finite::non_finite_rows(&advantages).collect();
+    if bad.is_empty() {
+        tracing::debug!(
+            rows = batch.len(),
+            "rewards too large for plain sums; computed on rescaled rewards"
+        );
+        return Ok(advantages);
+    }
+    Err(NormalizeError::RewardOutOfRange {
+        count: bad.len(),
+        rows: bad.into_iter().take(OUT_OF_RANGE_ROWS_SHOWN).collect(),
+        max_abs_reward: batch.reward.iter().fold(0.0, |m: f64, r| m.max(r.abs())),
+        epsilon: if options.estimator == Estimator::ReinforcePp {
+            options.whiten_epsilon
+        } else {
+            options.epsilon
+        },
+    })
 }
 
 /// Logs a CUDA failure that sends a batch to the CPU: once per process when
@@ -114,13 +162,14 @@ fn log_fallback(e: &NormalizeError) {
     }
 }
 
+/// The CUDA kernel's outputs, with whether they are all finite.
 #[cfg(feature = "cuda")]
-fn cuda(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
-    gpu::compute(batch, options)
+fn cuda(batch: &Batch<'_>, options: &AdvantageOptions) -> Result<(Advantages, bool), NormalizeError> {
+    gpu::compute_checked(batch, options)
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda(_batch: &Batch<'_>, _options: &AdvantageOptions) -> Result<Advantages, NormalizeError> {
+fn cuda(_batch: &Batch<'_>, _options: &AdvantageOptions) -> Result<(Advantages, bool), NormalizeError> {
     Err(NormalizeError::CudaUnavailable(
         "this build has no CUDA support (rebuild with --features cuda)".into(),
     ))
@@ -261,6 +310,29 @@ mod tests {
             r#"{"norm_by_std": true, "epsilon": 1e-6, "std_floor": null, "estimatr": "rloo"}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn rewards_too_large_for_plain_sums_are_finite_or_refused_on_every_device() {
+        let options = AdvantageOptions::default();
+        for device in [Device::Cpu, Device::Auto, Device::Cuda] {
+            // Two of 1.7e308 (the sum overflows) and ±1e200 (the squares do).
+            let b = batch(&[0, 0, 1, 1], &[1.7e308, 1.7e308, 1e200, -1e200], &[false; 4]);
+            let (a, _) = compute(&b, &options, device).unwrap();
+            assert_eq!(finite::first_non_finite(&a), None, "{device:?}: {a:?}");
+            assert_eq!(a.advantage[..2], [0.0, 0.0]);
+            assert_eq!(a.group_mean[..2], [1.7e308, 1.7e308]);
+            assert!((a.advantage[2] - 0.5f64.sqrt()).abs() < 1e-12, "{a:?}");
+            // A std of 2.4e308 cannot be held: refused, naming the rows.
+            let b = batch(&[0, 0, 1], &[1.7e308, -1.7e308, 1.0], &[false; 3]);
+            let err = compute(&b, &options, device).unwrap_err();
+            let NormalizeError::RewardOutOfRange { rows, count, .. } = &err else {
+                panic!("{err}");
+            };
+            assert_eq!((rows.as_slice(), *count), ([0, 1].as_slice(), 2));
+            let text = err.to_string();
+            assert!(text.contains("rows 0, 1;") && text.contains("1.7e308"), "{text}");
+        }
     }
 
     #[test]

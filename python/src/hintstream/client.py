@@ -418,7 +418,10 @@ class TrainerClient:
     def wait_advantages(self, run_id: str, step: int, timeout: float = 300.0) -> pa.Table:
         """The step's advantages as one ``pyarrow.Table`` in input order
         (``run_id, step, trajectory_id, instance_id, reward, is_hinted,
-        advantage, group_mean, group_std``), chunks reassembled. Never a
+        advantage, group_mean, group_std``, and ``weight``, the off-policy
+        weight of each row, when stage 2 runs with ``[normalize]
+        hinted_weight = "ratio"``: multiply each sample's policy-gradient
+        term by it), chunks reassembled. Never a
         partial step: raises :class:`WaitTimeout` when the whole step has not
         arrived in time."""
         key = step_key(run_id, step)

@@ -88,13 +88,16 @@ def fill_hint_ids(delivered: DeliveredHints, run_id: str, step: int, rows: Itera
 
 def outcome_messages(delivered: DeliveredHints, rows: Iterable[Mapping[str, Any]], success_threshold: float = 0.0) -> List[Tuple[str, Dict[str, Any]]]:
     """One ``(key, HintOutcome)`` per ``hint_id`` of ``rows`` (``{hint_id,
-    reward}``), in first-seen order, by stage 2's counting rules
+    reward}``, and ``logprob_hinted``, ``logprob_unhinted`` and
+    ``response_length`` where the trainer has them: ``transfer`` and
+    ``reliance`` then come with the outcome), in first-seen order, by stage 2's counting rules
     (``advantages/outcomes.rs``; both are held to
     ``schemas/vectors/outcomes.json``): a row whose ``is_hinted`` is false
     ran without the hint it names and is left out. ``ValueError`` for any
     other row without ``hint_id`` or ``reward``, a ``hint_id`` this client
     did not deliver (naming it), or a non-finite reward."""
     rewards: "collections.OrderedDict[str, List[float]]" = collections.OrderedDict()
+    logprobs: Dict[str, List[Optional[Tuple[float, float, int]]]] = {}
     for i, row in enumerate(rows):
         if "is_hinted" in row and not row["is_hinted"]:
             continue
@@ -103,6 +106,7 @@ def outcome_messages(delivered: DeliveredHints, rows: Iterable[Mapping[str, Any]
         except KeyError as e:
             raise ValueError(f"outcome row {i} has no {e.args[0]!r}") from None
         rewards.setdefault(hint_id, []).append(reward)
+        logprobs.setdefault(hint_id, []).append(_logprobs(i, row))
     out = []
     for hint_id, values in rewards.items():
         group = delivered.group_of(hint_id)
@@ -118,6 +122,22 @@ def outcome_messages(delivered: DeliveredHints, rows: Iterable[Mapping[str, Any]
             instance_id=instance_id,
             rewards=values,
             success_threshold=success_threshold,
+            logprobs=logprobs[hint_id],
         )
         out.append((group_key(run_id, step, instance_id), message))
     return out
+
+
+def _logprobs(i: int, row: Mapping[str, Any]) -> Optional[Tuple[float, float, int]]:
+    """Row i's ``(logprob_hinted, logprob_unhinted, response_length)`` when
+    it carries both log-probs (checked as ``scored_rows`` checks them), else
+    None. ``ValueError`` for a bad value or log-probs without a length."""
+    if row.get("logprob_hinted") is None or row.get("logprob_unhinted") is None:
+        return None
+    if row.get("response_length") is None:
+        raise ValueError(f"outcome row {i} has log-probs but no response_length (the log-probs are per token)")
+    return (
+        wire._logprob(i, "logprob_hinted", row["logprob_hinted"]),
+        wire._logprob(i, "logprob_unhinted", row["logprob_unhinted"]),
+        wire._response_length(i, row["response_length"]),
+    )

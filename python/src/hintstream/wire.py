@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass, fields
@@ -173,8 +174,12 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
     ``instance_id``, ``trajectory_id``, ``reward`` and ``is_hinted``
     (``hint_category``, ``hint_id``, the hint a hinted row ran with, and
     ``response_length``, the response's length in tokens, the reference
-    trainer's ``response_mask`` sum, an integer >= 1 that only the
-    ``reinforce_pp`` estimator reads, optional)."""
+    trainer's ``response_mask`` sum, an integer >= 1 that the
+    ``reinforce_pp`` estimator reads, optional; ``logprob_hinted`` and
+    ``logprob_unhinted``, the sums of the response's token log-probs under
+    the hinted and the unhinted prompt, finite and at most 0 (1e-6 of
+    rounding allowed), optional, and a row with either needs
+    ``response_length``)."""
     out = []
     for i, row in enumerate(rows):
         try:
@@ -199,6 +204,11 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
             message["hint_id"] = hint_id
         if row.get("response_length") is not None:
             message["response_length"] = _response_length(i, row["response_length"])
+        for name in LOGPROB_FIELDS:
+            if row.get(name) is not None:
+                message[name] = _logprob(i, name, row[name])
+                if "response_length" not in message:
+                    raise ValueError(f"scored row {i} has {name} but no response_length (the log-probs are per token)")
         out.append(message)
     return out
 
@@ -215,6 +225,41 @@ def _response_length(i: int, value: Any) -> int:
     if length != value or not 1 <= length <= 0xFFFFFFFF:
         raise ValueError(f"scored row {i} has response_length {value!r}; it must be an integer from 1 to 4294967295")
     return length
+
+
+#: A hinted row's log-probs (the sum over the response's tokens): under the
+#: hinted prompt, and the same response under the unhinted prompt with the
+#: same weights.
+LOGPROB_FIELDS = ("logprob_hinted", "logprob_unhinted")
+
+#: How far above 0 a log-prob may be (rounding in the trainer's sums).
+LOGPROB_ROUNDING = 1e-6
+
+
+def _logprob(i: int, name: str, value: Any) -> float:
+    """A row's log-prob as a finite float at most :data:`LOGPROB_ROUNDING`."""
+    if isinstance(value, bool):
+        raise ValueError(f"scored row {i} has a {name} that is a bool")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"scored row {i} has a {name} that is not a number: {value!r}") from None
+    if not math.isfinite(v) or v > LOGPROB_ROUNDING:
+        raise ValueError(f"scored row {i} has {name} {value!r}; it must be finite and at most 0 (a sum of log-probabilities)")
+    return v
+
+
+def ratio(logprob_hinted: float, logprob_unhinted: float, length: int) -> float:
+    """ω of a hinted row: min(1, exp((logprob_unhinted - logprob_hinted) /
+    length)), as stage 2 computes it (``normalize::offpolicy``)."""
+    x = (logprob_unhinted - logprob_hinted) / max(1, int(length))
+    return 1.0 if x >= 0.0 else math.exp(x)
+
+
+def reliance(logprob_hinted: float, logprob_unhinted: float, length: int) -> float:
+    """ρ of a hinted row: (logprob_hinted - logprob_unhinted) / length, the
+    nats a token the hint adds."""
+    return (logprob_hinted - logprob_unhinted) / max(1, int(length))
 
 
 def step_end(run_id: str, step: int, count: int) -> Dict[str, Any]:
@@ -240,6 +285,9 @@ def scored_table(messages: Sequence[Mapping[str, Any]]) -> pa.Table:
         columns["hint_id"] = pa.array([m.get("hint_id") for m in messages], pa.string())
     if any(m.get("response_length") is not None for m in messages):
         columns["response_length"] = pa.array([m.get("response_length") or 1 for m in messages], pa.uint32())
+    for name in ("logprob_hinted", "logprob_unhinted"):
+        if any(m.get(name) is not None for m in messages):
+            columns[name] = pa.array([m.get(name) for m in messages], pa.float64())
     return pa.table(columns)
 
 
@@ -251,6 +299,7 @@ def hint_outcome(
     instance_id: str,
     rewards: Sequence[float],
     success_threshold: float = 0.0,
+    logprobs: Optional[Sequence[Optional[Tuple[float, float, int]]]] = None,
 ) -> Dict[str, Any]:
     """The ``HintOutcome`` message (schema_version 1) of one hint from the
     rewards of the rollouts that ran with it: a success is a reward over
@@ -263,12 +312,6 @@ def hint_outcome(
     if any(v != v or v in (float("inf"), float("-inf")) for v in values):
         raise ValueError(f"hint {hint_id!r} has a non-finite reward")
     successes = sum(1 for v in values if v > success_threshold)
-    # Summed in order, one addition at a time, as stage 2 does: from Python
-    # 3.12 on, ``sum`` of floats compensates, and ten rewards of 0.1 would
-    # give a mean of 0.1 here and 0.09999999999999999 there.
-    total = 0.0
-    for v in values:
-        total += v
     return {
         "schema_version": SCHEMA_VERSION,
         "hint_id": str(hint_id),
@@ -278,9 +321,54 @@ def hint_outcome(
         "hinted_rollouts": len(values),
         "successes": successes,
         "rescued": successes > 0,
-        "mean_reward": total / len(values),
+        "mean_reward": finite_mean(values),
+        **transfer_and_reliance(values, logprobs or [], success_threshold),
         "created_at": now_rfc3339(),
     }
+
+
+def transfer_and_reliance(
+    rewards: Sequence[float], logprobs: Sequence[Optional[Tuple[float, float, int]]], success_threshold: float = 0.0
+) -> Dict[str, float]:
+    """``transfer`` and ``reliance`` of one hint as stage 2 computes them
+    (``advantages/outcomes.rs``): ``logprobs[i]`` is row i's
+    ``(logprob_hinted, logprob_unhinted, response_length)``, or None when it
+    lacks either log-prob. ``transfer``: the mean of success · ω over the
+    rows with both; ``reliance``: the mean ρ over those that succeeded. Each
+    is left out (never 0) when it has no row."""
+    carried = [(r > success_threshold, lp) for r, lp in zip(rewards, logprobs) if lp is not None]
+    out: Dict[str, float] = {}
+    if carried:
+        out["transfer"] = finite_mean([ratio(*lp) if ok else 0.0 for ok, lp in carried])
+    succeeded = [reliance(*lp) for ok, lp in carried if ok]
+    if succeeded:
+        out["reliance"] = finite_mean(succeeded)
+    return out
+
+
+#: Values up to this (2**400) are never scaled by :func:`finite_mean`.
+_SCALE_ABOVE = 2.0**400
+
+
+def finite_mean(values: Sequence[float]) -> float:
+    """The mean of finite ``values`` as stage 2 takes it
+    (``normalize::finite::mean``), always finite: summed in order, one
+    addition at a time, over their count (from Python 3.12 on, ``sum`` of
+    floats compensates, and ten rewards of 0.1 would give 0.1 here and
+    0.09999999999999999 there); where that sum overflows, the same on the
+    values each divided by 2**floor(log2 of the largest |value|), an exact
+    division, multiplied back."""
+    total = 0.0
+    for v in values:
+        total += v
+    if math.isfinite(total):
+        return total / len(values)
+    largest = max(abs(v) for v in values)
+    scale = 1.0 if largest <= _SCALE_ABOVE else 2.0 ** (math.frexp(largest)[1] - 1)
+    scaled = 0.0
+    for v in values:
+        scaled += v / scale
+    return scaled / len(values) * scale
 
 
 def ipc_stream(table: pa.Table) -> bytes:

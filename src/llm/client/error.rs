@@ -1,6 +1,8 @@
 //! The error taxonomy of a model call: the kinds the retry policy and a
 //! hint's `failure_reason` use, the server's `retry-after`, and the errors
-//! of failure statuses and transports, with secrets kept out of them.
+//! of failure statuses and transports, with secrets kept out of them: the
+//! endpoint's (its key, its base URL's user, password and query) wherever
+//! they appear, and the user info and query of any URL.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -9,6 +11,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::config::{redact_urls, REDACTED};
 use crate::llm::context::ContextError;
 use crate::llm::prompt::truncate_chars;
 
@@ -197,22 +200,59 @@ impl LlmError {
             _ => None,
         }
     }
+
+    /// This error with `secrets` (and URLs' user info and queries) taken
+    /// out of its text: every error a client returns passes here.
+    pub(super) fn redacted(self, secrets: &[String]) -> LlmError {
+        match self {
+            LlmError::Status {
+                status,
+                kind,
+                message,
+                retry_after,
+            } => LlmError::Status {
+                status,
+                kind: redact(&kind, secrets),
+                message: redact(&message, secrets),
+                retry_after,
+            },
+            LlmError::Connect(text) => LlmError::Connect(redact(&text, secrets)),
+            LlmError::BodyBroken(text) => LlmError::BodyBroken(redact(&text, secrets)),
+            LlmError::Malformed(text) => LlmError::Malformed(redact(&text, secrets)),
+            other => other,
+        }
+    }
 }
 
-/// The error of a request that got no complete answer.
+/// `text` with each of `secrets` (longest first) replaced by the redaction
+/// marker, then the user info and query of every URL in it.
+pub(super) fn redact(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_string();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        if text.contains(secret.as_str()) {
+            text = text.replace(secret.as_str(), REDACTED);
+        }
+    }
+    redact_urls(&text).into_owned()
+}
+
+/// The error of a request that got no complete answer, its text without
+/// the request's URL (see [`without_url`]) whatever its kind.
 pub(super) fn transport_error(e: reqwest::Error) -> LlmError {
     if e.is_timeout() {
         LlmError::Timeout
     } else if e.is_decode() {
-        LlmError::Malformed(e.to_string())
+        LlmError::Malformed(without_url(&e))
     } else {
         // Refused, reset, closed mid-body: the connection broke.
         LlmError::Connect(without_url(&e))
     }
 }
 
-/// reqwest errors print the URL, which may carry credentials in a proxy
-/// setup; keep the cause only.
+/// reqwest errors print the URL, whose query may carry a secret (its user
+/// info, moved to a header, would not; a proxy's URL may carry both): the
+/// cause only, with the user info and query of any URL left in it (a
+/// proxy's) redacted.
 pub(super) fn without_url(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     if let Some(url) = e.url() {
@@ -224,7 +264,7 @@ pub(super) fn without_url(e: &reqwest::Error) -> String {
         text.push_str(&s.to_string());
         source = s.source();
     }
-    text
+    redact_urls(&text).into_owned()
 }
 
 /// The wait the server asked for, as the official SDKs read it:
@@ -255,14 +295,15 @@ pub(super) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
 }
 
 /// The error of a failure status from its body: the kind and message of
-/// `{"error": {...}}`, else the body's text. `secret` (the API key) is
-/// redacted from the whole message first, then the message is cut to
-/// [`MAX_ERROR_BODY_CHARS`]: a key the cut would split never shows a part.
+/// `{"error": {...}}`, else the body's text. `secrets` (the endpoint's:
+/// see `Endpoint::secrets`) are redacted from the whole message first,
+/// then the message is cut to [`MAX_ERROR_BODY_CHARS`]: a secret the cut
+/// would split never shows a part.
 pub(super) fn status_error(
     status: u16,
     body: &[u8],
     retry_after: Option<Duration>,
-    secret: Option<&str>,
+    secrets: &[String],
 ) -> LlmError {
     if (300..400).contains(&status) {
         return LlmError::Status {
@@ -284,14 +325,10 @@ pub(super) fn status_error(
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-    let message = match secret {
-        Some(secret) if !secret.is_empty() => message.replace(secret, "<redacted>"),
-        _ => message,
-    };
     LlmError::Status {
         status,
-        kind,
-        message: truncate_chars(&message, MAX_ERROR_BODY_CHARS),
+        kind: redact(&kind, secrets),
+        message: truncate_chars(&redact(&message, secrets), MAX_ERROR_BODY_CHARS),
         retry_after,
     }
 }
@@ -345,21 +382,21 @@ mod tests {
     #[test]
     fn retries_what_the_official_sdks_retry() {
         for status in [408, 409, 429, 500, 502, 503, 529] {
-            assert!(status_error(status, b"{}", None, None).retryable(), "{status}");
+            assert!(status_error(status, b"{}", None, &[]).retryable(), "{status}");
         }
         for status in [301, 302, 307, 308, 400, 401, 403, 404, 422] {
-            assert!(!status_error(status, b"{}", None, None).retryable(), "{status}");
+            assert!(!status_error(status, b"{}", None, &[]).retryable(), "{status}");
         }
     }
 
     #[test]
     fn every_redirect_is_one_failure_reason() {
         for status in [300, 301, 302, 303, 307, 308] {
-            let e = status_error(status, b"<html>moved</html>", Some(Duration::from_secs(1)), None);
+            let e = status_error(status, b"<html>moved</html>", Some(Duration::from_secs(1)), &[]);
             assert_eq!(e.failure_reason(), "http_3xx", "{status}");
             assert_eq!(e.retry_after(), None);
         }
-        assert_eq!(status_error(408, b"{}", None, None).failure_reason(), "http_408");
+        assert_eq!(status_error(408, b"{}", None, &[]).failure_reason(), "http_408");
     }
 
     #[test]
@@ -368,21 +405,18 @@ mod tests {
             429,
             br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
             Some(Duration::from_secs(2)),
-            None,
+            &[],
         );
         assert_eq!(e.failure_reason(), "http_429");
         assert!(e.retryable());
         assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
-        assert_eq!(status_error(529, b"{}", None, None).failure_reason(), "http_529");
-        assert_eq!(
-            status_error(503, b"oops", None, None).failure_reason(),
-            "http_5xx"
-        );
+        assert_eq!(status_error(529, b"{}", None, &[]).failure_reason(), "http_529");
+        assert_eq!(status_error(503, b"oops", None, &[]).failure_reason(), "http_5xx");
         let bad_request = status_error(
             400,
             br#"{"error":{"type":"invalid_request_error","message":"max_tokens"}}"#,
             None,
-            None,
+            &[],
         );
         assert!(!bad_request.retryable());
         assert!(bad_request.to_string().contains("invalid_request_error"));
@@ -394,7 +428,8 @@ mod tests {
         // first 10 characters, which no longer match the key.
         let message = format!("{}{KEY} was refused", "x".repeat(290));
         let body = json!({"error": {"type": "authentication_error", "message": message}}).to_string();
-        let LlmError::Status { message, .. } = status_error(401, body.as_bytes(), None, Some(KEY)) else {
+        let LlmError::Status { message, .. } = status_error(401, body.as_bytes(), None, &[KEY.to_string()])
+        else {
             panic!("not a status error");
         };
         assert!(message.contains("<redacted>"), "{message}");
@@ -403,6 +438,33 @@ mod tests {
             "a part of the key survived: {message}"
         );
         assert!(message.chars().count() <= MAX_ERROR_BODY_CHARS + 3, "{message}");
+    }
+
+    #[test]
+    fn an_echoed_url_and_its_user_password_and_query_are_redacted() {
+        let secrets = vec![
+            "hs-pass-word".to_string(),
+            "sig=q-s3cret".to_string(),
+            "q-s3cret".to_string(),
+            "hs-user".to_string(),
+        ];
+        let body = br#"{"error":{"type":"not_found","message":"no route POST /v1?sig=q-s3cret for hs-user (http://hs-user:hs-pass-word@gw/v1?sig=q-s3cret); see https://docs/x?token=T0K"}}"#;
+        let e = status_error(404, body, None, &secrets);
+        let shown = e.to_string();
+        for secret in ["hs-pass-word", "hs-user", "q-s3cret", "T0K"] {
+            assert!(!shown.contains(secret), "{secret}: {shown}");
+        }
+        assert!(
+            shown.contains("no route POST /v1?<redacted> for <redacted>"),
+            "{shown}"
+        );
+        let e = LlmError::Malformed(
+            "error decoding response body for url (http://gw/v1?key=abcd): hs-user".into(),
+        );
+        assert_eq!(
+            e.redacted(&secrets).to_string(),
+            "malformed response: error decoding response body for url (http://gw/v1?<redacted>): <redacted>"
+        );
     }
 
     #[test]
@@ -418,7 +480,7 @@ mod tests {
             400,
             br#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 3000 tokens (2700 in the messages, 300 in the completion).","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
             None,
-            None,
+            &[],
         );
         assert!(openai.is_context_length());
         assert_eq!(openai.failure_reason(), "context_length");
@@ -427,7 +489,7 @@ mod tests {
             400,
             br#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens in the messages, Please reduce the length of the messages.","type":"BadRequestError","param":null,"code":400}"#,
             None,
-            None,
+            &[],
         );
         assert!(vllm.is_context_length());
         assert_eq!(vllm.context_limit(), Some(4096));
@@ -435,7 +497,7 @@ mod tests {
             400,
             br#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#,
             None,
-            None,
+            &[],
         );
         assert!(llama_cpp.is_context_length());
         assert_eq!(llama_cpp.failure_reason(), "context_length");
@@ -443,10 +505,10 @@ mod tests {
             400,
             br#"{"error":{"type":"invalid_request_error","message":"max_tokens"}}"#,
             None,
-            None,
+            &[],
         );
         assert!(!other.is_context_length());
         assert_eq!(other.failure_reason(), "http_400");
-        assert!(!status_error(500, b"context length", None, None).is_context_length());
+        assert!(!status_error(500, b"context length", None, &[]).is_context_length());
     }
 }

@@ -11,7 +11,8 @@
 //!
 //! Hardening: redirects are never followed (the key must not reach another
 //! host), bodies are read up to a cap, the trust roots are the system store
-//! plus the PEM file in `SSL_CERT_FILE`, and keys never print.
+//! plus the PEM file in `SSL_CERT_FILE`, and keys never print: no error a
+//! client returns shows its key or its base URL's user, password or query.
 
 mod anthropic;
 mod completion;
@@ -20,6 +21,7 @@ mod error;
 mod openai;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use reqwest::Method;
@@ -44,10 +46,21 @@ const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 pub const MAX_DISCOVERY_BODY_BYTES: usize = 8 << 20;
 
 /// A model API client.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LlmClient {
     http: reqwest::Client,
     endpoint: Endpoint,
+    /// What its errors must not show (`Endpoint::secrets`).
+    secrets: Arc<[String]>,
+}
+
+/// Shows the endpoint (see its `Debug`), never a secret.
+impl std::fmt::Debug for LlmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmClient")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LlmClient {
@@ -67,15 +80,20 @@ impl LlmClient {
                 builder = builder.add_root_certificate(cert);
             }
         }
+        let secrets: Arc<[String]> = endpoint.secrets().into();
         let http = builder.build().map_err(|e| match &endpoint.ssl_cert_file {
             // The extra roots are the part of the build that input decides.
             Some(path) => LlmError::CertFile {
                 path: path.clone(),
                 reason: without_url(&e),
             },
-            None => LlmError::Connect(without_url(&e)),
+            None => LlmError::Connect(without_url(&e)).redacted(&secrets),
         })?;
-        Ok(LlmClient { http, endpoint })
+        Ok(LlmClient {
+            http,
+            endpoint,
+            secrets,
+        })
     }
 
     pub fn provider(&self) -> Provider {
@@ -118,7 +136,7 @@ impl LlmClient {
         let request = self.request(Method::GET, "/models");
         match tokio::time::timeout(timeout, request.send()).await {
             Ok(Ok(response)) => Ok(response.status().as_u16()),
-            Ok(Err(e)) => Err(transport_error(e)),
+            Ok(Err(e)) => Err(transport_error(e).redacted(&self.secrets)),
             Err(_) => Err(LlmError::Timeout),
         }
     }
@@ -168,7 +186,7 @@ impl LlmClient {
     /// One attempt, bounded by `timeout` (connect, send and body).
     pub async fn complete(&self, request: &Completion<'_>, timeout: Duration) -> Result<Reply, LlmError> {
         match tokio::time::timeout(timeout, self.attempt(request)).await {
-            Ok(result) => result,
+            Ok(result) => result.map_err(|e| e.redacted(&self.secrets)),
             Err(_) => Err(LlmError::Timeout),
         }
     }
@@ -213,10 +231,10 @@ impl LlmClient {
         let body = read_body(response, MAX_ERROR_BODY_BYTES)
             .await
             .map_or_else(|_| Vec::new(), |(body, _)| body);
-        // Some gateways echo the key they refused: it is redacted before
-        // the message is cut, so no part of it survives the cut.
-        let secret = self.endpoint.api_key.as_ref().map(ApiKey::expose);
-        status_error(response.status().as_u16(), &body, retry_after, secret)
+        // Some gateways echo the key they refused, or the request's URL:
+        // they are redacted before the message is cut, so no part of them
+        // survives the cut.
+        status_error(response.status().as_u16(), &body, retry_after, &self.secrets)
     }
 }
 

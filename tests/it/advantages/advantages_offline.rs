@@ -228,7 +228,11 @@ fn the_book_metrics_table_matches_what_stage_2_publishes() {
                 is_hinted: category.is_some(),
                 hint_category: category.map(str::to_string),
                 hint_id: None,
-                response_length: None,
+                // Hinted rows carry log-probs, so that transfer and
+                // reliance are defined (row 6 succeeds).
+                response_length: category.map(|_| 4),
+                logprob_hinted: category.map(|_| -2.0),
+                logprob_unhinted: category.map(|_| -6.0),
             });
         }
     }
@@ -311,6 +315,8 @@ fn learned_step_metric_names() -> Vec<String> {
             successes: 1,
             rescued: true,
             mean_reward: 1.0,
+            transfer: Some(0.5),
+            reliance: Some(1.0),
             created_at: "2026-01-01T00:00:00Z".into(),
         });
     }
@@ -354,5 +360,118 @@ fn the_estimator_flag_picks_rloo() {
             })
             .collect();
         assert_eq!(got, want, "{estimator}");
+    }
+}
+
+/// `advantages compute` with `HINTSTREAM_NORMALIZE__HINTED_WEIGHT` set.
+fn compute_with_weight(input: &std::path::Path, output: &std::path::Path, weight: Option<&str>) -> Vec<u8> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hintstream"));
+    command.current_dir(std::env::temp_dir()).args([
+        "advantages",
+        "compute",
+        "--device",
+        "cpu",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    if let Some(w) = weight {
+        command.env("HINTSTREAM_NORMALIZE__HINTED_WEIGHT", w);
+    }
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::read(output).unwrap()
+}
+
+/// Issue 31 item 5: with `hinted_weight = "ratio"` every row's `weight` is
+/// ω = min(1, exp((logprob_unhinted − logprob_hinted) / response_length))
+/// on hinted rows with both log-probs and 1.0 elsewhere, within 1e-12, in
+/// JSONL and in Arrow; with `none` (the default) the output is byte for
+/// byte the output of the same rows without log-probs.
+#[test]
+fn hinted_weight_ratio_adds_the_formula_and_none_changes_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    // (trajectory, reward, hinted, logprob_hinted, logprob_unhinted, length)
+    type Spec = (&'static str, f64, bool, Option<f64>, Option<f64>, Option<i64>);
+    let spec: [Spec; 6] = [
+        ("raw-1", 0.0, false, None, None, Some(7)),
+        ("raw-2", 1.0, false, None, None, None),
+        ("h-both", 1.0, true, Some(-12.5), Some(-40.25), Some(9)),
+        ("h-capped", 0.0, true, Some(-30.0), Some(-3.0), Some(4)),
+        ("h-one", 1.0, true, Some(-2.0), None, Some(3)),
+        ("h-none", 0.0, true, None, None, None),
+    ];
+    let line = |(id, reward, hinted, lh, lu, length): &Spec, with_logprobs: bool| {
+        let mut v = serde_json::json!({
+            "type": "scored_rollout", "schema_version": 1, "run_id": "r", "step": 1,
+            "instance_id": "g", "trajectory_id": id, "reward": reward, "is_hinted": hinted,
+        });
+        if let Some(l) = length {
+            v["response_length"] = (*l).into();
+        }
+        if with_logprobs {
+            if let Some(x) = lh {
+                v["logprob_hinted"] = (*x).into();
+            }
+            if let Some(x) = lu {
+                v["logprob_unhinted"] = (*x).into();
+            }
+        }
+        v.to_string()
+    };
+    let want = |s: &Spec| match (s.2, s.3, s.4, s.5) {
+        (true, Some(lh), Some(lu), Some(l)) => ((lu - lh) / l as f64).exp().min(1.0),
+        _ => 1.0,
+    };
+    let with = dir.path().join("with.jsonl");
+    let without = dir.path().join("without.jsonl");
+    std::fs::write(
+        &with,
+        spec.iter().map(|s| line(s, true)).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        &without,
+        spec.iter().map(|s| line(s, false)).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
+    for ext in ["jsonl", "arrow"] {
+        let out = dir.path().join(format!("out.{ext}"));
+        let plain = compute_with_weight(&without, &out, None);
+        assert_eq!(
+            compute_with_weight(&with, &out, None),
+            plain,
+            "{ext}: none is byte-identical"
+        );
+        assert_eq!(compute_with_weight(&with, &out, Some("none")), plain, "{ext}");
+        let weighted = compute_with_weight(&with, &out, Some("ratio"));
+        let got: Vec<f64> = if ext == "jsonl" {
+            let text = String::from_utf8(weighted).unwrap();
+            assert!(!String::from_utf8(plain).unwrap().contains("weight"));
+            text.lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["weight"]
+                        .as_f64()
+                        .unwrap()
+                })
+                .collect()
+        } else {
+            let reader = FileReader::try_new(std::io::Cursor::new(weighted), None).unwrap();
+            let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+            let column = batches[0].column_by_name("weight").expect("a weight column");
+            assert_eq!(column.data_type(), &DataType::Float64);
+            column
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        };
+        assert_eq!(got.len(), spec.len(), "{ext}");
+        for (s, w) in spec.iter().zip(&got) {
+            assert!((w - want(s)).abs() <= 1e-12, "{ext} {}: {w} vs {}", s.0, want(s));
+        }
+        assert!(got[2] < 1.0 && got[3] == 1.0, "{got:?}");
     }
 }

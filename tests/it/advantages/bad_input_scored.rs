@@ -46,6 +46,8 @@ fn rollout(step: i64, instance: &str, id: &str, reward: f64) -> ScoredRollout {
         hint_category: None,
         hint_id: None,
         response_length: None,
+        logprob_hinted: None,
+        logprob_unhinted: None,
     }
 }
 

@@ -40,6 +40,8 @@ fn row(step: i64, id: &str, reward: f64) -> Vec<u8> {
         hint_category: None,
         hint_id: None,
         response_length: None,
+        logprob_hinted: None,
+        logprob_unhinted: None,
     };
     let mut v = serde_json::to_value(row).unwrap();
     v["type"] = "scored_rollout".into();

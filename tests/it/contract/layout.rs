@@ -8,7 +8,7 @@
 //! - no circle between top-level modules;
 //! - no function in `src/` is over [`MAX_FN_LINES`] lines, unless a
 //!   `// long-fn:` comment right above it says why;
-//! - the crate map in `src/lib.rs` and the README's layout name every module
+//! - the crate map in `src/lib.rs` and the book's layout chapter name every module
 //!   and every top-level folder.
 
 use std::collections::{BTreeMap, BTreeSet};

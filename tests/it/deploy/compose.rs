@@ -603,6 +603,7 @@ fn exported_metrics() -> String {
             trials: 1,
             rescues: 1,
             rescue_rate: Some(1.0),
+            transfer_rate: None,
             posterior_mean: 0.6,
             spend_usd: 0.01,
             cost_per_rescue_usd: Some(0.01),

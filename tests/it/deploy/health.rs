@@ -7,9 +7,11 @@
 //! `ready` gauges follow. The stages log to files without colour codes.
 //!
 //! The endpoint's limits, in process without a broker: a connection that
-//! never sends a request is closed after the header-read timeout, one over
-//! the connection cap at once, while a scraper's kept connection still
-//! answers; and the stages bind it to loopback unless told otherwise.
+//! never sends a request is closed after the header-read timeout; at the
+//! connection cap a new connection is answered and the one idle longest is
+//! closed, while a scraper's kept connection still answers; `/healthz` and
+//! `/readyz` answer while idle connections, renewed as they close, hold
+//! every slot; and the stages bind it to loopback unless told otherwise.
 
 use crate::common;
 
@@ -252,9 +254,9 @@ async fn readyz_follows_assignment_the_llm_and_the_broker() {
     }
 }
 
-/// How soon a connection over the cap must be closed: well before the header
-/// timeout would close it anyway.
-const OVER_CAP_CLOSED_WITHIN: Duration = Duration::from_secs(2);
+/// How soon the connection that loses its slot to a newer one must be
+/// closed: well before the header timeout would close it anyway.
+const EVICTED_WITHIN: Duration = Duration::from_secs(2);
 
 /// How long after the header timeout a silent connection may still be open
 /// (the server's timer starts once it accepts, a little after the connect).
@@ -306,9 +308,8 @@ async fn get_kept_alive(stream: &mut tokio::net::TcpStream, path: &str) -> u16 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_connections_are_cut_at_the_header_timeout_and_those_over_the_cap_at_once() {
+async fn silent_connections_are_cut_at_the_header_timeout_and_the_one_idle_longest_makes_room_at_the_cap() {
     use hintstream::health::endpoint::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
-    use tokio::io::AsyncWriteExt;
     use tokio::net::TcpStream;
 
     let registry = std::sync::Arc::new(prometheus_client::registry::Registry::with_prefix(
@@ -338,17 +339,22 @@ async fn silent_connections_are_cut_at_the_header_timeout_and_those_over_the_cap
         "the test ran too slowly to say"
     );
 
-    let mut over = TcpStream::connect(addr).await.unwrap();
-    // Refused before the request is read, so writing it may fail already.
-    let _ = over.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await;
-    let answer = tokio::time::timeout(OVER_CAP_CLOSED_WITHIN, read_until_closed(&mut over))
-        .await
-        .unwrap_or_else(|_| panic!("a connection over the cap of {MAX_CONNECTIONS} is still open"));
-    assert!(
-        answer.is_empty(),
-        "a connection over the cap of {MAX_CONNECTIONS} was answered: {}",
-        String::from_utf8_lossy(&answer)
+    // One more is answered; the silent connection opened first (idle
+    // longest: the scraper just moved bytes) is closed to make room.
+    assert_eq!(
+        MetricsEndpoint(addr)
+            .get("/metrics")
+            .await
+            .map(|(status, _)| status),
+        Some(200),
+        "a connection over the cap of {MAX_CONNECTIONS} is answered"
     );
+    let (mut first, _) = silent.remove(0);
+    let sent = tokio::time::timeout(EVICTED_WITHIN, read_until_closed(&mut first))
+        .await
+        .expect("the connection idle longest still holds its slot");
+    assert!(sent.is_empty(), "{sent:?}");
+    assert_eq!(get_kept_alive(&mut scraper, "/metrics").await, 200);
 
     for (i, (mut stream, opened)) in silent.into_iter().enumerate() {
         let sent = tokio::time::timeout_at(
@@ -380,6 +386,85 @@ async fn silent_connections_are_cut_at_the_header_timeout_and_those_over_the_cap
             .map(|(status, _)| status),
         Some(200)
     );
+}
+
+/// Connections held open without a request, each opened again as soon as
+/// the endpoint closes it (as a client that renews them every 10 s does,
+/// only sooner): how many are open now, and how many were closed.
+struct Holders {
+    open: std::sync::Arc<tokio::sync::watch::Sender<usize>>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Holders {
+    fn start(addr: std::net::SocketAddr, n: usize) -> Holders {
+        use std::sync::atomic::Ordering;
+        let open = std::sync::Arc::new(tokio::sync::watch::Sender::new(0usize));
+        let closed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let (open, closed) = (open.clone(), closed.clone());
+            tasks.spawn(async move {
+                loop {
+                    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+                    open.send_modify(|n| *n += 1);
+                    let sent = read_until_closed(&mut stream).await;
+                    assert!(sent.is_empty(), "a holder was answered: {sent:?}");
+                    open.send_modify(|n| *n -= 1);
+                    closed.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        Holders { open, closed, tasks }
+    }
+
+    /// Waits until all of them are open at once.
+    async fn wait_open(&self, n: usize) {
+        let mut open = self.open.subscribe();
+        tokio::time::timeout(Duration::from_secs(30), open.wait_for(|o| *o == n))
+            .await
+            .expect("the holders did not all connect within 30 s")
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_and_readyz_answer_while_idle_connections_hold_every_slot() {
+    use hintstream::health::endpoint::MAX_CONNECTIONS;
+    use hintstream::health::{Lifecycle, Readiness, Signal};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    let group = Arc::new(Signal::new("not in the group"));
+    let producer = Arc::new(Signal::new("not connected"));
+    group.hold();
+    producer.hold();
+    let metrics = Arc::new(hintstream::metrics::StageMetrics::unregistered());
+    let readiness = Arc::new(Readiness::new(Lifecycle::new(), group, producer, metrics));
+    let registry = Arc::new(prometheus_client::registry::Registry::default());
+    let endpoint = MetricsEndpoint(
+        hintstream::health::serve_health("127.0.0.1:0".parse().unwrap(), registry, Some(readiness))
+            .await
+            .unwrap(),
+    );
+    let mut holders = Holders::start(endpoint.0, MAX_CONNECTIONS);
+    holders.wait_open(MAX_CONNECTIONS).await;
+    for probe in 0..20 {
+        let path = if probe % 2 == 0 { "/healthz" } else { "/readyz" };
+        let expected = if probe % 2 == 0 { "ok\n" } else { "ready\n" };
+        assert_eq!(
+            endpoint.get(path).await,
+            Some((200, expected.to_string())),
+            "probe {probe} ({path}) with {} holders open",
+            *holders.open.borrow()
+        );
+    }
+    // The probes took slots from holders (the cap was full), which came
+    // back at once.
+    assert!(holders.closed.load(Ordering::Relaxed) >= 1);
+    holders.wait_open(MAX_CONNECTIONS).await;
+    holders.tasks.abort_all();
 }
 
 #[test]

@@ -105,7 +105,10 @@ async fn a_long_trajectory_is_fitted_to_the_configured_window_and_hinted() {
     assert!(prompt_text_bytes(body).div_ceil(3) + 300 <= 2_048);
     let user = body["messages"][1]["content"].as_str().unwrap();
     assert!(user.contains("Fix the date parser") && user.contains("test_iso_week failed"));
-    assert!(user.contains("[assistant]: step 39:"), "the last message is kept");
+    assert!(
+        user.contains("<untrusted source=\"chat\" role=\"assistant\">\nstep 39:"),
+        "the last message is kept, in its element"
+    );
     assert!(!user.contains("step 24:"), "the oldest shown are dropped");
     assert!(user.contains("earlier messages dropped to fit the model's context window"));
     let fits = fits.0.lock().unwrap().clone();

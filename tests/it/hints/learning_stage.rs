@@ -38,6 +38,8 @@ fn outcome(hint: &Hint, hinted_rollouts: i64, successes: i64) -> HintOutcome {
         successes,
         rescued: successes > 0,
         mean_reward: if successes > 0 { 0.5 } else { 0.0 },
+        transfer: None,
+        reliance: None,
         created_at: "2026-12-01T00:00:00.000Z".into(),
     }
 }
@@ -129,7 +131,7 @@ async fn a_task_failing_again_after_an_unhelpful_hint_gets_a_refined_one() {
         .remove(0);
     assert_eq!(first.category, HintCategory::LlmSynthesized);
     assert!(first.refines.is_empty());
-    assert_eq!(first.prompt_version, "v2");
+    assert_eq!(first.prompt_version, "v3");
     // Stage 2's word on it: both hinted retries failed.
     publish_outcome(&config, &producer, &outcome(&first, 2, 0)).await;
 
@@ -148,7 +150,7 @@ async fn a_task_failing_again_after_an_unhelpful_hint_gets_a_refined_one() {
         vec![first.hint_id.clone()],
         "it names the hint it refines"
     );
-    assert_eq!(second.prompt_version, "v2+refine");
+    assert_eq!(second.prompt_version, "v3+refine");
     assert_eq!(second.arm, "default");
     let requests = server.seen();
     let last = requests.last().expect("two LLM requests").body.to_string();

@@ -185,7 +185,7 @@ async fn stage_1_hints_from_a_real_llama_cpp_server_carry_the_usage_it_reported(
         // The same request again, from here: the server reports the same
         // tokens (greedy decoding), so the hint's usage is what it said.
         let t: FailedTrajectory = serde_json::from_value(t.clone()).unwrap();
-        let version = PromptVersion::V2;
+        let version = PromptVersion::V3;
         let (text, input, output) = ask(version.system_prompt(), &version.user_message(&t)).await;
         assert_eq!(
             hint.usage.input_tokens, input,

@@ -1,4 +1,4 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, context windows, eval, the spend budget's bound, the group's budget, long replies, provider prompt caching, hedged requests, hints that learn, saturation, a real model server.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, context windows, eval, the spend budget's bound, the group's budget, long replies, provider prompt caching, hedged requests, hints that learn, saturation, a real model server, untrusted text kept in its elements, no URL secret shown.
 
 mod bad_input;
 mod budget_bound;
@@ -19,3 +19,5 @@ mod reference_prompt;
 mod reference_prompt_loopback;
 mod saturation;
 mod synthesis;
+mod untrusted_prompt;
+mod url_secrets;

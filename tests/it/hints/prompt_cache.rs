@@ -243,7 +243,7 @@ async fn a_recurring_task_gets_its_own_breakpoint_and_is_read_the_third_time() {
     assert!(content[0]["text"]
         .as_str()
         .unwrap()
-        .starts_with("## Task\nMake the date parser"));
+        .starts_with("## Task\n<untrusted source=\"task\">\nMake the date parser"));
     assert!(content[1]["text"]
         .as_str()
         .unwrap()
@@ -289,7 +289,7 @@ async fn the_openai_dialect_gets_a_prompt_cache_key_and_its_cached_tokens_are_no
         .iter()
         .map(|r| r.body["prompt_cache_key"].as_str().unwrap())
         .collect();
-    assert!(keys.iter().all(|k| k.starts_with("hintstream-v2-")), "{keys:?}");
+    assert!(keys.iter().all(|k| k.starts_with("hintstream-v3-")), "{keys:?}");
     assert_ne!(keys[0], keys[1], "one key per task");
 }
 

@@ -177,14 +177,16 @@ fn literal_eval_gives_python_s_value_or_refuses_as_python_does() {
 }
 
 #[test]
-fn the_default_version_is_v2_and_names_parse() {
-    assert_eq!(PromptVersion::default(), PromptVersion::V2);
+fn the_default_version_is_v3_and_names_parse() {
+    assert_eq!(PromptVersion::default(), PromptVersion::V3);
     assert_eq!(
         "reference".parse::<PromptVersion>().unwrap(),
         PromptVersion::Reference
     );
-    assert_eq!("v2".parse::<PromptVersion>().unwrap().as_str(), "v2");
-    assert!("v3".parse::<PromptVersion>().is_err());
+    assert_eq!("v3".parse::<PromptVersion>().unwrap().as_str(), "v3");
+    assert!("v4".parse::<PromptVersion>().is_err());
+    // v2 is read as v3: the same prompt, its untrusted text delimited.
+    assert_eq!("v2".parse::<PromptVersion>().unwrap(), PromptVersion::V3);
     let v: PromptVersion = serde_json::from_str("\"reference\"").unwrap();
     assert_eq!(v.to_string(), "reference");
 }

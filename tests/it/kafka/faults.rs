@@ -51,6 +51,8 @@ fn step_rows(step: i64) -> Vec<ScoredRollout> {
                 hint_category: (r == 4).then(|| "llm_synthesized".to_string()),
                 hint_id: None,
                 response_length: None,
+                logprob_hinted: None,
+                logprob_unhinted: None,
             });
         }
     }

@@ -1,4 +1,4 @@
-//! The Kafka plumbing under both stages: at-least-once, exactly-once, delivery, dead letters, revoke, failover, faults, group protocols (classic and KIP-848), static membership, chaos, codecs, secured clusters, record/replay.
+//! The Kafka plumbing under both stages: at-least-once, exactly-once (and a commit that times out under it), delivery, dead letters, revoke, failover, faults, group protocols (classic and KIP-848), static membership, chaos, codecs, secured clusters, record/replay.
 
 mod at_least_once;
 mod chaos;
@@ -6,6 +6,7 @@ mod codecs;
 mod dead_letters;
 mod delivery;
 mod exactly_once;
+mod exactly_once_slow_commit;
 mod failover;
 mod faults;
 mod group_protocol;

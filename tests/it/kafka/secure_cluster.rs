@@ -586,7 +586,8 @@ async fn both_stages_run_over_scram_and_tls_and_no_secret_leaks() {
 /// Least privilege refused at start-up: with the book's ACLs less stage
 /// 1's WRITE on its output topic and stage 2's WRITE on its dead-letter
 /// topic, each stage exits 1 within the connect bound, naming the topic and
-/// the missing ACL, before it joins its group or takes a message.
+/// the missing ACL, before it joins its group or takes a message; so does
+/// stage 1 under a budget without WRITE on its spend ledger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_consuming() {
     let pki = Pki::new();
@@ -604,27 +605,22 @@ async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_con
     let (out, _) = hintstream(&["topics", "create"], &write_as(ADMIN), Some(ADMIN_PASSWORD));
     assert!(out.status.success(), "{}", text(&out));
     broker.apply_book_acls();
-    let remove = |principal: &str, topic: &str| {
-        [
-            "--bootstrap-server",
-            "$B",
-            "--command-config",
-            "admin.properties",
-            "--remove",
-            "--force",
-        ]
-        .into_iter()
-        .chain([
-            "--allow-principal",
-            principal,
-            "--operation",
-            "Write",
-            "--topic",
-            topic,
-        ])
-        .map(String::from)
-        .collect::<Vec<_>>()
+    let write_acl = |change: &[&'static str], principal: &str, topic: &str| {
+        ["--bootstrap-server", "$B", "--command-config", "admin.properties"]
+            .into_iter()
+            .chain(change.iter().copied())
+            .chain([
+                "--allow-principal",
+                principal,
+                "--operation",
+                "Write",
+                "--topic",
+                topic,
+            ])
+            .map(String::from)
+            .collect::<Vec<_>>()
     };
+    let remove = |principal: &str, topic: &str| write_acl(&["--remove", "--force"], principal, topic);
     broker.run_acl_commands(&[
         remove("User:hints", &config.hints.output_topic),
         remove("User:advantages", &config.advantages.dlq_topic),
@@ -664,6 +660,31 @@ async fn a_stage_lacking_write_on_a_topic_it_writes_exits_1_naming_it_before_con
         );
         assert!(took < bound, "{stage} took {took:?}, bound {bound:?}");
     }
+    // Stage 1 under a budget reads and writes its spend ledger, one topic
+    // asked about once for both: without WRITE on it (its output topic
+    // granted again), it exits 1 naming it.
+    broker.run_acl_commands(&[
+        write_acl(&["--add"], "User:hints", &config.hints.output_topic),
+        remove("User:hints", &config.topics.spend),
+    ]);
+    let mut budgeted = secure_config_as(&broker, &ca, HINTS_USER);
+    budgeted.llm.budget_usd_per_hour = 100.0;
+    let (out, took) = hintstream(
+        &["hints"],
+        &write(&budgeted, dir.path(), "budgeted.toml"),
+        Some(HINTS_PASSWORD),
+    );
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "hints under a budget: {said}");
+    assert!(
+        said.contains(&format!("missing ACLs for User:{HINTS_USER}"))
+            && said.contains(&format!("WRITE on topic \"{}\"", config.topics.spend)),
+        "hints under a budget: {said}"
+    );
+    assert!(
+        took < bound,
+        "hints under a budget took {took:?}, bound {bound:?}"
+    );
     // Neither joined its group nor took a message: no offsets committed.
     let admin = resolved_as(&secure_config_as(&broker, &ca, ADMIN), ADMIN_PASSWORD);
     for (group, topic) in [

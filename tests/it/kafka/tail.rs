@@ -96,7 +96,7 @@ async fn a_reader_started_at_a_time_reads_only_what_was_written_since() {
     let tail = {
         let seen = seen.clone();
         let since = SystemTime::now() - Duration::from_secs(3600);
-        TopicTail::start_since(&config, &topic, since, move |_, payload| {
+        TopicTail::start_since(&config, &topic, since, move |_, payload, _| {
             seen.lock()
                 .unwrap()
                 .push(String::from_utf8_lossy(payload.unwrap_or_default()).into_owned());

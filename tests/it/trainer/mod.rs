@@ -1,3 +1,4 @@
 //! The trainer side: the Python package's suite against real stages.
 
 mod python_client;
+mod trl_smoke;
