@@ -2,7 +2,7 @@
 //! stage 1 builds from a decoded trajectory (feedback, prompt, static hint).
 #![no_main]
 
-use hintstream::llm::prompt::{feedback, static_hint, user_prompt};
+use hintstream::llm::prompt::{feedback, static_hint, PromptVersion};
 use hintstream::messages::{decode, DecodeLimits, FailedTrajectory};
 use libfuzzer_sys::fuzz_target;
 
@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(t) = decode::<FailedTrajectory>(data, limits) {
         let fb = feedback(&t);
-        let prompt = user_prompt(&t, &fb);
+        let prompt = PromptVersion::V3.user_message(&t);
         // Bounded whatever the input size (the message may hold 1 MB).
         let chars = prompt.chars().count();
         assert!(chars <= 200_000, "prompt bound broken: {chars} chars");

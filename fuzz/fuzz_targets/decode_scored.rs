@@ -34,7 +34,7 @@ fuzz_target!(init: {
     for meta in [&plain, &arrow] {
         if let Ok(ScoredInput::Rows(rows)) = decode_scored(data, meta, limits) {
             let n = rows.len();
-            if let Ok(step) = compute_step(rows, &AdvantageOptions::default(), Device::Cpu) {
+            if let Ok(step) = compute_step(*rows, &AdvantageOptions::default(), Device::Cpu) {
                 assert_eq!(step.advantages.advantage.len(), n);
             }
         }
