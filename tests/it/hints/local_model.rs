@@ -107,6 +107,9 @@ async fn ask(system: &str, user: &str) -> (String, u64, u64) {
     let body = json!({
         "model": MODEL, "max_tokens": MAX_TOKENS, "temperature": 0.0,
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        // Evaluated afresh, as the stage's request was: a prompt read from
+        // llama.cpp's KV cache can decode differently at a near tie.
+        "cache_prompt": false,
     });
     let reply: Value = reqwest::Client::new()
         .post(format!("{}/chat/completions", local_llm()))
