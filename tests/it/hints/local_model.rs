@@ -2,8 +2,8 @@
 //! server (llama-cpp-python) with SmolLM2-135M-Instruct, started by
 //! `scripts/local-llm.sh` with a 2,048-token window and shared by the tests
 //! of this binary (it answers one request at a time). The OpenAI path end
-//! to end on Kafka, its usage checked against the server's own answer to
-//! the same request; a long trajectory fitted to the window and hinted by
+//! to end on Kafka, its usage checked against the server's own reply to
+//! the stage's request, recorded by a loopback proxy; a long trajectory fitted to the window and hinted by
 //! the model, and the same one sent unfitted, refused by the server and
 //! refitted; an eval report recorded from the server, then played back.
 //! A machine that cannot run the server fails these tests with what to do.
@@ -77,7 +77,7 @@ fn llm_config(windows: &[(&str, u32)]) -> LlmConfig {
         models: vec![MODEL.into()],
         context_tokens: windows.iter().map(|(m, w)| (m.to_string(), *w)).collect(),
         max_tokens: MAX_TOKENS,
-        // Greedy: the same request gets the same reply (and usage) again.
+        // Greedy, for replies that vary little from run to run.
         temperature: 0.0,
         // One slot, shared by the tests: a request may wait for others.
         timeout_secs: 300.0,
@@ -102,38 +102,54 @@ fn short_trajectory(i: usize) -> Value {
     })
 }
 
-/// The server's own answer to a chat request: its text and usage.
-async fn ask(system: &str, user: &str) -> (String, u64, u64) {
-    let body = json!({
-        "model": MODEL, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-        // Evaluated afresh, as the stage's request was: a prompt read from
-        // llama.cpp's KV cache can decode differently at a near tie.
-        "cache_prompt": false,
-    });
-    let reply: Value = reqwest::Client::new()
-        .post(format!("{}/chat/completions", local_llm()))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .timeout(Duration::from_secs(300))
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
-    let text = reply["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .trim()
-        .to_string();
-    let usage = &reply["usage"];
-    (
-        text,
-        usage["prompt_tokens"].as_u64().unwrap(),
-        usage["completion_tokens"].as_u64().unwrap(),
-    )
+/// What the server answered, as it crossed the wire: each request body
+/// with the JSON body of its reply.
+type Exchanges = Arc<Mutex<Vec<(Value, Value)>>>;
+
+/// A loopback proxy in front of the shared server that forwards every chat
+/// request as it is and records the server's reply: the usage a hint must
+/// carry is the usage the server reported for the stage's own request, not
+/// for a second one (a repeated request can decode differently at a near
+/// tie, whatever the sampling settings). Returns the proxy's base URL.
+async fn recording_proxy() -> (String, Exchanges) {
+    use axum::extract::State;
+    use axum::routing::post;
+    let seen: Exchanges = Arc::default();
+    let upstream = format!("{}/chat/completions", local_llm());
+    let app = axum::Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(
+                |State((upstream, seen)): State<(String, Exchanges)>, body: axum::body::Bytes| async move {
+                    let reply = reqwest::Client::new()
+                        .post(&upstream)
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .timeout(Duration::from_secs(300))
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = reply.status().as_u16();
+                    let bytes = reply.bytes().await.unwrap();
+                    if let (Ok(request), Ok(answer)) = (
+                        serde_json::from_slice::<Value>(&body),
+                        serde_json::from_slice::<Value>(&bytes),
+                    ) {
+                        seen.lock().unwrap().push((request, answer));
+                    }
+                    axum::response::Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(axum::body::Body::from(bytes))
+                        .unwrap()
+                },
+            ),
+        )
+        .with_state((upstream, seen.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1"), seen)
 }
 
 async fn hints_in(config: &Config) -> Vec<Hint> {
@@ -161,7 +177,12 @@ async fn stage_1_hints_from_a_real_llama_cpp_server_carry_the_usage_it_reported(
         .await;
     }
     producer.flush(Duration::from_secs(10)).unwrap();
-    let stage = HintStage::build(config.clone(), &env()).await.unwrap();
+    let (proxy, exchanges) = recording_proxy().await;
+    let through_proxy = LlmEnv {
+        openai_base_url: Some(proxy),
+        ..LlmEnv::default()
+    };
+    let stage = HintStage::build(config.clone(), &through_proxy).await.unwrap();
     let running = common::spawn_stage(|stop| stage.run(stop));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
     let hints = loop {
@@ -185,11 +206,24 @@ async fn stage_1_hints_from_a_real_llama_cpp_server_carry_the_usage_it_reported(
         assert_eq!(hint.category, HintCategory::LlmSynthesized, "{hint:?}");
         assert_eq!(hint.model.as_deref(), Some(MODEL));
         assert!(!hint.hint.trim().is_empty());
-        // The same request again, from here: the server reports the same
-        // tokens (greedy decoding), so the hint's usage is what it said.
+        // The server's reply to the stage's own request for this
+        // trajectory, as the proxy saw it cross the wire.
         let t: FailedTrajectory = serde_json::from_value(t.clone()).unwrap();
+        let exchanges = exchanges.lock().unwrap().clone();
+        let (request, reply) = exchanges
+            .iter()
+            .rev()
+            .find(|(request, _)| request.to_string().contains(&t.task_prompt))
+            .unwrap_or_else(|| panic!("no request for {} reached the server", t.instance_id));
         let version = PromptVersion::V3;
-        let (text, input, output) = ask(version.system_prompt(), &version.user_message(&t)).await;
+        assert_eq!(request["messages"][0]["content"], version.system_prompt());
+        assert_eq!(request["messages"][1]["content"], version.user_message(&t));
+        let text = reply["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .trim();
+        let input = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+        let output = reply["usage"]["completion_tokens"].as_u64().unwrap();
         assert_eq!(
             hint.usage.input_tokens, input,
             "prompt tokens of {}",
