@@ -34,7 +34,7 @@ use crate::kafka::{
 use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
 use crate::llm::Synthesizer;
-use crate::messages::{DecodeLimits, FailedTrajectory};
+use crate::messages::{DecodeLimits, FailedTrajectory, HintCategory};
 use crate::stage::{BoxFuture, Registered, Service, StageError, StageShell};
 use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
@@ -255,12 +255,25 @@ impl GroupHinter {
         span.record("hint_id", hint.hint_id.as_str());
         span.record("category", hint.category.as_str());
         span.record("from_cache", from_cache);
-        tracing::info!(
-            category = hint.category.as_str(), instance = %hint.instance_id, hint_id = %hint.hint_id,
-            failure_reason = hint.failure_reason.as_deref().unwrap_or(""), from_cache,
-            "Hint [{}] for instance {} (best_reward={}): {}",
-            hint.category.as_str(), hint.instance_id, trajectory.reward, truncate_chars(&hint.hint, 500)
-        );
+        // A line a hint a model was asked for (rate-limited, worth reading);
+        // a static hint or one from the cache repeats what was logged or
+        // the verifier's feedback, at every message: DEBUG.
+        macro_rules! hint_line {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    category = hint.category.as_str(), instance = %hint.instance_id, hint_id = %hint.hint_id,
+                    failure_reason = hint.failure_reason.as_deref().unwrap_or(""), from_cache,
+                    "Hint [{}] for instance {} (best_reward={}): {}",
+                    hint.category.as_str(), hint.instance_id, trajectory.reward, truncate_chars(&hint.hint, 500)
+                )
+            };
+        }
+        if from_cache || hint.category == HintCategory::StaticFallback {
+            hint_line!(tracing::Level::DEBUG);
+        } else {
+            hint_line!(tracing::Level::INFO);
+        }
         // The hint's `traceparent` is its produce span's (`send`). Under
         // exactly_once it joins a transaction with its members' offsets.
         let record = Outgoing {
