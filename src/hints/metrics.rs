@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 use crate::llm::budget::Remaining;
 use crate::llm::synth::SynthObserver;
 use crate::llm::Synthesis;
-use crate::messages::HintCategory;
+use crate::messages::{HintCategory, HintLevel};
 use crate::metrics::{FloatCounter, FloatGauge, Labels};
 
 pub struct HintMetrics {
@@ -41,6 +41,7 @@ pub struct HintMetrics {
     prompt_chars_dropped: Family<Labels, Counter>,
     llm_queue: Histogram,
     saturated: Family<Labels, Counter>,
+    graded: Family<Labels, Counter>,
 }
 
 impl HintMetrics {
@@ -72,6 +73,7 @@ impl HintMetrics {
             prompt_chars_dropped: Family::default(),
             llm_queue: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
             saturated: Family::default(),
+            graded: Family::default(),
         };
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
         registry.register(
@@ -121,6 +123,11 @@ impl HintMetrics {
             "hints_skipped",
             "Groups that got no hint, by reason (above_reward_threshold: the best reward was above hints.reward_threshold)",
             m.skipped.clone(),
+        );
+        registry.register(
+            "graded_hints",
+            "Graded hints written (not republished from the cache), by arm and level ([[hints.arms]] levels)",
+            m.graded.clone(),
         );
         m.register_hedges(registry);
         m.register_fitting(registry);
@@ -219,6 +226,12 @@ impl HintMetrics {
         self.hints
             .get_or_create(&vec![("category", category.as_str().to_string())])
             .inc();
+    }
+
+    /// A graded hint was written by `arm` at `level`.
+    pub fn graded(&self, arm: &str, level: HintLevel) {
+        let labels: Labels = vec![("arm", arm.to_string()), ("level", level.as_str().to_string())];
+        self.graded.get_or_create(&labels).inc();
     }
 
     pub fn cache_hit(&self) {

@@ -229,6 +229,9 @@ impl GroupHinter {
                 let earlier = plan.refinement.as_ref().map_or(&[][..], |r| &r.earlier[..]);
                 let synthesis = plan.synth.synthesize_with(&trajectory, earlier).await;
                 self.metrics.synthesized(&synthesis);
+                if let Some(level) = plan.level {
+                    self.metrics.graded(&plan.arm, level);
+                }
                 let labels = HintLabels {
                     arm: plan.arm.clone(),
                     prompt_version: plan.prompt_version.clone(),
@@ -237,6 +240,7 @@ impl GroupHinter {
                         .as_ref()
                         .map(|r| r.refines.clone())
                         .unwrap_or_default(),
+                    level: plan.level,
                 };
                 CachedHint::new(build_hint(
                     plan.hint_id.clone(),

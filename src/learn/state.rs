@@ -57,7 +57,7 @@ use super::arms::Arms;
 use super::limits::{StateLimits, OUTCOME_LAG_STEPS, RECORD_OVERHEAD_BYTES};
 use super::lru::Lru;
 use super::select::{select_arm, ChoiceKind, Posterior};
-use crate::messages::{group_key, Hint, HintCategory, HintOutcome};
+use crate::messages::{group_key, Hint, HintCategory, HintLevel, HintOutcome};
 
 /// What an outcome said, kept with its hint.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,6 +104,8 @@ pub(super) struct RememberedHint {
     pub(super) category: HintCategory,
     pub(super) text: String,
     pub(super) outcome: Option<OutcomeCounts>,
+    /// The level it was asked at (an arm with levels: `super::levels`).
+    pub(super) level: Option<HintLevel>,
 }
 
 /// A task's remembered hints, oldest step first.
@@ -442,6 +444,7 @@ impl LearnState {
             category: hint.category,
             text: cut(&hint.hint, self.limits.max_hint_bytes),
             outcome,
+            level: hint.level,
         };
         let (memory, evicted) = self.tasks.touch_or_insert_with(&task, TaskMemory::default);
         match memory.hints.iter_mut().find(|h| h.hint_id == record.hint_id) {

@@ -30,7 +30,7 @@
 
 use crate::config::PromptVersion;
 use crate::learn::EarlierHint;
-use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
+use crate::messages::{ChatContent, ChatMessage, FailedTrajectory, HintLevel};
 
 /// Bytes per token of the estimate: conservative for English and code.
 pub const BYTES_PER_TOKEN: usize = 3;
@@ -84,7 +84,19 @@ pub struct Fitted {
 /// it promises of a message holds of a fitted one too: ours keeps each
 /// untrusted text (cut or not) in its element, and its instruction last.
 pub fn fit(version: PromptVersion, t: &FailedTrajectory, earlier: &[EarlierHint], budget: u64) -> Fitted {
-    let whole = version.user_message_with(t, 0, earlier);
+    fit_at(version, None, t, earlier, budget)
+}
+
+/// [`fit`] for the user message asking for a graded hint at `level`
+/// (`None`: the plain one).
+pub fn fit_at(
+    version: PromptVersion,
+    level: Option<HintLevel>,
+    t: &FailedTrajectory,
+    earlier: &[EarlierHint],
+    budget: u64,
+) -> Fitted {
+    let whole = version.user_message_at(t, 0, earlier, level);
     if estimate_tokens(&whole) <= budget {
         return Fitted {
             user: whole,
@@ -100,7 +112,7 @@ pub fn fit(version: PromptVersion, t: &FailedTrajectory, earlier: &[EarlierHint]
     };
     let mut build = |history: &[ChatMessage], dropped: usize| -> String {
         shell.chat_history = history.to_vec();
-        version.user_message_with(&shell, dropped, earlier)
+        version.user_message_at(&shell, dropped, earlier, level)
     };
     let shown = &t.chat_history[t.chat_history.len().saturating_sub(version.max_messages())..];
     let mut kept: Vec<ChatMessage> = shown.to_vec();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::call::call_model;
 use super::client::LlmError;
-use super::fit::{estimate_tokens, fit, user_budget, Fitted};
+use super::fit::{estimate_tokens, fit_at, user_budget, Fitted};
 use super::link::{Link, Turn};
 use super::prompt_cache::PromptText;
 use super::shared::Shared;
@@ -41,7 +41,7 @@ pub(super) async fn call_fitted<'a>(
     let system = system_prompt.as_str();
     let window = window_of(shared, link);
     let budget = window.map_or(u64::MAX, |w| user_budget(w, config.max_tokens, system));
-    let fitted = fit(shared.prompt, t, earlier, budget);
+    let fitted = fit_at(shared.prompt, shared.level, t, earlier, budget);
     observe_fit(shared, link, &fitted);
     let sent_tokens = estimate_tokens(&fitted.user);
     let prompt = prompt_text(shared, t, fitted.user);
@@ -55,16 +55,16 @@ pub(super) async fn call_fitted<'a>(
         Some(w) => user_budget(w, config.max_tokens, system).min(budget) / 2,
         None => sent_tokens / 2,
     };
-    let refitted = fit(shared.prompt, t, earlier, half);
+    let refitted = fit_at(shared.prompt, shared.level, t, earlier, half);
     observe_fit(shared, link, &refitted);
     tracing::info!(model = %link.id, error = %error, budget_tokens = half, "the prompt was over the model's context window; refitted to half the budget");
     let prompt = prompt_text(shared, t, refitted.user);
     call_model(shared, turn, &prompt, first, deadline, tally).await
 }
 
-/// The prompt for `t`: the version's system prompt with the context
-/// files (the common one, then `t`'s `env_class` one), and its user
-/// message as fitted.
+/// The prompt for `t`: the version's system prompt (at the synthesizer's
+/// level, if it has one) with the context files (the common one, then
+/// `t`'s `env_class` one), and its user message as fitted.
 fn prompt_text(shared: &Shared, t: &FailedTrajectory, user: String) -> PromptText {
     let contexts: Vec<&str> = shared
         .context
@@ -73,7 +73,7 @@ fn prompt_text(shared: &Shared, t: &FailedTrajectory, user: String) -> PromptTex
         .into_iter()
         .chain(shared.context.for_env_class(t.env_class.as_deref()))
         .collect();
-    PromptText::new(shared.prompt.system_prompt(), &contexts, user)
+    PromptText::new(&shared.prompt.system_prompt_at(shared.level), &contexts, user)
 }
 
 /// The context window of `link`'s model: configured, built in, or

@@ -5,6 +5,7 @@
 //! - `ours`: `v3`, with every untrusted text delimited;
 //! - `untrusted`: the `<untrusted>` element it delimits them with;
 //! - `earlier`: the section that shows earlier hints to a refined hint;
+//! - `levels`: what a graded hint's level asks for (ours only);
 //! - `feedback`: the verifier feedback, parsed and bounded, and the static
 //!   hint;
 //! - `leak`: the values the verifier output presents as expected, and
@@ -15,11 +16,14 @@
 //!   injection.
 
 use crate::learn::EarlierHint;
-use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
+use std::borrow::Cow;
+
+use crate::messages::{ChatContent, ChatMessage, FailedTrajectory, HintLevel};
 
 pub mod earlier;
 pub mod feedback;
 pub mod leak;
+pub mod levels;
 pub mod ours;
 pub mod printable;
 pub mod pyeval;
@@ -44,6 +48,16 @@ impl PromptVersion {
         }
     }
 
+    /// The system prompt asking for a graded hint at `level` (ours: the
+    /// ask replaced, see `levels`); `None`, or the reference, which has
+    /// no levels (`[[hints.arms]]` refuses them with it): the plain one.
+    pub fn system_prompt_at(self, level: Option<HintLevel>) -> Cow<'static, str> {
+        match (self, level) {
+            (PromptVersion::V3, Some(level)) => Cow::Owned(levels::system_prompt(ours::SYSTEM_PROMPT, level)),
+            _ => Cow::Borrowed(self.system_prompt()),
+        }
+    }
+
     /// The user message for a failed trajectory.
     pub fn user_message(self, t: &FailedTrajectory) -> String {
         self.user_message_with(t, 0, &[])
@@ -55,8 +69,21 @@ impl PromptVersion {
     /// first). Ours shows the earlier hints before its instruction; the
     /// reference (which has no refinement) after its own.
     pub fn user_message_with(self, t: &FailedTrajectory, dropped: usize, earlier: &[EarlierHint]) -> String {
+        self.user_message_at(t, dropped, earlier, None)
+    }
+
+    /// [`PromptVersion::user_message_with`] asking for a graded hint at
+    /// `level` (ours: the instruction's ask; the reference has no levels
+    /// and ignores it).
+    pub fn user_message_at(
+        self,
+        t: &FailedTrajectory,
+        dropped: usize,
+        earlier: &[EarlierHint],
+        level: Option<HintLevel>,
+    ) -> String {
         match self {
-            PromptVersion::V3 => ours::user_message(t, &feedback(t), dropped, earlier),
+            PromptVersion::V3 => ours::user_message_at(t, &feedback(t), dropped, earlier, level),
             PromptVersion::Reference => {
                 let mut user = if dropped == 0 {
                     reference::user_message(t)

@@ -19,7 +19,7 @@ use super::routing;
 use super::shared::Shared;
 use crate::config::{LlmConfig, PromptVersion};
 use crate::learn::EarlierHint;
-use crate::messages::FailedTrajectory;
+use crate::messages::{FailedTrajectory, HintLevel};
 
 pub use super::chain::Synthesis;
 pub use super::env::LlmEnv;
@@ -93,6 +93,18 @@ impl Synthesizer {
             models,
             shared: self.shared.for_arm(config),
         })
+    }
+
+    /// This synthesizer asking for graded hints at `level` (its system
+    /// prompt's ask and its instruction; see `prompt::levels`).
+    pub fn at_level(mut self, level: HintLevel) -> Self {
+        self.shared.level = Some(level);
+        self
+    }
+
+    /// The level its prompt asks for, if any.
+    pub fn level(&self) -> Option<HintLevel> {
+        self.shared.level
     }
 
     /// Its limits (shared with every arm's synthesizer), for stage 1 to

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::decode::{rules, DecodeError, Validate};
+use super::level::HintLevel;
 use super::SCHEMA_VERSION;
 
 /// Where a hint's text came from.
@@ -131,6 +132,10 @@ pub struct Hint {
     /// absent reads as false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub hedged: bool,
+    /// The level a graded hint was asked at (`[[hints.arms]] levels`);
+    /// absent when its arm has no levels, and then not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<HintLevel>,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -30,10 +30,11 @@
 //! (a message that would pass that is dropped whole, with every later one).
 
 use super::earlier;
+use super::levels;
 use super::feedback::{truncate_chars, VerifierFeedback};
 use super::untrusted::{source, untrusted, Element};
 use crate::learn::EarlierHint;
-use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
+use crate::messages::{ChatContent, ChatMessage, FailedTrajectory, HintLevel};
 
 /// The system prompt.
 pub const SYSTEM_PROMPT: &str = "\
@@ -171,6 +172,19 @@ pub fn user_message(
     dropped: usize,
     earlier: &[EarlierHint],
 ) -> String {
+    user_message_at(t, fb, dropped, earlier, None)
+}
+
+/// [`user_message`] whose instruction asks for a graded hint at `level`
+/// (`levels::instruction`); `None`: the plain instruction. Nothing else
+/// changes, and the instruction stays last.
+pub fn user_message_at(
+    t: &FailedTrajectory,
+    fb: &VerifierFeedback,
+    dropped: usize,
+    earlier: &[EarlierHint],
+    level: Option<HintLevel>,
+) -> String {
     let mut p = String::new();
     p.push_str("## Task\n");
     p.push_str(&untrusted(
@@ -189,11 +203,11 @@ pub fn user_message(
         p.push_str(&earlier::section(earlier));
     }
     p.push_str("\n## Instruction\n");
-    p.push_str(if earlier.is_empty() {
-        INSTRUCTION
-    } else {
-        REFINE_INSTRUCTION
-    });
+    match level {
+        Some(level) => p.push_str(&levels::instruction(level, !earlier.is_empty())),
+        None if earlier.is_empty() => p.push_str(INSTRUCTION),
+        None => p.push_str(REFINE_INSTRUCTION),
+    }
     p
 }
 

@@ -73,6 +73,7 @@ fn hint(
         refines: refines.iter().map(|s| s.to_string()).collect(),
         hint_truncated: false,
         hedged: false,
+        level: None,
     }
 }
 
@@ -86,6 +87,7 @@ fn arm(name: &str, models: &[&str], is_static: bool) -> ArmEntry {
         min_share: 0.05,
         prior_alpha: 1.0,
         prior_beta: 1.0,
+        levels: vec![],
     }
 }
 

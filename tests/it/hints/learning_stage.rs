@@ -177,6 +177,7 @@ fn three_arms() -> Vec<ArmEntry> {
         min_share: 0.1,
         prior_alpha: 1.0,
         prior_beta: 1.0,
+        levels: vec![],
     };
     vec![
         llm("strong", "claude-strong"),
@@ -241,6 +242,7 @@ async fn seed_history(config: &Config, producer: &rdkafka::producer::FutureProdu
                 refines: vec![],
                 hint_truncated: false,
                 hedged: false,
+                level: None,
             };
             let key = hintstream::messages::group_key(run, step, &instance);
             common::send(

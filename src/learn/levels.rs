@@ -1,0 +1,156 @@
+//! Graded hints: the level of a task's next hint under an arm with
+//! `levels` (least specific first, e.g. `concept`, `plan`, `step`).
+//!
+//! The rule ([`next_level`]), from the task's previous hint under the same
+//! arm (same `run_id` and `instance_id`, an earlier step):
+//! - no previous hint: the first level;
+//! - it did not rescue the task: one level up (the last level stays);
+//! - it rescued the task: one level down (the first level stays);
+//! - its outcome is not known yet: its level again;
+//! - its level is not one of the arm's (a hint written before the arm had
+//!   these levels): the first level.
+//!
+//! Everything comes from `rl.hints` (each hint's `level`) and
+//! `rl.hints.outcomes`, as [`LearnState`] rebuilds them, so every worker,
+//! a restarted one too, gives a task the same level from the same records.
+//! A group whose hint is already on `rl.hints` (a redelivery, another
+//! worker's late member) keeps that hint's level. Like refinement, the rule
+//! uses every outcome known when the group is hinted (the step-read barrier
+//! makes that the same on every worker; a hint written while its previous
+//! hint's outcome was in flight may differ between two workers racing on
+//! one group, and the hint cache then keeps one text per `hint_id`).
+
+use super::state::LearnState;
+use crate::messages::HintLevel;
+
+/// What the rule needs of a task's previous hint under the arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreviousHint {
+    /// The level it was asked at (`None`: written without one).
+    pub level: Option<HintLevel>,
+    /// Whether it rescued the task; `None` while its outcome is unknown.
+    pub rescued: Option<bool>,
+}
+
+/// The level of a task's next hint under an arm with `levels`, after
+/// `previous` (see the module's rule); `None` when the arm has no levels.
+pub fn next_level(levels: &[HintLevel], previous: Option<PreviousHint>) -> Option<HintLevel> {
+    let first = *levels.first()?;
+    let Some(previous) = previous else {
+        return Some(first);
+    };
+    let Some(at) = previous
+        .level
+        .and_then(|level| levels.iter().position(|&l| l == level))
+    else {
+        return Some(first);
+    };
+    let next = match previous.rescued {
+        Some(true) => at.saturating_sub(1),
+        Some(false) => (at + 1).min(levels.len() - 1),
+        None => at,
+    };
+    Some(levels[next])
+}
+
+impl LearnState {
+    /// The level of the hint `hint_id` of the group `(run_id, step,
+    /// instance_id)` under arm `arm` (an index into the arms' specs):
+    /// `None` when the arm has no levels. A hint already read with that
+    /// `hint_id` keeps its level; otherwise [`next_level`] after the task's
+    /// latest hint under the arm from an earlier step.
+    ///
+    /// # Panics
+    /// When `arm` is not below `arms().specs().len()` (indices come from
+    /// [`LearnState::choose`], which never returns one out of range).
+    pub fn level(&self, run_id: &str, step: i64, instance_id: &str, hint_id: &str, arm: usize) -> Option<HintLevel> {
+        let spec = &self.arms.specs()[arm];
+        if spec.levels.is_empty() {
+            return None;
+        }
+        let memory = self.tasks.get(&(run_id.to_string(), instance_id.to_string()));
+        let hints = memory.map_or(&[][..], |m| &m.hints[..]);
+        if let Some(known) = hints
+            .iter()
+            .find(|h| h.hint_id == hint_id)
+            .and_then(|h| h.level)
+            .filter(|l| spec.levels.contains(l))
+        {
+            return Some(known);
+        }
+        // Remembered hints are kept oldest step first.
+        let previous = hints
+            .iter()
+            .rev()
+            .find(|h| h.step < step && h.arm == spec.name)
+            .map(|h| PreviousHint {
+                level: h.level,
+                rescued: h.outcome.map(|o| o.rescued),
+            });
+        next_level(&spec.levels, previous)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use HintLevel::{Concept, Plan, Step};
+
+    const ALL: [HintLevel; 3] = [Concept, Plan, Step];
+
+    fn after(level: HintLevel, rescued: Option<bool>) -> Option<HintLevel> {
+        next_level(
+            &ALL,
+            Some(PreviousHint {
+                level: Some(level),
+                rescued,
+            }),
+        )
+    }
+
+    #[test]
+    fn a_task_s_first_hint_is_at_the_first_level() {
+        assert_eq!(next_level(&ALL, None), Some(Concept));
+        assert_eq!(next_level(&[Plan, Step], None), Some(Plan));
+    }
+
+    #[test]
+    fn a_hint_that_did_not_rescue_sends_the_next_one_level_up() {
+        assert_eq!(after(Concept, Some(false)), Some(Plan));
+        assert_eq!(after(Plan, Some(false)), Some(Step));
+    }
+
+    #[test]
+    fn a_rescue_sends_the_next_hint_one_level_down() {
+        assert_eq!(after(Step, Some(true)), Some(Plan));
+        assert_eq!(after(Plan, Some(true)), Some(Concept));
+    }
+
+    #[test]
+    fn the_levels_are_clamped_at_both_ends() {
+        assert_eq!(after(Step, Some(false)), Some(Step), "no level above the last");
+        assert_eq!(after(Concept, Some(true)), Some(Concept), "none below the first");
+        assert_eq!(next_level(&[Plan], Some(PreviousHint { level: Some(Plan), rescued: Some(false) })), Some(Plan));
+    }
+
+    #[test]
+    fn an_unknown_outcome_keeps_the_level_and_an_unknown_level_starts_over() {
+        assert_eq!(after(Plan, None), Some(Plan));
+        assert_eq!(after(Concept, Some(false)).and_then(|l| after(l, None)), Some(Plan));
+        // Written before the arm had these levels, or at one it dropped.
+        let previous = |level| {
+            Some(PreviousHint {
+                level,
+                rescued: Some(false),
+            })
+        };
+        assert_eq!(next_level(&ALL, previous(None)), Some(Concept));
+        assert_eq!(next_level(&[Plan, Step], previous(Some(Concept))), Some(Plan));
+    }
+
+    #[test]
+    fn an_arm_without_levels_has_no_level() {
+        assert_eq!(next_level(&[], None), None);
+        assert_eq!(after(Plan, Some(false)).and(next_level(&[], None)), None);
+    }
+}
