@@ -518,4 +518,41 @@ mod tests {
             .collect();
         assert!(matches!(refuse(many, opts()), ArmConfigError::TooMany { .. }));
     }
+
+    #[test]
+    fn levels_parse_and_are_refused_on_static_arms_the_reference_prompt_and_out_of_order() {
+        #[derive(Deserialize)]
+        struct Section {
+            arms: Vec<ArmEntry>,
+        }
+        let parse = |levels: &str, extra: &str| -> Result<Arms, ArmConfigError> {
+            let text = format!("[[arms]]\nname = \"graded\"\nmodels = [\"m\"]\nlevels = {levels}\n{extra}");
+            let section: Section = toml::from_str(&text).unwrap();
+            let specs = section
+                .arms
+                .iter()
+                .map(|e| ArmSpec::from_entry(e, PROMPT_VERSION))
+                .collect();
+            Arms::new(specs, LearnOptions::default())
+        };
+        let arms = parse(r#"["concept", "plan", "step"]"#, "").unwrap();
+        assert_eq!(
+            arms.specs()[0].levels,
+            [HintLevel::Concept, HintLevel::Plan, HintLevel::Step]
+        );
+        assert!(parse(r#"["plan", "step"]"#, "").is_ok());
+        let err = parse(r#"["concept"]"#, "prompt_version = \"reference\"").unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsNeedOurPrompt { .. }), "{err}");
+        assert!(err.to_string().contains("reference prompt has none"), "{err}");
+        let err = parse(r#"["step", "concept"]"#, "").unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsOutOfOrder { .. }), "{err}");
+        let err = parse(r#"["plan", "plan"]"#, "").unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsOutOfOrder { .. }), "{err}");
+        let mut control = ArmSpec::control("c");
+        control.levels = vec![HintLevel::Concept];
+        let err = Arms::new(vec![control], LearnOptions::default()).unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsOnStatic { .. }), "{err}");
+        let bad = toml::from_str::<Section>("[[arms]]\nname = \"x\"\nmodels = [\"m\"]\nlevels = [\"answer\"]");
+        assert!(bad.is_err());
+    }
 }

@@ -153,4 +153,97 @@ mod tests {
         assert_eq!(next_level(&[], None), None);
         assert_eq!(after(Plan, Some(false)).and(next_level(&[], None)), None);
     }
+
+    mod state {
+        use super::*;
+        use crate::learn::{ArmSpec, Arms, LearnOptions};
+        use crate::messages::{group_key, Hint, HintOutcome};
+
+        const RUN: &str = "run-1";
+
+        fn arms() -> Arms {
+            let mut graded = ArmSpec::llm("graded", &["m"]);
+            graded.levels = ALL.to_vec();
+            Arms::new(vec![graded, ArmSpec::llm("plain", &["m"])], LearnOptions::default()).unwrap()
+        }
+
+        /// The hint arm `arm` writes for the task at `step`, at the level
+        /// the state gives it.
+        fn hint(state: &LearnState, arm: usize, step: i64) -> Hint {
+            let id = state.arms().hint_id(arm, &group_key(RUN, step, "task"));
+            let level = state.level(RUN, step, "task", &id, arm);
+            serde_json::from_value(serde_json::json!({
+                "schema_version": 1, "hint_id": id, "run_id": RUN, "step": step,
+                "instance_id": "task", "trajectory_id": "t", "hint": "h",
+                "category": "llm_synthesized", "model": "m", "prompt_version": "v3",
+                "latency_ms": 1, "usage": {"input_tokens": 1, "output_tokens": 1},
+                "cost_usd": 0.0, "failure_reason": null,
+                "source": {"topic": "f", "partition": 0, "offset": step},
+                "created_at": "2026-01-01T00:00:00Z",
+                "arm": state.arms().specs()[arm].name, "level": level,
+            }))
+            .unwrap()
+        }
+
+        fn outcome(hint: &Hint, rescued: bool) -> HintOutcome {
+            serde_json::from_value(serde_json::json!({
+                "schema_version": 1, "hint_id": hint.hint_id, "run_id": RUN, "step": hint.step,
+                "instance_id": "task", "hinted_rollouts": 2, "successes": i64::from(rescued),
+                "rescued": rescued, "mean_reward": 0.5, "created_at": "2026-01-01T00:00:00Z",
+            }))
+            .unwrap()
+        }
+
+        #[test]
+        fn a_task_climbs_on_failures_and_steps_down_after_a_rescue_from_the_records_alone() {
+            let mut state = LearnState::new(arms());
+            let mut levels = Vec::new();
+            let mut records = (Vec::new(), Vec::new());
+            for (step, rescued) in [(1, false), (2, false), (3, false), (4, true), (5, false)] {
+                let h = hint(&state, 0, step);
+                levels.push(h.level);
+                let o = outcome(&h, rescued);
+                state.observe_hint(&h);
+                state.observe_outcome(&o);
+                records.0.push(h);
+                records.1.push(o);
+            }
+            assert_eq!(
+                levels,
+                [Some(Concept), Some(Plan), Some(Step), Some(Step), Some(Plan)],
+                "concept, plan, step, step (the top holds), then one down after the rescue"
+            );
+            // A worker that reads the same records (outcomes first, say)
+            // gives the next hint and a redelivered one the same levels.
+            let mut restarted = LearnState::new(arms());
+            for o in &records.1 {
+                restarted.observe_outcome(o);
+            }
+            for h in &records.0 {
+                restarted.observe_hint(h);
+            }
+            assert_eq!(hint(&restarted, 0, 6).level, hint(&state, 0, 6).level);
+            assert_eq!(hint(&restarted, 0, 6).level, Some(Step));
+            assert_eq!(hint(&restarted, 0, 4).level, Some(Step), "a redelivery keeps its level");
+            // Another arm's hints do not move this arm's ladder; an arm
+            // without levels has none.
+            let other = hint(&state, 1, 6);
+            assert_eq!(other.level, None);
+            state.observe_hint(&other);
+            state.observe_outcome(&outcome(&other, true));
+            assert_eq!(hint(&state, 0, 7).level, Some(Step));
+        }
+
+        #[test]
+        fn a_hint_whose_outcome_is_unknown_keeps_its_level_for_the_next() {
+            let mut state = LearnState::new(arms());
+            let first = hint(&state, 0, 1);
+            state.observe_hint(&first);
+            state.observe_outcome(&outcome(&first, false));
+            let second = hint(&state, 0, 2);
+            assert_eq!(second.level, Some(Plan));
+            state.observe_hint(&second);
+            assert_eq!(hint(&state, 0, 3).level, Some(Plan), "no outcome yet: no move");
+        }
+    }
 }
