@@ -6,8 +6,8 @@ use thiserror::Error;
 
 use crate::config::arms::{default_min_share, default_prior, default_weight};
 use crate::config::ArmEntry;
-use crate::config::{PromptVersion, PROMPT_VERSION};
 pub use crate::config::{ArmSelection, LearnOptions};
+use crate::config::{PromptVersion, PROMPT_VERSION};
 use crate::messages::{HintLevel, DEFAULT_ARM};
 
 /// Most arms one stage may configure. More are rejected by [`Arms::new`]:
@@ -552,7 +552,8 @@ mod tests {
         control.levels = vec![HintLevel::Concept];
         let err = Arms::new(vec![control], LearnOptions::default()).unwrap_err();
         assert!(matches!(err, ArmConfigError::LevelsOnStatic { .. }), "{err}");
-        let bad = toml::from_str::<Section>("[[arms]]\nname = \"x\"\nmodels = [\"m\"]\nlevels = [\"answer\"]");
+        let bad =
+            toml::from_str::<Section>("[[arms]]\nname = \"x\"\nmodels = [\"m\"]\nlevels = [\"answer\"]");
         assert!(bad.is_err());
     }
 }

@@ -63,7 +63,14 @@ impl LearnState {
     /// # Panics
     /// When `arm` is not below `arms().specs().len()` (indices come from
     /// [`LearnState::choose`], which never returns one out of range).
-    pub fn level(&self, run_id: &str, step: i64, instance_id: &str, hint_id: &str, arm: usize) -> Option<HintLevel> {
+    pub fn level(
+        &self,
+        run_id: &str,
+        step: i64,
+        instance_id: &str,
+        hint_id: &str,
+        arm: usize,
+    ) -> Option<HintLevel> {
         let spec = &self.arms.specs()[arm];
         if spec.levels.is_empty() {
             return None;
@@ -130,13 +137,25 @@ mod tests {
     fn the_levels_are_clamped_at_both_ends() {
         assert_eq!(after(Step, Some(false)), Some(Step), "no level above the last");
         assert_eq!(after(Concept, Some(true)), Some(Concept), "none below the first");
-        assert_eq!(next_level(&[Plan], Some(PreviousHint { level: Some(Plan), rescued: Some(false) })), Some(Plan));
+        assert_eq!(
+            next_level(
+                &[Plan],
+                Some(PreviousHint {
+                    level: Some(Plan),
+                    rescued: Some(false)
+                })
+            ),
+            Some(Plan)
+        );
     }
 
     #[test]
     fn an_unknown_outcome_keeps_the_level_and_an_unknown_level_starts_over() {
         assert_eq!(after(Plan, None), Some(Plan));
-        assert_eq!(after(Concept, Some(false)).and_then(|l| after(l, None)), Some(Plan));
+        assert_eq!(
+            after(Concept, Some(false)).and_then(|l| after(l, None)),
+            Some(Plan)
+        );
         // Written before the arm had these levels, or at one it dropped.
         let previous = |level| {
             Some(PreviousHint {
@@ -164,7 +183,11 @@ mod tests {
         fn arms() -> Arms {
             let mut graded = ArmSpec::llm("graded", &["m"]);
             graded.levels = ALL.to_vec();
-            Arms::new(vec![graded, ArmSpec::llm("plain", &["m"])], LearnOptions::default()).unwrap()
+            Arms::new(
+                vec![graded, ArmSpec::llm("plain", &["m"])],
+                LearnOptions::default(),
+            )
+            .unwrap()
         }
 
         /// The hint arm `arm` writes for the task at `step`, at the level
@@ -224,7 +247,11 @@ mod tests {
             }
             assert_eq!(hint(&restarted, 0, 6).level, hint(&state, 0, 6).level);
             assert_eq!(hint(&restarted, 0, 6).level, Some(Step));
-            assert_eq!(hint(&restarted, 0, 4).level, Some(Step), "a redelivery keeps its level");
+            assert_eq!(
+                hint(&restarted, 0, 4).level,
+                Some(Step),
+                "a redelivery keeps its level"
+            );
             // Another arm's hints do not move this arm's ladder; an arm
             // without levels has none.
             let other = hint(&state, 1, 6);

@@ -216,7 +216,10 @@ mod tests {
         for level in [HintLevel::Concept, HintLevel::Plan, HintLevel::Step] {
             let system = PromptVersion::V3.system_prompt_at(Some(level));
             assert!(system.starts_with(&ours::SYSTEM_PROMPT[..start]), "{system}");
-            assert!(system.ends_with(&ours::SYSTEM_PROMPT[end..]), "the rules on elements stay: {system}");
+            assert!(
+                system.ends_with(&ours::SYSTEM_PROMPT[end..]),
+                "the rules on elements stay: {system}"
+            );
             assert!(system.contains(levels::system_ask(level)));
             assert!(!system.contains(levels::ASK_START), "{system}");
             let user = PromptVersion::V3.user_message_at(&t, 0, &[], Some(level));
@@ -227,7 +230,10 @@ mod tests {
             let Some(Part::Ours(last)) = parts(&user).pop() else {
                 panic!("the message ends in an element: {user}");
             };
-            assert!(last.ends_with(&format!("\n## Instruction\n{instruction}")), "{last}");
+            assert!(
+                last.ends_with(&format!("\n## Instruction\n{instruction}")),
+                "{last}"
+            );
             assert!(!outside(&user).contains("PWNED"));
         }
         // No level, or the reference: the prompts as they were.

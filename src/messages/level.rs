@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 /// A graded hint's level, from the least specific to the most: a task's
 /// hints under an arm with levels climb after a hint that did not rescue
 /// it and step down after one that did (`learn::levels`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum HintLevel {
     /// The missing knowledge or principle, never the answer.

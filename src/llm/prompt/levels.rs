@@ -19,7 +19,8 @@ pub const ASK_END: &str = "Answer with the guidance only.";
 /// The system prompt's ask at `level`, in place of the plain one.
 pub fn system_ask(level: HintLevel) -> &'static str {
     match level {
-        HintLevel::Concept => "\
+        HintLevel::Concept => {
+            "\
 Write a concept hint of 2-4 sentences for the agent's next attempt at the same \
 task: name the knowledge or principle the agent was missing (the rule, fact or \
 idea about the task or its tools that explains what went wrong), so that the \
@@ -27,21 +28,26 @@ agent can work out the solution itself:
 - never give the answer, the expected values, the exact commands or the steps to take;
 - explain the idea in general terms the agent can apply to this task;
 - do not restate the task, and do not say that the previous attempt failed.
-Answer with the concept hint only.",
-        HintLevel::Plan => "\
+Answer with the concept hint only."
+        }
+        HintLevel::Plan => {
+            "\
 Write a plan for the agent's next attempt at the same task: the approach in 2-4 \
 short numbered steps, from where the attempt went wrong to the goal:
 - each step says what to achieve, not the exact command or value to type;
 - do not write out the final answer;
 - do not restate the task, and do not say that the previous attempt failed.
-Answer with the plan only.",
-        HintLevel::Step => "\
+Answer with the plan only."
+        }
+        HintLevel::Step => {
+            "\
 Write the next concrete action for the agent's next attempt at the same task, \
 in 1-3 sentences:
 - name the exact action or tool call to make first and how to make it correctly;
 - refer to what went wrong in the attempt where it explains the action;
 - do not restate the task, and do not say that the previous attempt failed.
-Answer with the action only.",
+Answer with the action only."
+        }
     }
 }
 

@@ -30,8 +30,8 @@
 //! (a message that would pass that is dropped whole, with every later one).
 
 use super::earlier;
-use super::levels;
 use super::feedback::{truncate_chars, VerifierFeedback};
+use super::levels;
 use super::untrusted::{source, untrusted, Element};
 use crate::learn::EarlierHint;
 use crate::messages::{ChatContent, ChatMessage, FailedTrajectory, HintLevel};

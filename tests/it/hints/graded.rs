@@ -68,7 +68,9 @@ fn asked_at(body: &serde_json::Value, level: HintLevel, refined: bool) -> Result
     }
     let instruction = format!("## Instruction\n{}", levels::instruction(level, refined));
     if !user.ends_with(&instruction) {
-        return Err(format!("the user message does not end in {instruction:?}:\n{user}"));
+        return Err(format!(
+            "the user message does not end in {instruction:?}:\n{user}"
+        ));
     }
     Ok(())
 }
@@ -113,10 +115,7 @@ async fn a_task_failing_three_times_climbs_concept_plan_step_and_steps_down_afte
             String::new,
         )
         .await;
-        let hint = hints
-            .iter()
-            .find(|h| h.run_id == run && h.step == step)
-            .unwrap();
+        let hint = hints.iter().find(|h| h.run_id == run && h.step == step).unwrap();
         assert_eq!(hint.category, HintCategory::LlmSynthesized, "step {step}");
         assert_eq!(hint.arm, "graded");
         assert_eq!(hint.level, Some(level), "step {step}: {hint:?}");

@@ -92,7 +92,11 @@ pub(super) async fn wait_hints(
     }
 }
 
-pub(super) async fn publish_outcome(config: &Config, producer: &rdkafka::producer::FutureProducer, o: &HintOutcome) {
+pub(super) async fn publish_outcome(
+    config: &Config,
+    producer: &rdkafka::producer::FutureProducer,
+    o: &HintOutcome,
+) {
     common::send(
         producer,
         &config.topics.outcomes,
