@@ -20,8 +20,10 @@
 //! hint's outcome was in flight may differ between two workers racing on
 //! one group, and the hint cache then keeps one text per `hint_id`).
 
+use std::collections::BTreeMap;
+
 use super::state::LearnState;
-use crate::messages::HintLevel;
+use crate::messages::{HintCategory, HintLevel};
 
 /// What the rule needs of a task's previous hint under the arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +97,49 @@ impl LearnState {
                 rescued: h.outcome.map(|o| o.rescued),
             });
         next_level(&spec.levels, previous)
+    }
+}
+
+impl LearnState {
+    /// One step's per-level metrics of the arms with levels, by their
+    /// `rl.metrics` names: `hint/arm/<name>/level/<level>/count` (the
+    /// step's hints the LLM wrote under the arm at that level whose outcome
+    /// is known; a static fallback is left out, its text has no level) and
+    /// `hint/arm/<name>/level/<level>/rescue_rate` (of those, the ones that
+    /// rescued their group; absent when the count is 0). Read from the task
+    /// memory, where a step's hints are the newest of their tasks (a task
+    /// forgotten past [`super::StateLimits`]'s `max_tasks` is not counted).
+    pub fn level_metrics(&self, run_id: &str, step: i64) -> BTreeMap<String, f64> {
+        let mut counts: BTreeMap<(&str, HintLevel), (i64, i64)> = BTreeMap::new();
+        for spec in self.arms.specs() {
+            for &level in &spec.levels {
+                counts.insert((spec.name.as_str(), level), (0, 0));
+            }
+        }
+        let hints = self
+            .tasks
+            .iter()
+            .filter(|((run, _), _)| run == run_id)
+            .flat_map(|(_, memory)| &memory.hints)
+            .filter(|h| h.step == step && h.category == HintCategory::LlmSynthesized);
+        for h in hints {
+            let (Some(level), Some(outcome)) = (h.level, h.outcome) else {
+                continue;
+            };
+            if let Some((count, rescues)) = counts.get_mut(&(h.arm.as_str(), level)) {
+                *count += 1;
+                *rescues += i64::from(outcome.rescued);
+            }
+        }
+        let mut out = BTreeMap::new();
+        for ((arm, level), (count, rescues)) in counts {
+            let name = format!("hint/arm/{arm}/level/{level}");
+            out.insert(format!("{name}/count"), count as f64);
+            if count > 0 {
+                out.insert(format!("{name}/rescue_rate"), rescues as f64 / count as f64);
+            }
+        }
+        out
     }
 }
 
@@ -193,11 +238,15 @@ mod tests {
         /// The hint arm `arm` writes for the task at `step`, at the level
         /// the state gives it.
         fn hint(state: &LearnState, arm: usize, step: i64) -> Hint {
-            let id = state.arms().hint_id(arm, &group_key(RUN, step, "task"));
-            let level = state.level(RUN, step, "task", &id, arm);
+            hint_of(state, arm, step, "task")
+        }
+
+        fn hint_of(state: &LearnState, arm: usize, step: i64, task: &str) -> Hint {
+            let id = state.arms().hint_id(arm, &group_key(RUN, step, task));
+            let level = state.level(RUN, step, task, &id, arm);
             serde_json::from_value(serde_json::json!({
                 "schema_version": 1, "hint_id": id, "run_id": RUN, "step": step,
-                "instance_id": "task", "trajectory_id": "t", "hint": "h",
+                "instance_id": task, "trajectory_id": "t", "hint": "h",
                 "category": "llm_synthesized", "model": "m", "prompt_version": "v3",
                 "latency_ms": 1, "usage": {"input_tokens": 1, "output_tokens": 1},
                 "cost_usd": 0.0, "failure_reason": null,
@@ -211,7 +260,7 @@ mod tests {
         fn outcome(hint: &Hint, rescued: bool) -> HintOutcome {
             serde_json::from_value(serde_json::json!({
                 "schema_version": 1, "hint_id": hint.hint_id, "run_id": RUN, "step": hint.step,
-                "instance_id": "task", "hinted_rollouts": 2, "successes": i64::from(rescued),
+                "instance_id": hint.instance_id, "hinted_rollouts": 2, "successes": i64::from(rescued),
                 "rescued": rescued, "mean_reward": 0.5, "created_at": "2026-01-01T00:00:00Z",
             }))
             .unwrap()
@@ -259,6 +308,33 @@ mod tests {
             state.observe_hint(&other);
             state.observe_outcome(&outcome(&other, true));
             assert_eq!(hint(&state, 0, 7).level, Some(Step));
+        }
+
+        #[test]
+        fn a_step_s_metrics_count_each_arm_s_graded_hints_by_level() {
+            let mut state = LearnState::new(arms());
+            // Step 1: three tasks at concept, two rescued; step 2: the one
+            // not rescued at plan, its outcome not known yet.
+            for (task, rescued) in [("a", true), ("b", true), ("c", false)] {
+                let h = hint_of(&state, 0, 1, task);
+                state.observe_hint(&h);
+                state.observe_outcome(&outcome(&h, rescued));
+            }
+            let late = hint_of(&state, 0, 2, "c");
+            assert_eq!(late.level, Some(Plan));
+            state.observe_hint(&late);
+            let m = state.level_metrics(RUN, 1);
+            assert_eq!(m["hint/arm/graded/level/concept/count"], 3.0);
+            assert!((m["hint/arm/graded/level/concept/rescue_rate"] - 2.0 / 3.0).abs() < 1e-12);
+            assert_eq!(m["hint/arm/graded/level/plan/count"], 0.0);
+            assert!(
+                !m.contains_key("hint/arm/graded/level/plan/rescue_rate"),
+                "undefined: absent"
+            );
+            assert!(!m.keys().any(|k| k.starts_with("hint/arm/plain/")), "{m:?}");
+            let m = state.level_metrics(RUN, 2);
+            assert_eq!(m["hint/arm/graded/level/plan/count"], 0.0, "no outcome yet");
+            assert_eq!(m.len(), 3, "{m:?}");
         }
 
         #[test]
