@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::arms::{default_refine_max, ArmEntry, ArmSelection, LearnOptions};
+use super::arms::{default_refine_max, ArmEntry, ArmReward, ArmSelection, LearnOptions};
 use super::error::{invalid, ConfigError};
 use super::kafka::DrainBound;
 use super::stage::{deny_unknown, StageConfig, UnknownKeys};
@@ -40,6 +40,10 @@ pub struct HintsConfig {
     pub arms: Vec<ArmEntry>,
     /// How each failed group's arm is chosen.
     pub arm_selection: ArmSelection,
+    /// What an arm earns from an outcome: `rescue` (its hint rescued the
+    /// group) or `transfer` (what the policy keeps without the hint: the
+    /// outcome's `transfer`, from the log-probs the trainer reports).
+    pub arm_reward: ArmReward,
     /// Outcomes fade with this half-life in steps; unset: they never fade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub half_life_steps: Option<f64>,
@@ -87,6 +91,7 @@ impl Default for HintsConfig {
             cache_max_bytes: default_cache_max_bytes(),
             arms: Vec::new(),
             arm_selection: ArmSelection::default(),
+            arm_reward: ArmReward::default(),
             half_life_steps: None,
             refine_max: default_refine_max(),
             unknown: UnknownKeys::new(),
@@ -99,6 +104,7 @@ impl HintsConfig {
     pub fn learn_options(&self) -> LearnOptions {
         LearnOptions {
             arm_selection: self.arm_selection,
+            arm_reward: self.arm_reward,
             half_life_steps: self.half_life_steps,
             refine_max: self.refine_max,
         }
@@ -152,6 +158,7 @@ mod tests {
             r#"
 [hints]
 arm_selection = "fixed"
+arm_reward = "transfer"
 half_life_steps = 20.0
 refine_max = 1
 
@@ -183,6 +190,11 @@ min_share = 0.1
         assert!(h.arms[1].is_static);
         let options = h.learn_options();
         assert_eq!(options.arm_selection, crate::config::ArmSelection::Fixed);
+        assert_eq!(options.arm_reward, crate::config::ArmReward::Transfer);
+        assert_eq!(
+            Config::default().hints.learn_options().arm_reward,
+            crate::config::ArmReward::Rescue
+        );
         assert_eq!((options.half_life_steps, options.refine_max), (Some(20.0), 1));
         assert!(!Config::default().hints.has_arms());
     }

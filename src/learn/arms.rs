@@ -6,7 +6,7 @@ use thiserror::Error;
 
 use crate::config::arms::{default_min_share, default_prior, default_weight};
 use crate::config::ArmEntry;
-pub use crate::config::{ArmSelection, LearnOptions};
+pub use crate::config::{ArmReward, ArmSelection, LearnOptions};
 use crate::config::{PromptVersion, PROMPT_VERSION};
 use crate::messages::{HintLevel, DEFAULT_ARM};
 

@@ -28,7 +28,12 @@ pub struct ArmReport {
     /// The mean `transfer` of the outcomes counted for the arm that carried
     /// one; `None` when none did.
     pub transfer_rate: Option<f64>,
-    /// Posterior mean of the rescue rate from every outcome known now.
+    /// The `transfer`s of those outcomes (count, sum, sum of squares).
+    pub transfer: MeanTally,
+    /// The `reliance`s of the outcomes counted for the arm that carried one.
+    pub reliance: MeanTally,
+    /// Posterior mean of the arm's reward (its rescue rate, or its transfer
+    /// under `arm_reward = "transfer"`) from every outcome known now.
     pub posterior_mean: f64,
     /// What the arm's hints cost, in USD.
     pub spend_usd: f64,
@@ -47,6 +52,39 @@ pub struct RunReport {
     pub fresh_rescue_rate: Option<f64>,
     /// All spend over all rescues.
     pub cost_per_rescue_usd: Option<f64>,
+}
+
+/// A count, sum and sum of squares of values: their mean and spread.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MeanTally {
+    pub n: i64,
+    pub sum: f64,
+    pub sum_sq: f64,
+}
+
+impl MeanTally {
+    fn from_nano(n: i64, sum_nano: i64, sum_sq_nano: i64) -> Self {
+        MeanTally {
+            n,
+            sum: sum_nano as f64 / 1e9,
+            sum_sq: sum_sq_nano as f64 / 1e9,
+        }
+    }
+
+    /// The mean; `None` without values.
+    pub fn mean(&self) -> Option<f64> {
+        ratio(self.sum, self.n as f64)
+    }
+
+    /// The sample standard deviation; `None` under two values.
+    pub fn std(&self) -> Option<f64> {
+        if self.n < 2 {
+            return None;
+        }
+        let n = self.n as f64;
+        let mean = self.sum / n;
+        Some(((self.sum_sq - n * mean * mean).max(0.0) / (n - 1.0)).sqrt())
+    }
 }
 
 fn ratio(num: f64, den: f64) -> Option<f64> {
@@ -134,6 +172,8 @@ impl LearnState {
                     rescues: c.rescues,
                     rescue_rate: ratio(c.rescues as f64, c.trials as f64),
                     transfer_rate: ratio(c.transfer_nano as f64 / 1e9, c.transfer_trials as f64),
+                    transfer: MeanTally::from_nano(c.transfer_trials, c.transfer_nano, c.transfer_sq_nano),
+                    reliance: MeanTally::from_nano(c.reliance_trials, c.reliance_nano, c.reliance_sq_nano),
                     posterior_mean: posterior.mean(),
                     spend_usd,
                     cost_per_rescue_usd: ratio(spend_usd, c.rescues as f64),
@@ -161,4 +201,9 @@ fn add(total: &mut Cell, cell: &Cell) {
     total.refined_rescues += cell.refined_rescues;
     total.transfer_trials += cell.transfer_trials;
     total.transfer_nano += cell.transfer_nano;
+    total.transfer_sq_nano += cell.transfer_sq_nano;
+    total.transfer_rescues += cell.transfer_rescues;
+    total.reliance_trials += cell.reliance_trials;
+    total.reliance_nano += cell.reliance_nano;
+    total.reliance_sq_nano += cell.reliance_sq_nano;
 }
