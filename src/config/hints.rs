@@ -45,9 +45,30 @@ pub struct HintsConfig {
     pub half_life_steps: Option<f64>,
     /// Most earlier unhelpful hints of a task shown to the LLM (0: none).
     pub refine_max: usize,
+    /// What becomes of a hint that repeats, verbatim, a value the
+    /// verifier output presents as expected (a literal of 3 characters or
+    /// more after `expected`, `should be`, `==` or `!=`, in the
+    /// accumulators or the errors). Either way the hint says `leak: true`
+    /// and the leak is counted, by arm.
+    pub on_leak: OnLeak,
     #[serde(flatten)]
     #[schemars(skip)]
     unknown: UnknownKeys,
+}
+
+/// What the leak guard does with a hint that states an expected value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLeak {
+    /// Publish it, flagged `leak: true`.
+    #[default]
+    Keep,
+    /// Ask the model once more, naming the values it repeated as
+    /// forbidden; if that hint repeats one too (or the model fails),
+    /// publish the static hint with the values withheld. A static hint
+    /// (no model, a static arm) that repeats one is published with the
+    /// values withheld.
+    Regenerate,
 }
 
 /// Reads the failed trajectories, writes hints, serves metrics on 9464.
@@ -89,6 +110,7 @@ impl Default for HintsConfig {
             arm_selection: ArmSelection::default(),
             half_life_steps: None,
             refine_max: default_refine_max(),
+            on_leak: OnLeak::default(),
             unknown: UnknownKeys::new(),
         }
     }
@@ -154,6 +176,7 @@ mod tests {
 arm_selection = "fixed"
 half_life_steps = 20.0
 refine_max = 1
+on_leak = "regenerate"
 
 [[hints.arms]]
 name = "sonnet"
@@ -184,7 +207,9 @@ min_share = 0.1
         let options = h.learn_options();
         assert_eq!(options.arm_selection, crate::config::ArmSelection::Fixed);
         assert_eq!((options.half_life_steps, options.refine_max), (Some(20.0), 1));
+        assert_eq!(h.on_leak, crate::config::OnLeak::Regenerate);
         assert!(!Config::default().hints.has_arms());
+        assert_eq!(Config::default().hints.on_leak, crate::config::OnLeak::Keep);
     }
 
     #[test]

@@ -335,6 +335,7 @@ mod tests {
             refines: vec![],
             hint_truncated: false,
             hedged: false,
+            leak: false,
         }
     }
 

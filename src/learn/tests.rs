@@ -47,6 +47,7 @@ fn hint(arms: &Arms, arm: usize, step: i64, instance: &str, category: HintCatego
         refines: Vec::new(),
         hint_truncated: false,
         hedged: false,
+        leak: false,
     }
 }
 

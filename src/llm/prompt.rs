@@ -9,6 +9,8 @@
 //!   hint;
 //! - `leak`: the values the verifier output presents as expected, and
 //!   whether a hint repeats one (the leak guard's reading);
+//! - `forbidden`: the section that names the values a regenerated hint
+//!   must not state (the leak guard's second request);
 //! - `reference`: the reference trainer's prompt byte for byte (with
 //!   `pyrepr`, `pyeval`, `printable`). It shows untrusted text as the
 //!   reference does, undelimited: it is not hardened against prompt
@@ -19,6 +21,7 @@ use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
 
 pub mod earlier;
 pub mod feedback;
+pub mod forbidden;
 pub mod leak;
 pub mod ours;
 pub mod printable;
@@ -30,6 +33,26 @@ pub mod untrusted;
 pub use self::feedback::{accumulator, feedback, static_hint, truncate_chars, VerifierFeedback};
 pub use self::ours::SYSTEM_PROMPT;
 pub use crate::config::{PromptVersion, UnknownPromptVersion, PROMPT_VERSION};
+
+/// What a request asks beyond the hint for a trajectory: earlier hints
+/// that did not help (a refined hint; newest first), and values the hint
+/// must not state (the leak guard's second request, `on_leak =
+/// "regenerate"`). The default asks nothing more.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ask<'a> {
+    pub earlier: &'a [EarlierHint],
+    pub forbidden: &'a [String],
+}
+
+impl<'a> Ask<'a> {
+    /// A refined hint's request, showing `earlier`.
+    pub fn refining(earlier: &'a [EarlierHint]) -> Self {
+        Ask {
+            earlier,
+            forbidden: &[],
+        }
+    }
+}
 
 /// The role of the note that stands for messages dropped to fit a context
 /// window, in the reference's prompt (ours says it outside the messages).
@@ -46,17 +69,20 @@ impl PromptVersion {
 
     /// The user message for a failed trajectory.
     pub fn user_message(self, t: &FailedTrajectory) -> String {
-        self.user_message_with(t, 0, &[])
+        self.user_message_with(t, 0, Ask::default())
     }
 
     /// The user message for `t`, whose `chat_history` holds the messages
     /// to show, with `dropped` messages before them left out to fit a
-    /// context window and `earlier` hints that did not help (newest
-    /// first). Ours shows the earlier hints before its instruction; the
-    /// reference (which has no refinement) after its own.
-    pub fn user_message_with(self, t: &FailedTrajectory, dropped: usize, earlier: &[EarlierHint]) -> String {
+    /// context window, and what `ask` asks beyond the hint: earlier hints
+    /// that did not help, values the hint must not state. Ours shows them
+    /// before its instruction; the reference (which has neither refinement
+    /// nor a leak guard) after its own, so that a request without them is
+    /// the reference's byte for byte.
+    pub fn user_message_with(self, t: &FailedTrajectory, dropped: usize, ask: Ask<'_>) -> String {
+        let earlier = ask.earlier;
         match self {
-            PromptVersion::V3 => ours::user_message(t, &feedback(t), dropped, earlier),
+            PromptVersion::V3 => ours::user_message(t, &feedback(t), dropped, ask),
             PromptVersion::Reference => {
                 let mut user = if dropped == 0 {
                     reference::user_message(t)
@@ -76,6 +102,11 @@ impl PromptVersion {
                     user.push_str("\n\n");
                     user.push_str(&earlier::section(earlier));
                     user.push_str("\nDo not repeat them; write guidance that takes a different approach.");
+                }
+                if !ask.forbidden.is_empty() {
+                    user.push_str("\n\n");
+                    user.push_str(&forbidden::section(ask.forbidden));
+                    user.push_str(forbidden::INSTRUCTION);
                 }
                 user
             }
@@ -180,7 +211,7 @@ mod tests {
     #[test]
     fn the_reference_with_a_dropped_note_shows_it_as_its_first_message() {
         let t = trajectory("Fix the parser");
-        let user = PromptVersion::Reference.user_message_with(&t, 3, &[]);
+        let user = PromptVersion::Reference.user_message_with(&t, 3, Ask::default());
         assert!(
             user.contains("[note]: [3 earlier messages dropped to fit the model's context window]\n"),
             "{user}"
