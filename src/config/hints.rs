@@ -48,8 +48,8 @@ pub struct HintsConfig {
     /// What becomes of a hint that repeats, verbatim, a value the
     /// verifier output presents as expected (a literal of 3 characters or
     /// more after `expected`, `should be`, `==` or `!=`, in the
-    /// accumulators or the errors). Either way the hint says `leak: true`
-    /// and the leak is counted, by arm.
+    /// accumulators or the errors). Either way the leak is counted, by
+    /// arm and by what became of it (`hintstream_hints_hint_leaks_total`).
     pub on_leak: OnLeak,
     #[serde(flatten)]
     #[schemars(skip)]
@@ -65,9 +65,11 @@ pub enum OnLeak {
     Keep,
     /// Ask the model once more, naming the values it repeated as
     /// forbidden; if that hint repeats one too (or the model fails),
-    /// publish the static hint with the values withheld. A static hint
-    /// (no model, a static arm) that repeats one is published with the
-    /// values withheld.
+    /// publish the static hint with every expected value withheld. A
+    /// static hint (no model, a static arm) that repeats one is published
+    /// with the values withheld. Under `prompt_version = "reference"` the
+    /// first request stays the reference's; the second adds our section of
+    /// forbidden values after the reference's text.
     Regenerate,
 }
 
