@@ -125,15 +125,8 @@ impl HintMetrics {
             "Groups that got no hint, by reason (above_reward_threshold: the best reward was above hints.reward_threshold)",
             m.skipped.clone(),
         );
-        registry.register(
-            "hint_leaks",
-            "Hints that repeated a value the verifier output presents as expected (hints.on_leak), by arm and \
-             action (kept: published flagged leak; regenerated: a second request wrote one without it; \
-             static_fallback: the second repeated one too or failed, the static hint with the values withheld \
-             was published; withheld: a static hint, published with the values withheld)",
-            m.leaks.clone(),
-        );
         m.register_hedges(registry);
+        m.register_leaks(registry);
         m.register_fitting(registry);
         if budgets.0 {
             registry.register(
@@ -173,6 +166,18 @@ impl HintMetrics {
             "llm_prompt_chars_dropped",
             "Characters taken out of prompts to fit a model's context window, by model",
             self.prompt_chars_dropped.clone(),
+        );
+    }
+
+    /// The leak guard's metric (`hints.on_leak`).
+    fn register_leaks(&self, registry: &mut Registry) {
+        registry.register(
+            "hint_leaks",
+            "Hints that repeated a value the verifier output presents as expected (hints.on_leak), by arm and \
+             action (kept: published flagged leak; regenerated: a second request wrote one without it; \
+             static_fallback: the second repeated one too or failed, the static hint with the values withheld \
+             was published; withheld: a static hint, published with the values withheld)",
+            self.leaks.clone(),
         );
     }
 
@@ -235,7 +240,10 @@ impl HintMetrics {
     /// The leak guard found a hint of `arm` repeating an expected value.
     pub fn leak(&self, arm: &str, action: LeakAction) {
         self.leaks
-            .get_or_create(&vec![("arm", arm.to_string()), ("action", action.as_str().to_string())])
+            .get_or_create(&vec![
+                ("arm", arm.to_string()),
+                ("action", action.as_str().to_string()),
+            ])
             .inc();
     }
 

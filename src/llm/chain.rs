@@ -11,8 +11,8 @@ use super::cap::cap_hint;
 use super::client::LlmError;
 use super::fitting::call_fitted;
 use super::link::{Link, Turn};
-use super::prompt::Ask;
 use super::pricing::{cost_usd, price_of, uncached_cost_usd};
+use super::prompt::Ask;
 use super::shared::Shared;
 use super::tally::Tally;
 use crate::messages::{FailedTrajectory, HintCategory, Usage};
@@ -61,12 +61,7 @@ pub(super) async fn synthesize(
 }
 
 /// The hint for `t`, as long as its writer made it.
-async fn synthesize_whole(
-    shared: &Shared,
-    chain: &[Link],
-    t: &FailedTrajectory,
-    ask: Ask<'_>,
-) -> Synthesis {
+async fn synthesize_whole(shared: &Shared, chain: &[Link], t: &FailedTrajectory, ask: Ask<'_>) -> Synthesis {
     let started = Instant::now();
     if chain.is_empty() {
         return Synthesis {

@@ -411,7 +411,8 @@ mod tests {
                 "{window}: {outside}"
             );
             assert!(
-                f.user.ends_with(&format!("{REFINE_INSTRUCTION} {}", forbidden::INSTRUCTION)),
+                f.user
+                    .ends_with(&format!("{REFINE_INSTRUCTION} {}", forbidden::INSTRUCTION)),
                 "{window}"
             );
             assert_eq!(

@@ -3,6 +3,8 @@
 //! feedback when there is no LLM answer.
 //!
 //! - `ours`: `v3`, with every untrusted text delimited;
+//! - `ask`: what a request asks beyond the hint (earlier hints, forbidden
+//!   values);
 //! - `untrusted`: the `<untrusted>` element it delimits them with;
 //! - `earlier`: the section that shows earlier hints to a refined hint;
 //! - `feedback`: the verifier feedback, parsed and bounded, and the static
@@ -16,9 +18,9 @@
 //!   reference does, undelimited: it is not hardened against prompt
 //!   injection.
 
-use crate::learn::EarlierHint;
 use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
 
+pub mod ask;
 pub mod earlier;
 pub mod feedback;
 pub mod forbidden;
@@ -30,29 +32,10 @@ pub mod pyrepr;
 pub mod reference;
 pub mod untrusted;
 
+pub use self::ask::Ask;
 pub use self::feedback::{accumulator, feedback, static_hint, truncate_chars, VerifierFeedback};
 pub use self::ours::SYSTEM_PROMPT;
 pub use crate::config::{PromptVersion, UnknownPromptVersion, PROMPT_VERSION};
-
-/// What a request asks beyond the hint for a trajectory: earlier hints
-/// that did not help (a refined hint; newest first), and values the hint
-/// must not state (the leak guard's second request, `on_leak =
-/// "regenerate"`). The default asks nothing more.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ask<'a> {
-    pub earlier: &'a [EarlierHint],
-    pub forbidden: &'a [String],
-}
-
-impl<'a> Ask<'a> {
-    /// A refined hint's request, showing `earlier`.
-    pub fn refining(earlier: &'a [EarlierHint]) -> Self {
-        Ask {
-            earlier,
-            forbidden: &[],
-        }
-    }
-}
 
 /// The role of the note that stands for messages dropped to fit a context
 /// window, in the reference's prompt (ours says it outside the messages).

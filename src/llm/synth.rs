@@ -9,13 +9,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cap::cap_hint;
 use super::cassette::Cassette;
 use super::chain;
 use super::client::{LlmError, Provider};
 use super::context::SystemContext;
 use super::limits::GroupLimits;
 use super::link::Link;
-use super::cap::cap_hint;
 use super::prompt::leak::withhold;
 use super::prompt::Ask;
 use super::routing;

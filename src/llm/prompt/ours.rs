@@ -32,10 +32,11 @@
 //! the last 15 chat messages, 3,000 characters a message, 150,000 in all
 //! (a message that would pass that is dropped whole, with every later one).
 
+use super::ask::Ask;
 use super::earlier;
 use super::feedback::{truncate_chars, VerifierFeedback};
+use super::forbidden;
 use super::untrusted::{source, untrusted, Element};
-use super::{forbidden, Ask};
 use crate::messages::{ChatContent, ChatMessage, FailedTrajectory};
 
 /// The system prompt.
@@ -245,8 +246,8 @@ fn outcome(reward: f64, fb: &VerifierFeedback) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::prompt::feedback::{feedback, MAX_ACCUMULATOR_ITEMS};
     use crate::learn::EarlierHint;
+    use crate::llm::prompt::feedback::{feedback, MAX_ACCUMULATOR_ITEMS};
     use crate::llm::prompt::untrusted::{ours, parts, Part};
     use crate::messages::{ContentBlock, HintCategory};
 
@@ -392,7 +393,10 @@ mod tests {
                 REFINE_INSTRUCTION
             };
             assert!(
-                last.ends_with(&format!("\n## Instruction\n{instruction} {}", forbidden::INSTRUCTION)),
+                last.ends_with(&format!(
+                    "\n## Instruction\n{instruction} {}",
+                    forbidden::INSTRUCTION
+                )),
                 "{last}"
             );
             let outside = ours(&user);

@@ -165,11 +165,16 @@ async fn under_regenerate_the_second_request_names_the_value_as_forbidden_then_s
     let element = format!("<untrusted source=\"forbidden_value\">\n{VALUE}\n</untrusted>");
     assert!(!asked[0].contains("forbidden_value"), "{}", asked[0]);
     let second = &asked[1];
-    let at = second.find(&element).unwrap_or_else(|| panic!("the value in its element: {second}"));
+    let at = second
+        .find(&element)
+        .unwrap_or_else(|| panic!("the value in its element: {second}"));
     let instruction = second.rfind("\n## Instruction\n").expect("an instruction");
     assert!(at < instruction, "the value stands before the instruction");
     let last = &second[instruction..];
-    assert!(!last.contains("<untrusted"), "the instruction is the last part: {last}");
+    assert!(
+        !last.contains("<untrusted source="),
+        "the instruction is the last part, after every element: {last}"
+    );
     assert!(
         last.ends_with("in whole or in part: say how to find or check it instead."),
         "the instruction forbids the values: {last}"
@@ -185,7 +190,10 @@ async fn under_regenerate_the_second_request_names_the_value_as_forbidden_then_s
     assert!(twice.hint.contains("expected [withheld]"), "{}", twice.hint);
     assert!(!twice.leak);
     assert_eq!(requests(&server, "[leak-twice]").len(), 2);
-    assert!(twice.usage.output_tokens > 0, "both requests' spend is the hint's");
+    assert!(
+        twice.usage.output_tokens > 0,
+        "both requests' spend is the hint's"
+    );
 
     assert_eq!(counted(&counts, "regenerated"), 1.0, "{counts:?}");
     assert_eq!(counted(&counts, "static_fallback"), 1.0, "{counts:?}");
