@@ -192,6 +192,24 @@ mod tests {
     }
 
     #[test]
+    fn the_reference_adds_forbidden_values_after_its_own_text_which_stays_byte_for_byte() {
+        let t = trajectory("Fix the parser");
+        let plain = PromptVersion::Reference.user_message(&t);
+        let forbidden = vec!["[1, 2, 3]".to_string()];
+        let ask = Ask {
+            earlier: &[],
+            forbidden: &forbidden,
+        };
+        let user = PromptVersion::Reference.user_message_with(&t, 0, ask);
+        let added = user.strip_prefix(&plain).expect("the reference's text first");
+        assert!(
+            added.contains("<untrusted source=\"forbidden_value\">\n[1, 2, 3]\n</untrusted>"),
+            "{added}"
+        );
+        assert!(added.ends_with(forbidden::INSTRUCTION), "{added}");
+    }
+
+    #[test]
     fn the_reference_with_a_dropped_note_shows_it_as_its_first_message() {
         let t = trajectory("Fix the parser");
         let user = PromptVersion::Reference.user_message_with(&t, 3, Ask::default());
