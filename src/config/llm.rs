@@ -574,6 +574,7 @@ mod tests {
             refines: vec!["0".repeat(32); 16],
             hint_truncated: true,
             hedged: true,
+            leak: true,
             level: Some(crate::messages::HintLevel::Concept),
         };
         let bytes = serde_json::to_vec(&hint).unwrap();

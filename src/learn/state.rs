@@ -94,6 +94,8 @@ struct LedgerEntry {
     arm: String,
     category: HintCategory,
     refined: bool,
+    /// The hint repeats an expected value (`Hint::leak`).
+    leak: bool,
     cost_usd: f64,
     outcome: Option<OutcomeCounts>,
 }
@@ -123,6 +125,8 @@ pub(super) struct TaskMemory {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Cell {
     pub(super) hints: i64,
+    /// Of `hints`, those flagged `leak`.
+    pub(super) leaks: i64,
     /// Spend in nano-USD: integers, so that taking a record back and adding
     /// it again leaves no rounding behind, whatever the order.
     pub(super) spend_nano_usd: i64,
@@ -276,6 +280,7 @@ impl LearnState {
             arm: hint.arm.clone(),
             category: hint.category,
             refined: !hint.refines.is_empty(),
+            leak: hint.leak,
             cost_usd: hint.cost_usd,
             outcome: None,
         };
@@ -431,6 +436,7 @@ impl LearnState {
         tally.newest_step = tally.newest_step.max(entry.step);
         let cell = tally.cells.entry((entry.arm.clone(), entry.step)).or_default();
         cell.hints += sign;
+        cell.leaks += sign * i64::from(entry.leak);
         cell.spend_nano_usd += sign * nano(entry.cost_usd);
         if let Some((arm, o)) = counting {
             let cell = tally.cells.entry((arm, entry.step)).or_default();
