@@ -127,13 +127,9 @@ impl HintMetrics {
             "Groups that got no hint, by reason (above_reward_threshold: the best reward was above hints.reward_threshold)",
             m.skipped.clone(),
         );
-        registry.register(
-            "graded_hints",
-            "Graded hints written (not republished from the cache), by arm and level ([[hints.arms]] levels)",
-            m.graded.clone(),
-        );
         m.register_hedges(registry);
         m.register_leaks(registry);
+        m.register_graded(registry);
         m.register_fitting(registry);
         if budgets.0 {
             registry.register(
@@ -173,6 +169,15 @@ impl HintMetrics {
             "llm_prompt_chars_dropped",
             "Characters taken out of prompts to fit a model's context window, by model",
             self.prompt_chars_dropped.clone(),
+        );
+    }
+
+    /// Graded hints by arm and level (`[[hints.arms]] levels`).
+    fn register_graded(&self, registry: &mut Registry) {
+        registry.register(
+            "graded_hints",
+            "Graded hints written (not republished from the cache), by arm and level ([[hints.arms]] levels)",
+            self.graded.clone(),
         );
     }
 
