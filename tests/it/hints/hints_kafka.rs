@@ -491,8 +491,7 @@ async fn a_worker_stalled_past_its_session_rejoins_and_goes_on() {
     let file = common::write_config(&config, dir.path());
     let metrics = common::MetricsEndpoint::free();
     let mut worker = start_worker(&file, &server, "stalled", metrics);
-    let logs = || worker_log(&worker);
-    metrics.wait_assigned("hints", logs).await;
+    metrics.wait_assigned("hints", || worker.log()).await;
     let producer = create_producer(&config).unwrap();
     let send_step = |step: i64| {
         let (producer, topic) = (&producer, &h.input_topic);
@@ -543,8 +542,4 @@ async fn a_worker_stalled_past_its_session_rejoins_and_goes_on() {
         30
     );
     drop(worker);
-}
-
-fn worker_log(worker: &common::Process) -> String {
-    worker.log()
 }
