@@ -218,10 +218,7 @@ async fn stage_1_hints_from_a_real_llama_cpp_server_carry_the_usage_it_reported(
         let version = PromptVersion::V3;
         assert_eq!(request["messages"][0]["content"], version.system_prompt());
         assert_eq!(request["messages"][1]["content"], version.user_message(&t));
-        let text = reply["choices"][0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .trim();
+        let text = reply["choices"][0]["message"]["content"].as_str().unwrap().trim();
         let input = reply["usage"]["prompt_tokens"].as_u64().unwrap();
         let output = reply["usage"]["completion_tokens"].as_u64().unwrap();
         assert_eq!(
