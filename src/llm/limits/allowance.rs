@@ -30,8 +30,10 @@ pub type Budgets = (Option<f64>, Option<u64>);
 pub enum Allowance {
     /// No ledger: the group's rolling hour alone.
     Whole,
-    /// At most `usd` and `tokens` beyond `base_usd` and `base_tokens`
-    /// (this worker's settled totals plus its reservations at the read).
+    /// At most the share of `usd` and `tokens` (what the group left at
+    /// the read) beyond `base_usd` and `base_tokens` (this worker's settled
+    /// totals plus its reservations at the read). The share is the one in
+    /// force at each reservation: a rebalance applies at once.
     SinceRead {
         usd: Option<f64>,
         tokens: Option<u64>,
@@ -53,17 +55,25 @@ pub fn share_fraction(held: usize, total: usize) -> f64 {
     held.min(total) as f64 / total as f64
 }
 
-/// The allowance until the next read of the ledger: `share` of what the
+/// The allowance until the next read of the ledger: the share of what the
 /// group's spend and reservations, `used`, leave of `budgets`, from this
 /// worker's settled totals plus reservations now, `own`.
-pub fn since_read(share: f64, budgets: Budgets, used: (f64, u64), own: (f64, u64)) -> Allowance {
+pub fn since_read(budgets: Budgets, used: (f64, u64), own: (f64, u64)) -> Allowance {
     let (usd_budget, tokens_budget) = budgets;
     Allowance::SinceRead {
-        usd: usd_budget.map(|b| share * (b - used.0).max(0.0)),
-        tokens: tokens_budget.map(|b| (share * b.saturating_sub(used.1) as f64).floor() as u64),
+        usd: usd_budget.map(|b| (b - used.0).max(0.0)),
+        tokens: tokens_budget.map(|b| b.saturating_sub(used.1)),
         base_usd: own.0,
         base_tokens: own.1,
     }
+}
+
+/// `share` of dollars and tokens (tokens rounded down).
+fn part(share: f64, usd: Option<f64>, tokens: Option<u64>) -> (Option<f64>, Option<u64>) {
+    (
+        usd.map(|u| share * u),
+        tokens.map(|t| (share * t as f64).floor() as u64),
+    )
 }
 
 /// What this worker has spent and reserved, for the allowance's check.
@@ -94,15 +104,12 @@ pub fn fits(allowance: &Allowance, share: f64, budgets: Budgets, own: Own, cost:
                 (own.total.0 - base_usd).max(0.0),
                 own.total.1.saturating_sub(base_tokens),
             );
+            let (usd, tokens) = part(share, usd, tokens);
             within(since, usd, tokens)
         }
         Allowance::Share => {
-            let (usd_budget, tokens_budget) = budgets;
-            within(
-                own.hour,
-                usd_budget.map(|b| share * b),
-                tokens_budget.map(|b| (share * b as f64).floor() as u64),
-            )
+            let (usd, tokens) = part(share, budgets.0, budgets.1);
+            within(own.hour, usd, tokens)
         }
     }
 }
@@ -132,10 +139,11 @@ mod tests {
     fn between_reads_a_worker_takes_its_share_of_what_remained() {
         // A third of the partitions; the group had used $0.20 of $0.50 at
         // the read, this worker $0.05 since its start.
-        let a = since_read(1.0 / 3.0, USD, (0.20, 0), (0.05, 0));
-        let Allowance::SinceRead { usd: Some(cap), .. } = a else {
+        let a = since_read(USD, (0.20, 0), (0.05, 0));
+        let Allowance::SinceRead { usd: Some(left), .. } = a else {
             panic!("{a:?}")
         };
+        let cap = left / 3.0;
         assert!((cap - 0.10).abs() < 1e-12, "{cap}");
         // $0.09 since the read, plus $0.01: fits; plus $0.02: does not.
         let spent = own(0.05 + 0.09, 0.0);
@@ -143,11 +151,14 @@ mod tests {
         assert!(!fits(&a, 1.0 / 3.0, USD, spent, (0.02, 0)));
         // Three workers of a third each take at most what remained.
         assert!((3.0 * cap - (0.50 - 0.20)).abs() < 1e-12);
+        // A rebalance to a sixth applies at once: $0.05 since the read.
+        assert!(!fits(&a, 1.0 / 6.0, USD, spent, (0.0, 0)));
+        assert!(fits(&a, 1.0 / 6.0, USD, own(0.05 + 0.04, 0.0), (0.01, 0)));
     }
 
     #[test]
     fn a_worker_alone_takes_all_that_remains() {
-        let a = since_read(1.0, USD, (0.30, 0), (0.30, 0));
+        let a = since_read(USD, (0.30, 0), (0.30, 0));
         assert!(fits(&a, 1.0, USD, own(0.30, 0.30), (0.20, 0)));
         assert!(!fits(&a, 1.0, USD, own(0.30, 0.30), (0.21, 0)));
     }
@@ -155,12 +166,12 @@ mod tests {
     #[test]
     fn a_token_budget_is_shared_the_same_way() {
         let budgets = (None, Some(1000));
-        let a = since_read(0.5, budgets, (0.0, 400), (0.0, 100));
+        let a = since_read(budgets, (0.0, 400), (0.0, 100));
         assert_eq!(
             a,
             Allowance::SinceRead {
                 usd: None,
-                tokens: Some(300),
+                tokens: Some(600),
                 base_usd: 0.0,
                 base_tokens: 100
             }
@@ -172,7 +183,7 @@ mod tests {
         assert!(fits(&a, 0.5, budgets, spent, (0.0, 100)));
         assert!(!fits(&a, 0.5, budgets, spent, (0.0, 101)));
         // Used over the budget: nothing remains, nothing is taken.
-        let none = since_read(0.5, budgets, (0.0, 2000), (0.0, 0));
+        let none = since_read(budgets, (0.0, 2000), (0.0, 0));
         assert!(!fits(&none, 0.5, budgets, Own::default(), (0.0, 1)));
     }
 

@@ -348,8 +348,7 @@ impl SpendBudget {
     }
 
     /// Sets this worker's share of the group's budget (see
-    /// [`allowance::share_fraction`]); an allowance since a read keeps the
-    /// share it was taken with until the next read.
+    /// [`allowance::share_fraction`]), in force at once.
     pub fn set_share(&self, share: f64) {
         self.window().share = share.clamp(0.0, 1.0);
     }
@@ -365,7 +364,7 @@ impl SpendBudget {
         let mut w = self.window();
         w.expire(Instant::now());
         let own = w.own().total;
-        w.allowance = allowance::since_read(w.share, self.limits(), w.used(), own);
+        w.allowance = allowance::since_read(self.limits(), w.used(), own);
     }
 
     /// The spend ledger cannot be read: this worker takes its share of the
