@@ -37,13 +37,17 @@
 //!   the budget. Whoever may write the topic still controls the budget
 //!   (records of an invented instance count): WRITE on it is a
 //!   budget-control permission.
+//! - Every interval is a round (`rounds`): publish and read the ledger
+//!   up to its end. A passed round lets this worker take its share (the
+//!   input partitions it holds) of what the group left of the budget until
+//!   the next; no passed round for `llm.ledger_stale_secs`, or a failed
+//!   start-up read, puts it in share mode (`super::ledger_share`).
 //! - The overspend bound: a worker does not see the others' calls in
-//!   flight, nor what they settled since their last record (one interval,
-//!   plus a produce and a fetch). So the group spends at most the budget
-//!   plus, for each worker but the one that admits the last call,
-//!   `llm.concurrency` worst-case calls and what it settles within one
-//!   interval (docs/hints.md, "The budget and the rate limits are the group's").
-//!   A worker alone: the budget itself. A killed worker (no final record)
+//!   flight, nor what they settled since their last record. So the group
+//!   spends at most the budget plus its calls in flight and the least of
+//!   what it settles within one ledger lag and what remained at the read
+//!   before (docs/hints.md, "The overspend bound, under each fault"). A
+//!   worker alone: the budget itself. A killed worker (no final record)
 //!   adds its calls in flight (billed, never settled, seen by no peer) and
 //!   what it settled since its last acknowledged record.
 //! - Without a budget there is no ledger (and no group-spend gauges). With
@@ -686,9 +690,9 @@ fn worker_identity() -> &'static str {
     })
 }
 
-/// The hook that re-splits the group's rate limits after every rebalance:
-/// this worker takes the share of `input`'s `total` partitions it holds (at
-/// most all of them), logged when its rates change.
+/// The hook that re-splits the group's rate limits and budget after every
+/// rebalance: this worker takes the share of `input`'s `total` partitions
+/// it holds (at most all of them), logged when its rates change.
 pub fn rate_share_hook(
     input: &str,
     total: usize,
