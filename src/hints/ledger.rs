@@ -487,8 +487,15 @@ impl Ledger {
             metrics,
             sent: Mutex::new(Sent::default()),
         });
-        let tail = start_reader(config, &publisher).await?;
-        let caught_up = tail.sync(CATCH_UP_TIMEOUT).await.map_err(|e| e.to_string());
+        // A reader that cannot start (the topic's leader unreachable) is
+        // a failed catch-up: share mode, and the rounds start it again.
+        let (tail, caught_up) = match start_reader(config, &publisher).await {
+            Ok(tail) => {
+                let caught_up = tail.sync(CATCH_UP_TIMEOUT).await.map_err(|e| e.to_string());
+                (Some(tail), caught_up)
+            }
+            Err(e) => (None, Err(e.to_string())),
+        };
         let fresh = Freshness::at_start(
             &publisher.topic,
             Duration::from_secs(config.llm.ledger_stale_secs),
@@ -498,7 +505,12 @@ impl Ledger {
         );
         publisher.metrics.show(&publisher.limits);
         let interval = Duration::from_millis(config.llm.ledger_interval_ms);
-        let task = tokio::spawn(rounds(Arc::downgrade(&publisher), tail, fresh, interval).in_current_span());
+        let reader = Reader {
+            config: config.clone(),
+            tail,
+        };
+        let task =
+            tokio::spawn(rounds(Arc::downgrade(&publisher), reader, fresh, interval).in_current_span());
         tracing::info!(
             topic = %publisher.topic, instance = %publisher.instance, interval_ms = config.llm.ledger_interval_ms,
             "the spend budget is the consumer group's"
@@ -595,12 +607,37 @@ impl Publisher {
 /// at least: a slow fetch is not yet an outage.
 const MIN_READ_BOUND: Duration = Duration::from_secs(2);
 
+/// The ledger's reader, started again by the rounds when it could not
+/// start.
+struct Reader {
+    config: Config,
+    tail: Option<TopicTail>,
+}
+
+impl Reader {
+    /// Reads the ledger up to its end, at most `within`; starts the reader
+    /// first when it is not running.
+    async fn read(&mut self, publisher: &Publisher, within: Duration) -> Result<(), String> {
+        if self.tail.is_none() {
+            self.tail = Some(
+                start_reader(&self.config, publisher)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        match &self.tail {
+            Some(tail) => tail.sync(within).await.map_err(|e| e.to_string()),
+            None => Err(String::from("the spend ledger's reader did not start")),
+        }
+    }
+}
+
 /// Every `interval`: publishes this worker's totals and reads the ledger up
 /// to its end, both at once; a round that passes sets the allowance until
 /// the next, one that fails counts towards share mode ([`Freshness`]).
 async fn rounds(
     publisher: std::sync::Weak<Publisher>,
-    tail: TopicTail,
+    mut reader: Reader,
     mut fresh: Freshness,
     interval: Duration,
 ) {
@@ -612,11 +649,11 @@ async fn rounds(
         let Some(p) = publisher.upgrade() else {
             return;
         };
-        let (published, read) = tokio::join!(p.publish(), tail.sync(read_bound));
+        let (published, read) = tokio::join!(p.publish(), reader.read(&p, read_bound));
         match (published, read) {
             (true, Ok(())) => fresh.passed(),
             (false, _) => fresh.failed("this worker's spend record was not acknowledged"),
-            (_, Err(e)) => fresh.failed(&e.to_string()),
+            (_, Err(e)) => fresh.failed(&e),
         }
         p.metrics.show(&p.limits);
     }

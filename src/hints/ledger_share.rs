@@ -85,9 +85,4 @@ impl Freshness {
              partitions it holds) until it can; check the spend topic's brokers"
         );
     }
-
-    /// Whether the worker is in share mode.
-    pub fn sharing(&self) -> bool {
-        self.sharing
-    }
 }

@@ -6,8 +6,8 @@
 //! and spends only its share of the budget (half: two of the four input
 //! partitions). Fed more groups than the budget pays for, the group spends
 //! at most the budget plus its calls in flight, where before each worker,
-//! seeing only its own spend, took the whole budget. Node 3 back, both
-//! leave share mode.
+//! seeing only its own spend, took the whole budget. A worker started
+//! during the outage starts in share mode. Node 3 back, all leave it.
 
 use crate::common;
 use crate::common::llm_server;
@@ -62,6 +62,17 @@ async fn spend_topic_on_node_3(config: &Config) {
     for r in results {
         r.expect("create the spend topic");
     }
+}
+
+/// A worker of another consumer group on the same spend topic, with
+/// topics of its own (made while every node runs).
+async fn late_config(config: &Config) -> Config {
+    let mut late = config.clone();
+    common::own_topics(&mut late.hints, "lo-late-in", "lo-late-hints");
+    late.hints.group_id = common::unique("lo-late");
+    let h = late.hints.clone();
+    common::create_topics(&late, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    late
 }
 
 async fn config_on(cluster: &common::KafkaCluster) -> Config {
@@ -127,6 +138,10 @@ async fn with_the_spend_topics_leader_stopped_two_workers_spend_their_shares_of_
     let started = Instant::now();
     let mut cluster = common::KafkaCluster::start();
     let config = config_on(&cluster).await;
+    let late = late_config(&config).await;
+    cluster
+        .wait_for_topics(&[late.hints.input_topic.clone(), late.hints.output_topic.clone()])
+        .await;
     let server = LlmServer::start(Some(KEY)).await;
     server.default(Behavior::Billed(
         "Check the numbering.".into(),
@@ -156,6 +171,17 @@ async fn with_the_spend_topics_leader_stopped_two_workers_spend_their_shares_of_
         "both workers in share mode {:.1?} after node 3 stopped",
         stopped.elapsed()
     );
+    // A worker started now cannot read the ledger's last hour: it starts,
+    // in share mode, rather than as if nobody had spent.
+    let building = Instant::now();
+    let stage = HintStage::build(late, &env).await.unwrap();
+    let late_endpoint = [common::MetricsEndpoint(stage.metrics_addr)];
+    let late_running = common::spawn_stage(|stop| stage.run(stop));
+    wait_all(&late_endpoint, SHARE_MODE, |v| v == 1.0, Duration::from_secs(5)).await;
+    eprintln!(
+        "a worker started during the outage runs in share mode after {:.1?}",
+        building.elapsed()
+    );
     let producer = hintstream::kafka::create_producer(&config).unwrap();
     for i in 0..GROUPS {
         let instance = format!("g{i:04}");
@@ -173,6 +199,8 @@ async fn with_the_spend_topics_leader_stopped_two_workers_spend_their_shares_of_
 
     cluster.start_again(3);
     wait_all(&endpoints, SHARE_MODE, |v| v == 0.0, Duration::from_secs(90)).await;
+    wait_all(&late_endpoint, SHARE_MODE, |v| v == 0.0, Duration::from_secs(60)).await;
+    late_running.stop().await;
     eprintln!(
         "both workers out of share mode {:.1?} after node 3 stopped",
         stopped.elapsed()
