@@ -22,12 +22,17 @@
 //!    `refines` names the task's last unhelpful hint succeeds with that rate
 //!    plus `--refine-bonus`, any other with the rate times `--blind-repeat`;
 //! 4. publishes the step's scored rollouts (the raw rows, all failed, and
-//!    `--hinted-retries` hinted retries per group with `hint_id` and
-//!    `hint_category`) and its `step_end`;
+//!    `--hinted-retries` hinted retries per group with `hint_id`,
+//!    `hint_category` and the log-probs a trainer reports: a response of
+//!    `--response-length` tokens whose unhinted log-prob is lower than its
+//!    hinted one by the arm's hidden reliance per token) and its `step_end`;
 //! 5. waits for the step's metrics and its outcomes (`rl.hints.outcomes`).
 //!
-//! Every draw comes from one stream seeded by `--seed`. It prints a line per
-//! step (arm shares and rescue rates) under a progress bar, and writes
+//! Every draw comes from one stream seeded by `--seed`. With
+//! `--arm-reward transfer` the arms compete on what the policy keeps
+//! without the hint (`transfer`), not on rescues: a leaky arm (rescues
+//! often, high reliance) then loses to a teaching one. It prints a line per
+//! step (arm shares, rescue and transfer rates) under a progress bar, and writes
 //! `OUT/report.json` and `OUT/index.html` (the arm shares chart, the
 //! per-step table and the eval report's arm table).
 
@@ -71,11 +76,18 @@ pub struct SimArgs {
     /// Kafka bootstrap servers.
     #[arg(long, env = "HINTSTREAM_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092")]
     pub bootstrap_servers: String,
-    /// An arm and its hidden rescue rate, NAME=RATE, or NAME=RATE:static for
-    /// the static control; repeat it [default: strong=0.7 weak=0.1
-    /// control=0.05:static].
-    #[arg(long = "arm", value_name = "NAME=RATE[:static]")]
+    /// An arm, its hidden rescue rate and (after `/`) its hidden reliance in
+    /// nats per token (default 0: the policy keeps all of it), NAME=RATE,
+    /// NAME=RATE/RELIANCE, or with `:static` for the static control; repeat
+    /// it [default: strong=0.7 weak=0.1 control=0.05:static].
+    #[arg(long = "arm", value_name = "NAME=RATE[/RELIANCE][:static]")]
     pub arms: Vec<String>,
+    /// What the arms are rewarded by (`[hints] arm_reward`).
+    #[arg(long, default_value = "rescue", value_parser = ["rescue", "transfer"])]
+    pub arm_reward: String,
+    /// Tokens of each hinted response (its `response_length`).
+    #[arg(long, default_value_t = 32)]
+    pub response_length: i64,
     /// Training steps.
     #[arg(long, default_value_t = 15)]
     pub steps: i64,
@@ -125,11 +137,16 @@ pub struct SimArgs {
     pub no_progress: bool,
 }
 
-/// An arm as simulated: its name, hidden rate and whether it is static.
+/// An arm as simulated: its name, hidden rate and reliance, and whether it
+/// is static.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimArm {
     pub name: String,
     pub rate: f64,
+    /// How much a successful hinted response depends on the hint, in nats
+    /// per token: its unhinted log-prob is `reliance × length` lower.
+    #[serde(default)]
+    pub reliance: f64,
     pub is_static: bool,
 }
 
@@ -140,24 +157,32 @@ impl SimArm {
     }
 }
 
-/// `NAME=RATE[:static]`.
+/// `NAME=RATE[/RELIANCE][:static]`.
 pub fn parse_arm(text: &str) -> anyhow::Result<SimArm> {
     let (name, rest) = text
         .split_once('=')
-        .with_context(|| format!("--arm {text:?}: expected NAME=RATE[:static]"))?;
-    let (rate, is_static) = match rest.strip_suffix(":static") {
+        .with_context(|| format!("--arm {text:?}: expected NAME=RATE[/RELIANCE][:static]"))?;
+    let (rest, is_static) = match rest.strip_suffix(":static") {
         Some(r) => (r, true),
         None => (rest, false),
     };
+    let (rate, reliance) = rest.split_once('/').unwrap_or((rest, "0"));
     let rate: f64 = rate
         .parse()
         .with_context(|| format!("--arm {text:?}: the rate is not a number"))?;
     if !(0.0..=1.0).contains(&rate) {
         bail!("--arm {text:?}: the rate must be between 0 and 1");
     }
+    let reliance: f64 = reliance
+        .parse()
+        .with_context(|| format!("--arm {text:?}: the reliance is not a number"))?;
+    if !(0.0..=50.0).contains(&reliance) {
+        bail!("--arm {text:?}: the reliance must be between 0 and 50 nats per token");
+    }
     Ok(SimArm {
         name: name.to_string(),
         rate,
+        reliance,
         is_static,
     })
 }
@@ -183,6 +208,10 @@ pub struct StepRow {
     pub pulls: BTreeMap<String, u64>,
     /// Hints per arm whose retries succeeded.
     pub rescues: BTreeMap<String, u64>,
+    /// The mean `transfer` of the step's outcomes per arm (as stage 2
+    /// computed it from the log-probs); an arm without outcomes is absent.
+    #[serde(default)]
+    pub transfer: BTreeMap<String, f64>,
     /// Hints that refined an earlier one, and of those the ones that rescued.
     pub refined: u64,
     pub refined_rescues: u64,
@@ -216,6 +245,9 @@ pub struct SimReport {
     pub run_id: String,
     pub arms: Vec<SimArm>,
     pub seed: u64,
+    /// `rescue` or `transfer`.
+    #[serde(default)]
+    pub arm_reward: String,
     pub groups: usize,
     pub group_size: usize,
     pub hinted_retries: usize,
@@ -235,11 +267,12 @@ pub struct SimReport {
 }
 
 impl SimReport {
-    /// The step table as text: one line per step, arm shares and rescue rates.
+    /// The step table as text: one line per step, arm shares, rescue rates
+    /// and transfer rates.
     pub fn table(&self) -> String {
         let mut out = String::from("step");
         for a in &self.arms {
-            let _ = write!(out, " | {:>16}", format!("{} share/rescue", a.name));
+            let _ = write!(out, " | {:>26}", format!("{} share/rescue/transfer", a.name));
         }
         out.push_str(" | refined | outcomes\n");
         for s in &self.steps {
@@ -248,7 +281,15 @@ impl SimReport {
                 let rate = s
                     .rescue_rate(&a.name)
                     .map_or_else(|| "  -".to_string(), |r| format!("{:>3.0}", r * 100.0));
-                let _ = write!(out, " | {:>9.0}% / {rate}%", s.share(&a.name) * 100.0);
+                let transfer = s
+                    .transfer
+                    .get(&a.name)
+                    .map_or_else(|| "    -".to_string(), |t| format!("{t:>5.3}"));
+                let _ = write!(
+                    out,
+                    " | {:>12.0}% / {rate}% / {transfer}",
+                    s.share(&a.name) * 100.0
+                );
             }
             let _ = writeln!(out, " | {:>7} | {:>8}", s.refined, s.outcomes);
         }
@@ -309,6 +350,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<SimReport> {
         run_id: id,
         arms,
         seed: args.seed,
+        arm_reward: args.arm_reward.clone(),
         groups: args.groups,
         group_size: args.group_size,
         hinted_retries: args.hinted_retries,
@@ -366,9 +408,13 @@ fn step_line(row: &StepRow, arms: &[SimArm]) -> String {
         let rate = row
             .rescue_rate(&a.name)
             .map_or_else(|| "-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        let transfer = row
+            .transfer
+            .get(&a.name)
+            .map_or_else(|| "-".to_string(), |t| format!("{t:.3}"));
         let _ = write!(
             line,
-            " | {} {:.0}% (rescue {rate})",
+            " | {} {:.0}% (rescue {rate}, transfer {transfer})",
             a.name,
             row.share(&a.name) * 100.0
         );
@@ -399,6 +445,8 @@ fn stage_config(args: &SimArgs, arms: &[SimArm], id: &str, base_url: &str) -> Co
     c.hints.stage.metrics_addr = "127.0.0.1:0".into();
     c.hints.group_wait_ms = 300;
     c.hints.half_life_steps = args.half_life_steps;
+    c.hints.arm_reward =
+        serde_json::from_value(serde_json::Value::from(args.arm_reward.as_str())).unwrap_or_default();
     c.advantages.stage.input_topic = c.topics.scored.clone();
     c.advantages.stage.output_topic = c.topics.advantages.clone();
     c.advantages.stage.dlq_topic = format!("{id}.scored.dlq");
@@ -681,6 +729,7 @@ impl Trainer {
             step,
             pulls: self.arms.iter().map(|a| (a.name.clone(), 0)).collect(),
             rescues: self.arms.iter().map(|a| (a.name.clone(), 0)).collect(),
+            transfer: BTreeMap::new(),
             refined: 0,
             refined_rescues: 0,
             outcomes: 0,
@@ -714,6 +763,7 @@ impl Trainer {
         row.metrics = self.wait_metrics(step, feeds).await?;
         let hint_ids: HashSet<&str> = hints.values().map(|h| h.hint_id.as_str()).collect();
         row.outcomes = self.wait_outcomes(step, &hint_ids, feeds).await?;
+        row.transfer = transfer_by_arm(&hints, &feeds.outcomes);
         row.wall_secs = started.elapsed().as_secs_f64();
         Ok(row)
     }
@@ -763,9 +813,19 @@ impl Trainer {
         Ok(())
     }
 
-    /// The group's raw rows (all failed) and hinted retries.
+    /// The group's raw rows (all failed) and hinted retries, these with the
+    /// log-probs a trainer reports: the response under the hinted prompt at
+    /// 0.5 nats a token, under the unhinted one lower by the arm's hidden
+    /// reliance a token.
     fn scored_rows(&self, step: i64, task: usize, hint: &Hint, rescued: bool) -> Vec<serde_json::Value> {
         let instance = task_name(task);
+        let reliance = self
+            .arms
+            .iter()
+            .find(|a| a.name == hint.arm)
+            .map_or(0.0, |a| a.reliance);
+        let length = self.args.response_length.max(1);
+        let logprob_hinted = -0.5 * length as f64;
         let row = |id: String, reward: f64, hinted: bool| {
             let mut v = serde_json::json!({
                 "type": "scored_rollout", "schema_version": 1, "run_id": self.run_id, "step": step,
@@ -774,6 +834,9 @@ impl Trainer {
             if hinted {
                 v["hint_id"] = hint.hint_id.clone().into();
                 v["hint_category"] = hint.category.as_str().into();
+                v["response_length"] = length.into();
+                v["logprob_hinted"] = logprob_hinted.into();
+                v["logprob_unhinted"] = (logprob_hinted - reliance * length as f64).into();
             }
             v
         };
@@ -882,6 +945,29 @@ impl Trainer {
     }
 }
 
+/// The mean `transfer` per arm of the outcomes of `hints` (by hint id;
+/// the latest outcome of each), over those that carry one.
+fn transfer_by_arm(hints: &HashMap<String, Hint>, outcomes: &[HintOutcome]) -> BTreeMap<String, f64> {
+    let arm_of: HashMap<&str, &str> = hints
+        .values()
+        .map(|h| (h.hint_id.as_str(), h.arm.as_str()))
+        .collect();
+    let mut latest: HashMap<&str, f64> = HashMap::new();
+    for o in outcomes {
+        if let (true, Some(t)) = (arm_of.contains_key(o.hint_id.as_str()), o.transfer) {
+            latest.insert(o.hint_id.as_str(), t);
+        }
+    }
+    let mut sums: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+    for (id, t) in latest {
+        let sum = sums.entry(arm_of[id].to_string()).or_default();
+        *sum = (sum.0 + t, sum.1 + 1);
+    }
+    sums.into_iter()
+        .map(|(arm, (sum, n))| (arm, sum / f64::from(n)))
+        .collect()
+}
+
 fn task_name(task: usize) -> String {
     format!("task-{task:03}")
 }
@@ -909,15 +995,22 @@ pub fn render(report: &SimReport) -> String {
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>hintstream simulation</title><style>{STYLE}</style></head><body>\n\
-         <h1>hintstream simulation</h1>\n<p class=\"meta\">run {} — {} steps of {} failed groups, seed {}, hidden rates: {}; a refined hint +{}, a blind repeat x{}</p>\n",
+         <h1>hintstream simulation</h1>\n<p class=\"meta\">run {} — {} steps of {} failed groups, seed {}, arms rewarded by {}, hidden rates: {}; a refined hint +{}, a blind repeat x{}</p>\n",
         escape(&report.run_id),
         report.steps.len(),
         report.groups,
         report.seed,
+        escape(&report.arm_reward),
         report
             .arms
             .iter()
-            .map(|a| format!("{} {}{}", escape(&a.name), a.rate, if a.is_static { " (static)" } else { "" }))
+            .map(|a| format!(
+                "{} {} (reliance {}){}",
+                escape(&a.name),
+                a.rate,
+                a.reliance,
+                if a.is_static { " (static)" } else { "" }
+            ))
             .collect::<Vec<_>>()
             .join(", "),
         report.refine_bonus,
@@ -943,7 +1036,7 @@ fn step_table(report: &SimReport, page: &mut String) {
         let (r, g, b) = arm_color(i);
         let _ = write!(
             page,
-            "<th style=\"border-bottom: 4px solid rgb({r},{g},{b})\">{} share / rescue</th>",
+            "<th style=\"border-bottom: 4px solid rgb({r},{g},{b})\">{} share / rescue / transfer</th>",
             escape(&a.name)
         );
     }
@@ -954,9 +1047,13 @@ fn step_table(report: &SimReport, page: &mut String) {
             let rate = s
                 .rescue_rate(&a.name)
                 .map_or_else(|| "–".to_string(), |r| format!("{:.0}%", r * 100.0));
+            let transfer = s
+                .transfer
+                .get(&a.name)
+                .map_or_else(|| "–".to_string(), |t| format!("{t:.3}"));
             let _ = write!(
                 page,
-                "<td class=\"num\">{:.0}% ({}) / {rate}</td>",
+                "<td class=\"num\">{:.0}% ({}) / {rate} / {transfer}</td>",
                 s.share(&a.name) * 100.0,
                 s.pulls.get(&a.name).copied().unwrap_or(0)
             );

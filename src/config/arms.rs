@@ -69,12 +69,32 @@ pub enum ArmSelection {
     Fixed,
 }
 
+/// What an arm's Beta posterior counts as its reward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArmReward {
+    /// Each outcome is one trial: a success when its hint rescued the
+    /// group (any hinted retry succeeded).
+    #[default]
+    Rescue,
+    /// Each outcome is a fractional trial by its `transfer` (the mean of
+    /// success times the per-token ratio of the unhinted to the hinted
+    /// likelihood): α += transfer, β += 1 − transfer, so a hint the policy
+    /// succeeds with only while it reads the hint earns little. An outcome
+    /// without `transfer` (its trainer reports no log-probs) counts as
+    /// rescue, and is counted (`learn_outcomes_without_transfer`).
+    Transfer,
+}
+
 /// The `[hints]` options that steer the arms.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LearnOptions {
     #[serde(default)]
     pub arm_selection: ArmSelection,
+    /// What the posteriors count.
+    #[serde(default)]
+    pub arm_reward: ArmReward,
     /// An outcome `n` steps older than the group being hinted weighs
     /// `0.5^(n / half_life_steps)`; unset: every outcome weighs 1.
     #[serde(default)]
@@ -89,6 +109,7 @@ impl Default for LearnOptions {
     fn default() -> Self {
         LearnOptions {
             arm_selection: ArmSelection::default(),
+            arm_reward: ArmReward::default(),
             half_life_steps: None,
             refine_max: default_refine_max(),
         }

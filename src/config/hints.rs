@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::arms::{default_refine_max, ArmEntry, ArmSelection, LearnOptions};
+use super::arms::{default_refine_max, ArmEntry, ArmReward, ArmSelection, LearnOptions};
 use super::error::{invalid, ConfigError};
 use super::kafka::DrainBound;
 use super::stage::{deny_unknown, StageConfig, UnknownKeys};
@@ -40,14 +40,41 @@ pub struct HintsConfig {
     pub arms: Vec<ArmEntry>,
     /// How each failed group's arm is chosen.
     pub arm_selection: ArmSelection,
+    /// What an arm earns from an outcome: `rescue` (its hint rescued the
+    /// group) or `transfer` (what the policy keeps without the hint: the
+    /// outcome's `transfer`, from the log-probs the trainer reports).
+    pub arm_reward: ArmReward,
     /// Outcomes fade with this half-life in steps; unset: they never fade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub half_life_steps: Option<f64>,
     /// Most earlier unhelpful hints of a task shown to the LLM (0: none).
     pub refine_max: usize,
+    /// What becomes of a hint that repeats, verbatim, a value the
+    /// verifier output presents as expected (a literal of 3 characters or
+    /// more after `expected`, `should be`, `==` or `!=`, in the
+    /// accumulators or the errors). Either way the leak is counted, by
+    /// arm and by what became of it (`hintstream_hints_hint_leaks_total`).
+    pub on_leak: OnLeak,
     #[serde(flatten)]
     #[schemars(skip)]
     unknown: UnknownKeys,
+}
+
+/// What the leak guard does with a hint that states an expected value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLeak {
+    /// Publish it, flagged `leak: true`.
+    #[default]
+    Keep,
+    /// Ask the model once more, naming the values it repeated as
+    /// forbidden; if that hint repeats one too (or the model fails),
+    /// publish the static hint with every expected value withheld. A
+    /// static hint (no model, a static arm) that repeats one is published
+    /// with the values withheld. Under `prompt_version = "reference"` the
+    /// first request stays the reference's; the second adds our section of
+    /// forbidden values after the reference's text.
+    Regenerate,
 }
 
 /// Reads the failed trajectories, writes hints, serves metrics on 9464.
@@ -87,8 +114,10 @@ impl Default for HintsConfig {
             cache_max_bytes: default_cache_max_bytes(),
             arms: Vec::new(),
             arm_selection: ArmSelection::default(),
+            arm_reward: ArmReward::default(),
             half_life_steps: None,
             refine_max: default_refine_max(),
+            on_leak: OnLeak::default(),
             unknown: UnknownKeys::new(),
         }
     }
@@ -99,6 +128,7 @@ impl HintsConfig {
     pub fn learn_options(&self) -> LearnOptions {
         LearnOptions {
             arm_selection: self.arm_selection,
+            arm_reward: self.arm_reward,
             half_life_steps: self.half_life_steps,
             refine_max: self.refine_max,
         }
@@ -152,8 +182,10 @@ mod tests {
             r#"
 [hints]
 arm_selection = "fixed"
+arm_reward = "transfer"
 half_life_steps = 20.0
 refine_max = 1
+on_leak = "regenerate"
 
 [[hints.arms]]
 name = "sonnet"
@@ -183,8 +215,15 @@ min_share = 0.1
         assert!(h.arms[1].is_static);
         let options = h.learn_options();
         assert_eq!(options.arm_selection, crate::config::ArmSelection::Fixed);
+        assert_eq!(options.arm_reward, crate::config::ArmReward::Transfer);
+        assert_eq!(
+            Config::default().hints.learn_options().arm_reward,
+            crate::config::ArmReward::Rescue
+        );
         assert_eq!((options.half_life_steps, options.refine_max), (Some(20.0), 1));
+        assert_eq!(h.on_leak, crate::config::OnLeak::Regenerate);
         assert!(!Config::default().hints.has_arms());
+        assert_eq!(Config::default().hints.on_leak, crate::config::OnLeak::Keep);
     }
 
     #[test]

@@ -602,6 +602,7 @@ mod tests {
             refines: vec!["0".repeat(32); 16],
             hint_truncated: true,
             hedged: true,
+            leak: true,
         };
         let bytes = serde_json::to_vec(&hint).unwrap();
         // The key (run_id/step/instance_id) and headers ride along.

@@ -42,10 +42,10 @@ pub use advantages::{
     AdvantagesConfig, DEFAULT_ADVANTAGES_MAX_IN_FLIGHT_BYTES, DEFAULT_ADVANTAGES_MAX_MESSAGE_BYTES,
     MIN_ADVANTAGES_MAX_MESSAGE_BYTES,
 };
-pub use arms::{ArmEntry, ArmSelection, LearnOptions};
+pub use arms::{ArmEntry, ArmReward, ArmSelection, LearnOptions};
 pub use env_refs::{EnvRefError, KeyPath};
 pub use error::ConfigError;
-pub use hints::{HintsConfig, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SECS};
+pub use hints::{HintsConfig, OnLeak, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SECS};
 pub use kafka::{
     ClientKind, DeliveryMode, DrainBound, GroupProtocol, KafkaConfig, KafkaValue,
     LIBRDKAFKA_MESSAGE_MAX_BYTES,

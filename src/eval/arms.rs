@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::input::{each_record, InputError};
 use crate::config::Config;
 use crate::config::PROMPT_VERSION;
-use crate::learn::{ArmConfigError, ArmSpec, Arms, LearnOptions, LearnState};
+use crate::learn::{ArmConfigError, ArmReward, ArmSpec, Arms, LearnOptions, LearnState, MeanTally};
 use crate::messages::{decode, DecodeLimits, Hint, HintCategory, HintOutcome};
 
 /// The normal quantile of a two-sided 95% interval.
@@ -48,8 +48,19 @@ pub fn wilson(successes: i64, trials: i64, z: f64) -> Option<Interval> {
     if trials <= 0 {
         return None;
     }
-    let n = trials as f64;
-    let p = (successes.clamp(0, trials) as f64) / n;
+    wilson_of_mean(successes.clamp(0, trials) as f64 / trials as f64, trials, z)
+}
+
+/// The Wilson interval of the mean `p` of `n` values in [0, 1] (fractional
+/// successes, such as `transfer`s): a value in [0, 1] has at most the
+/// variance of a 0/1 value of the same mean, so this interval is
+/// conservative for it. `None` without values.
+pub fn wilson_of_mean(p: f64, n: i64, z: f64) -> Option<Interval> {
+    if n <= 0 || !p.is_finite() {
+        return None;
+    }
+    let p = p.clamp(0.0, 1.0);
+    let n = n as f64;
     let z2 = z * z;
     let denominator = 1.0 + z2 / n;
     let centre = (p + z2 / (2.0 * n)) / denominator;
@@ -57,6 +68,17 @@ pub fn wilson(successes: i64, trials: i64, z: f64) -> Option<Interval> {
     Some(Interval {
         low: (centre - half).max(0.0),
         high: (centre + half).min(1.0),
+    })
+}
+
+/// The normal interval of a mean, `mean ± z · std / √n`; `None` under two
+/// values (no spread to measure).
+pub fn normal_interval(tally: &MeanTally, z: f64) -> Option<Interval> {
+    let (mean, std) = (tally.mean()?, tally.std()?);
+    let half = z * std / (tally.n as f64).sqrt();
+    Some(Interval {
+        low: mean - half,
+        high: mean + half,
     })
 }
 
@@ -75,7 +97,24 @@ pub struct ArmRow {
     pub rescue_rate: Option<f64>,
     /// Its 95% Wilson interval; absent without trials.
     pub interval: Option<Interval>,
-    /// Mean of the arm's Beta posterior over every outcome (prior included).
+    /// Outcomes counted for the arm that carried `transfer`.
+    #[serde(default)]
+    pub transfer_outcomes: i64,
+    /// Their mean `transfer`; absent when none carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<f64>,
+    /// Its 95% Wilson interval (of a mean of values in [0, 1]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_interval: Option<Interval>,
+    /// The mean `reliance` (nats per token) of the outcomes counted for the
+    /// arm that carried one; absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reliance: Option<f64>,
+    /// Its 95% normal interval; absent under two such outcomes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reliance_interval: Option<Interval>,
+    /// Mean of the arm's Beta posterior over every outcome (prior included;
+    /// of its rescue rate, or of its transfer under `arm_reward = "transfer"`).
     pub posterior_mean: f64,
     pub spend_usd: f64,
     /// `spend_usd / rescues`; absent without rescues.
@@ -87,7 +126,8 @@ pub struct ArmRow {
 pub struct RunArms {
     pub run_id: String,
     pub arms: Vec<ArmRow>,
-    /// The arm with the highest rescue rate, when any arm has outcomes.
+    /// The arm with the highest rescue rate (transfer, under
+    /// `arm_reward = "transfer"`), when any arm has outcomes.
     pub leader: Option<String>,
     /// Arms whose interval overlaps the leader's: their difference from it
     /// is not significant yet.
@@ -146,6 +186,7 @@ pub fn arm_tables(
     if specs.is_empty() {
         return Ok((Vec::new(), from));
     }
+    let reward = options.arm_reward;
     let arms = Arms::new(specs, options)?;
     let mut state = LearnState::new(arms);
     let mut runs: Vec<String> = Vec::new();
@@ -174,12 +215,20 @@ pub fn arm_tables(
                     rescues: a.rescues,
                     rescue_rate: a.rescue_rate,
                     interval: wilson(a.rescues, a.trials, Z_95),
+                    transfer_outcomes: a.transfer.n,
+                    transfer: a.transfer.mean(),
+                    transfer_interval: a
+                        .transfer
+                        .mean()
+                        .and_then(|m| wilson_of_mean(m, a.transfer.n, Z_95)),
+                    reliance: a.reliance.mean(),
+                    reliance_interval: normal_interval(&a.reliance, Z_95),
                     posterior_mean: a.posterior_mean,
                     spend_usd: a.spend_usd,
                     cost_per_rescue_usd: a.cost_per_rescue_usd,
                 })
                 .collect();
-            let (leader, not_separated) = separation(&arms);
+            let (leader, not_separated) = separation(&arms, reward);
             RunArms {
                 run_id: run_id.clone(),
                 arms,
@@ -194,21 +243,24 @@ pub fn arm_tables(
     Ok((tables, from))
 }
 
-/// The arm with the best rescue rate and the arms whose interval overlaps
-/// its interval.
-fn separation(arms: &[ArmRow]) -> (Option<String>, Vec<String>) {
-    let best = arms.iter().filter(|a| a.rescue_rate.is_some()).max_by(|a, b| {
-        a.rescue_rate
-            .unwrap_or(0.0)
-            .total_cmp(&b.rescue_rate.unwrap_or(0.0))
-    });
+/// The arm with the best rate of what the arms are rewarded by (rescue
+/// rate, or transfer) and the arms whose interval overlaps its interval.
+fn separation(arms: &[ArmRow], reward: ArmReward) -> (Option<String>, Vec<String>) {
+    let rate = |a: &ArmRow| match reward {
+        ArmReward::Rescue => (a.rescue_rate, a.interval),
+        ArmReward::Transfer => (a.transfer, a.transfer_interval),
+    };
+    let best = arms
+        .iter()
+        .filter(|a| rate(a).0.is_some())
+        .max_by(|a, b| rate(a).0.unwrap_or(0.0).total_cmp(&rate(b).0.unwrap_or(0.0)));
     let Some(best) = best else {
         return (None, Vec::new());
     };
     let overlapping = arms
         .iter()
         .filter(|a| a.arm != best.arm)
-        .filter(|a| match (a.interval, best.interval) {
+        .filter(|a| match (rate(a).1, rate(best).1) {
             (Some(x), Some(y)) => x.overlaps(&y),
             _ => false,
         })
@@ -335,6 +387,7 @@ mod tests {
             refines: vec![],
             hint_truncated: false,
             hedged: false,
+            leak: false,
         }
     }
 
@@ -455,6 +508,95 @@ mod tests {
             runs[0].not_separated,
             Vec::<String>::new(),
             "base has no outcomes"
+        );
+    }
+
+    #[test]
+    fn transfer_and_reliance_have_intervals_and_lead_under_arm_reward_transfer() {
+        // A fractional mean gets the Wilson interval of its mean: 0.5 of 10
+        // as 5 of 10.
+        assert_eq!(wilson_of_mean(0.5, 10, Z_95), wilson(5, 10, Z_95));
+        assert_eq!(wilson_of_mean(0.5, 0, Z_95), None);
+        // Reliance 1, 2, 3: mean 2, std 1, 2 ± 1.96 / √3.
+        let tally = MeanTally {
+            n: 3,
+            sum: 6.0,
+            sum_sq: 14.0,
+        };
+        let i = normal_interval(&tally, Z_95).unwrap();
+        let half = Z_95 / 3f64.sqrt();
+        assert!((i.low - (2.0 - half)).abs() < 1e-12 && (i.high - (2.0 + half)).abs() < 1e-12);
+        assert_eq!(
+            normal_interval(
+                &MeanTally {
+                    n: 1,
+                    sum: 2.0,
+                    sum_sq: 4.0
+                },
+                Z_95
+            ),
+            None
+        );
+        // Leaky rescues 9 of 10 with transfer 0.1; the teacher 5 of 10 with
+        // transfer 0.45 (0 for the failures).
+        let mut config = Config::default();
+        config.hints.arms = toml::from_str::<toml::Table>(
+            "[[arms]]\nname = \"leaky\"\nmodels = [\"m\"]\n[[arms]]\nname = \"teacher\"\nmodels = [\"n\"]",
+        )
+        .unwrap()["arms"]
+            .clone()
+            .try_into()
+            .unwrap();
+        let (mut hints, mut outcomes) = (Vec::new(), Vec::new());
+        for i in 0..10 {
+            let leaky = hint(
+                &format!("l{i}"),
+                1,
+                &format!("a{i}"),
+                "leaky",
+                HintCategory::LlmSynthesized,
+                0.0,
+            );
+            let teacher = hint(
+                &format!("t{i}"),
+                1,
+                &format!("b{i}"),
+                "teacher",
+                HintCategory::LlmSynthesized,
+                0.0,
+            );
+            let leaky_ok = i < 9;
+            let teacher_ok = i < 5;
+            outcomes.push(HintOutcome {
+                transfer: Some(if leaky_ok { 0.1 } else { 0.0 }),
+                reliance: leaky_ok.then_some(2.0 + f64::from(i) / 10.0),
+                ..outcome(&leaky, i64::from(leaky_ok))
+            });
+            outcomes.push(HintOutcome {
+                transfer: Some(if teacher_ok { 0.45 } else { 0.0 }),
+                reliance: teacher_ok.then_some(0.1),
+                ..outcome(&teacher, i64::from(teacher_ok))
+            });
+            hints.extend([leaky, teacher]);
+        }
+        let row = |runs: &[RunArms], name: &str| runs[0].arms.iter().find(|a| a.arm == name).unwrap().clone();
+        let (runs, _) = arm_tables(&hints, &outcomes, Some(&config)).unwrap();
+        assert_eq!(runs[0].leader.as_deref(), Some("leaky"), "rescue by default");
+        let teacher = row(&runs, "teacher");
+        assert_eq!(teacher.transfer_outcomes, 10);
+        assert!((teacher.transfer.unwrap() - 0.225).abs() < 1e-12);
+        assert_eq!(teacher.transfer_interval, wilson_of_mean(0.225, 10, Z_95));
+        assert!((teacher.reliance.unwrap() - 0.1).abs() < 1e-12);
+        let leaky = row(&runs, "leaky");
+        assert!((leaky.reliance.unwrap() - 2.4).abs() < 1e-9, "{leaky:?}");
+        assert!(leaky.reliance_interval.unwrap().low > teacher.reliance_interval.unwrap().high);
+        config.hints.arm_reward = ArmReward::Transfer;
+        let (runs, _) = arm_tables(&hints, &outcomes, Some(&config)).unwrap();
+        assert_eq!(runs[0].leader.as_deref(), Some("teacher"));
+        let json = serde_json::to_value(row(&runs, "teacher")).unwrap();
+        assert!(
+            json["transfer"].is_f64() && json["reliance_interval"]["low"].is_f64(),
+            "{json}"
         );
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::arms::{ArmsReport, RunArms};
+use super::arms::{ArmsReport, Interval, RunArms};
 use super::markup::escape;
 
 fn percent(v: Option<f64>) -> String {
@@ -13,6 +13,15 @@ fn percent(v: Option<f64>) -> String {
 
 fn usd(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_string(), |r| format!("{r:.4}"))
+}
+
+/// `0.226 (0.180 – 0.275)`; `–` when undefined.
+fn mean_with(mean: Option<f64>, interval: Option<Interval>, digits: usize) -> String {
+    match (mean, interval) {
+        (None, _) => "–".to_string(),
+        (Some(m), None) => format!("{m:.digits$}"),
+        (Some(m), Some(i)) => format!("{m:.digits$} ({:.digits$} – {:.digits$})", i.low, i.high),
+    }
 }
 
 /// The arm table of one run as an HTML `<table id="arms">` (the first run)
@@ -25,7 +34,7 @@ pub fn run_table_html(run: &RunArms, index: usize, page: &mut String) {
     };
     let _ = writeln!(
         page,
-        "<h3>Run {}</h3>\n<table id=\"{id}\"><tr><th>arm</th><th>pulls</th><th>outcomes</th><th>rescues</th><th>rescue rate</th><th>95% interval (Wilson)</th><th>posterior mean</th><th>spend (USD)</th><th>cost per rescue (USD)</th></tr>",
+        "<h3>Run {}</h3>\n<table id=\"{id}\"><tr><th>arm</th><th>pulls</th><th>outcomes</th><th>rescues</th><th>rescue rate</th><th>95% interval (Wilson)</th><th>transfer (95%)</th><th>reliance, nats/token (95%)</th><th>posterior mean</th><th>spend (USD)</th><th>cost per rescue (USD)</th></tr>",
         escape(&run.run_id)
     );
     for a in &run.arms {
@@ -38,9 +47,11 @@ pub fn run_table_html(run: &RunArms, index: usize, page: &mut String) {
             || "–".to_string(),
             |i| format!("{:.1}% – {:.1}%", i.low * 100.0, i.high * 100.0),
         );
+        let transfer = mean_with(a.transfer, a.transfer_interval, 3);
+        let reliance = mean_with(a.reliance, a.reliance_interval, 2);
         let _ = writeln!(
             page,
-            "<tr><td>{name}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{interval}</td><td class=\"num\">{:.3}</td><td class=\"num\">{:.4}</td><td class=\"num\">{}</td></tr>",
+            "<tr><td>{name}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{interval}</td><td class=\"num\">{transfer}</td><td class=\"num\">{reliance}</td><td class=\"num\">{:.3}</td><td class=\"num\">{:.4}</td><td class=\"num\">{}</td></tr>",
             a.pulls,
             a.trials,
             a.rescues,
@@ -106,6 +117,11 @@ mod tests {
             rescues,
             rescue_rate: (trials > 0).then(|| rescues as f64 / trials as f64),
             interval: None,
+            transfer_outcomes: 0,
+            transfer: None,
+            transfer_interval: None,
+            reliance: None,
+            reliance_interval: None,
             posterior_mean: 0.5,
             spend_usd: 0.1,
             cost_per_rescue_usd: None,

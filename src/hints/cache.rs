@@ -97,6 +97,7 @@ mod tests {
             refines: Vec::new(),
             hint_truncated: false,
             hedged: false,
+            leak: false,
         })
     }
 

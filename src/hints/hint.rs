@@ -26,7 +26,8 @@ impl HintLabels {
     }
 }
 
-/// The Hint for a group, from its best trajectory and the synthesis.
+/// The Hint for a group, from its best trajectory and the synthesis;
+/// `leak` false (the leak guard sets it).
 pub fn build_hint(
     hint_id: String,
     best: &FailedTrajectory,
@@ -59,5 +60,6 @@ pub fn build_hint(
         refines: labels.refines,
         hint_truncated: s.hint_truncated,
         hedged: s.hedged,
+        leak: false,
     }
 }

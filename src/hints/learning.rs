@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tracing::Instrument;
 
-use crate::config::{Config, ConfigError, PromptVersion};
+use crate::config::{ArmReward, Config, ConfigError, PromptVersion};
 use crate::kafka::tail::sync_all;
 use crate::kafka::{TailError, TopicTail};
 use crate::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
@@ -88,7 +88,9 @@ pub struct ArmMetrics {
     pulls: Family<Labels, Gauge>,
     rescues: Family<Labels, Gauge>,
     posterior_mean: Family<Labels, FloatGauge>,
+    transfer_rate: Family<Labels, FloatGauge>,
     spend_usd: Family<Labels, FloatGauge>,
+    without_transfer: prometheus_client::metrics::counter::Counter,
     sync_timeouts: prometheus_client::metrics::counter::Counter,
     hint_model_used: prometheus_client::metrics::counter::Counter,
     hint_model_ignored: Family<Labels, prometheus_client::metrics::counter::Counter>,
@@ -323,8 +325,11 @@ impl Learner {
         let Some(run) = self.latest_run.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
             return;
         };
-        let report = self.state().run_report(&run);
-        self.gauges.show(&report);
+        let (report, stats) = {
+            let state = self.state();
+            (state.run_report(&run), state.stats())
+        };
+        self.gauges.show(&report, stats.outcomes_without_transfer);
     }
 }
 
@@ -335,7 +340,9 @@ impl ArmMetrics {
             pulls: Family::default(),
             rescues: Family::default(),
             posterior_mean: Family::default(),
+            transfer_rate: Family::default(),
             spend_usd: Family::default(),
+            without_transfer: Default::default(),
             sync_timeouts: Default::default(),
             hint_model_used: Default::default(),
             hint_model_ignored: Family::default(),
@@ -352,8 +359,20 @@ impl ArmMetrics {
         );
         registry.register(
             "arm_posterior_mean",
-            "Posterior mean of each arm's rescue rate from every outcome known, in the run most recently hinted",
+            "Posterior mean of each arm's reward (its rescue rate, or its transfer under \
+             arm_reward = transfer) from every outcome known, in the run most recently hinted",
             g.posterior_mean.clone(),
+        );
+        registry.register(
+            "arm_transfer_rate",
+            "Mean transfer (success times the per-token ratio of unhinted to hinted likelihood) of \
+             each arm's outcomes that carried one, in the run most recently hinted; absent until one did",
+            g.transfer_rate.clone(),
+        );
+        registry.register(
+            "learn_outcomes_without_transfer",
+            "Under arm_reward = transfer, outcomes read without transfer (counted as rescue)",
+            g.without_transfer.clone(),
         );
         registry.register(
             "arm_spend_usd",
@@ -379,14 +398,22 @@ impl ArmMetrics {
         g
     }
 
-    /// Sets the per-arm gauges to `report`'s totals.
-    pub fn show(&self, report: &RunReport) {
+    /// Sets the per-arm gauges to `report`'s totals, and the counter of
+    /// outcomes without transfer to the state's.
+    pub fn show(&self, report: &RunReport, without_transfer: u64) {
         for arm in &report.arms {
             let labels: Labels = vec![("arm", arm.name.clone())];
             self.pulls.get_or_create(&labels).set(arm.pulls);
             self.rescues.get_or_create(&labels).set(arm.rescues);
             self.posterior_mean.get_or_create(&labels).set(arm.posterior_mean);
+            if let Some(rate) = arm.transfer_rate {
+                self.transfer_rate.get_or_create(&labels).set(rate);
+            }
             self.spend_usd.get_or_create(&labels).set(arm.spend_usd);
+        }
+        let counted = self.without_transfer.get();
+        if without_transfer > counted {
+            self.without_transfer.inc_by(without_transfer - counted);
         }
     }
 }
@@ -426,8 +453,13 @@ async fn start_readers(
     let limits = config.decode_limits();
     let outcomes = {
         let state = state.clone();
+        let mut without_transfer =
+            (config.hints.arm_reward == ArmReward::Transfer).then(WithoutTransfer::default);
         TopicTail::start(config, &config.topics.outcomes, move |_, payload| {
             if let Some(o) = decoded::<HintOutcome>(payload, limits) {
+                if let Some(w) = without_transfer.as_mut() {
+                    w.check(&o);
+                }
                 state
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -447,6 +479,31 @@ async fn start_readers(
         .await?
     };
     Ok(Readers { hints, outcomes })
+}
+
+/// Under `arm_reward = "transfer"`, the runs already warned of outcomes
+/// without `transfer` (one warning per run; the most recent runs only).
+#[derive(Default)]
+struct WithoutTransfer {
+    warned: std::collections::VecDeque<String>,
+}
+
+impl WithoutTransfer {
+    fn check(&mut self, o: &HintOutcome) {
+        if o.transfer.is_some() || self.warned.contains(&o.run_id) {
+            return;
+        }
+        tracing::warn!(
+            run_id = %o.run_id,
+            hint_id = %o.hint_id,
+            "arm_reward = \"transfer\", but this run's outcomes carry no transfer (its hinted rows \
+             lack logprob_hinted, logprob_unhinted or response_length): they count as rescue. \
+             To fix: publish the log-probs with the scored rows (see docs/learning.md), or set \
+             arm_reward = \"rescue\"; hintstream_hints_learn_outcomes_without_transfer counts them"
+        );
+        self.warned.push_front(o.run_id.clone());
+        self.warned.truncate(crate::learn::state::MAX_LIVE_RUNS * 4);
+    }
 }
 
 /// A record of a learning topic as `T`, or `None` (a record that does not

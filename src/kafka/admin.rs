@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -139,14 +140,71 @@ pub async fn create_topics_with(
         .collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin.create_topics(&topics, &options).await?;
-    Ok(results
+    let mut outcomes: Vec<(String, TopicOutcome)> = results
         .into_iter()
         .map(|r| match r {
             Ok(name) => (name, TopicOutcome::Created),
             Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => (name, TopicOutcome::AlreadyExists),
             Err((name, code)) => (name, TopicOutcome::Failed(code.to_string())),
         })
-        .collect())
+        .collect();
+    let created: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, o)| *o == TopicOutcome::Created)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let missing = wait_until_visible(config, created, TOPICS_VISIBLE_TIMEOUT).await;
+    for (name, outcome) in &mut outcomes {
+        if missing.contains(name) {
+            *outcome = TopicOutcome::Failed(format!(
+                "created, but not in the brokers' metadata after {} s",
+                TOPICS_VISIBLE_TIMEOUT.as_secs()
+            ));
+        }
+    }
+    Ok(outcomes)
+}
+
+/// How long [`create_topics_with`] waits for the brokers to show the topics
+/// it created.
+const TOPICS_VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits, at most `within`, until the metadata shows each of `names` with
+/// its partitions: Kafka answers CreateTopics once its controller committed
+/// them, and its brokers learn of them a moment later, so a stage started
+/// right after `topics create` could otherwise find its topic missing.
+/// Returns the names still missing at the deadline.
+pub async fn wait_until_visible(config: &Config, names: Vec<String>, within: Duration) -> Vec<String> {
+    if names.is_empty() {
+        return names;
+    }
+    let client = base_config(config);
+    let waited = tokio::task::spawn_blocking(move || {
+        let Ok(consumer) = client.create::<BaseConsumer>() else {
+            return names;
+        };
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let missing: Vec<String> = match consumer.fetch_metadata(None, Duration::from_secs(5)) {
+                Ok(metadata) => names
+                    .iter()
+                    .filter(|n| {
+                        !metadata.topics().iter().any(|t| {
+                            t.name() == n.as_str() && t.error().is_none() && !t.partitions().is_empty()
+                        })
+                    })
+                    .cloned()
+                    .collect(),
+                Err(_) => names.clone(),
+            };
+            if missing.is_empty() || std::time::Instant::now() >= deadline {
+                return missing;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await;
+    waited.unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use thiserror::Error;
 use crate::config::arms::{default_min_share, default_prior, default_weight};
 use crate::config::ArmEntry;
 use crate::config::PROMPT_VERSION;
-pub use crate::config::{ArmSelection, LearnOptions};
+pub use crate::config::{ArmReward, ArmSelection, LearnOptions};
 use crate::messages::DEFAULT_ARM;
 
 /// Most arms one stage may configure. More are rejected by [`Arms::new`]:

@@ -59,9 +59,9 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
-pub use arms::{hint_id, ArmConfigError, ArmSelection, ArmSpec, Arms, LearnOptions};
+pub use arms::{hint_id, ArmConfigError, ArmReward, ArmSelection, ArmSpec, Arms, LearnOptions};
 pub use limits::StateLimits;
 pub use refine::{refined_prompt_version, EarlierHint, Refinement};
-pub use report::{ArmReport, RunReport};
+pub use report::{ArmReport, MeanTally, RunReport};
 pub use select::{select_arm, ChoiceKind, Posterior};
 pub use state::{ArmChoice, LearnState, OutcomeCounts, StateStats};

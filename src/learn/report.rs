@@ -19,6 +19,9 @@ pub struct ArmReport {
     pub name: String,
     /// Hints the arm wrote.
     pub pulls: i64,
+    /// Of those, the ones flagged `leak` (they repeat a value the verifier
+    /// output presents as expected; `hints.on_leak = "keep"`).
+    pub leaks: i64,
     /// Outcomes counted for the arm.
     pub trials: i64,
     /// Of those, the ones that rescued their group.
@@ -28,7 +31,12 @@ pub struct ArmReport {
     /// The mean `transfer` of the outcomes counted for the arm that carried
     /// one; `None` when none did.
     pub transfer_rate: Option<f64>,
-    /// Posterior mean of the rescue rate from every outcome known now.
+    /// The `transfer`s of those outcomes (count, sum, sum of squares).
+    pub transfer: MeanTally,
+    /// The `reliance`s of the outcomes counted for the arm that carried one.
+    pub reliance: MeanTally,
+    /// Posterior mean of the arm's reward (its rescue rate, or its transfer
+    /// under `arm_reward = "transfer"`) from every outcome known now.
     pub posterior_mean: f64,
     /// What the arm's hints cost, in USD.
     pub spend_usd: f64,
@@ -47,6 +55,39 @@ pub struct RunReport {
     pub fresh_rescue_rate: Option<f64>,
     /// All spend over all rescues.
     pub cost_per_rescue_usd: Option<f64>,
+}
+
+/// A count, sum and sum of squares of values: their mean and spread.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MeanTally {
+    pub n: i64,
+    pub sum: f64,
+    pub sum_sq: f64,
+}
+
+impl MeanTally {
+    fn from_nano(n: i64, sum_nano: i64, sum_sq_nano: i64) -> Self {
+        MeanTally {
+            n,
+            sum: sum_nano as f64 / 1e9,
+            sum_sq: sum_sq_nano as f64 / 1e9,
+        }
+    }
+
+    /// The mean; `None` without values.
+    pub fn mean(&self) -> Option<f64> {
+        ratio(self.sum, self.n as f64)
+    }
+
+    /// The sample standard deviation; `None` under two values.
+    pub fn std(&self) -> Option<f64> {
+        if self.n < 2 {
+            return None;
+        }
+        let n = self.n as f64;
+        let mean = self.sum / n;
+        Some(((self.sum_sq - n * mean * mean).max(0.0) / (n - 1.0)).sqrt())
+    }
 }
 
 fn ratio(num: f64, den: f64) -> Option<f64> {
@@ -69,6 +110,8 @@ impl LearnState {
     /// counted for the arm, the rate's denominator; the rate absent at 0),
     /// `hint/arm/<name>/transfer_rate` (the mean `transfer` of those that
     /// carried one; absent when none did),
+    /// `hint/arm/<name>/leak_rate` (of the hints the arm wrote at the step,
+    /// the share flagged `leak`; absent when it wrote none),
     /// `hint/refined_rescue_rate`, `hint/fresh_rescue_rate` and
     /// `hint/cost_per_rescue_usd`, each absent when undefined.
     pub fn step_metrics(&self, run_id: &str, step: i64) -> BTreeMap<String, f64> {
@@ -81,6 +124,9 @@ impl LearnState {
             }
             if let Some(rate) = arm.transfer_rate {
                 out.insert(format!("hint/arm/{}/transfer_rate", arm.name), rate);
+            }
+            if let Some(rate) = ratio(arm.leaks as f64, arm.pulls as f64) {
+                out.insert(format!("hint/arm/{}/leak_rate", arm.name), rate);
             }
         }
         for (name, value) in [
@@ -130,10 +176,13 @@ impl LearnState {
                 ArmReport {
                     name: spec.name.clone(),
                     pulls: c.hints,
+                    leaks: c.leaks,
                     trials: c.trials,
                     rescues: c.rescues,
                     rescue_rate: ratio(c.rescues as f64, c.trials as f64),
                     transfer_rate: ratio(c.transfer_nano as f64 / 1e9, c.transfer_trials as f64),
+                    transfer: MeanTally::from_nano(c.transfer_trials, c.transfer_nano, c.transfer_sq_nano),
+                    reliance: MeanTally::from_nano(c.reliance_trials, c.reliance_nano, c.reliance_sq_nano),
                     posterior_mean: posterior.mean(),
                     spend_usd,
                     cost_per_rescue_usd: ratio(spend_usd, c.rescues as f64),
@@ -154,6 +203,7 @@ impl LearnState {
 
 fn add(total: &mut Cell, cell: &Cell) {
     total.hints += cell.hints;
+    total.leaks += cell.leaks;
     total.spend_nano_usd += cell.spend_nano_usd;
     total.trials += cell.trials;
     total.rescues += cell.rescues;
@@ -161,4 +211,9 @@ fn add(total: &mut Cell, cell: &Cell) {
     total.refined_rescues += cell.refined_rescues;
     total.transfer_trials += cell.transfer_trials;
     total.transfer_nano += cell.transfer_nano;
+    total.transfer_sq_nano += cell.transfer_sq_nano;
+    total.transfer_rescues += cell.transfer_rescues;
+    total.reliance_trials += cell.reliance_trials;
+    total.reliance_nano += cell.reliance_nano;
+    total.reliance_sq_nano += cell.reliance_sq_nano;
 }

@@ -53,7 +53,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use super::arms::Arms;
+use super::arms::{ArmReward, Arms};
 use super::limits::{StateLimits, OUTCOME_LAG_STEPS, RECORD_OVERHEAD_BYTES};
 use super::lru::Lru;
 use super::select::{select_arm, ChoiceKind, Posterior};
@@ -68,6 +68,8 @@ pub struct OutcomeCounts {
     pub mean_reward: f64,
     /// The outcome's `transfer`, when it had one.
     pub transfer: Option<f64>,
+    /// The outcome's `reliance`, when it had one.
+    pub reliance: Option<f64>,
 }
 
 impl From<&HintOutcome> for OutcomeCounts {
@@ -78,6 +80,7 @@ impl From<&HintOutcome> for OutcomeCounts {
             rescued: o.rescued,
             mean_reward: o.mean_reward,
             transfer: o.transfer,
+            reliance: o.reliance,
         }
     }
 }
@@ -91,6 +94,8 @@ struct LedgerEntry {
     arm: String,
     category: HintCategory,
     refined: bool,
+    /// The hint repeats an expected value (`Hint::leak`).
+    leak: bool,
     cost_usd: f64,
     outcome: Option<OutcomeCounts>,
 }
@@ -118,6 +123,8 @@ pub(super) struct TaskMemory {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Cell {
     pub(super) hints: i64,
+    /// Of `hints`, those flagged `leak`.
+    pub(super) leaks: i64,
     /// Spend in nano-USD: integers, so that taking a record back and adding
     /// it again leaves no rounding behind, whatever the order.
     pub(super) spend_nano_usd: i64,
@@ -129,6 +136,38 @@ pub(super) struct Cell {
     pub(super) transfer_trials: i64,
     /// Their `transfer`s summed, in nano-units (integers, as the spend).
     pub(super) transfer_nano: i64,
+    /// Their squares summed, in nano-units (for the interval).
+    pub(super) transfer_sq_nano: i64,
+    /// Of those outcomes, the ones that rescued their group (what is left
+    /// counts as rescue under `arm_reward = "transfer"`).
+    pub(super) transfer_rescues: i64,
+    /// Outcomes counted for the arm that carried `reliance`, their
+    /// reliances and squares summed in nano-units (each clamped to
+    /// ±[`MAX_RELIANCE`]).
+    pub(super) reliance_trials: i64,
+    pub(super) reliance_nano: i64,
+    pub(super) reliance_sq_nano: i64,
+}
+
+/// The largest |reliance| a tally adds (nats per token): a real hint's
+/// reliance is a few nats a token; the clamp keeps the integer sums of
+/// squares far from overflow whatever an outcome claims.
+pub const MAX_RELIANCE: f64 = 100.0;
+
+impl Cell {
+    /// What the cell adds to its arm's posterior: (successes, trials).
+    /// Under `transfer`, an outcome with `transfer` is a fractional trial
+    /// (α += transfer, β += 1 − transfer); one without it counts as rescue.
+    pub(super) fn reward(&self, reward: ArmReward) -> (f64, f64) {
+        match reward {
+            ArmReward::Rescue => (self.rescues as f64, self.trials as f64),
+            ArmReward::Transfer => {
+                let transfer = self.transfer_nano as f64 / 1e9;
+                let plain = (self.rescues - self.transfer_rescues) as f64;
+                (transfer + plain, self.trials as f64)
+            }
+        }
+    }
 }
 
 /// One run's cells by (arm name, step).
@@ -155,6 +194,9 @@ pub struct StateStats {
     /// never seen by this worker): counted and ignored, so that outcomes of
     /// old runs (a replay, an eval) never push out the runs being hinted.
     pub outcomes_untracked: u64,
+    /// Under `arm_reward = "transfer"`, outcomes read without `transfer`
+    /// (counted as rescue).
+    pub outcomes_without_transfer: u64,
 }
 
 /// The arm chosen for a group.
@@ -236,6 +278,7 @@ impl LearnState {
             arm: hint.arm.clone(),
             category: hint.category,
             refined: !hint.refines.is_empty(),
+            leak: hint.leak,
             cost_usd: hint.cost_usd,
             outcome: None,
         };
@@ -257,6 +300,9 @@ impl LearnState {
     /// Takes in one outcome of `rl.hints.outcomes`.
     pub fn observe_outcome(&mut self, outcome: &HintOutcome) {
         self.stats.outcomes_read += 1;
+        if outcome.transfer.is_none() && self.arms.options().arm_reward == ArmReward::Transfer {
+            self.stats.outcomes_without_transfer += 1;
+        }
         let Some(old) = self.ledger.get(&outcome.hint_id).cloned() else {
             self.hold(outcome);
             return;
@@ -388,7 +434,8 @@ impl LearnState {
         tally.newest_step = tally.newest_step.max(entry.step);
         let cell = tally.cells.entry((entry.arm.clone(), entry.step)).or_default();
         cell.hints += sign;
-        cell.spend_nano_usd += sign * nano_usd(entry.cost_usd);
+        cell.leaks += sign * i64::from(entry.leak);
+        cell.spend_nano_usd += sign * nano(entry.cost_usd);
         if let Some((arm, o)) = counting {
             let cell = tally.cells.entry((arm, entry.step)).or_default();
             let rescued = i64::from(o.rescued);
@@ -396,7 +443,15 @@ impl LearnState {
             cell.rescues += sign * rescued;
             if let Some(t) = o.transfer {
                 cell.transfer_trials += sign;
-                cell.transfer_nano += sign * nano_usd(t);
+                cell.transfer_nano += sign * nano(t);
+                cell.transfer_sq_nano += sign * nano(t * t);
+                cell.transfer_rescues += sign * rescued;
+            }
+            if let Some(r) = o.reliance {
+                let r = r.clamp(-MAX_RELIANCE, MAX_RELIANCE);
+                cell.reliance_trials += sign;
+                cell.reliance_nano += sign * nano(r);
+                cell.reliance_sq_nano += sign * nano(r * r);
             }
             if entry.refined {
                 cell.refined_trials += sign;
@@ -471,6 +526,7 @@ impl LearnState {
     fn posteriors_through(&self, run_id: &str, last_step: i64, now: i64) -> Vec<Posterior> {
         let tally = self.runs.get(&run_id.to_string());
         let half_life = self.arms.options().half_life_steps;
+        let reward = self.arms.options().arm_reward;
         self.arms
             .specs()
             .iter()
@@ -485,8 +541,9 @@ impl LearnState {
                 let range = (spec.name.clone(), i64::MIN)..=(spec.name.clone(), last_step);
                 for (&(_, step), cell) in tally.cells.range(range) {
                     let w = half_life.map_or(1.0, |h| 0.5f64.powf((now - step) as f64 / h));
-                    p.alpha += w * cell.rescues as f64;
-                    p.beta += w * (cell.trials - cell.rescues) as f64;
+                    let (wins, trials) = cell.reward(reward);
+                    p.alpha += w * wins;
+                    p.beta += w * (trials - wins);
                 }
                 // A tally rebuilt after its run was dropped may have taken
                 // back what it never had: never below the priors.
@@ -499,9 +556,11 @@ impl LearnState {
     }
 }
 
-/// `usd` in nano-USD, rounded (costs are finite: the Hint decoder checks).
-pub(super) fn nano_usd(usd: f64) -> i64 {
-    (usd * 1e9).round() as i64
+/// `x` in nano-units, rounded: costs in nano-USD, transfers and reliances
+/// in nano-units (all finite and bounded: the decoders check, the tally
+/// clamps reliance).
+pub(super) fn nano(x: f64) -> i64 {
+    (x * 1e9).round() as i64
 }
 
 /// `text` cut to at most `max_bytes` bytes (plus `…`) at a char boundary.

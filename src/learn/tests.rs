@@ -47,6 +47,7 @@ fn hint(arms: &Arms, arm: usize, step: i64, instance: &str, category: HintCatego
         refines: Vec::new(),
         hint_truncated: false,
         hedged: false,
+        leak: false,
     }
 }
 
@@ -386,6 +387,27 @@ fn refined_and_fresh_hints_are_counted_apart_and_undefined_rates_are_absent() {
     assert!(empty.keys().all(|k| k.ends_with("/count")), "{empty:?}");
 }
 
+#[test]
+fn an_arms_leak_rate_is_the_share_of_its_hints_of_the_step_flagged_leak() {
+    let arms = three_arms(LearnOptions::default());
+    let mut state = LearnState::new(arms.clone());
+    let mut leaky = llm_hint(&arms, 0, 4, "task-a");
+    leaky.leak = true;
+    state.observe_hint(&leaky);
+    state.observe_hint(&llm_hint(&arms, 0, 4, "task-b"));
+    state.observe_hint(&llm_hint(&arms, 1, 4, "task-c"));
+    // Read twice (a redelivered hint): counted once.
+    state.observe_hint(&leaky);
+    let m = state.step_metrics(RUN, 4);
+    assert_eq!(m["hint/arm/strong/leak_rate"], 0.5);
+    assert_eq!(m["hint/arm/weak/leak_rate"], 0.0);
+    assert!(
+        !m.contains_key("hint/arm/control/leak_rate"),
+        "it wrote no hint: {m:?}"
+    );
+    assert_eq!(state.run_report(RUN).arms[0].leaks, 1);
+}
+
 /// Two LLM arms with hidden rescue rates 0.7 and 0.1 and the static
 /// control at 0.05; 40 failed groups a step for 15 steps; each step's
 /// outcomes are read back after the step (so the two-step rule applies).
@@ -590,4 +612,95 @@ fn the_gamma_sampler_takes_any_shape_without_recursion() {
         let x = s.gamma(shape);
         assert!(x.is_finite() && x >= 0.0, "Gamma({shape}) drew {x}");
     }
+}
+
+/// An outcome of `hint` with `transfer` and `reliance` as given.
+fn outcome_with(hint: &Hint, successes: i64, transfer: Option<f64>, reliance: Option<f64>) -> HintOutcome {
+    HintOutcome {
+        transfer,
+        reliance,
+        ..outcome(hint, 2, successes)
+    }
+}
+
+#[test]
+fn under_transfer_an_outcome_is_a_fractional_trial_and_one_without_transfer_counts_as_rescue() {
+    let options = |arm_reward| LearnOptions {
+        arm_reward,
+        ..LearnOptions::default()
+    };
+    let feed = |arm_reward| {
+        let arms = three_arms(options(arm_reward));
+        let mut state = LearnState::new(arms.clone());
+        let (a, b, c) = (
+            llm_hint(&arms, 0, 1, "a"),
+            llm_hint(&arms, 0, 1, "b"),
+            llm_hint(&arms, 0, 1, "c"),
+        );
+        for h in [&a, &b, &c] {
+            state.observe_hint(h);
+        }
+        // Rescued, transfer 0.3; failed, transfer 0; rescued, no transfer.
+        state.observe_outcome(&outcome_with(&a, 1, Some(0.3), Some(2.0)));
+        state.observe_outcome(&outcome_with(&b, 0, Some(0.0), None));
+        state.observe_outcome(&outcome_with(&c, 2, None, None));
+        state
+    };
+    let transfer = feed(ArmReward::Transfer);
+    let p = transfer.posteriors(RUN, 3)[0];
+    // α = 1 + 0.3 + 0 + 1 (the rescue without transfer), β = 1 + 0.7 + 1 + 0.
+    assert!(
+        (p.alpha - 2.3).abs() < 1e-9 && (p.beta - 2.7).abs() < 1e-9,
+        "{p:?}"
+    );
+    assert_eq!(transfer.stats().outcomes_without_transfer, 1);
+    let rescue = feed(ArmReward::Rescue);
+    let p = rescue.posteriors(RUN, 3)[0];
+    assert_eq!((p.alpha, p.beta), (3.0, 2.0));
+    assert_eq!(rescue.stats().outcomes_without_transfer, 0);
+    // The report is the same under both: transfer over the two that carried
+    // one, reliance over the one.
+    for state in [&transfer, &rescue] {
+        let r = state.run_report(RUN);
+        let strong = report(&r, "strong");
+        assert_eq!(strong.transfer.n, 2);
+        assert!((strong.transfer.mean().unwrap() - 0.15).abs() < 1e-12);
+        assert!((strong.transfer.std().unwrap() - (0.045f64).sqrt()).abs() < 1e-9);
+        assert_eq!((strong.reliance.n, strong.reliance.mean()), (1, Some(2.0)));
+        assert_eq!(strong.reliance.std(), None, "one value: no spread");
+        assert_eq!(report(&r, "weak").transfer.mean(), None, "absent, never 0");
+    }
+}
+
+#[test]
+fn a_later_outcome_of_one_hint_replaces_its_transfer() {
+    let arms = three_arms(LearnOptions {
+        arm_reward: ArmReward::Transfer,
+        ..LearnOptions::default()
+    });
+    let mut state = LearnState::new(arms.clone());
+    let h = llm_hint(&arms, 1, 1, "a");
+    state.observe_hint(&h);
+    state.observe_outcome(&outcome_with(&h, 1, Some(0.9), None));
+    state.observe_outcome(&outcome_with(&h, 1, Some(0.25), None));
+    let p = state.posteriors(RUN, 3)[1];
+    assert!(
+        (p.alpha - 1.25).abs() < 1e-9 && (p.beta - 1.75).abs() < 1e-9,
+        "{p:?}"
+    );
+    let r = state.run_report(RUN);
+    assert_eq!(report(&r, "weak").transfer_rate, Some(0.25));
+}
+
+#[test]
+fn a_hostile_reliance_is_clamped_and_cannot_overflow_the_tally() {
+    let arms = three_arms(LearnOptions::default());
+    let mut state = LearnState::new(arms.clone());
+    for i in 0..50 {
+        let h = llm_hint(&arms, 0, 1, &format!("t{i}"));
+        state.observe_hint(&h);
+        state.observe_outcome(&outcome_with(&h, 1, Some(1.0), Some(1e300)));
+    }
+    let r = state.run_report(RUN);
+    assert_eq!(report(&r, "strong").reliance.mean(), Some(state::MAX_RELIANCE));
 }

@@ -12,11 +12,11 @@ use super::call::call_model;
 use super::client::LlmError;
 use super::fit::{estimate_tokens, fit, user_budget, Fitted};
 use super::link::{Link, Turn};
+use super::prompt::Ask;
 use super::prompt_cache::PromptText;
 use super::shared::Shared;
 use super::tally::Tally;
 use crate::config::context_tokens_of;
-use crate::learn::EarlierHint;
 use crate::messages::FailedTrajectory;
 
 /// How long a server is given to say its context window.
@@ -29,7 +29,7 @@ pub(super) async fn call_fitted<'a>(
     shared: &Shared,
     turn: Turn<'a>,
     t: &FailedTrajectory,
-    earlier: &[EarlierHint],
+    ask: Ask<'_>,
     first: bool,
     deadline: Instant,
     tally: &mut Tally<'a>,
@@ -41,7 +41,7 @@ pub(super) async fn call_fitted<'a>(
     let system = system_prompt.as_str();
     let window = window_of(shared, link);
     let budget = window.map_or(u64::MAX, |w| user_budget(w, config.max_tokens, system));
-    let fitted = fit(shared.prompt, t, earlier, budget);
+    let fitted = fit(shared.prompt, t, ask, budget);
     observe_fit(shared, link, &fitted);
     let sent_tokens = estimate_tokens(&fitted.user);
     let prompt = prompt_text(shared, t, fitted.user);
@@ -55,7 +55,7 @@ pub(super) async fn call_fitted<'a>(
         Some(w) => user_budget(w, config.max_tokens, system).min(budget) / 2,
         None => sent_tokens / 2,
     };
-    let refitted = fit(shared.prompt, t, earlier, half);
+    let refitted = fit(shared.prompt, t, ask, half);
     observe_fit(shared, link, &refitted);
     tracing::info!(model = %link.id, error = %error, budget_tokens = half, "the prompt was over the model's context window; refitted to half the budget");
     let prompt = prompt_text(shared, t, refitted.user);

@@ -304,6 +304,7 @@ fn learned_step_metric_names() -> Vec<String> {
             refines,
             hint_truncated: false,
             hedged: false,
+            leak: false,
         });
         state.observe_outcome(&HintOutcome {
             schema_version: 1,

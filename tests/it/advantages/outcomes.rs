@@ -73,6 +73,7 @@ fn hint(
         refines: refines.iter().map(|s| s.to_string()).collect(),
         hint_truncated: false,
         hedged: false,
+        leak: false,
     }
 }
 

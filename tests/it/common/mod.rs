@@ -105,38 +105,14 @@ pub async fn create_topics(config: &Config, names: &[&str], partitions: i32) {
 }
 
 /// Waits, at most 30 s, until the broker's metadata shows every topic of
-/// `names` with its partitions: Kafka answers CreateTopics once its
-/// controller committed them, and its brokers learn of them a moment later.
+/// `names` with its partitions (`kafka::admin::wait_until_visible`).
 pub async fn wait_for_topics(config: &Config, names: &[String]) {
-    let client = hintstream::kafka::base_config(config);
-    let names = names.to_vec();
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client.create().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let missing: Vec<&String> = match consumer.fetch_metadata(None, Duration::from_secs(5)) {
-                Ok(metadata) => names
-                    .iter()
-                    .filter(|n| {
-                        !metadata.topics().iter().any(|t| {
-                            t.name() == n.as_str() && t.error().is_none() && !t.partitions().is_empty()
-                        })
-                    })
-                    .collect(),
-                Err(_) => names.iter().collect(),
-            };
-            if missing.is_empty() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "topics {missing:?} not in the metadata after 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    })
-    .await
-    .unwrap();
+    let missing =
+        hintstream::kafka::admin::wait_until_visible(config, names.to_vec(), Duration::from_secs(30)).await;
+    assert!(
+        missing.is_empty(),
+        "topics {missing:?} not in the metadata after 30 s"
+    );
 }
 
 /// Creates stage 2's topics: its input, output and dead letters, and the

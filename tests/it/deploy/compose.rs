@@ -596,22 +596,28 @@ fn exported_metrics() -> String {
         hedged: false,
     });
     let arms = hintstream::hints::learning::ArmMetrics::register(&mut hints);
-    arms.show(&hintstream::learn::RunReport {
-        arms: vec![hintstream::learn::ArmReport {
-            name: "a".into(),
-            pulls: 1,
-            trials: 1,
-            rescues: 1,
-            rescue_rate: Some(1.0),
-            transfer_rate: None,
-            posterior_mean: 0.6,
-            spend_usd: 0.01,
-            cost_per_rescue_usd: Some(0.01),
-        }],
-        refined_rescue_rate: None,
-        fresh_rescue_rate: None,
-        cost_per_rescue_usd: None,
-    });
+    arms.show(
+        &hintstream::learn::RunReport {
+            arms: vec![hintstream::learn::ArmReport {
+                name: "a".into(),
+                pulls: 1,
+                leaks: 0,
+                trials: 1,
+                rescues: 1,
+                rescue_rate: Some(1.0),
+                transfer_rate: Some(0.5),
+                transfer: Default::default(),
+                reliance: Default::default(),
+                posterior_mean: 0.6,
+                spend_usd: 0.01,
+                cost_per_rescue_usd: Some(0.01),
+            }],
+            refined_rescue_rate: None,
+            fresh_rescue_rate: None,
+            cost_per_rescue_usd: None,
+        },
+        1,
+    );
     hintstream::hints::ledger::LedgerMetrics::register(&mut hints, true);
     let mut advantages = Registry::with_prefix("hintstream_advantages");
     hintstream::metrics::StageMetrics::register(&mut advantages).dead_lettered("not_json");

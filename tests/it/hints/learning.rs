@@ -7,6 +7,11 @@
 //! its arm chart in headless Chromium.
 //!
 //! Both tests share one run of the simulation (about a minute here).
+//!
+//! Hints that teach: a leaky arm (hidden rescue rate 0.9, reliance 2 nats a
+//! token), a teacher (0.5, 0.1) and the static control (0.05, 0), with the
+//! simulated trainer reporting each hinted response's log-probs. Rewarded
+//! by rescue, the leaky arm takes the majority; by transfer, the teacher.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,49 +32,75 @@ const STEPS: i64 = 15;
 const GROUPS: usize = 40;
 const MIN_SHARE: f64 = 0.05;
 
-/// The one simulated run both tests read: its report and output folder.
+/// One simulated run: its report and output folder.
+fn simulate_run(extra: &[&str]) -> (SimReport, PathBuf) {
+    let broker = common::shared_kafka();
+    let out = tempfile::tempdir().unwrap().keep();
+    let mut argv = vec![
+        "simulate".to_string(),
+        "--bootstrap-servers".into(),
+        broker.bootstrap.clone(),
+        "--steps".into(),
+        STEPS.to_string(),
+        "--groups".into(),
+        GROUPS.to_string(),
+        "--min-share".into(),
+        MIN_SHARE.to_string(),
+        "--hintstream".into(),
+        env!("CARGO_BIN_EXE_hintstream").into(),
+        "--out".into(),
+        out.display().to_string(),
+        "--no-progress".into(),
+    ];
+    argv.extend(extra.iter().map(|a| a.to_string()));
+    let args = SimArgs::parse_from(argv);
+    // A runtime of its own: the run outlives any one test's runtime.
+    let started = Instant::now();
+    let report = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(simulate::run(&args));
+        drop(broker);
+        result
+    })
+    .join()
+    .unwrap()
+    .unwrap_or_else(|e| panic!("the simulation failed: {e:#}"));
+    println!(
+        "simulation {extra:?}: {STEPS} steps of {GROUPS} groups in {:.1} s ({})",
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    (report, out)
+}
+
+/// The one simulated run of the default arms both first tests read.
 fn shared_run() -> &'static (SimReport, PathBuf) {
     static RUN: OnceLock<(SimReport, PathBuf)> = OnceLock::new();
-    RUN.get_or_init(|| {
-        let broker = common::shared_kafka();
-        let out = tempfile::tempdir().unwrap().keep();
-        let args = SimArgs::parse_from([
-            "simulate".to_string(),
-            "--bootstrap-servers".into(),
-            broker.bootstrap.clone(),
-            "--steps".into(),
-            STEPS.to_string(),
-            "--groups".into(),
-            GROUPS.to_string(),
-            "--min-share".into(),
-            MIN_SHARE.to_string(),
-            "--hintstream".into(),
-            env!("CARGO_BIN_EXE_hintstream").into(),
-            "--out".into(),
-            out.display().to_string(),
-            "--no-progress".into(),
-        ]);
-        // A runtime of its own: the run outlives any one test's runtime.
-        let started = Instant::now();
-        let report = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let result = runtime.block_on(simulate::run(&args));
-            drop(broker);
-            result
-        })
-        .join()
-        .unwrap()
-        .unwrap_or_else(|e| panic!("the simulation failed: {e:#}"));
-        println!(
-            "simulation: {STEPS} steps of {GROUPS} groups in {:.1} s ({})",
-            started.elapsed().as_secs_f64(),
-            out.display()
-        );
-        (report, out)
-    })
+    RUN.get_or_init(|| simulate_run(&[]))
+}
+
+/// The arms of hints that teach: a leaky arm (rescues 90%, and the policy
+/// relies on it by 2 nats a token), a teacher (50%, 0.1) and the static
+/// control (5%, 0).
+const TEACHING_ARMS: [&str; 6] = [
+    "--arm",
+    "leaky=0.9/2.0",
+    "--arm",
+    "teacher=0.5/0.1",
+    "--arm",
+    "control=0.05/0:static",
+];
+
+/// The teaching arms under `arm_reward`.
+fn teaching_run(arm_reward: &'static str) -> SimReport {
+    let mut args = TEACHING_ARMS.to_vec();
+    args.extend(["--arm-reward", arm_reward]);
+    let (report, _) = simulate_run(&args);
+    println!("arm_reward = {arm_reward}\n{}", report.table());
+    report
 }
 
 fn pulls(report: &SimReport, arm: &str, steps: std::ops::RangeInclusive<i64>) -> (u64, u64) {
@@ -219,4 +250,68 @@ fn run_chromium(profile: &Path, args: &[String]) -> (String, String) {
     }
     let read = |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
     (read(&out), read(&err))
+}
+
+fn share(report: &SimReport, arm: &str, steps: std::ops::RangeInclusive<i64>) -> f64 {
+    let (mine, all) = pulls(report, arm, steps);
+    mine as f64 / all as f64
+}
+
+#[test]
+fn rewarded_by_transfer_the_teaching_arm_takes_the_pulls_from_the_leaky_one() {
+    let report = teaching_run("transfer");
+    let (teacher, leaky) = (
+        share(&report, "teacher", 10..=STEPS),
+        share(&report, "leaky", 10..=STEPS),
+    );
+    assert!(
+        teacher >= 0.75,
+        "teacher got {:.1}% of steps 10-{STEPS}",
+        teacher * 100.0
+    );
+    assert!(
+        leaky <= 0.15,
+        "leaky got {:.1}% of steps 10-{STEPS}",
+        leaky * 100.0
+    );
+    // Stage 2's transfer per outcome: the teacher's policy keeps more.
+    let late = &report.steps[STEPS as usize - 1];
+    assert!(
+        late.transfer["teacher"] > late.transfer.get("leaky").copied().unwrap_or(0.0),
+        "{late:?}"
+    );
+    // The step metrics, the eval arm table and stage 1's gauges say so too.
+    assert!(
+        late.metrics.contains_key("hint/transfer_rate"),
+        "{:?}",
+        late.metrics
+    );
+    assert!(late.metrics.contains_key("hint/reliance"), "{:?}", late.metrics);
+    let table = &report.arm_table[0];
+    let row = |name: &str| table.arms.iter().find(|a| a.arm == name).unwrap();
+    assert_eq!(table.leader.as_deref(), Some("teacher"), "{table:?}");
+    assert!(row("leaky").rescue_rate > row("teacher").rescue_rate, "{table:?}");
+    let (leaky_reliance, teacher_reliance) =
+        (row("leaky").reliance.unwrap(), row("teacher").reliance.unwrap());
+    assert!(
+        (leaky_reliance - 2.0).abs() < 1e-9 && (teacher_reliance - 0.1).abs() < 1e-9,
+        "{table:?}"
+    );
+    let gauge = |name: &str, arm: &str| {
+        report
+            .prometheus
+            .get(&format!("hintstream_hints_arm_{name}{{arm=\"{arm}\"}}"))
+            .copied()
+            .unwrap_or_else(|| panic!("no {name} of {arm}: {:?}", report.prometheus))
+    };
+    assert!(gauge("transfer_rate", "teacher") > gauge("transfer_rate", "leaky"));
+    assert!(gauge("posterior_mean", "teacher") > gauge("posterior_mean", "leaky"));
+}
+
+#[test]
+fn rewarded_by_rescue_the_leaky_arm_takes_the_majority() {
+    let report = teaching_run("rescue");
+    let leaky = share(&report, "leaky", 10..=STEPS);
+    assert!(leaky > 0.5, "leaky got {:.1}% of steps 10-{STEPS}", leaky * 100.0);
+    assert_eq!(report.arm_table[0].leader.as_deref(), Some("leaky"));
 }

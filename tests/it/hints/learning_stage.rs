@@ -241,6 +241,7 @@ async fn seed_history(config: &Config, producer: &rdkafka::producer::FutureProdu
                 refines: vec![],
                 hint_truncated: false,
                 hedged: false,
+                leak: false,
             };
             let key = hintstream::messages::group_key(run, step, &instance);
             common::send(
