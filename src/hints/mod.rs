@@ -14,6 +14,8 @@
 //!   topic readers, the read barrier, what a group's hint is written with;
 //! - [`ledger`]: the group's spend ledger and rate share, which make the
 //!   LLM limits the consumer group's;
+//! - [`ledger_share`]: the ledger's rounds and the share mode a worker
+//!   enters when it cannot read the ledger;
 //! - [`metrics`]: the stage's Prometheus metrics;
 //! - [`service`]: build and run.
 
@@ -25,6 +27,7 @@ pub mod hint;
 pub mod leak;
 pub mod learning;
 pub mod ledger;
+pub mod ledger_share;
 pub mod metrics;
 pub mod service;
 
