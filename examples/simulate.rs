@@ -473,6 +473,7 @@ fn stage_config(args: &SimArgs, arms: &[SimArm], id: &str, base_url: &str) -> Co
             min_share: args.min_share,
             prior_alpha: 1.0,
             prior_beta: 1.0,
+            levels: vec![],
         })
         .collect();
     c

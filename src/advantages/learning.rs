@@ -147,7 +147,9 @@ impl Learning {
         for outcome in outcomes {
             state.observe_outcome(outcome);
         }
-        state.step_metrics(run_id, step)
+        let mut metrics = state.step_metrics(run_id, step);
+        metrics.extend(state.level_metrics(run_id, step));
+        metrics
     }
 }
 

@@ -7,6 +7,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::messages::HintLevel;
+
 /// One `[[hints.arms]]` entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +42,16 @@ pub struct ArmEntry {
     /// `prior_alpha`, its pseudo-rescues).
     #[serde(default = "default_prior")]
     pub prior_beta: f64,
+    /// Graded hints: the levels a task's hints under this arm climb, from
+    /// the least specific (`concept`: the missing knowledge or principle,
+    /// never the answer; `plan`: the approach in a few steps; `step`: the
+    /// next concrete action), in that order, e.g. `["concept", "plan",
+    /// "step"]`. A task's first hint is at the first level; after a hint
+    /// that did not rescue it, the next goes one level up, after a rescue
+    /// one level down. Empty: one prompt, no level. Needs an LLM arm with
+    /// `prompt_version = "v3"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub levels: Vec<HintLevel>,
 }
 
 pub fn default_weight() -> f64 {

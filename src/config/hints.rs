@@ -49,9 +49,32 @@ pub struct HintsConfig {
     pub half_life_steps: Option<f64>,
     /// Most earlier unhelpful hints of a task shown to the LLM (0: none).
     pub refine_max: usize,
+    /// What becomes of a hint that repeats, verbatim, a value the
+    /// verifier output presents as expected (a literal of 3 characters or
+    /// more after `expected`, `should be`, `==` or `!=`, in the
+    /// accumulators or the errors). Either way the leak is counted, by
+    /// arm and by what became of it (`hintstream_hints_hint_leaks_total`).
+    pub on_leak: OnLeak,
     #[serde(flatten)]
     #[schemars(skip)]
     unknown: UnknownKeys,
+}
+
+/// What the leak guard does with a hint that states an expected value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLeak {
+    /// Publish it, flagged `leak: true`.
+    #[default]
+    Keep,
+    /// Ask the model once more, naming the values it repeated as
+    /// forbidden; if that hint repeats one too (or the model fails),
+    /// publish the static hint with every expected value withheld. A
+    /// static hint (no model, a static arm) that repeats one is published
+    /// with the values withheld. Under `prompt_version = "reference"` the
+    /// first request stays the reference's; the second adds our section of
+    /// forbidden values after the reference's text.
+    Regenerate,
 }
 
 /// Reads the failed trajectories, writes hints, serves metrics on 9464.
@@ -94,6 +117,7 @@ impl Default for HintsConfig {
             arm_reward: ArmReward::default(),
             half_life_steps: None,
             refine_max: default_refine_max(),
+            on_leak: OnLeak::default(),
             unknown: UnknownKeys::new(),
         }
     }
@@ -161,6 +185,7 @@ arm_selection = "fixed"
 arm_reward = "transfer"
 half_life_steps = 20.0
 refine_max = 1
+on_leak = "regenerate"
 
 [[hints.arms]]
 name = "sonnet"
@@ -196,7 +221,9 @@ min_share = 0.1
             crate::config::ArmReward::Rescue
         );
         assert_eq!((options.half_life_steps, options.refine_max), (Some(20.0), 1));
+        assert_eq!(h.on_leak, crate::config::OnLeak::Regenerate);
         assert!(!Config::default().hints.has_arms());
+        assert_eq!(Config::default().hints.on_leak, crate::config::OnLeak::Keep);
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub const DEFAULT_REQUESTS_PER_MINUTE: u32 = 600;
 /// others see within a minute, seldom enough that the ledger stays small.
 pub const LEDGER_INTERVAL_MS: std::ops::RangeInclusive<u64> = 50..=60_000;
 
+/// The range of `llm.ledger_stale_secs`.
+pub const LEDGER_STALE_SECS: std::ops::RangeInclusive<u64> = 1..=3600;
+
 /// The default `llm.max_hint_chars`.
 pub const DEFAULT_MAX_HINT_CHARS: usize = 4_000;
 
@@ -112,6 +115,14 @@ pub struct LlmConfig {
     /// another worker's spend this late at most (plus a produce and a
     /// fetch).
     pub ledger_interval_ms: u64,
+    /// How long a worker may go without reading `[topics] spend` (its
+    /// leader stopped, the topic unreachable, its own records not
+    /// acknowledged), in seconds (1 to 3,600, at least
+    /// `ledger_interval_ms`), before it spends only its share of the budget
+    /// (the input partitions it holds over all), logged once and shown by
+    /// `hintstream_hints_llm_ledger_share_mode`. A failed read at start-up
+    /// starts it in share mode at once.
+    pub ledger_stale_secs: u64,
     /// Dollars per million tokens, by model id, for `cost_usd` and the
     /// budget. The default and the reference trainer's models have their
     /// list prices built in; with a dollar budget, every model a request can
@@ -341,6 +352,10 @@ fn default_ledger_interval_ms() -> u64 {
     1000
 }
 
+fn default_ledger_stale_secs() -> u64 {
+    10
+}
+
 fn default_max_retries() -> u32 {
     4
 }
@@ -399,6 +414,7 @@ impl Default for LlmConfig {
             budget_usd_per_hour: 0.0,
             budget_tokens_per_hour: 0,
             ledger_interval_ms: default_ledger_interval_ms(),
+            ledger_stale_secs: default_ledger_stale_secs(),
             prices: default_prices(),
             prompt_version: PromptVersion::default(),
             allowed_models: Vec::new(),
@@ -517,6 +533,18 @@ impl LlmConfig {
                 LEDGER_INTERVAL_MS.end()
             ));
         }
+        if !LEDGER_STALE_SECS.contains(&self.ledger_stale_secs)
+            || self.ledger_stale_secs.saturating_mul(1000) < self.ledger_interval_ms
+        {
+            return invalid(format!(
+                "llm.ledger_stale_secs = {} must be within {}..={} seconds and at least \
+                 llm.ledger_interval_ms ({} ms)",
+                self.ledger_stale_secs,
+                LEDGER_STALE_SECS.start(),
+                LEDGER_STALE_SECS.end(),
+                self.ledger_interval_ms
+            ));
+        }
         self.every_model_priced(self.models.iter().chain(&self.allowed_models), "llm")?;
         for (model, price) in &self.prices {
             let cache_ok = [price.cache_read_per_mtok, price.cache_write_per_mtok]
@@ -574,6 +602,8 @@ mod tests {
             refines: vec!["0".repeat(32); 16],
             hint_truncated: true,
             hedged: true,
+            leak: true,
+            level: Some(crate::messages::HintLevel::Concept),
         };
         let bytes = serde_json::to_vec(&hint).unwrap();
         // The key (run_id/step/instance_id) and headers ride along.

@@ -45,7 +45,7 @@ pub use advantages::{
 pub use arms::{ArmEntry, ArmReward, ArmSelection, LearnOptions};
 pub use env_refs::{EnvRefError, KeyPath};
 pub use error::ConfigError;
-pub use hints::{HintsConfig, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SECS};
+pub use hints::{HintsConfig, OnLeak, DEFAULT_HINTS_MAX_IN_FLIGHT_BYTES, MAX_CACHE_TTL_SECS};
 pub use kafka::{
     ClientKind, DeliveryMode, DrainBound, GroupProtocol, KafkaConfig, KafkaValue,
     LIBRDKAFKA_MESSAGE_MAX_BYTES,

@@ -387,6 +387,8 @@ mod tests {
             refines: vec![],
             hint_truncated: false,
             hedged: false,
+            leak: false,
+            level: None,
         }
     }
 

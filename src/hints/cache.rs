@@ -97,6 +97,8 @@ mod tests {
             refines: Vec::new(),
             hint_truncated: false,
             hedged: false,
+            leak: false,
+            level: None,
         })
     }
 

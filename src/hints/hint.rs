@@ -3,16 +3,18 @@
 
 use crate::kafka::RecordMeta;
 use crate::llm::Synthesis;
-use crate::messages::{FailedTrajectory, Hint, HintSource, DEFAULT_ARM, SCHEMA_VERSION};
+use crate::messages::{FailedTrajectory, Hint, HintLevel, HintSource, DEFAULT_ARM, SCHEMA_VERSION};
 
 /// What a hint was written with, beyond the synthesis: the arm, the
-/// prompt version (`<version>+refine` for a refined hint) and the earlier
-/// hints it refines.
+/// prompt version (`<version>+refine` for a refined hint), the earlier
+/// hints it refines and its level (a graded hint).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HintLabels {
     pub arm: String,
     pub prompt_version: String,
     pub refines: Vec<String>,
+    /// The level a graded hint was asked at; `None` when its arm has none.
+    pub level: Option<HintLevel>,
 }
 
 impl HintLabels {
@@ -22,11 +24,13 @@ impl HintLabels {
             arm: DEFAULT_ARM.to_string(),
             prompt_version: prompt_version.to_string(),
             refines: Vec::new(),
+            level: None,
         }
     }
 }
 
-/// The Hint for a group, from its best trajectory and the synthesis.
+/// The Hint for a group, from its best trajectory and the synthesis;
+/// `leak` false (the leak guard sets it).
 pub fn build_hint(
     hint_id: String,
     best: &FailedTrajectory,
@@ -59,5 +63,7 @@ pub fn build_hint(
         refines: labels.refines,
         hint_truncated: s.hint_truncated,
         hedged: s.hedged,
+        leak: false,
+        level: labels.level,
     }
 }

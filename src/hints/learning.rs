@@ -31,10 +31,10 @@ use tracing::Instrument;
 use crate::config::{ArmReward, Config, ConfigError, PromptVersion};
 use crate::kafka::tail::sync_all;
 use crate::kafka::{TailError, TopicTail};
-use crate::learn::{refined_prompt_version, Arms, LearnState, Refinement, RunReport};
+use crate::learn::{refined_prompt_version, ArmSpec, Arms, LearnState, Refinement, RunReport};
 use crate::llm::synth::LlmEnv;
 use crate::llm::{LlmError, Synthesizer};
-use crate::messages::{decode, DecodeLimits, FailedTrajectory, Hint, HintOutcome};
+use crate::messages::{decode, DecodeLimits, FailedTrajectory, Hint, HintLevel, HintOutcome};
 use crate::metrics::{FloatGauge, Labels};
 
 /// How long the read barrier before a step's first choice may wait for the
@@ -69,6 +69,18 @@ struct ArmRunner {
     prompt_version: String,
     /// The arm's synthesizer; for the implicit arm, the stage's own.
     synth: Arc<Synthesizer>,
+    /// An arm with levels: a synthesizer per level, asking at it (sharing
+    /// the arm's limits); empty otherwise.
+    leveled: Vec<(HintLevel, Arc<Synthesizer>)>,
+}
+
+impl ArmRunner {
+    /// The synthesizer that asks at `level` (the arm's own without one).
+    fn synth_at(&self, level: Option<HintLevel>) -> &Arc<Synthesizer> {
+        level
+            .and_then(|level| self.leveled.iter().find(|(l, _)| *l == level))
+            .map_or(&self.synth, |(_, synth)| synth)
+    }
 }
 
 /// What a group's hint is written with.
@@ -80,6 +92,9 @@ pub struct HintPlan {
     pub prompt_version: String,
     /// Earlier unhelpful hints of the task, shown to the LLM.
     pub refinement: Option<Refinement>,
+    /// The level the hint is asked at (an arm with levels; `synth` asks
+    /// at it).
+    pub level: Option<HintLevel>,
 }
 
 /// The per-arm gauges (for the run of the hint most recently read or
@@ -197,7 +212,7 @@ impl Learner {
     pub async fn plan(&self, t: &FailedTrajectory) -> HintPlan {
         self.barrier(&t.run_id, t.step).await;
         *self.latest_run.lock().unwrap_or_else(|p| p.into_inner()) = Some(t.run_id.clone());
-        let (choice, refinement) = {
+        let (choice, refinement, level) = {
             let mut state = self.state();
             // The run being hinted keeps its tally, whatever others write.
             state.hinting(&t.run_id);
@@ -208,7 +223,8 @@ impl Learner {
             } else {
                 None
             };
-            (choice, refinement)
+            let level = state.level(&t.run_id, t.step, &t.instance_id, &choice.hint_id, choice.index);
+            (choice, refinement, level)
         };
         let arm = &self.arms[choice.index];
         let (hint_id, synth) = match self.requested_model(t) {
@@ -219,7 +235,7 @@ impl Learner {
                     synth,
                 )
             }
-            None => (choice.hint_id, arm.synth.clone()),
+            None => (choice.hint_id, arm.synth_at(level).clone()),
         };
         HintPlan {
             arm: arm.name.clone(),
@@ -231,6 +247,7 @@ impl Learner {
                 arm.prompt_version.clone()
             },
             refinement,
+            level,
         }
     }
 
@@ -434,11 +451,29 @@ fn arm_runners(arms: &Arms, env: &LlmEnv, synth: &Arc<Synthesizer>) -> Result<Ve
                 let models = if spec.is_static { &[][..] } else { &spec.models[..] };
                 Arc::new(synth.for_arm(models, prompt, env)?)
             };
+            let leveled = leveled_synths(spec, &synth, env)?;
             Ok(ArmRunner {
                 name: spec.name.clone(),
                 prompt_version: spec.prompt_version.clone(),
                 synth,
+                leveled,
             })
+        })
+        .collect()
+}
+
+/// One synthesizer per level of an arm with levels, each on the arm's
+/// chain and prompt, asking at its level; none for an arm without.
+fn leveled_synths(
+    spec: &ArmSpec,
+    synth: &Synthesizer,
+    env: &LlmEnv,
+) -> Result<Vec<(HintLevel, Arc<Synthesizer>)>, LearnError> {
+    spec.levels
+        .iter()
+        .map(|&level| {
+            let at = synth.for_arm(&spec.models, synth.prompt_version(), env)?;
+            Ok((level, Arc::new(at.at_level(level))))
         })
         .collect()
 }

@@ -37,13 +37,17 @@
 //!   the budget. Whoever may write the topic still controls the budget
 //!   (records of an invented instance count): WRITE on it is a
 //!   budget-control permission.
+//! - Every interval is a round (`rounds`): publish and read the ledger
+//!   up to its end. A passed round lets this worker take its share (the
+//!   input partitions it holds) of what the group left of the budget until
+//!   the next; no passed round for `llm.ledger_stale_secs`, or a failed
+//!   start-up read, puts it in share mode (`super::ledger_share`).
 //! - The overspend bound: a worker does not see the others' calls in
-//!   flight, nor what they settled since their last record (one interval,
-//!   plus a produce and a fetch). So the group spends at most the budget
-//!   plus, for each worker but the one that admits the last call,
-//!   `llm.concurrency` worst-case calls and what it settles within one
-//!   interval (docs/hints.md, "The budget and the rate limits are the group's").
-//!   A worker alone: the budget itself. A killed worker (no final record)
+//!   flight, nor what they settled since their last record. So the group
+//!   spends at most the budget plus its calls in flight and the least of
+//!   what it settles within one ledger lag and what remained at the read
+//!   before (docs/hints.md, "The overspend bound, under each fault"). A
+//!   worker alone: the budget itself. A killed worker (no final record)
 //!   adds its calls in flight (billed, never settled, seen by no peer) and
 //!   what it settled since its last acknowledged record.
 //! - Without a budget there is no ledger (and no group-spend gauges). With
@@ -70,6 +74,7 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
 use super::failure::HintsFailure;
+use super::ledger_share::Freshness;
 use crate::config::Config;
 use crate::kafka::{
     check_topic_access, partition_count, AssignmentHook, ConnectError, StageProducer, TailError, TopicTail,
@@ -326,6 +331,9 @@ pub struct LedgerMetrics {
     publish_failures: Counter,
     peer_records: Counter,
     rejected: Counter,
+    /// 1 while the ledger cannot be read (share mode); registered only
+    /// with a budget.
+    share_mode: Gauge,
 }
 
 impl LedgerMetrics {
@@ -340,8 +348,17 @@ impl LedgerMetrics {
             publish_failures: Counter::default(),
             peer_records: Counter::default(),
             rejected: Counter::default(),
+            share_mode: Gauge::default(),
         };
         m.rate_share.set(1.0);
+        if with_budget {
+            registry.register(
+                "llm_ledger_share_mode",
+                "1 while this worker cannot read the spend ledger (for longer than llm.ledger_stale_secs, or \
+                 at start-up) and spends only its share of the budget (its input partitions over all), else 0",
+                m.share_mode.clone(),
+            );
+        }
         if let Some(gauge) = &m.group_spend_usd {
             registry.register(
                 "llm_group_spend_usd",
@@ -402,7 +419,6 @@ impl LedgerMetrics {
 
 /// A running ledger: the reader of the last hour and the publisher task.
 pub struct Ledger {
-    _tail: TopicTail,
     publisher: Arc<Publisher>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -438,8 +454,9 @@ impl Ledger {
     /// checks that the principal may read and write `[topics] spend` and
     /// that it exists (a missing topic is a configuration error, exit 2),
     /// reads the group's records of the last hour (at most
-    /// [`CATCH_UP_TIMEOUT`]), then publishes every `llm.ledger_interval_ms`.
-    /// `None` without a budget.
+    /// [`CATCH_UP_TIMEOUT`]; when that fails, the worker starts in share
+    /// mode, see [`super::ledger_share`]), then publishes and reads every
+    /// `llm.ledger_interval_ms`. `None` without a budget.
     pub async fn start(
         config: &Config,
         limits: GroupLimits,
@@ -461,64 +478,44 @@ impl Ledger {
             }
             .into());
         }
-        let group = config.hints.group_id.clone();
-        let instance = format!("{:016x}", rand::random::<u64>());
-        let tail = {
-            let (group, instance, limits, metrics) =
-                (group.clone(), instance.clone(), limits.clone(), metrics.clone());
-            let since = SystemTime::now().checked_sub(LOOKBACK).unwrap_or(UNIX_EPOCH);
-            let mut streams = PeerStreams::default();
-            TopicTail::start_since(config, &topic, since, move |_, payload, appended| {
-                let Some(record) = payload.and_then(decode) else {
-                    return;
-                };
-                if record.group != group || record.instance == instance {
-                    return;
-                }
-                metrics.peer_records.inc();
-                match streams.observe(&record, appended, now_ms(), limits.budgets()) {
-                    Verdict::Count { age, usd, tokens } => limits.observe_peer_spend(age, usd, tokens),
-                    Verdict::Seen => {}
-                    Verdict::Rejected(why) => {
-                        // The first ten, then ever more rarely: a flood of
-                        // bad records does not flood the log.
-                        let n = metrics.rejected.inc() + 1;
-                        if n <= 10 || n.is_power_of_two() {
-                            tracing::warn!(
-                                instance = %record.instance, worker = %record.worker, seq = record.seq, why,
-                                rejected = n, "a spend ledger record was rejected; it counts for nothing"
-                            );
-                        }
-                    }
-                }
-            })
-            .await
-            .map_err(tail_error)?
-        };
-        if let Err(e) = tail.sync(CATCH_UP_TIMEOUT).await {
-            tracing::warn!(error = %e, "running before the spend ledger's last hour was read");
-        }
-        metrics.show(&limits);
         let publisher = Arc::new(Publisher {
             topic,
-            group,
-            instance,
+            group: config.hints.group_id.clone(),
+            instance: format!("{:016x}", rand::random::<u64>()),
             limits,
             producer,
             metrics,
             sent: Mutex::new(Sent::default()),
         });
+        // A reader that cannot start (the topic's leader unreachable) is
+        // a failed catch-up: share mode, and the rounds start it again.
+        let (tail, caught_up) = match start_reader(config, &publisher).await {
+            Ok(tail) => {
+                let caught_up = tail.sync(CATCH_UP_TIMEOUT).await.map_err(|e| e.to_string());
+                (Some(tail), caught_up)
+            }
+            Err(e) => (None, Err(e.to_string())),
+        };
+        let fresh = Freshness::at_start(
+            &publisher.topic,
+            Duration::from_secs(config.llm.ledger_stale_secs),
+            publisher.limits.clone(),
+            publisher.metrics.share_mode.clone(),
+            caught_up,
+        );
+        publisher.metrics.show(&publisher.limits);
         let interval = Duration::from_millis(config.llm.ledger_interval_ms);
-        let task = tokio::spawn(publish_every(Arc::downgrade(&publisher), interval).in_current_span());
+        let reader = Reader {
+            config: config.clone(),
+            tail,
+        };
+        let task =
+            tokio::spawn(rounds(Arc::downgrade(&publisher), reader, fresh, interval).in_current_span());
         tracing::info!(
             topic = %publisher.topic, instance = %publisher.instance, interval_ms = config.llm.ledger_interval_ms,
             "the spend budget is the consumer group's"
         );
-        Ok(Some(Ledger {
-            _tail: tail,
-            publisher,
-            task,
-        }))
+        Ok(Some(Ledger { publisher, task }))
     }
 
     /// At shutdown: stops the periodic publisher (a record it had in
@@ -530,7 +527,7 @@ impl Ledger {
     pub async fn close(mut self) {
         self.task.abort();
         let _ = (&mut self.task).await;
-        self.publisher.publish().await;
+        let _ = self.publisher.publish().await;
         let producer = self.publisher.producer.clone();
         let flushed = tokio::task::spawn_blocking(move || producer.flush(PUBLISH_DEADLINE)).await;
         if let Ok(Err(e)) = flushed {
@@ -548,16 +545,17 @@ impl Publisher {
     /// Writes one record of this instance's running totals (none when no
     /// spend was settled since the last acknowledged record), within
     /// [`PUBLISH_DEADLINE`]; a failure is counted and logged (the next
-    /// record carries the same totals or more).
-    async fn publish(&self) {
+    /// record carries the same totals or more). Whether the others can
+    /// count this worker's spend: the record acknowledged, or none due.
+    async fn publish(&self) -> bool {
         self.metrics.show(&self.limits);
         let Some((total_usd, total_tokens)) = self.limits.settled_totals() else {
-            return;
+            return true;
         };
         let record = {
             let mut sent = self.sent();
             if total_usd <= sent.acked_usd && total_tokens <= sent.acked_tokens {
-                return;
+                return true;
             }
             sent.seq += 1;
             SpendRecord {
@@ -591,7 +589,7 @@ impl Publisher {
                 sent.acked_usd = sent.acked_usd.max(total_usd);
                 sent.acked_tokens = sent.acked_tokens.max(total_tokens);
                 self.metrics.published.inc();
-                return;
+                return true;
             }
             Ok(Err((e, _))) => e.to_string(),
             Err(_) => format!("not acknowledged within {PUBLISH_DEADLINE:?}"),
@@ -601,10 +599,49 @@ impl Publisher {
             topic = %self.topic, error, seq = record.seq, total_usd, total_tokens,
             "a spend record was not acknowledged; the next carries the same totals or more"
         );
+        false
     }
 }
 
-async fn publish_every(publisher: std::sync::Weak<Publisher>, interval: Duration) {
+/// How long one round's read of the ledger may take (its read barrier),
+/// at least: a slow fetch is not yet an outage.
+const MIN_READ_BOUND: Duration = Duration::from_secs(2);
+
+/// The ledger's reader, started again by the rounds when it could not
+/// start.
+struct Reader {
+    config: Config,
+    tail: Option<TopicTail>,
+}
+
+impl Reader {
+    /// Reads the ledger up to its end, at most `within`; starts the reader
+    /// first when it is not running.
+    async fn read(&mut self, publisher: &Publisher, within: Duration) -> Result<(), String> {
+        if self.tail.is_none() {
+            self.tail = Some(
+                start_reader(&self.config, publisher)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        match &self.tail {
+            Some(tail) => tail.sync(within).await.map_err(|e| e.to_string()),
+            None => Err(String::from("the spend ledger's reader did not start")),
+        }
+    }
+}
+
+/// Every `interval`: publishes this worker's totals and reads the ledger up
+/// to its end, both at once; a round that passes sets the allowance until
+/// the next, one that fails counts towards share mode ([`Freshness`]).
+async fn rounds(
+    publisher: std::sync::Weak<Publisher>,
+    mut reader: Reader,
+    mut fresh: Freshness,
+    interval: Duration,
+) {
+    let read_bound = interval.max(MIN_READ_BOUND);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -612,8 +649,49 @@ async fn publish_every(publisher: std::sync::Weak<Publisher>, interval: Duration
         let Some(p) = publisher.upgrade() else {
             return;
         };
-        p.publish().await;
+        let (published, read) = tokio::join!(p.publish(), reader.read(&p, read_bound));
+        match (published, read) {
+            (true, Ok(())) => fresh.passed(),
+            (false, _) => fresh.failed("this worker's spend record was not acknowledged"),
+            (_, Err(e)) => fresh.failed(&e),
+        }
+        p.metrics.show(&p.limits);
     }
+}
+
+/// Starts reading the group's records of the last hour from `publisher`'s
+/// topic, each peer's record counted into its limits.
+async fn start_reader(config: &Config, publisher: &Publisher) -> Result<TopicTail, StageError> {
+    let (group, instance) = (publisher.group.clone(), publisher.instance.clone());
+    let (limits, metrics) = (publisher.limits.clone(), publisher.metrics.clone());
+    let since = SystemTime::now().checked_sub(LOOKBACK).unwrap_or(UNIX_EPOCH);
+    let mut streams = PeerStreams::default();
+    TopicTail::start_since(config, &publisher.topic, since, move |_, payload, appended| {
+        let Some(record) = payload.and_then(decode) else {
+            return;
+        };
+        if record.group != group || record.instance == instance {
+            return;
+        }
+        metrics.peer_records.inc();
+        match streams.observe(&record, appended, now_ms(), limits.budgets()) {
+            Verdict::Count { age, usd, tokens } => limits.observe_peer_spend(age, usd, tokens),
+            Verdict::Seen => {}
+            Verdict::Rejected(why) => {
+                // The first ten, then ever more rarely: a flood of bad
+                // records does not flood the log.
+                let n = metrics.rejected.inc() + 1;
+                if n <= 10 || n.is_power_of_two() {
+                    tracing::warn!(
+                        instance = %record.instance, worker = %record.worker, seq = record.seq, why,
+                        rejected = n, "a spend ledger record was rejected; it counts for nothing"
+                    );
+                }
+            }
+        }
+    })
+    .await
+    .map_err(tail_error)
 }
 
 /// A ledger record, or `None` (one that does not decode, or is too large,
@@ -649,9 +727,9 @@ fn worker_identity() -> &'static str {
     })
 }
 
-/// The hook that re-splits the group's rate limits after every rebalance:
-/// this worker takes the share of `input`'s `total` partitions it holds (at
-/// most all of them), logged when its rates change.
+/// The hook that re-splits the group's rate limits and budget after every
+/// rebalance: this worker takes the share of `input`'s `total` partitions
+/// it holds (at most all of them), logged when its rates change.
 pub fn rate_share_hook(
     input: &str,
     total: usize,
@@ -662,6 +740,7 @@ pub fn rate_share_hook(
     Box::new(move |assignment| {
         let held = assignment.iter().filter(|(t, _)| **t == *input).count();
         let changed = limits.set_rate_share(held, total);
+        limits.set_budget_share(held, total);
         let (requests, tokens) = limits.rate_per_minute();
         metrics.rate_share.set(if total == 0 {
             1.0

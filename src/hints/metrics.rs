@@ -1,7 +1,7 @@
 //! Stage 1's Prometheus metrics (`hintstream_hints_*`), beside the consume
 //! loop's: hints by category, LLM attempts, retries and latency, tokens and
 //! cost, the spend budget left, hedged requests, open groups, the hint
-//! cache, and prompts fitted to context windows.
+//! cache, prompts fitted to context windows, and leaks by arm.
 
 use std::time::Duration;
 
@@ -11,10 +11,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use super::leak::LeakAction;
 use crate::llm::budget::Remaining;
 use crate::llm::synth::SynthObserver;
 use crate::llm::Synthesis;
-use crate::messages::HintCategory;
+use crate::messages::{HintCategory, HintLevel};
 use crate::metrics::{FloatCounter, FloatGauge, Labels};
 
 pub struct HintMetrics {
@@ -41,6 +42,8 @@ pub struct HintMetrics {
     prompt_chars_dropped: Family<Labels, Counter>,
     llm_queue: Histogram,
     saturated: Family<Labels, Counter>,
+    leaks: Family<Labels, Counter>,
+    graded: Family<Labels, Counter>,
 }
 
 impl HintMetrics {
@@ -72,6 +75,8 @@ impl HintMetrics {
             prompt_chars_dropped: Family::default(),
             llm_queue: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
             saturated: Family::default(),
+            leaks: Family::default(),
+            graded: Family::default(),
         };
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
         registry.register(
@@ -123,6 +128,8 @@ impl HintMetrics {
             m.skipped.clone(),
         );
         m.register_hedges(registry);
+        m.register_leaks(registry);
+        m.register_graded(registry);
         m.register_fitting(registry);
         if budgets.0 {
             registry.register(
@@ -162,6 +169,27 @@ impl HintMetrics {
             "llm_prompt_chars_dropped",
             "Characters taken out of prompts to fit a model's context window, by model",
             self.prompt_chars_dropped.clone(),
+        );
+    }
+
+    /// Graded hints by arm and level (`[[hints.arms]] levels`).
+    fn register_graded(&self, registry: &mut Registry) {
+        registry.register(
+            "graded_hints",
+            "Graded hints written (not republished from the cache), by arm and level ([[hints.arms]] levels)",
+            self.graded.clone(),
+        );
+    }
+
+    /// The leak guard's metric (`hints.on_leak`).
+    fn register_leaks(&self, registry: &mut Registry) {
+        registry.register(
+            "hint_leaks",
+            "Hints that repeated a value the verifier output presents as expected (hints.on_leak), by arm and \
+             action (kept: published flagged leak; regenerated: a second request wrote one without it; \
+             static_fallback: the second repeated one too or failed, the static hint with the values withheld \
+             was published; withheld: a static hint, published with the values withheld)",
+            self.leaks.clone(),
         );
     }
 
@@ -219,6 +247,22 @@ impl HintMetrics {
         self.hints
             .get_or_create(&vec![("category", category.as_str().to_string())])
             .inc();
+    }
+
+    /// The leak guard found a hint of `arm` repeating an expected value.
+    pub fn leak(&self, arm: &str, action: LeakAction) {
+        self.leaks
+            .get_or_create(&vec![
+                ("arm", arm.to_string()),
+                ("action", action.as_str().to_string()),
+            ])
+            .inc();
+    }
+
+    /// A graded hint was written by `arm` at `level`.
+    pub fn graded(&self, arm: &str, level: HintLevel) {
+        let labels: Labels = vec![("arm", arm.to_string()), ("level", level.as_str().to_string())];
+        self.graded.get_or_create(&labels).inc();
     }
 
     pub fn cache_hit(&self) {

@@ -20,10 +20,11 @@ use super::cache::{CachedHint, HintCache};
 use super::decode::{decode_arrival, Arrival};
 use super::group::{Groups, Joined, Ranked};
 use super::hint::{build_hint, HintLabels};
+use super::leak;
 use super::learning::Learner;
 use super::ledger::{rate_share_hook, Ledger, LedgerMetrics};
 use super::metrics::HintMetrics;
-use crate::config::Config;
+use crate::config::{Config, OnLeak};
 use crate::health::Lifecycle;
 use crate::kafka::admin::TopicSpec;
 use crate::kafka::produce::headers;
@@ -98,6 +99,8 @@ struct GroupHinter {
     output_topic: String,
     group_wait: Duration,
     reward_threshold: f64,
+    /// What the leak guard does with a hint that states an expected value.
+    on_leak: OnLeak,
     limits: DecodeLimits,
     metrics: Arc<HintMetrics>,
 }
@@ -227,8 +230,15 @@ impl GroupHinter {
             .cache
             .get_or_make(&plan.hint_id, async {
                 let earlier = plan.refinement.as_ref().map_or(&[][..], |r| &r.earlier[..]);
-                let synthesis = plan.synth.synthesize_with(&trajectory, earlier).await;
-                self.metrics.synthesized(&synthesis);
+                let first = plan.synth.synthesize_with(&trajectory, earlier).await;
+                let guarded = leak::guard(self.on_leak, &plan.synth, &trajectory, earlier, first).await;
+                if let Some(action) = guarded.action {
+                    self.metrics.leak(&plan.arm, action);
+                }
+                self.metrics.synthesized(&guarded.synthesis);
+                if let Some(level) = plan.level {
+                    self.metrics.graded(&plan.arm, level);
+                }
                 let labels = HintLabels {
                     arm: plan.arm.clone(),
                     prompt_version: plan.prompt_version.clone(),
@@ -237,14 +247,17 @@ impl GroupHinter {
                         .as_ref()
                         .map(|r| r.refines.clone())
                         .unwrap_or_default(),
+                    level: plan.level,
                 };
-                CachedHint::new(build_hint(
+                let mut hint = build_hint(
                     plan.hint_id.clone(),
                     &trajectory,
                     &source,
-                    synthesis,
+                    guarded.synthesis,
                     labels,
-                ))
+                );
+                hint.leak = guarded.leak;
+                CachedHint::new(hint)
             })
             .await;
         let hint = &cached.hint;
@@ -470,6 +483,7 @@ impl HintStage {
             output_topic: hints.output_topic.clone(),
             group_wait: Duration::from_millis(hints.group_wait_ms),
             reward_threshold: hints.reward_threshold,
+            on_leak: hints.on_leak,
             limits: config.decode_limits(),
             metrics,
         });

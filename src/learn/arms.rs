@@ -6,9 +6,9 @@ use thiserror::Error;
 
 use crate::config::arms::{default_min_share, default_prior, default_weight};
 use crate::config::ArmEntry;
-use crate::config::PROMPT_VERSION;
 pub use crate::config::{ArmReward, ArmSelection, LearnOptions};
-use crate::messages::DEFAULT_ARM;
+use crate::config::{PromptVersion, PROMPT_VERSION};
+use crate::messages::{HintLevel, DEFAULT_ARM};
 
 /// Most arms one stage may configure. More are rejected by [`Arms::new`]:
 /// every arm costs a Beta draw per group and a set of metric series.
@@ -44,6 +44,9 @@ pub struct ArmSpec {
     /// pseudo-failures.
     pub prior_alpha: f64,
     pub prior_beta: f64,
+    /// Graded hints: the levels a task's hints under this arm climb, least
+    /// specific first (see [`super::levels`]); empty: no levels.
+    pub levels: Vec<HintLevel>,
 }
 
 pub fn default_prompt_version() -> String {
@@ -66,6 +69,7 @@ impl ArmSpec {
             min_share: entry.min_share,
             prior_alpha: entry.prior_alpha,
             prior_beta: entry.prior_beta,
+            levels: entry.levels.clone(),
         }
     }
 
@@ -80,6 +84,7 @@ impl ArmSpec {
             min_share: default_min_share(),
             prior_alpha: default_prior(),
             prior_beta: default_prior(),
+            levels: Vec::new(),
         }
     }
 
@@ -133,6 +138,12 @@ pub enum ArmConfigError {
     BadHalfLife { value: f64 },
     #[error("refine_max = {value} is over the limit of {MAX_REFINE_MAX}")]
     RefineMaxTooLarge { value: usize },
+    #[error("arm {name:?} is static and sets levels; levels are prompts, and a static arm asks no LLM")]
+    LevelsOnStatic { name: String },
+    #[error("arm {name:?} sets levels with prompt_version = {prompt_version:?}; levels are prompts of ours (\"v3\"), the reference prompt has none")]
+    LevelsNeedOurPrompt { name: String, prompt_version: String },
+    #[error("arm {name:?}: levels = {levels:?} must name each of \"concept\", \"plan\", \"step\" at most once, in that order (least specific first)")]
+    LevelsOutOfOrder { name: String, levels: Vec<String> },
 }
 
 /// A validated set of arms with the options that steer them.
@@ -331,6 +342,31 @@ fn check_spec(spec: &ArmSpec) -> Result<(), ArmConfigError> {
             return Err(bad(field, value, "must be a finite number > 0"));
         }
     }
+    check_levels(spec)
+}
+
+/// Levels: on an LLM arm of our prompt, each level once, least specific
+/// first.
+fn check_levels(spec: &ArmSpec) -> Result<(), ArmConfigError> {
+    if spec.levels.is_empty() {
+        return Ok(());
+    }
+    let name = spec.name.clone();
+    if spec.is_static {
+        return Err(ArmConfigError::LevelsOnStatic { name });
+    }
+    if matches!(spec.prompt_version.parse(), Ok(PromptVersion::Reference)) {
+        return Err(ArmConfigError::LevelsNeedOurPrompt {
+            name,
+            prompt_version: spec.prompt_version.clone(),
+        });
+    }
+    if !spec.levels.windows(2).all(|w| w[0] < w[1]) {
+        return Err(ArmConfigError::LevelsOutOfOrder {
+            name,
+            levels: spec.levels.iter().map(|l| l.to_string()).collect(),
+        });
+    }
     Ok(())
 }
 
@@ -481,5 +517,43 @@ mod tests {
             .map(|i| ArmSpec::llm(&format!("a{i}"), &["m"]))
             .collect();
         assert!(matches!(refuse(many, opts()), ArmConfigError::TooMany { .. }));
+    }
+
+    #[test]
+    fn levels_parse_and_are_refused_on_static_arms_the_reference_prompt_and_out_of_order() {
+        #[derive(Deserialize)]
+        struct Section {
+            arms: Vec<ArmEntry>,
+        }
+        let parse = |levels: &str, extra: &str| -> Result<Arms, ArmConfigError> {
+            let text = format!("[[arms]]\nname = \"graded\"\nmodels = [\"m\"]\nlevels = {levels}\n{extra}");
+            let section: Section = toml::from_str(&text).unwrap();
+            let specs = section
+                .arms
+                .iter()
+                .map(|e| ArmSpec::from_entry(e, PROMPT_VERSION))
+                .collect();
+            Arms::new(specs, LearnOptions::default())
+        };
+        let arms = parse(r#"["concept", "plan", "step"]"#, "").unwrap();
+        assert_eq!(
+            arms.specs()[0].levels,
+            [HintLevel::Concept, HintLevel::Plan, HintLevel::Step]
+        );
+        assert!(parse(r#"["plan", "step"]"#, "").is_ok());
+        let err = parse(r#"["concept"]"#, "prompt_version = \"reference\"").unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsNeedOurPrompt { .. }), "{err}");
+        assert!(err.to_string().contains("reference prompt has none"), "{err}");
+        let err = parse(r#"["step", "concept"]"#, "").unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsOutOfOrder { .. }), "{err}");
+        let err = parse(r#"["plan", "plan"]"#, "").unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsOutOfOrder { .. }), "{err}");
+        let mut control = ArmSpec::control("c");
+        control.levels = vec![HintLevel::Concept];
+        let err = Arms::new(vec![control], LearnOptions::default()).unwrap_err();
+        assert!(matches!(err, ArmConfigError::LevelsOnStatic { .. }), "{err}");
+        let bad =
+            toml::from_str::<Section>("[[arms]]\nname = \"x\"\nmodels = [\"m\"]\nlevels = [\"answer\"]");
+        assert!(bad.is_err());
     }
 }

@@ -9,6 +9,7 @@
 //! - [`state`]: tallies, the hint/outcome join and task memory rebuilt from
 //!   `rl.hints` and `rl.hints.outcomes` (the counting rules, memory bounds);
 //! - [`refine`]: the earlier unhelpful hints a refined hint's prompt shows;
+//! - [`levels`]: the level of a graded hint (an arm with `levels`);
 //! - [`report`]: per-arm and per-step metrics;
 //! - `lru`: the exact LRU map behind the bounds.
 //!
@@ -34,6 +35,8 @@
 //! // prompt_version = refine::refined_prompt_version(&spec.prompt_version),
 //! // refines = refinement.refines; always arm = spec.name.
 //! // A static arm (spec.is_static) writes the static hint, no LLM call.
+//! // An arm with levels: state.level(run_id, step, instance_id,
+//! // &choice.hint_id, choice.index) is the prompt's level and the Hint's.
 //!
 //! // metrics: state.run_report(run_id) for Prometheus (pulls, rescues,
 //! // posterior means, spend); state.step_metrics(run_id, step) for rl.metrics.
@@ -48,6 +51,7 @@
 //! behaves as before.
 
 pub mod arms;
+pub mod levels;
 pub mod limits;
 mod lru;
 pub mod refine;
@@ -60,6 +64,7 @@ pub mod state;
 mod tests;
 
 pub use arms::{hint_id, ArmConfigError, ArmReward, ArmSelection, ArmSpec, Arms, LearnOptions};
+pub use levels::{next_level, PreviousHint};
 pub use limits::StateLimits;
 pub use refine::{refined_prompt_version, EarlierHint, Refinement};
 pub use report::{ArmReport, MeanTally, RunReport};

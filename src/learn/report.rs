@@ -19,6 +19,9 @@ pub struct ArmReport {
     pub name: String,
     /// Hints the arm wrote.
     pub pulls: i64,
+    /// Of those, the ones flagged `leak` (they repeat a value the verifier
+    /// output presents as expected; `hints.on_leak = "keep"`).
+    pub leaks: i64,
     /// Outcomes counted for the arm.
     pub trials: i64,
     /// Of those, the ones that rescued their group.
@@ -107,6 +110,8 @@ impl LearnState {
     /// counted for the arm, the rate's denominator; the rate absent at 0),
     /// `hint/arm/<name>/transfer_rate` (the mean `transfer` of those that
     /// carried one; absent when none did),
+    /// `hint/arm/<name>/leak_rate` (of the hints the arm wrote at the step,
+    /// the share flagged `leak`; absent when it wrote none),
     /// `hint/refined_rescue_rate`, `hint/fresh_rescue_rate` and
     /// `hint/cost_per_rescue_usd`, each absent when undefined.
     pub fn step_metrics(&self, run_id: &str, step: i64) -> BTreeMap<String, f64> {
@@ -119,6 +124,9 @@ impl LearnState {
             }
             if let Some(rate) = arm.transfer_rate {
                 out.insert(format!("hint/arm/{}/transfer_rate", arm.name), rate);
+            }
+            if let Some(rate) = ratio(arm.leaks as f64, arm.pulls as f64) {
+                out.insert(format!("hint/arm/{}/leak_rate", arm.name), rate);
             }
         }
         for (name, value) in [
@@ -168,6 +176,7 @@ impl LearnState {
                 ArmReport {
                     name: spec.name.clone(),
                     pulls: c.hints,
+                    leaks: c.leaks,
                     trials: c.trials,
                     rescues: c.rescues,
                     rescue_rate: ratio(c.rescues as f64, c.trials as f64),
@@ -194,6 +203,7 @@ impl LearnState {
 
 fn add(total: &mut Cell, cell: &Cell) {
     total.hints += cell.hints;
+    total.leaks += cell.leaks;
     total.spend_nano_usd += cell.spend_nano_usd;
     total.trials += cell.trials;
     total.rescues += cell.rescues;

@@ -57,7 +57,7 @@ use super::arms::{ArmReward, Arms};
 use super::limits::{StateLimits, OUTCOME_LAG_STEPS, RECORD_OVERHEAD_BYTES};
 use super::lru::Lru;
 use super::select::{select_arm, ChoiceKind, Posterior};
-use crate::messages::{group_key, Hint, HintCategory, HintOutcome};
+use crate::messages::{group_key, Hint, HintCategory, HintLevel, HintOutcome};
 
 /// What an outcome said, kept with its hint.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -94,6 +94,8 @@ struct LedgerEntry {
     arm: String,
     category: HintCategory,
     refined: bool,
+    /// The hint repeats an expected value (`Hint::leak`).
+    leak: bool,
     cost_usd: f64,
     outcome: Option<OutcomeCounts>,
 }
@@ -107,6 +109,8 @@ pub(super) struct RememberedHint {
     pub(super) category: HintCategory,
     pub(super) text: String,
     pub(super) outcome: Option<OutcomeCounts>,
+    /// The level it was asked at (an arm with levels: `super::levels`).
+    pub(super) level: Option<HintLevel>,
 }
 
 /// A task's remembered hints, oldest step first.
@@ -121,6 +125,8 @@ pub(super) struct TaskMemory {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Cell {
     pub(super) hints: i64,
+    /// Of `hints`, those flagged `leak`.
+    pub(super) leaks: i64,
     /// Spend in nano-USD: integers, so that taking a record back and adding
     /// it again leaves no rounding behind, whatever the order.
     pub(super) spend_nano_usd: i64,
@@ -274,6 +280,7 @@ impl LearnState {
             arm: hint.arm.clone(),
             category: hint.category,
             refined: !hint.refines.is_empty(),
+            leak: hint.leak,
             cost_usd: hint.cost_usd,
             outcome: None,
         };
@@ -429,6 +436,7 @@ impl LearnState {
         tally.newest_step = tally.newest_step.max(entry.step);
         let cell = tally.cells.entry((entry.arm.clone(), entry.step)).or_default();
         cell.hints += sign;
+        cell.leaks += sign * i64::from(entry.leak);
         cell.spend_nano_usd += sign * nano(entry.cost_usd);
         if let Some((arm, o)) = counting {
             let cell = tally.cells.entry((arm, entry.step)).or_default();
@@ -491,6 +499,7 @@ impl LearnState {
             category: hint.category,
             text: cut(&hint.hint, self.limits.max_hint_bytes),
             outcome,
+            level: hint.level,
         };
         let (memory, evicted) = self.tasks.touch_or_insert_with(&task, TaskMemory::default);
         match memory.hints.iter_mut().find(|h| h.hint_id == record.hint_id) {

@@ -47,6 +47,8 @@ fn hint(arms: &Arms, arm: usize, step: i64, instance: &str, category: HintCatego
         refines: Vec::new(),
         hint_truncated: false,
         hedged: false,
+        leak: false,
+        level: None,
     }
 }
 
@@ -384,6 +386,27 @@ fn refined_and_fresh_hints_are_counted_apart_and_undefined_rates_are_absent() {
     // A step without outcomes: every rate absent.
     let empty = state.step_metrics(RUN, 5);
     assert!(empty.keys().all(|k| k.ends_with("/count")), "{empty:?}");
+}
+
+#[test]
+fn an_arms_leak_rate_is_the_share_of_its_hints_of_the_step_flagged_leak() {
+    let arms = three_arms(LearnOptions::default());
+    let mut state = LearnState::new(arms.clone());
+    let mut leaky = llm_hint(&arms, 0, 4, "task-a");
+    leaky.leak = true;
+    state.observe_hint(&leaky);
+    state.observe_hint(&llm_hint(&arms, 0, 4, "task-b"));
+    state.observe_hint(&llm_hint(&arms, 1, 4, "task-c"));
+    // Read twice (a redelivered hint): counted once.
+    state.observe_hint(&leaky);
+    let m = state.step_metrics(RUN, 4);
+    assert_eq!(m["hint/arm/strong/leak_rate"], 0.5);
+    assert_eq!(m["hint/arm/weak/leak_rate"], 0.0);
+    assert!(
+        !m.contains_key("hint/arm/control/leak_rate"),
+        "it wrote no hint: {m:?}"
+    );
+    assert_eq!(state.run_report(RUN).arms[0].leaks, 1);
 }
 
 /// Two LLM arms with hidden rescue rates 0.7 and 0.1 and the static

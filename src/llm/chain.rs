@@ -12,9 +12,9 @@ use super::client::LlmError;
 use super::fitting::call_fitted;
 use super::link::{Link, Turn};
 use super::pricing::{cost_usd, price_of, uncached_cost_usd};
+use super::prompt::Ask;
 use super::shared::Shared;
 use super::tally::Tally;
-use crate::learn::EarlierHint;
 use crate::messages::{FailedTrajectory, HintCategory, Usage};
 
 /// The result of synthesis for one group.
@@ -44,16 +44,16 @@ fn ends_the_walk(error: &LlmError) -> bool {
 }
 
 /// The hint for `t`, the best trajectory of its group, from `chain` (empty:
-/// the static hint), with `earlier` hints that did not help shown (a
-/// refined hint): its text cut to
+/// the static hint), asking what `ask` asks beyond it (earlier hints that
+/// did not help, values it must not state): its text cut to
 /// `llm.max_hint_chars` at a sentence boundary, whoever wrote it.
 pub(super) async fn synthesize(
     shared: &Shared,
     chain: &[Link],
     t: &FailedTrajectory,
-    earlier: &[EarlierHint],
+    ask: Ask<'_>,
 ) -> Synthesis {
-    let mut s = synthesize_whole(shared, chain, t, earlier).await;
+    let mut s = synthesize_whole(shared, chain, t, ask).await;
     let (hint, truncated) = cap_hint(std::mem::take(&mut s.hint), shared.config.max_hint_chars);
     s.hint = hint;
     s.hint_truncated = truncated;
@@ -61,12 +61,7 @@ pub(super) async fn synthesize(
 }
 
 /// The hint for `t`, as long as its writer made it.
-async fn synthesize_whole(
-    shared: &Shared,
-    chain: &[Link],
-    t: &FailedTrajectory,
-    earlier: &[EarlierHint],
-) -> Synthesis {
+async fn synthesize_whole(shared: &Shared, chain: &[Link], t: &FailedTrajectory, ask: Ask<'_>) -> Synthesis {
     let started = Instant::now();
     if chain.is_empty() {
         return Synthesis {
@@ -90,7 +85,7 @@ async fn synthesize_whole(
             link,
             next: chain.get(i + 1),
         };
-        let Some(result) = call_fitted(shared, turn, t, earlier, i == 0, deadline, &mut tally).await else {
+        let Some(result) = call_fitted(shared, turn, t, ask, i == 0, deadline, &mut tally).await else {
             break;
         };
         match result {

@@ -12,11 +12,11 @@ use super::call::call_model;
 use super::client::LlmError;
 use super::fit::{estimate_tokens, fit, user_budget, Fitted};
 use super::link::{Link, Turn};
+use super::prompt::Ask;
 use super::prompt_cache::PromptText;
 use super::shared::Shared;
 use super::tally::Tally;
 use crate::config::context_tokens_of;
-use crate::learn::EarlierHint;
 use crate::messages::FailedTrajectory;
 
 /// How long a server is given to say its context window.
@@ -29,19 +29,24 @@ pub(super) async fn call_fitted<'a>(
     shared: &Shared,
     turn: Turn<'a>,
     t: &FailedTrajectory,
-    earlier: &[EarlierHint],
+    ask: Ask<'_>,
     first: bool,
     deadline: Instant,
     tally: &mut Tally<'a>,
 ) -> Option<Result<String, LlmError>> {
     let link = turn.link;
     let config = &shared.config;
+    // A synthesizer made for a level asks at it, whatever else is asked.
+    let ask = Ask {
+        level: shared.level.or(ask.level),
+        ..ask
+    };
     // The system prompt as sent: with the system context files.
     let system_prompt = prompt_text(shared, t, String::new()).system;
     let system = system_prompt.as_str();
     let window = window_of(shared, link);
     let budget = window.map_or(u64::MAX, |w| user_budget(w, config.max_tokens, system));
-    let fitted = fit(shared.prompt, t, earlier, budget);
+    let fitted = fit(shared.prompt, t, ask, budget);
     observe_fit(shared, link, &fitted);
     let sent_tokens = estimate_tokens(&fitted.user);
     let prompt = prompt_text(shared, t, fitted.user);
@@ -55,16 +60,16 @@ pub(super) async fn call_fitted<'a>(
         Some(w) => user_budget(w, config.max_tokens, system).min(budget) / 2,
         None => sent_tokens / 2,
     };
-    let refitted = fit(shared.prompt, t, earlier, half);
+    let refitted = fit(shared.prompt, t, ask, half);
     observe_fit(shared, link, &refitted);
     tracing::info!(model = %link.id, error = %error, budget_tokens = half, "the prompt was over the model's context window; refitted to half the budget");
     let prompt = prompt_text(shared, t, refitted.user);
     call_model(shared, turn, &prompt, first, deadline, tally).await
 }
 
-/// The prompt for `t`: the version's system prompt with the context
-/// files (the common one, then `t`'s `env_class` one), and its user
-/// message as fitted.
+/// The prompt for `t`: the version's system prompt (at the synthesizer's
+/// level, if it has one) with the context files (the common one, then
+/// `t`'s `env_class` one), and its user message as fitted.
 fn prompt_text(shared: &Shared, t: &FailedTrajectory, user: String) -> PromptText {
     let contexts: Vec<&str> = shared
         .context
@@ -73,7 +78,7 @@ fn prompt_text(shared: &Shared, t: &FailedTrajectory, user: String) -> PromptTex
         .into_iter()
         .chain(shared.context.for_env_class(t.env_class.as_deref()))
         .collect();
-    PromptText::new(shared.prompt.system_prompt(), &contexts, user)
+    PromptText::new(&shared.prompt.system_prompt_at(shared.level), &contexts, user)
 }
 
 /// The context window of `link`'s model: configured, built in, or

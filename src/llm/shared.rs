@@ -15,11 +15,15 @@ use super::observer::SynthObserver;
 use super::prompt_cache::PromptCache;
 use super::saturation::Saturation;
 use crate::config::{LlmConfig, PromptVersion};
+use crate::messages::HintLevel;
 
 pub(super) struct Shared {
     pub(super) config: LlmConfig,
     /// The prompt sent (`llm.prompt_version`, or the arm's).
     pub(super) prompt: PromptVersion,
+    /// The level its prompt asks for (one synthesizer per level of an arm
+    /// with levels); `None`: the plain prompt.
+    pub(super) level: Option<HintLevel>,
     /// Shared by every arm's synthesizer: the rate limits, the calls in
     /// flight and the budget bound the stage, not each arm.
     pub(super) limits: Arc<CallLimits>,
@@ -46,6 +50,7 @@ impl Shared {
         Shared {
             config: config.clone(),
             prompt: config.prompt_version,
+            level: None,
             limits: Arc::new(CallLimits::new(config)),
             hedger: Hedger::new(config),
             observer: None,
@@ -63,6 +68,7 @@ impl Shared {
     pub(super) fn for_arm(&self, config: LlmConfig) -> Self {
         Shared {
             prompt: config.prompt_version,
+            level: None,
             config,
             limits: self.limits.clone(),
             hedger: self.hedger.clone(),

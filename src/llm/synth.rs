@@ -9,17 +9,20 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cap::cap_hint;
 use super::cassette::Cassette;
 use super::chain;
 use super::client::{LlmError, Provider};
 use super::context::SystemContext;
 use super::limits::GroupLimits;
 use super::link::Link;
+use super::prompt::leak::withhold;
+use super::prompt::Ask;
 use super::routing;
 use super::shared::Shared;
 use crate::config::{LlmConfig, PromptVersion};
 use crate::learn::EarlierHint;
-use crate::messages::FailedTrajectory;
+use crate::messages::{FailedTrajectory, HintLevel};
 
 pub use super::chain::Synthesis;
 pub use super::env::LlmEnv;
@@ -95,6 +98,18 @@ impl Synthesizer {
         })
     }
 
+    /// This synthesizer asking for graded hints at `level` (its system
+    /// prompt's ask and its instruction; see `prompt::levels`).
+    pub fn at_level(mut self, level: HintLevel) -> Self {
+        self.shared.level = Some(level);
+        self
+    }
+
+    /// The level its prompt asks for, if any.
+    pub fn level(&self) -> Option<HintLevel> {
+        self.shared.level
+    }
+
     /// Its limits (shared with every arm's synthesizer), for stage 1 to
     /// make them the consumer group's.
     pub fn group_limits(&self) -> GroupLimits {
@@ -116,7 +131,22 @@ impl Synthesizer {
     /// help (a refined hint; newest first) in the prompt; a reply
     /// over `llm.max_hint_chars` is cut at a sentence boundary.
     pub async fn synthesize_with(&self, t: &FailedTrajectory, earlier: &[EarlierHint]) -> Synthesis {
-        chain::synthesize(&self.shared, &self.chain, t, earlier).await
+        self.synthesize_asking(t, Ask::refining(earlier)).await
+    }
+
+    /// Synthesizes the hint for `t`, asking what `ask` asks beyond it:
+    /// earlier hints that did not help, values the hint must not state
+    /// (the leak guard's second request).
+    pub async fn synthesize_asking(&self, t: &FailedTrajectory, ask: Ask<'_>) -> Synthesis {
+        chain::synthesize(&self.shared, &self.chain, t, ask).await
+    }
+
+    /// The static hint for `t` with every verbatim repeat of `values`
+    /// withheld (the leak guard's fallback), cut to `llm.max_hint_chars`,
+    /// and whether it was cut.
+    pub fn static_hint_withholding(&self, t: &FailedTrajectory, values: &[String]) -> (String, bool) {
+        let hint = withhold(&self.shared.prompt.static_hint(t), values);
+        cap_hint(hint, self.shared.config.max_hint_chars)
     }
 
     /// The model ids its `hint_id` covers: the configured chain, or none

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::decode::{rules, DecodeError, Validate};
+use super::level::HintLevel;
 use super::SCHEMA_VERSION;
 
 /// Where a hint's text came from.
@@ -131,6 +132,15 @@ pub struct Hint {
     /// absent reads as false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub hedged: bool,
+    /// Whether `hint` repeats, verbatim, a value the verifier output
+    /// presents as expected (the leak guard, `hints.on_leak`). Written
+    /// only when true; absent reads as false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub leak: bool,
+    /// The level a graded hint was asked at (`[[hints.arms]] levels`);
+    /// absent when its arm has no levels, and then not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<HintLevel>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -198,5 +208,23 @@ mod tests {
         let text = serde_json::to_string(&hint).unwrap();
         assert!(text.contains("\"hedged\":true"), "{text}");
         assert!(serde_json::from_str::<Hint>(&text).unwrap().hedged);
+    }
+
+    #[test]
+    fn leak_is_written_only_when_true_and_reads_as_false_when_absent() {
+        let json = serde_json::json!({
+            "schema_version": 1, "hint_id": "h", "run_id": "r", "step": 1, "instance_id": "i",
+            "trajectory_id": "t", "hint": "x", "category": "llm_synthesized", "model": "m",
+            "prompt_version": "v", "latency_ms": 0, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "cost_usd": 0.0, "failure_reason": null,
+            "source": {"topic": "t", "partition": 0, "offset": 0}, "created_at": "2026-01-01T00:00:00Z"
+        });
+        let mut hint: Hint = serde_json::from_value(json).unwrap();
+        assert!(!hint.leak);
+        assert!(!serde_json::to_string(&hint).unwrap().contains("leak"));
+        hint.leak = true;
+        let text = serde_json::to_string(&hint).unwrap();
+        assert!(text.contains("\"leak\":true"), "{text}");
+        assert!(serde_json::from_str::<Hint>(&text).unwrap().leak);
     }
 }

@@ -373,9 +373,10 @@ class TrainerClient:
     def wait_hints(self, run_id: str, step: int, instance_ids: Iterable[str], timeout: float = 60.0) -> Dict[str, Dict[str, Any]]:
         """The hints of step ``step``'s groups, ``{instance_id: hint}`` (the
         ``Hint`` message as a dict: ``hint``, ``category``, ``hint_id``,
-        ``trajectory_id``, ...), once every group has one or at the timeout,
-        whichever comes first: a group missing from the result got no hint in
-        time. Hints published twice (redelivery) are buffered once.
+        ``trajectory_id``, ``level`` for a graded hint, ...), once every
+        group has one or at the timeout, whichever comes first: a group
+        missing from the result got no hint in time. Hints published twice
+        (redelivery) are buffered once.
 
         A group asked for again (the same run, step and instance) gets the
         hint it got before, at once, while the client keeps it (the last

@@ -15,6 +15,9 @@
 //! [`SpendBudget::settled_totals`] is what this worker settled since it
 //! started, which its records carry (running totals: a record sent twice or
 //! lost changes nothing). A worker alone has no peers: nothing changes.
+//! Besides the rolling hour, the ledger's reads set this worker's
+//! allowance (`allowance`): its share of what remained at the last read,
+//! or, while the ledger cannot be read, its share of the budget.
 //!
 //! The window holds spend in one-second buckets (a ring over the hour, for
 //! this worker's spend and for its peers'): memory is bounded whatever the
@@ -25,6 +28,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::allowance::{self, Allowance, Own};
 
 /// The rolling window the budgets are per.
 pub const BUDGET_WINDOW: Duration = Duration::from_secs(3600);
@@ -200,6 +205,12 @@ struct Window {
     /// Settled here since the start, for the ledger's records: only grows.
     settled_usd: f64,
     settled_tokens: u64,
+    /// This worker's share of the group's budget (its input partitions
+    /// over all; 1 alone).
+    share: f64,
+    /// What bounds this worker's spend besides the rolling hour (set by
+    /// the spend ledger's reads).
+    allowance: Allowance,
 }
 
 impl Window {
@@ -211,6 +222,23 @@ impl Window {
             reserved_tokens: 0,
             settled_usd: 0.0,
             settled_tokens: 0,
+            share: 1.0,
+            allowance: Allowance::Whole,
+        }
+    }
+
+    /// This worker's settled totals and rolling hour, reservations in
+    /// flight included.
+    fn own(&self) -> Own {
+        Own {
+            total: (
+                self.settled_usd + self.reserved_usd,
+                self.settled_tokens.saturating_add(self.reserved_tokens),
+            ),
+            hour: (
+                self.spent.usd + self.reserved_usd,
+                self.spent.tokens.saturating_add(self.reserved_tokens),
+            ),
         }
     }
 
@@ -279,7 +307,8 @@ impl SpendBudget {
         let over_tokens = self
             .tokens
             .is_some_and(|budget| used_tokens.saturating_add(tokens) > budget);
-        if over_usd || over_tokens {
+        let allowed = allowance::fits(&w.allowance, w.share, self.limits(), w.own(), (usd, tokens));
+        if over_usd || over_tokens || !allowed {
             return Err(Exhausted);
         }
         w.reserved_usd += usd;
@@ -316,6 +345,38 @@ impl SpendBudget {
         let mut w = self.window();
         w.peers.add(at, usd, tokens);
         w.expire(now);
+    }
+
+    /// Sets this worker's share of the group's budget (see
+    /// [`allowance::share_fraction`]), in force at once.
+    pub fn set_share(&self, share: f64) {
+        self.window().share = share.clamp(0.0, 1.0);
+    }
+
+    /// This worker's share of the group's budget.
+    pub fn share(&self) -> f64 {
+        self.window().share
+    }
+
+    /// The spend ledger was just read (the peers' spend is in the window):
+    /// until the next read, this worker takes its share of what remains.
+    pub fn ledger_read(&self) {
+        let mut w = self.window();
+        w.expire(Instant::now());
+        let own = w.own().total;
+        w.allowance = allowance::since_read(self.limits(), w.used(), own);
+    }
+
+    /// The spend ledger cannot be read: this worker takes its share of the
+    /// budget over its own rolling hour until the next read.
+    pub fn ledger_unreadable(&self) {
+        self.window().allowance = Allowance::Share;
+    }
+
+    /// Whether this worker is held to its share of the budget because the
+    /// ledger cannot be read.
+    pub fn in_share_mode(&self) -> bool {
+        self.window().allowance == Allowance::Share
     }
 
     /// What this worker settled since it started (dollars, tokens), the
@@ -496,6 +557,41 @@ mod tests {
         tokio::time::advance(2 * BUDGET_WINDOW).await;
         let group = budget.group_spend();
         assert_eq!((group.usd, group.tokens), (0.0, 0));
+    }
+
+    #[test]
+    fn between_ledger_reads_a_worker_reserves_only_its_share_of_what_remains() {
+        let budget = SpendBudget::new(0.50, 0).unwrap();
+        budget.set_share(1.0 / 3.0);
+        budget.observe_peer(Duration::from_secs(1), 0.20, 0);
+        let in_flight = budget.reserve(0.01, 0).unwrap();
+        budget.ledger_read();
+        // A third of 0.50 - 0.21: 0.0967; the call in flight at the read
+        // was counted in the group's use, not in the allowance.
+        for _ in 0..9 {
+            budget.reserve(0.01, 0).unwrap().settle(0.01, 0);
+        }
+        assert!(budget.reserve(0.01, 0).is_err(), "0.09 + 0.01 > 0.0967");
+        in_flight.settle(0.002, 0);
+        assert!(budget.reserve(0.005, 0).is_ok(), "within the allowance");
+        // The next read: a third of what remains now.
+        budget.ledger_read();
+        assert!(budget.reserve(0.01, 0).is_ok());
+        assert!(!budget.in_share_mode());
+    }
+
+    #[test]
+    fn while_the_ledger_cannot_be_read_a_worker_spends_its_share_of_the_budget() {
+        let budget = SpendBudget::new(1.0, 0).unwrap();
+        budget.set_share(0.25);
+        budget.ledger_unreadable();
+        assert!(budget.in_share_mode());
+        budget.reserve(0.2, 0).unwrap().settle(0.2, 0);
+        assert!(budget.reserve(0.06, 0).is_err(), "0.2 + 0.06 > 0.25");
+        assert!(budget.reserve(0.05, 0).is_ok());
+        // Read again: its share of what remains (0.75 - 0.05 in flight...).
+        budget.ledger_read();
+        assert!(!budget.in_share_mode());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! feeds): the budget counts the other workers' spend from the spend
 //! ledger, the rates are split by the share of partitions each worker holds.
 
+pub mod allowance;
 pub mod budget;
 mod rate;
 
@@ -187,6 +188,34 @@ impl GroupLimits {
     /// Whether a spend budget is set (without one there is no ledger).
     pub fn has_budget(&self) -> bool {
         self.limits.budget.is_some()
+    }
+
+    /// Takes the budget share of `held` of the input topic's `total`
+    /// partitions (see [`allowance::share_fraction`]).
+    pub fn set_budget_share(&self, held: usize, total: usize) {
+        if let Some(budget) = &self.limits.budget {
+            budget.set_share(allowance::share_fraction(held, total));
+        }
+    }
+
+    /// This worker's share of the budget; `None` without a budget.
+    pub fn budget_share(&self) -> Option<f64> {
+        self.limits.budget.as_ref().map(SpendBudget::share)
+    }
+
+    /// The spend ledger was just read (see [`SpendBudget::ledger_read`]).
+    pub fn ledger_read(&self) {
+        if let Some(budget) = &self.limits.budget {
+            budget.ledger_read();
+        }
+    }
+
+    /// The spend ledger cannot be read (see
+    /// [`SpendBudget::ledger_unreadable`]).
+    pub fn ledger_unreadable(&self) {
+        if let Some(budget) = &self.limits.budget {
+            budget.ledger_unreadable();
+        }
     }
 
     /// Counts another worker's spend of `age` ago.

@@ -122,15 +122,49 @@ pub fn leaked<'a>(hint: &str, values: &'a [String]) -> Option<&'a str> {
         .find(|value| repeats(hint, value))
 }
 
+/// Every one of `values` that `hint` repeats verbatim, in their order.
+pub fn repeated(hint: &str, values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .filter(|value| repeats(hint, value))
+        .cloned()
+        .collect()
+}
+
+/// What stands for a value taken out of a hint by [`withhold`].
+pub const WITHHELD: &str = "[withheld]";
+
+/// `hint` with every verbatim repeat of `values` (by the rule of
+/// [`leaked`]) replaced by [`WITHHELD`], the longest values first, so that
+/// the result repeats none of them.
+pub fn withhold(hint: &str, values: &[String]) -> String {
+    let mut sorted: Vec<&String> = values.iter().collect();
+    sorted.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    let mut out = hint.to_string();
+    for value in sorted {
+        // Each pass takes out the first repeat; a repeat cannot come back,
+        // since `WITHHELD` holds neither digits nor a value's other text.
+        while let Some(at) = first_repeat(&out, value) {
+            out.replace_range(at..at + value.len(), WITHHELD);
+        }
+    }
+    out
+}
+
 /// Whether `hint` holds `value`; a number only where no letter or digit
 /// touches it, nor a `.` before it or a `.` and a digit after it (a
 /// sentence may end with it).
 fn repeats(hint: &str, value: &str) -> bool {
+    first_repeat(hint, value).is_some()
+}
+
+/// Where `hint` first holds `value` by the rule of [`repeats`].
+fn first_repeat(hint: &str, value: &str) -> Option<usize> {
     let numeric = value.chars().all(|c| c.is_ascii_digit() || "+-.eE_".contains(c));
     if !numeric {
-        return hint.contains(value);
+        return hint.find(value);
     }
-    hint.match_indices(value).any(|(i, _)| {
+    hint.match_indices(value).map(|(i, _)| i).find(|&i| {
         let before = hint[..i].chars().next_back();
         let mut after = hint[i + value.len()..].chars();
         let touched_before = before.is_some_and(|c| c.is_alphanumeric() || c == '.');
@@ -201,5 +235,22 @@ mod tests {
         assert_eq!(leaked("Allow 1000 items.", &values), None, "a longer number");
         assert_eq!(leaked("Allow 100.5 items.", &values), None);
         assert_eq!(leaked("The limit is 100.", &values), Some("100"));
+    }
+
+    #[test]
+    fn withholding_takes_out_every_repeat_and_nothing_else() {
+        let values = vec!["[1, 2, 3]".to_string(), "100".to_string(), "1, 2".to_string()];
+        let hint = "Return [1, 2, 3], not [1, 2, 3, 4]; allow 1000 items, at most 100. Then 1, 2.";
+        assert_eq!(
+            repeated(hint, &values),
+            vec!["[1, 2, 3]".to_string(), "100".to_string(), "1, 2".to_string()]
+        );
+        let kept = withhold(hint, &values);
+        assert_eq!(
+            kept,
+            "Return [withheld], not [[withheld], 3, 4]; allow 1000 items, at most [withheld]. Then [withheld]."
+        );
+        assert_eq!(leaked(&kept, &values), None);
+        assert_eq!(withhold("Sort ascending.", &values), "Sort ascending.");
     }
 }

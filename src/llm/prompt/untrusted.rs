@@ -57,6 +57,9 @@ pub mod source {
     /// An earlier hint shown for refinement (LLM output derived from
     /// untrusted trajectories).
     pub const EARLIER_HINT: &str = "earlier_hint";
+    /// A value the verifier output presents as expected, which a
+    /// regenerated hint must not state (the leak guard).
+    pub const FORBIDDEN_VALUE: &str = "forbidden_value";
 }
 
 /// `text` inside an element from `source`.

@@ -304,6 +304,8 @@ fn learned_step_metric_names() -> Vec<String> {
             refines,
             hint_truncated: false,
             hedged: false,
+            leak: false,
+            level: None,
         });
         state.observe_outcome(&HintOutcome {
             schema_version: 1,

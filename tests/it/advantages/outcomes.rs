@@ -12,7 +12,7 @@ use std::time::Duration;
 use hintstream::advantages::service::AdvantageStage;
 use hintstream::config::{ArmEntry, Config};
 use hintstream::kafka::create_producer;
-use hintstream::messages::{Hint, HintCategory, HintOutcome, HintSource, Usage};
+use hintstream::messages::{Hint, HintCategory, HintLevel, HintOutcome, HintSource, Usage};
 use hintstream::tools::RecordedMessage;
 use rdkafka::producer::Producer;
 
@@ -73,6 +73,8 @@ fn hint(
         refines: refines.iter().map(|s| s.to_string()).collect(),
         hint_truncated: false,
         hedged: false,
+        leak: false,
+        level: None,
     }
 }
 
@@ -86,6 +88,7 @@ fn arm(name: &str, models: &[&str], is_static: bool) -> ArmEntry {
         min_share: 0.05,
         prior_alpha: 1.0,
         prior_beta: 1.0,
+        levels: vec![],
     }
 }
 
@@ -158,10 +161,13 @@ async fn publish(config: &Config, topic: &str, messages: &[(String, Vec<u8>)]) {
 async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
     let broker = common::shared_kafka();
     let mut config = fresh_stage(&broker.bootstrap, true).await;
-    config.hints.arms = vec![arm("arm-a", &["m1"], false), arm("control", &[], true)];
+    // arm-a gives graded hints: its step metrics count them by level too.
+    let mut graded = arm("arm-a", &["m1"], false);
+    graded.levels = vec![HintLevel::Concept, HintLevel::Plan];
+    config.hints.arms = vec![graded, arm("control", &[], true)];
     // What stage 1 wrote: two hints of arm-a (one refined) and one of the
     // control, with their costs.
-    let hints = [
+    let mut hints = [
         hint("h1", 3, "g1", "arm-a", HintCategory::LlmSynthesized, 0.01, &[]),
         hint("h2", 3, "g2", "control", HintCategory::StaticFallback, 0.0, &[]),
         hint(
@@ -174,6 +180,8 @@ async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
             &["h0"],
         ),
     ];
+    hints[0].level = Some(HintLevel::Concept);
+    hints[2].level = Some(HintLevel::Plan);
     let hint_records: Vec<_> = hints
         .iter()
         .map(|h| {
@@ -250,6 +258,22 @@ async fn hinted_rows_give_one_outcome_per_hint_and_per_arm_step_metrics() {
     assert_eq!(m.get("hint/arm/arm-a/rescue_rate"), Some(&1.0), "{m:?}");
     assert_eq!(m.get("hint/arm/control/count"), Some(&1.0), "{m:?}");
     assert_eq!(m.get("hint/arm/control/rescue_rate"), Some(&0.0), "{m:?}");
+    for level in ["concept", "plan"] {
+        assert_eq!(
+            m.get(&format!("hint/arm/arm-a/level/{level}/count")),
+            Some(&1.0),
+            "{m:?}"
+        );
+        assert_eq!(
+            m.get(&format!("hint/arm/arm-a/level/{level}/rescue_rate")),
+            Some(&1.0),
+            "{m:?}"
+        );
+    }
+    assert!(
+        !m.keys().any(|k| k.starts_with("hint/arm/control/level/")),
+        "{m:?}"
+    );
     assert_eq!(m.get("hint/refined_rescue_rate"), Some(&1.0), "{m:?}");
     assert_eq!(m.get("hint/fresh_rescue_rate"), Some(&0.5), "{m:?}");
     let cost = m["hint/cost_per_rescue_usd"];

@@ -107,8 +107,12 @@ pub async fn create_topics(config: &Config, names: &[&str], partitions: i32) {
 /// Waits, at most 30 s, until the broker's metadata shows every topic of
 /// `names` with its partitions (`kafka::admin::wait_until_visible`).
 pub async fn wait_for_topics(config: &Config, names: &[String]) {
-    let missing = hintstream::kafka::admin::wait_until_visible(config, names.to_vec(), Duration::from_secs(30)).await;
-    assert!(missing.is_empty(), "topics {missing:?} not in the metadata after 30 s");
+    let missing =
+        hintstream::kafka::admin::wait_until_visible(config, names.to_vec(), Duration::from_secs(30)).await;
+    assert!(
+        missing.is_empty(),
+        "topics {missing:?} not in the metadata after 30 s"
+    );
 }
 
 /// Creates stage 2's topics: its input, output and dead letters, and the

@@ -129,6 +129,22 @@ fn produced_outcomes_and_refined_hints_match_their_schemas() {
     );
 }
 
+#[test]
+fn a_graded_hint_writes_its_level_and_a_hint_without_one_writes_no_key() {
+    let bytes = std::fs::read(schemas_dir().join("examples/hint/valid/graded.json")).unwrap();
+    let hint: Hint = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(hint.level, Some(hintstream::messages::HintLevel::Plan));
+    let written = serde_json::to_vec(&hint).unwrap();
+    schema_accepts(&validator("hint"), &written).unwrap();
+    assert!(String::from_utf8(written).unwrap().contains("\"level\":\"plan\""));
+    // Without levels the bytes are what they were: no `level` key at all.
+    let bytes = std::fs::read(schemas_dir().join("examples/hint/valid/refined.json")).unwrap();
+    let hint: Hint = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(hint.level, None);
+    let written = String::from_utf8(serde_json::to_vec(&hint).unwrap()).unwrap();
+    assert!(!written.contains("level"), "{written}");
+}
+
 /// The static-hint fixtures shared with the Python package
 /// (python/tests/test_static_hint.py checks the same files): the Rust text
 /// of each is exactly the fixture's. Rewrite them with

@@ -601,6 +601,7 @@ fn exported_metrics() -> String {
             arms: vec![hintstream::learn::ArmReport {
                 name: "a".into(),
                 pulls: 1,
+                leaks: 0,
                 trials: 1,
                 rescues: 1,
                 rescue_rate: Some(1.0),

@@ -466,3 +466,80 @@ async fn groups_above_the_reward_threshold_get_no_hint() {
     );
     assert_eq!(in_flight, 0.0, "the skipped group's messages are finished");
 }
+
+/// A worker stalled past its session (SIGSTOP for twice `session.timeout.ms`,
+/// as a load spike or a long GC-like pause does) loses its partitions; when
+/// it runs again it rejoins the group and hints what arrives after, with no
+/// operator action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_stalled_past_its_session_rejoins_and_goes_on() {
+    let broker = common::shared_kafka();
+    let server = LlmServer::start(Some("sk-k")).await;
+    server.default(Behavior::Text(
+        "Check the output format first.".into(),
+        Duration::ZERO,
+    ));
+    let (mut config, _) = stage_config(&broker.bootstrap, 3);
+    create(&config, 3).await;
+    config.kafka.insert("session.timeout.ms", "6000");
+    config.kafka.insert("heartbeat.interval.ms", "500");
+    config.hints.drain_timeout_secs = 3;
+    config.advantages.drain_timeout_secs = 3;
+    config.hints.group_wait_ms = 200;
+    let h = config.hints.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let file = common::write_config(&config, dir.path());
+    let metrics = common::MetricsEndpoint::free();
+    let mut worker = start_worker(&file, &server, "stalled", metrics);
+    metrics.wait_assigned("hints", || worker.log()).await;
+    let producer = create_producer(&config).unwrap();
+    let send_step = |step: i64| {
+        let (producer, topic) = (&producer, &h.input_topic);
+        async move {
+            for i in 0..30 {
+                let g = format!("g{i:03}");
+                send(
+                    producer,
+                    topic,
+                    &format!("run-h/{step}/{g}"),
+                    &trajectory(step, &g, "t", 0.0, 1),
+                )
+                .await;
+            }
+            producer.flush(Duration::from_secs(10)).unwrap();
+        }
+    };
+    send_step(1).await;
+    wait_hints(&config, &h.output_topic, 60, |h| h.len() >= 30).await;
+    let pid = worker.pid().to_string();
+    let signal = |sig: &str| {
+        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig} failed");
+    };
+    signal("-STOP");
+    // Past the session: the broker evicts the member meanwhile.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    signal("-CONT");
+    send_step(2).await;
+    let hints = wait_hints(&config, &h.output_topic, 90, |hints| {
+        hints
+            .iter()
+            .filter(|h| h.step == 2)
+            .map(|h| &h.instance_id)
+            .collect::<HashSet<_>>()
+            .len()
+            >= 30
+    })
+    .await;
+    assert!(worker.running(), "the worker exited:\n{}", worker.log());
+    assert_eq!(
+        hints
+            .iter()
+            .filter(|h| h.step == 1)
+            .map(|h| &h.instance_id)
+            .collect::<HashSet<_>>()
+            .len(),
+        30
+    );
+    drop(worker);
+}

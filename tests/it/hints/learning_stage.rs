@@ -16,7 +16,7 @@ use hintstream::kafka::create_producer;
 use hintstream::messages::{Hint, HintCategory, HintOutcome};
 use llm_server::{Behavior, LlmServer};
 
-fn trajectory(run: &str, step: i64, instance: &str) -> Vec<u8> {
+pub(super) fn trajectory(run: &str, step: i64, instance: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "schema_version": 1, "run_id": run, "step": step, "instance_id": instance,
         "trajectory_id": format!("{instance}-{step}"), "task_prompt": format!("Solve {instance}"),
@@ -27,7 +27,7 @@ fn trajectory(run: &str, step: i64, instance: &str) -> Vec<u8> {
     .unwrap()
 }
 
-fn outcome(hint: &Hint, hinted_rollouts: i64, successes: i64) -> HintOutcome {
+pub(super) fn outcome(hint: &Hint, hinted_rollouts: i64, successes: i64) -> HintOutcome {
     HintOutcome {
         schema_version: 1,
         hint_id: hint.hint_id.clone(),
@@ -45,7 +45,7 @@ fn outcome(hint: &Hint, hinted_rollouts: i64, successes: i64) -> HintOutcome {
 }
 
 /// Stage 1's topics of its own, the outcomes topic included.
-async fn learning_config(broker: &str) -> Config {
+pub(super) async fn learning_config(broker: &str) -> Config {
     let mut config = common::config_for(broker);
     common::own_topics(&mut config.hints, "learn-failed", "learn-hints");
     config.topics.outcomes = common::unique("learn-outcomes");
@@ -71,7 +71,7 @@ async fn hints_in(config: &Config) -> Vec<Hint> {
 }
 
 /// Waits (bounded) until `done` holds for the hints published so far.
-async fn wait_hints(
+pub(super) async fn wait_hints(
     config: &Config,
     done: impl Fn(&[Hint]) -> bool,
     context: impl Fn() -> String,
@@ -92,7 +92,11 @@ async fn wait_hints(
     }
 }
 
-async fn publish_outcome(config: &Config, producer: &rdkafka::producer::FutureProducer, o: &HintOutcome) {
+pub(super) async fn publish_outcome(
+    config: &Config,
+    producer: &rdkafka::producer::FutureProducer,
+    o: &HintOutcome,
+) {
     common::send(
         producer,
         &config.topics.outcomes,
@@ -177,6 +181,7 @@ fn three_arms() -> Vec<ArmEntry> {
         min_share: 0.1,
         prior_alpha: 1.0,
         prior_beta: 1.0,
+        levels: vec![],
     };
     vec![
         llm("strong", "claude-strong"),
@@ -241,6 +246,8 @@ async fn seed_history(config: &Config, producer: &rdkafka::producer::FutureProdu
                 refines: vec![],
                 hint_truncated: false,
                 hedged: false,
+                leak: false,
+                level: None,
             };
             let key = hintstream::messages::group_key(run, step, &instance);
             common::send(
