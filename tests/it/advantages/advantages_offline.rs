@@ -266,6 +266,8 @@ fn the_book_metrics_table_matches_what_stage_2_publishes() {
             n.replace("reward/avg_pass_at_6", "reward/avg_pass_at_<n>")
                 .replace("reward/pass_at_4", "reward/pass_at_<k>")
                 .replace("hint/arm/default/", "hint/arm/<name>/")
+                .replace("/level/concept/", "/level/<level>/")
+                .replace("/level/plan/", "/level/<level>/")
         })
         .collect();
     assert_eq!(names, table, "docs/advantages.md's table vs published metrics");
@@ -274,9 +276,13 @@ fn the_book_metrics_table_matches_what_stage_2_publishes() {
 /// The per-arm metrics stage 2 merges into a step with hint_ids, each
 /// defined: the implicit arm's fresh and refined hint, both rescued.
 fn learned_step_metric_names() -> Vec<String> {
-    use hintstream::learn::{Arms, LearnOptions, LearnState};
-    use hintstream::messages::{Hint, HintCategory, HintOutcome, HintSource, Usage};
-    let arms = Arms::from_config(Vec::new(), LearnOptions::default(), &["m".into()]).unwrap();
+    use hintstream::learn::{ArmSpec, Arms, LearnOptions, LearnState};
+    use hintstream::messages::{Hint, HintCategory, HintLevel, HintOutcome, HintSource, Usage};
+    // The implicit arm, given levels (as a graded arm has) so that its
+    // per-level metrics are defined too.
+    let mut spec = ArmSpec::llm("default", &["m"]);
+    spec.levels = vec![HintLevel::Concept, HintLevel::Plan];
+    let arms = Arms::new(vec![spec], LearnOptions::default()).unwrap();
     let mut state = LearnState::new(arms);
     for (id, refines) in [("fresh", vec![]), ("refined", vec!["fresh".to_string()])] {
         state.observe_hint(&Hint {
@@ -305,7 +311,7 @@ fn learned_step_metric_names() -> Vec<String> {
             hint_truncated: false,
             hedged: false,
             leak: false,
-            level: None,
+            level: Some(HintLevel::Concept),
         });
         state.observe_outcome(&HintOutcome {
             schema_version: 1,
@@ -322,7 +328,9 @@ fn learned_step_metric_names() -> Vec<String> {
             created_at: "2026-01-01T00:00:00Z".into(),
         });
     }
-    state.step_metrics("r", 1).into_keys().collect()
+    let mut names: Vec<String> = state.step_metrics("r", 1).into_keys().collect();
+    names.extend(state.level_metrics("r", 1).into_keys());
+    names
 }
 
 /// The estimator is chosen by `[normalize] estimator` or `--estimator`:
