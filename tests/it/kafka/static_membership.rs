@@ -244,6 +244,21 @@ async fn restart_once(protocol: &str, static_membership: bool, server: &LlmServe
         second.log()
     );
     drop(second);
+    if !static_membership {
+        // The control: a dynamic member's leave hands its partitions to the
+        // other worker. Under KIP-848 the coordinator may instead hand them
+        // straight to a member that rejoins within the other worker's next
+        // heartbeat, so the control waits for that hand-over first.
+        first_metrics
+            .wait_for(
+                "hintstream_hints_rebalances_total",
+                &[],
+                |v| v > before.0,
+                Duration::from_secs(60),
+                || first.log(),
+            )
+            .await;
+    }
     let (again, again_metrics) = worker(&config, dir.path(), server, "hints-1");
     again_metrics.wait_assigned("hints", || again.log()).await;
     let back = stopped_at.elapsed();
