@@ -193,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn hedged_is_written_only_when_true_and_reads_as_false_when_absent() {
+    fn hedged_and_leak_are_written_only_when_true_and_read_as_false_when_absent() {
         let json = serde_json::json!({
             "schema_version": 1, "hint_id": "h", "run_id": "r", "step": 1, "instance_id": "i",
             "trajectory_id": "t", "hint": "x", "category": "llm_synthesized", "model": "m",
@@ -201,30 +201,17 @@ mod tests {
             "cost_usd": 0.0, "failure_reason": null,
             "source": {"topic": "t", "partition": 0, "offset": 0}, "created_at": "2026-01-01T00:00:00Z"
         });
-        let mut hint: Hint = serde_json::from_value(json).unwrap();
-        assert!(!hint.hedged);
-        assert!(!serde_json::to_string(&hint).unwrap().contains("hedged"));
-        hint.hedged = true;
-        let text = serde_json::to_string(&hint).unwrap();
-        assert!(text.contains("\"hedged\":true"), "{text}");
-        assert!(serde_json::from_str::<Hint>(&text).unwrap().hedged);
-    }
-
-    #[test]
-    fn leak_is_written_only_when_true_and_reads_as_false_when_absent() {
-        let json = serde_json::json!({
-            "schema_version": 1, "hint_id": "h", "run_id": "r", "step": 1, "instance_id": "i",
-            "trajectory_id": "t", "hint": "x", "category": "llm_synthesized", "model": "m",
-            "prompt_version": "v", "latency_ms": 0, "usage": {"input_tokens": 0, "output_tokens": 0},
-            "cost_usd": 0.0, "failure_reason": null,
-            "source": {"topic": "t", "partition": 0, "offset": 0}, "created_at": "2026-01-01T00:00:00Z"
-        });
-        let mut hint: Hint = serde_json::from_value(json).unwrap();
-        assert!(!hint.leak);
-        assert!(!serde_json::to_string(&hint).unwrap().contains("leak"));
-        hint.leak = true;
-        let text = serde_json::to_string(&hint).unwrap();
-        assert!(text.contains("\"leak\":true"), "{text}");
-        assert!(serde_json::from_str::<Hint>(&text).unwrap().leak);
+        type Flag = fn(&mut Hint) -> &mut bool;
+        let flags: [(&str, Flag); 2] = [("hedged", |h| &mut h.hedged), ("leak", |h| &mut h.leak)];
+        for (name, flag) in flags {
+            let mut hint: Hint = serde_json::from_value(json.clone()).unwrap();
+            assert!(!*flag(&mut hint), "{name}");
+            assert!(!serde_json::to_string(&hint).unwrap().contains(name));
+            *flag(&mut hint) = true;
+            let text = serde_json::to_string(&hint).unwrap();
+            assert!(text.contains(&format!("\"{name}\":true")), "{text}");
+            let mut back = serde_json::from_str::<Hint>(&text).unwrap();
+            assert!(*flag(&mut back), "{name}");
+        }
     }
 }

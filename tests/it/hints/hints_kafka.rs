@@ -223,6 +223,22 @@ async fn without_a_key_publishes_static_hints() {
     );
 }
 
+/// `n` single-trajectory failed groups of `step` (`g000`, `g001`, ...),
+/// flushed.
+async fn send_groups(producer: &rdkafka::producer::FutureProducer, topic: &str, step: i64, n: usize) {
+    for i in 0..n {
+        let g = format!("g{i:03}");
+        send(
+            producer,
+            topic,
+            &format!("run-h/{step}/{g}"),
+            &trajectory(step, &g, "t", 0.0, 1),
+        )
+        .await;
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
 /// A `hintstream hints` process, killed on drop.
 fn start_worker(
     config_file: &std::path::Path,
@@ -306,18 +322,8 @@ async fn two_processes(bootstrap: &str, kill: bool) {
         let (producer, topic) = (&producer, &h.input_topic);
         async move {
             for &step in steps {
-                for i in 0..60 {
-                    let g = format!("g{i:03}");
-                    send(
-                        producer,
-                        topic,
-                        &format!("run-h/{step}/{g}"),
-                        &trajectory(step, &g, "t", 0.0, 1),
-                    )
-                    .await;
-                }
+                send_groups(producer, topic, step, 60).await;
             }
-            producer.flush(Duration::from_secs(10)).unwrap();
         }
     };
     send_steps(&[1]).await;
@@ -493,23 +499,7 @@ async fn a_worker_stalled_past_its_session_rejoins_and_goes_on() {
     let mut worker = start_worker(&file, &server, "stalled", metrics);
     metrics.wait_assigned("hints", || worker.log()).await;
     let producer = create_producer(&config).unwrap();
-    let send_step = |step: i64| {
-        let (producer, topic) = (&producer, &h.input_topic);
-        async move {
-            for i in 0..30 {
-                let g = format!("g{i:03}");
-                send(
-                    producer,
-                    topic,
-                    &format!("run-h/{step}/{g}"),
-                    &trajectory(step, &g, "t", 0.0, 1),
-                )
-                .await;
-            }
-            producer.flush(Duration::from_secs(10)).unwrap();
-        }
-    };
-    send_step(1).await;
+    send_groups(&producer, &h.input_topic, 1, 30).await;
     wait_hints(&config, &h.output_topic, 60, |h| h.len() >= 30).await;
     let pid = worker.pid().to_string();
     let signal = |sig: &str| {
@@ -520,7 +510,7 @@ async fn a_worker_stalled_past_its_session_rejoins_and_goes_on() {
     // Past the session: the broker evicts the member meanwhile.
     tokio::time::sleep(Duration::from_secs(12)).await;
     signal("-CONT");
-    send_step(2).await;
+    send_groups(&producer, &h.input_topic, 2, 30).await;
     let hints = wait_hints(&config, &h.output_topic, 90, |hints| {
         hints
             .iter()
