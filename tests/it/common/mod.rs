@@ -254,6 +254,23 @@ pub async fn wait_for_messages(
     }
 }
 
+/// Waits, at most 90 s, for `n` hints on stage 1's output topic.
+pub async fn wait_output_hints(config: &Config, n: usize) -> Vec<hintstream::messages::Hint> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let hints = hints_in(config, &config.hints.output_topic).await;
+        if hints.len() >= n {
+            return hints;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out with {} hints",
+            hints.len()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// The hints on `topic`, from the start (each must decode).
 pub async fn hints_in(config: &Config, topic: &str) -> Vec<hintstream::messages::Hint> {
     read_topic(config, topic)

@@ -49,23 +49,6 @@ async fn config(broker: &str, on_leak: OnLeak) -> Config {
     config
 }
 
-/// Waits (bounded) for `n` hints on the output topic.
-async fn wait_hints(config: &Config, n: usize) -> Vec<Hint> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let hints = common::hints_in(config, &config.hints.output_topic).await;
-        if hints.len() >= n {
-            return hints;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out with {} hints",
-            hints.len()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 /// The user message of a recorded request (prompt caching may split it
 /// into blocks).
 fn user_of(seen: &Seen) -> String {
@@ -113,7 +96,7 @@ async fn run(on_leak: OnLeak, scripts: &[(&str, Vec<&str>)]) -> (Vec<Hint>, LlmS
         let payload = trajectory(&run, &instance, marker);
         common::send(&producer, &config.hints.input_topic, &key, &payload).await;
     }
-    let mut hints = wait_hints(&config, scripts.len()).await;
+    let mut hints = common::wait_output_hints(&config, scripts.len()).await;
     let mut counted = Vec::new();
     for action in ["kept", "regenerated", "static_fallback", "withheld"] {
         let labels = [("arm", "default"), ("action", action)];

@@ -74,23 +74,6 @@ async fn config(broker: &str) -> Config {
     config
 }
 
-/// Waits (bounded) for `n` hints on the output topic.
-async fn wait_hints(config: &Config, n: usize) -> Vec<Hint> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let hints = common::hints_in(config, &config.hints.output_topic).await;
-        if hints.len() >= n {
-            return hints;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out with {} hints",
-            hints.len()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 /// A string, or the joined text of content blocks (prompt caching splits
 /// a message into blocks).
 fn text_of(v: &Value) -> String {
@@ -162,14 +145,14 @@ async fn forged_tags_headings_and_orders_stay_inside_their_elements_and_the_inst
     let input = &config.hints.input_topic;
 
     common::send(&producer, input, &key(1), &trajectory(&run, 1)).await;
-    let first = wait_hints(&config, 1).await.remove(0);
+    let first = common::wait_output_hints(&config, 1).await.remove(0);
     assert_eq!(first.category, HintCategory::LlmSynthesized);
     assert_eq!(first.hint, FORGED_HINT);
     let outcome = unrescued(&first);
     let payload = serde_json::to_vec(&outcome).unwrap();
     common::send(&producer, &config.topics.outcomes, &outcome.key(), &payload).await;
     common::send(&producer, input, &key(2), &trajectory(&run, 2)).await;
-    let hints = wait_hints(&config, 2).await;
+    let hints = common::wait_output_hints(&config, 2).await;
     running.stop().await;
     let second = hints.iter().find(|h| h.step == 2).expect("the step-2 hint");
     assert_eq!(second.refines, vec![first.hint_id.clone()], "it was refined");
