@@ -86,7 +86,8 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
     let mut llm = Tally::default();
     let mut fallback = Tally::default();
     // Per group: (raw tally, hinted tally).
-    let mut groups: HashMap<&str, (Tally, Tally)> = HashMap::new();
+    // A row each: a fast hash, not std's SipHash.
+    let mut groups: HashMap<&str, (Tally, Tally), foldhash::fast::RandomState> = HashMap::default();
     for i in 0..rows.len() {
         let entry = groups.entry(rows.instance_id[i].as_str()).or_default();
         if rows.is_hinted[i] {

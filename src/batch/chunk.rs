@@ -20,8 +20,10 @@
 
 use std::ops::Range;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{ArrowError, DataType};
+use arrow_schema::ArrowError;
+use arrow_select::dictionary::garbage_collect_any_dictionary;
 
 use super::ipc;
 
@@ -102,23 +104,49 @@ impl Chunks {
 /// uses (arrow-ipc writes a sliced dictionary array's whole dictionary).
 pub fn encode_chunks(batch: &RecordBatch, max_bytes: usize) -> Result<Chunks, ArrowError> {
     let rows = batch.num_rows();
-    let whole = ipc::encode_stream(std::slice::from_ref(batch))?;
-    if whole.len() <= max_bytes || rows <= 1 {
-        return Ok(Chunks {
-            chunks: vec![Chunk {
-                rows: 0..rows,
-                payload: whole,
-            }],
-            max_bytes,
-        });
-    }
+    // Encoded whole only when it may fit: a batch far over the bound (88 MB
+    // for a step of 1M rows) would be encoded whole only to learn its size,
+    // which its first rows tell closely enough (`split` cuts a piece that
+    // is still too large further).
+    let whole = if rows <= 1 || batch.get_array_memory_size() <= MAY_FIT * max_bytes {
+        let whole = ipc::encode_stream(std::slice::from_ref(batch))?;
+        if whole.len() <= max_bytes || rows <= 1 {
+            return Ok(Chunks {
+                chunks: vec![Chunk {
+                    rows: 0..rows,
+                    payload: whole,
+                }],
+                max_bytes,
+            });
+        }
+        Some(whole.len())
+    } else {
+        None
+    };
     // What every chunk carries whatever its rows: the schema, the batch
     // header and the end-of-stream marker.
     let fixed = encode_range(batch, 0..0)?.len();
+    let encoded = match whole {
+        Some(len) => len,
+        None => {
+            let sample = rows.min(SAMPLE_ROWS);
+            let bytes = encode_range(batch, 0..sample)?.len().saturating_sub(fixed);
+            fixed + bytes.div_ceil(sample) * rows
+        }
+    };
     let mut chunks = Vec::new();
-    split(batch, 0..rows, whole.len(), fixed, max_bytes, &mut chunks)?;
+    split(batch, 0..rows, encoded, fixed, max_bytes, &mut chunks)?;
     Ok(Chunks { chunks, max_bytes })
 }
+
+/// A batch whose buffers take at most this many times the bound may encode
+/// within it (buffers can be larger than what they hold), and is encoded
+/// whole first; a larger one never is.
+const MAY_FIT: usize = 4;
+
+/// Rows encoded to learn the bytes a row takes, when the batch is not
+/// encoded whole.
+const SAMPLE_ROWS: usize = 4096;
 
 /// Cuts `range`, whose rows encoded to `encoded` bytes, into pieces that
 /// should fit, and checks each; recurses on a piece that does not.
@@ -160,22 +188,22 @@ fn encode_range(batch: &RecordBatch, range: Range<usize>) -> Result<Vec<u8>, Arr
     ipc::encode_stream(&[slice])
 }
 
-/// `batch` with each dictionary-encoded column rebuilt from the values its
-/// rows use.
+/// `batch` with each dictionary-encoded column keeping only the values its
+/// rows use (its keys renumbered; no value is hashed or copied twice).
 fn compact_dictionaries(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    let is_dictionary = |t: &DataType| matches!(t, DataType::Dictionary(..));
-    if !batch.columns().iter().any(|c| is_dictionary(c.data_type())) {
+    if !batch
+        .columns()
+        .iter()
+        .any(|c| c.as_any_dictionary_opt().is_some())
+    {
         return Ok(batch.clone());
     }
     let columns = batch
         .columns()
         .iter()
-        .map(|column| match column.data_type() {
-            DataType::Dictionary(_, values) => {
-                let plain = arrow_cast::cast(column, values)?;
-                arrow_cast::cast(&plain, column.data_type())
-            }
-            _ => Ok(column.clone()),
+        .map(|column| match column.as_any_dictionary_opt() {
+            Some(dictionary) => garbage_collect_any_dictionary(dictionary),
+            None => Ok(column.clone()),
         })
         .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
     RecordBatch::try_new(batch.schema(), columns)
@@ -256,6 +284,7 @@ mod tests {
 
     use arrow_array::types::Int32Type;
     use arrow_array::{Array, DictionaryArray, Float64Array, Int64Array, StringArray};
+    use arrow_schema::DataType;
 
     use super::*;
 

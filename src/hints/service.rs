@@ -21,7 +21,7 @@ use super::decode::{decode_arrival, Arrival};
 use super::group::{Groups, Joined, Ranked};
 use super::hint::{build_hint, HintLabels};
 use super::leak;
-use super::learning::Learner;
+use super::learning::{HintPlan, Learner};
 use super::ledger::{rate_share_hook, Ledger, LedgerMetrics};
 use super::metrics::HintMetrics;
 use crate::config::{Config, OnLeak};
@@ -141,6 +141,14 @@ impl GroupHinter {
             expected,
             trajectory,
         } = input;
+        if expected <= 1 {
+            // A group of one is whole as it arrives: nothing to gather,
+            // no wait and no entry in the open groups.
+            let reward = trajectory.reward;
+            return self
+                .hint_or_pass(&group_key, reward, trajectory, vec![message])
+                .await;
+        }
         let key = gathering_key(message.meta().partition, &group_key);
         let joined = {
             let mut groups = self.groups();
@@ -194,16 +202,6 @@ impl GroupHinter {
             tracing::debug!(group = %group_key, got = group.members.len(), expected = group.expected, "group wait ran out; hinting from what arrived");
         }
         let best_reward = group.members[group.best].reward;
-        if best_reward > self.reward_threshold {
-            // The group did not fail: the reference trainer does not hint it.
-            tracing::debug!(
-                group = %group_key, best_reward, threshold = self.reward_threshold,
-                "best reward above hints.reward_threshold; no hint"
-            );
-            self.metrics.skipped("above_reward_threshold");
-            Settlement::new(group.members.into_iter().map(|m| m.message).collect()).ack();
-            return;
-        }
         // The best member first: the hint is built from it, and it kept its
         // decoded trajectory.
         let mut members = group.best_first();
@@ -211,10 +209,73 @@ impl GroupHinter {
             unreachable!("the group's best member keeps its trajectory (Gathering::push)")
         };
         let members: Vec<Taken> = members.into_iter().map(|m| m.message).collect();
-        let span = hint_span(&group_key, &members);
-        self.hint_group(&group_key, trajectory, members)
-            .instrument(span)
+        self.hint_or_pass(&group_key, best_reward, trajectory, members)
             .await;
+    }
+
+    /// Hints a gathered group (`members[0]` its best, with `trajectory`),
+    /// or, when its best reward is above the threshold, finishes its
+    /// members without a hint.
+    async fn hint_or_pass(
+        &self,
+        group_key: &str,
+        best_reward: f64,
+        trajectory: FailedTrajectory,
+        members: Vec<Taken>,
+    ) {
+        if best_reward > self.reward_threshold {
+            // The group did not fail: the reference trainer does not hint it.
+            tracing::debug!(
+                group = %group_key, best_reward, threshold = self.reward_threshold,
+                "best reward above hints.reward_threshold; no hint"
+            );
+            self.metrics.skipped("above_reward_threshold");
+            Settlement::new(members).ack();
+            return;
+        }
+        let span = hint_span(group_key, &members);
+        // Boxed: the hint's future is large, and would otherwise be copied
+        // into every future that awaits it.
+        Box::pin(self.hint_group(group_key, trajectory, members).instrument(span)).await;
+    }
+
+    /// Writes the hint `plan` says for `trajectory` (read from `source`):
+    /// the synthesis, the leak guard, the counters; what the cache keeps.
+    async fn make_hint(
+        &self,
+        plan: &HintPlan,
+        trajectory: &FailedTrajectory,
+        source: &RecordMeta,
+    ) -> CachedHint {
+        let earlier = plan.refinement.as_ref().map_or(&[][..], |r| &r.earlier[..]);
+        let first = plan.synth.synthesize_with(trajectory, earlier).await;
+        let guarded = leak::guard(self.on_leak, &plan.synth, trajectory, earlier, first).await;
+        if let Some(action) = guarded.action {
+            self.metrics.leak(&plan.arm, action);
+        }
+        self.metrics.synthesized(&guarded.synthesis);
+        if let Some(level) = plan.level {
+            self.metrics.graded(&plan.arm, level);
+        }
+        let labels = HintLabels {
+            arm: plan.arm.clone(),
+            prompt_version: plan.prompt_version.clone(),
+            refines: plan
+                .refinement
+                .as_ref()
+                .map(|r| r.refines.clone())
+                .unwrap_or_default(),
+            level: plan.level,
+        };
+        let mut hint = build_hint(
+            plan.hint_id.clone(),
+            trajectory,
+            source,
+            guarded.synthesis,
+            labels,
+        );
+        hint.leak = guarded.leak;
+        CachedHint::new(hint)
     }
 
     /// Publishes the hint of a gathered group from `trajectory`, its best
@@ -226,40 +287,10 @@ impl GroupHinter {
         let best = &members.inputs()[0];
         let plan = self.learner.plan(&trajectory).await;
         let source: RecordMeta = best.meta().clone();
-        let (cached, from_cache) = self
-            .cache
-            .get_or_make(&plan.hint_id, async {
-                let earlier = plan.refinement.as_ref().map_or(&[][..], |r| &r.earlier[..]);
-                let first = plan.synth.synthesize_with(&trajectory, earlier).await;
-                let guarded = leak::guard(self.on_leak, &plan.synth, &trajectory, earlier, first).await;
-                if let Some(action) = guarded.action {
-                    self.metrics.leak(&plan.arm, action);
-                }
-                self.metrics.synthesized(&guarded.synthesis);
-                if let Some(level) = plan.level {
-                    self.metrics.graded(&plan.arm, level);
-                }
-                let labels = HintLabels {
-                    arm: plan.arm.clone(),
-                    prompt_version: plan.prompt_version.clone(),
-                    refines: plan
-                        .refinement
-                        .as_ref()
-                        .map(|r| r.refines.clone())
-                        .unwrap_or_default(),
-                    level: plan.level,
-                };
-                let mut hint = build_hint(
-                    plan.hint_id.clone(),
-                    &trajectory,
-                    &source,
-                    guarded.synthesis,
-                    labels,
-                );
-                hint.leak = guarded.leak;
-                CachedHint::new(hint)
-            })
-            .await;
+        // Boxed: the cache passes the future through several of its own,
+        // and each would copy it whole.
+        let make = Box::pin(self.make_hint(&plan, &trajectory, &source));
+        let (cached, from_cache) = self.cache.get_or_make(&plan.hint_id, make).await;
         let hint = &cached.hint;
         if from_cache {
             self.metrics.cache_hit();

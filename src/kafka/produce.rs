@@ -95,6 +95,12 @@ pub async fn send<C: ClientContext + 'static>(
     let result = send_with(producer, record, headers, lifecycle)
         .instrument(span.clone())
         .await;
+    // The span's outcome fields are for the trace export: a log line
+    // written after this has none of them, so unexported they would only
+    // cost a field formatted a record.
+    if !telemetry::exporting() {
+        return result;
+    }
     match &result {
         Ok((partition, offset)) => {
             span.record("partition", partition);
@@ -120,7 +126,9 @@ async fn send_with<C: ClientContext + 'static>(
     tokio::pin!(deadline);
     loop {
         attempts += 1;
-        tracing::Span::current().record("attempts", i64::from(attempts));
+        if attempts > 1 || telemetry::exporting() {
+            tracing::Span::current().record("attempts", i64::from(attempts));
+        }
         let mut future: FutureRecord<'_, [u8], [u8]> =
             FutureRecord::to(record.topic).headers(headers.clone());
         if let Some(key) = record.key {

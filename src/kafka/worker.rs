@@ -432,10 +432,13 @@ impl Intake {
         let taken = Taken::new(payload, meta, ticket, self.delivery.clone(), holds);
         match decoded {
             Ok(input) => {
-                let work = stage.handle(Work {
+                // Boxed once, here: a stage's handler future can be large
+                // (stage 1's holds its synthesis), and the wrappers below
+                // and the spawn would each copy it whole, every message.
+                let work = Box::pin(stage.handle(Work {
                     input,
                     message: taken,
-                });
+                }));
                 self.tasks.spawn(telemetry::scope(
                     input_trace,
                     async move {
