@@ -143,7 +143,13 @@ impl GroupHinter {
         } = input;
         if expected <= 1 {
             // A group of one is whole as it arrives: nothing to gather,
-            // no wait and no entry in the open groups.
+            // no wait and no entry in the open groups. Its trace still has
+            // its (empty) `group_wait`, as every group's has.
+            if telemetry::exporting() {
+                let wait =
+                    tracing::info_span!("group_wait", group = %group_key, expected = 1i64, members = 1i64);
+                drop(wait);
+            }
             let reward = trajectory.reward;
             return self
                 .hint_or_pass(&group_key, reward, trajectory, vec![message])
