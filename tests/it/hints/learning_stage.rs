@@ -305,7 +305,10 @@ async fn a_redelivered_group_gets_the_same_arm_and_hint_id_and_a_restart_the_sam
         || first.log(),
     )
     .await;
-    let posteriors_before = posterior_means(&metrics).await;
+    // The arm gauges refresh on a timer: read them once they count every
+    // hint of the run (the seeded ones and step 6's), not before.
+    let pulls = before.iter().filter(|h| h.run_id == run).count();
+    let posteriors_before = posteriors_once_pulled(&metrics, pulls).await;
     first.kill9();
 
     let metrics_after = common::MetricsEndpoint::free();
@@ -355,6 +358,28 @@ async fn a_redelivered_group_gets_the_same_arm_and_hint_id_and_a_restart_the_sam
         mean("strong") > mean("weak") && mean("strong") > mean("control"),
         "{posteriors_before:?}"
     );
+}
+
+/// Each arm's posterior mean, once the three arms' `arm_pulls` add up to
+/// `pulls` (the gauges are refreshed on a timer, behind what was read).
+async fn posteriors_once_pulled(metrics: &common::MetricsEndpoint, pulls: usize) -> Vec<(String, f64)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some((_, text)) = metrics.get("/metrics").await {
+            let counted: f64 = ["strong", "weak", "control"]
+                .iter()
+                .map(|arm| common::metric_value(&text, "hintstream_hints_arm_pulls", &[("arm", arm)]))
+                .sum();
+            if counted as usize == pulls {
+                return posterior_means(metrics).await;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the arms count {counted} pulls, not {pulls}:\n{text}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Each arm's `hintstream_hints_arm_posterior_mean`, once all three are set.
