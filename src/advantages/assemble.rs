@@ -15,7 +15,8 @@
 //! once, never a new pending step that would hold its partition's commits
 //! until `step_timeout`.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use crate::batch::ScoredRows;
@@ -32,9 +33,14 @@ pub struct PendingStep<P> {
     pub expected: Option<i64>,
     /// Rows per message, with the message's position for ordering.
     parts: Vec<(Position, ScoredRows)>,
-    /// Ids taken so far, for the duplicates check: a row each, so a fast
-    /// hash (std's SipHash was a quarter of a 1M-row step's CPU).
-    trajectories: HashSet<String, foldhash::fast::RandomState>,
+    /// The trajectory ids taken so far, for the duplicates check: each
+    /// one's hash (kept, so that growing the table reads no string) and
+    /// where it sits in `parts` (part, row). The ids stay in the parts,
+    /// never copied; a row each, so a fast hash (a `HashSet` of
+    /// copied `String`s under std's SipHash was a quarter of a 1M-row
+    /// step's CPU).
+    ids: hashbrown::HashTable<(u64, u32, u32)>,
+    hasher: foldhash::fast::RandomState,
     pub duplicates: usize,
     pub parked: Vec<P>,
     pub first_seen: Instant,
@@ -51,7 +57,8 @@ impl<P> PendingStep<P> {
             step,
             expected: None,
             parts: Vec::new(),
-            trajectories: HashSet::default(),
+            ids: hashbrown::HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
             duplicates: 0,
             parked: Vec::new(),
             first_seen: now,
@@ -62,14 +69,19 @@ impl<P> PendingStep<P> {
 
     /// Distinct rows gathered.
     pub fn row_count(&self) -> usize {
-        self.trajectories.len()
+        self.ids.len()
     }
 
     /// All rows in input order (partition, then offset, then position).
     pub fn into_rows(mut self) -> (ScoredRows, Vec<P>) {
         self.parts.sort_by_key(|(position, _)| *position);
-        let mut rows = ScoredRows::default();
-        for (_, part) in self.parts {
+        let total: usize = self.parts.iter().map(|(_, part)| part.len()).sum();
+        let mut parts = self.parts.into_iter().map(|(_, part)| part);
+        // The first part is the base: its columns grow once to the whole
+        // step, not a doubling at a time.
+        let mut rows = parts.next().unwrap_or_default();
+        rows.reserve(total - rows.len());
+        for part in parts {
             rows.extend(part);
         }
         (rows, self.parked)
@@ -163,9 +175,9 @@ impl<P> Default for StepAssembler<P> {
     }
 }
 
-/// A hash-set slot's share beyond the `String` it holds (control byte,
-/// load factor), for the bytes a step's set of trajectory ids takes.
-const ID_SET_SLOT_BYTES: usize = 8;
+/// Bytes an id takes in a step's id table (its hash and place, a control
+/// byte, the load factor's share).
+const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
 
 /// Bytes a batch of decoded rows holds (strings and their headers, numbers).
 pub fn rows_footprint(rows: &ScoredRows) -> usize {
@@ -222,20 +234,32 @@ impl<P> StepAssembler<P> {
             .entry(key.clone())
             .or_insert_with(|| PendingStep::new(&run_id, step_no, now));
         step.partitions.insert(position.0);
-        // The kept rows' ids are copied into the step's id set: their bytes
-        // count too.
-        let mut ids = 0;
-        step.trajectories.reserve(rows.len());
-        let keep: Vec<usize> = (0..rows.len())
-            .filter(|&i| {
-                let id = &rows.trajectory_id[i];
-                let new = step.trajectories.insert(id.clone());
-                if new {
-                    ids += id.len() + std::mem::size_of::<String>() + ID_SET_SLOT_BYTES;
-                }
-                new
-            })
-            .collect();
+        // The kept rows' places go into the step's id table: their bytes
+        // count too. A kept row's place is its index among the kept rows,
+        // which is where it sits once the message's rows are filtered.
+        let part = u32::try_from(step.parts.len()).expect("fewer than 2^32 messages a step");
+        let (table, hasher, parts) = (&mut step.ids, &step.hasher, &step.parts);
+        let id_at = |keep: &[usize], (_, p, r): (u64, u32, u32)| -> &str {
+            if p == part {
+                &rows.trajectory_id[keep[r as usize]]
+            } else {
+                &parts[p as usize].1.trajectory_id[r as usize]
+            }
+        };
+        let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
+        table.reserve(rows.len(), |&(hash, ..)| hash);
+        for (i, id) in rows.trajectory_id.iter().enumerate() {
+            let hash = hasher.hash_one(id.as_str());
+            let seen = table
+                .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id.as_str())
+                .is_some();
+            if !seen {
+                let row = u32::try_from(keep.len()).expect("fewer than 2^32 rows a message");
+                table.insert_unique(hash, (hash, part, row), |&(hash, ..)| hash);
+                keep.push(i);
+            }
+        }
+        let ids = keep.len() * ID_SLOT_BYTES;
         step.duplicates += rows.len() - keep.len();
         let rows = if keep.len() == rows.len() {
             rows
@@ -438,6 +462,23 @@ mod tests {
             a.end("r", 1, 1, (0, 2, 0), now),
             StepStatus::Overfull(_)
         ));
+    }
+
+    #[test]
+    fn duplicates_within_and_across_messages_are_dropped_once_each() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        // Within one message, then against rows of earlier messages whose
+        // own duplicates were dropped (their kept rows moved down).
+        a.add_rows(rows("r", 1, &["a", "b", "a", "c", "b"]), (0, 0), 0, 0, now);
+        a.add_rows(rows("r", 1, &["d", "c", "e", "d"]), (0, 1), 1, 0, now);
+        a.add_rows(rows("r", 1, &["e", "f", "a", "g"]), (0, 2), 2, 0, now);
+        let StepStatus::Complete(step) = a.end("r", 1, 7, (0, 3, 0), now) else {
+            panic!("7 distinct rows complete the step");
+        };
+        assert_eq!(step.duplicates, 6);
+        let (rows, _) = step.into_rows();
+        assert_eq!(rows.trajectory_id, ["a", "b", "c", "d", "e", "f", "g"]);
     }
 
     #[test]

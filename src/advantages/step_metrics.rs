@@ -26,13 +26,13 @@
 //! `advantage/duplicate_rows`. Every value is finite: means of rewards whose
 //! sum overflows are taken on rescaled rewards (`normalize::finite`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::outcomes::transfer_and_reliance;
 use crate::batch::ScoredRows;
 use crate::config::AdvantagesConfig;
 use crate::messages::HintCategory;
-use crate::normalize::{finite, Advantages, EXTREME_ADVANTAGE};
+use crate::normalize::{finite, Advantages, DenseGroups, EXTREME_ADVANTAGE};
 
 /// Flat metric name → value.
 pub type StepMetrics = BTreeMap<String, f64>;
@@ -86,10 +86,12 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
     let mut llm = Tally::default();
     let mut fallback = Tally::default();
     // Per group: (raw tally, hinted tally).
-    // A row each: a fast hash, not std's SipHash.
-    let mut groups: HashMap<&str, (Tally, Tally), foldhash::fast::RandomState> = HashMap::default();
+    // The groups by dense id (each string hashed once, as the kernels'
+    // groups are), not a map probed by string a row.
+    let dense = DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str));
+    let mut groups: Vec<(Tally, Tally)> = (0..dense.n_groups).map(|_| Default::default()).collect();
     for i in 0..rows.len() {
-        let entry = groups.entry(rows.instance_id[i].as_str()).or_default();
+        let entry = &mut groups[dense.ids[i] as usize];
         if rows.is_hinted[i] {
             hinted.add(success(i));
             entry.1.add(success(i));
@@ -105,10 +107,10 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
 
     let mut m = StepMetrics::new();
     if hinted.count > 0 {
-        let prompts_hinted = groups.values().filter(|(_, h)| h.count > 0).count();
-        let rescued = groups.values().filter(|(_, h)| h.successes > 0).count();
+        let prompts_hinted = groups.iter().filter(|(_, h)| h.count > 0).count();
+        let rescued = groups.iter().filter(|(_, h)| h.successes > 0).count();
         let rescued_from_zero = groups
-            .values()
+            .iter()
             .filter(|(raw, h)| h.successes > 0 && raw.successes == 0)
             .count();
         m.insert("hint/total_hinted_rollouts".into(), hinted.count as f64);
@@ -134,11 +136,11 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
 
     if !rows.is_empty() {
         let n = options.samples_per_prompt.unwrap_or_else(|| {
-            let largest = groups.values().map(|(raw, _)| raw.count).max().unwrap_or(0);
+            let largest = groups.iter().map(|(raw, _)| raw.count).max().unwrap_or(0);
             u32::try_from(largest).unwrap_or(u32::MAX)
         });
         let passed = groups
-            .values()
+            .iter()
             .filter(|(raw, h)| raw.successes + h.successes > 0)
             .count();
         m.insert(
@@ -153,7 +155,7 @@ pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &Metric
     }
     for &k in options.pass_at_k {
         let estimates: Vec<f64> = groups
-            .values()
+            .iter()
             .filter(|(raw, _)| raw.count >= u64::from(k))
             .map(|(raw, _)| pass_at_k_estimate(raw.count, raw.successes, u64::from(k)))
             .collect();

@@ -249,6 +249,17 @@ impl ScoredRows {
     }
 
     /// Appends every row of `other`.
+    /// Room for `additional` more rows in the columns every row has.
+    pub fn reserve(&mut self, additional: usize) {
+        self.run_id.reserve(additional);
+        self.step.reserve(additional);
+        self.instance_id.reserve(additional);
+        self.trajectory_id.reserve(additional);
+        self.reward.reserve(additional);
+        self.is_hinted.reserve(additional);
+        self.hint_category.reserve(additional);
+    }
+
     pub fn extend(&mut self, other: ScoredRows) {
         if !other.hint_id.is_empty() {
             self.hint_id.resize(self.len(), None);
