@@ -23,6 +23,9 @@ const LIBRDKAFKA_SESSION_TIMEOUT_MS: u64 = 45_000;
 const SESSION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=3_600_000;
 /// librdkafka's default `max.poll.interval.ms`, when `[kafka]` does not set it.
 const LIBRDKAFKA_MAX_POLL_INTERVAL_MS: u64 = 300_000;
+/// librdkafka's default `metadata.recovery.rebootstrap.trigger.ms`, when
+/// `[kafka]` does not set it.
+const LIBRDKAFKA_REBOOTSTRAP_TRIGGER_MS: u64 = 300_000;
 /// The consumer properties the broker owns under `group.protocol=consumer`
 /// (librdkafka refuses them there), with what to set instead.
 const CLASSIC_ONLY: [(&str, &str); 4] = [
@@ -463,6 +466,23 @@ impl KafkaConfig {
         }
     }
 
+    /// How long a stage's consumer may stay out of its group before the
+    /// stage gives up: twice `session.timeout.ms` (a rejoin after the group
+    /// evicted the member) plus `metadata.recovery.rebootstrap.trigger.ms`
+    /// (librdkafka's own recovery when it can reach no broker). 390 s with
+    /// librdkafka's defaults.
+    pub fn out_of_group_limit_ms(&self) -> Result<u64, ConfigError> {
+        let rebootstrap = match self.get(ClientKind::Consumer, "metadata.recovery.rebootstrap.trigger.ms") {
+            Some(v) => v.trim().parse().map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "kafka.\"metadata.recovery.rebootstrap.trigger.ms\" = {v:?} is not a number"
+                ))
+            })?,
+            None => LIBRDKAFKA_REBOOTSTRAP_TRIGGER_MS,
+        };
+        Ok(2 * self.session_timeout_ms()? + rebootstrap)
+    }
+
     /// The consumers' `session.timeout.ms`, which a stage's drain must stay
     /// under with the classic protocol.
     pub fn session_timeout_ms(&self) -> Result<u64, ConfigError> {
@@ -514,6 +534,25 @@ fn check_id_part(what: &str, value: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_out_of_group_bound_is_two_sessions_and_the_rebootstrap_trigger() {
+        let defaults = KafkaConfig::default();
+        assert_eq!(defaults.out_of_group_limit_ms().unwrap(), 390_000);
+        let config: KafkaConfig = toml::from_str(
+            r#"
+            "session.timeout.ms" = 6000
+            [consumer]
+            "metadata.recovery.rebootstrap.trigger.ms" = 2000
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.out_of_group_limit_ms().unwrap(), 14_000);
+        let bad: KafkaConfig =
+            toml::from_str(r#""metadata.recovery.rebootstrap.trigger.ms" = "soon""#).unwrap();
+        let e = bad.out_of_group_limit_ms().unwrap_err().to_string();
+        assert!(e.contains("rebootstrap.trigger.ms"), "{e}");
+    }
 
     #[test]
     fn values_of_every_toml_type_become_librdkafka_strings_per_client_kind() {

@@ -15,6 +15,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
 
 use super::guarantee::Guarantee;
+use super::membership::{GroupView, Membership, Standing};
 use super::partition::{describe, describe_partitions, partitions_of, Partition};
 use super::tracker::{lock, OffsetTracker};
 use crate::health::Lifecycle;
@@ -45,6 +46,9 @@ pub struct StageContext {
     /// Whether the consumer is in its group (readiness): held on an
     /// assignment and while statistics say the group is up and steady.
     group: Arc<Signal>,
+    /// Since when statistics have said the consumer is out of its group;
+    /// past its bound the stage fails.
+    membership: Mutex<Membership>,
     /// How outputs and offsets reach the broker: under exactly_once the
     /// worker's transactions, committed for the revoked partitions before
     /// they go, and told of every reset.
@@ -60,8 +64,10 @@ impl StageContext {
         metrics: Arc<StageMetrics>,
         lifecycle: Lifecycle,
         drain_timeout: Duration,
+        out_of_group_limit: Duration,
     ) -> Self {
         StageContext {
+            membership: Mutex::new(Membership::new(out_of_group_limit)),
             tracker,
             metrics,
             lifecycle,
@@ -207,15 +213,18 @@ impl StageContext {
 
 impl ClientContext for StageContext {
     fn stats(&self, statistics: Statistics) {
-        // Joined with or without partitions: up (coordinator known and
-        // connected) and steady (no join or sync in progress).
-        match &statistics.cgrp {
-            Some(group) if group.state == "up" && group.join_state == "steady" => self.group.hold(),
-            Some(group) => self.group.fail(format!(
-                "the consumer is not in its group (group state {}, join state {})",
-                group.state, group.join_state
-            )),
-            None => self.group.fail("the consumer has not joined its group yet"),
+        let standing = self
+            .membership
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(&GroupView::of(&statistics), Instant::now());
+        match standing {
+            Standing::In => self.group.hold(),
+            Standing::Out(why) => self.group.fail(why),
+            Standing::Lost(why) => {
+                self.group.fail(why.clone());
+                self.lifecycle.fail(why);
+            }
         }
         // librdkafka reports -1 for partitions without a known lag.
         let lag: i64 = statistics

@@ -1,5 +1,6 @@
 //! Kafka plumbing shared by both stages: client settings and construction
-//! (`settings`, `consumer` with its `context`, `producers`), the offset
+//! (`settings`, `consumer` with its `context` and how long it may stay out of
+//! its group, `membership`; `producers`), the offset
 //! tracker and its commit point, one handle per taken message and its
 //! intake holds, the dead-letter producer, producing with bounds, the
 //! delivery guarantee (`guarantee`: at-least-once, or exactly-once over the
@@ -23,6 +24,7 @@ pub mod ending;
 pub mod guarantee;
 pub mod held;
 pub mod hold;
+pub mod membership;
 pub mod message;
 pub mod partition;
 pub mod produce;

@@ -28,6 +28,7 @@ use super::contract::{log_released, Closures, Stage, Work};
 use super::dlq::DeadLetters;
 use super::guarantee::{Guarantee, TransactionalProducer};
 use super::hold::Hold;
+use super::membership::out_of_group_limit;
 use super::message::{Delivery, RecordMeta, Rejected, Taken};
 use super::partition::Partition;
 use super::tracker::OffsetTracker;
@@ -152,6 +153,7 @@ impl StageLoop {
             metrics.clone(),
             lifecycle.clone(),
             options.drain_timeout,
+            out_of_group_limit(config),
         );
         let consumer = Arc::new(create_consumer(
             config,

@@ -387,6 +387,24 @@ kill -0 "$TEST_PID" 2>/dev/null || rm -rf "$NODE_DIR"
         }
     }
 
+    /// SIGSTOP: the node stops answering, connections stay open, as under
+    /// a long pause or a starved machine. [`KafkaNode::resume`] before the
+    /// node is dropped.
+    pub fn stall(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`KafkaNode::stall`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.jvm_pid().expect("the Kafka node's pid");
+        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig} {pid} failed");
+    }
+
     /// Starts it again on the same ports and data.
     pub fn start_again(&mut self) {
         assert!(self.guard.is_none(), "the Kafka node is still running");

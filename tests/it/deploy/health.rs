@@ -475,3 +475,44 @@ fn stage_endpoints_bind_to_loopback_by_default() {
         assert!(addr.ip().is_loopback(), "{addr}");
     }
 }
+
+/// A broker that stops answering (SIGSTOP: connections stay open, as on a
+/// starved machine) past the consumer's bound: the stage does not wait
+/// unready forever (librdkafka 2.12 was seen never to find its coordinator
+/// again after such a stall); it stops, exit 1, once out of its group for
+/// twice `session.timeout.ms` plus `metadata.recovery.rebootstrap.trigger.ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stage_out_of_its_group_past_its_bound_stops() {
+    let broker = common::own_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    common::own_topics(&mut config.advantages, "scored", "advantages");
+    config.kafka.insert("session.timeout.ms", "6000");
+    config.kafka.insert("heartbeat.interval.ms", "500");
+    config
+        .kafka
+        .insert("metadata.recovery.rebootstrap.trigger.ms", "2000");
+    config.hints.drain_timeout_secs = 2;
+    config.advantages.drain_timeout_secs = 2;
+    let bound = Duration::from_secs(2 * 6 + 2);
+    let advantages = MetricsEndpoint::free();
+    config.advantages.metrics_addr = advantages.addr();
+    common::create_advantages_topics(&config, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = common::write_config(&config, dir.path());
+    let mut process = start("advantages", &file, None);
+    advantages.wait_assigned("advantages", || process.log()).await;
+
+    broker.stall();
+    let stalled = Instant::now();
+    let status = tokio::task::block_in_place(|| process.wait_exit(Duration::from_secs(120)));
+    let took = stalled.elapsed();
+    broker.resume();
+    let status =
+        status.unwrap_or_else(|| panic!("the stage still runs 120 s into the stall:\n{}", process.log()));
+    assert_eq!(status.code(), Some(1), "{}", process.log());
+    assert!(
+        took >= bound,
+        "it stopped {took:?} into the stall, before its bound of {bound:?}"
+    );
+    println!("stopped {took:?} into the stall (bound {bound:?})");
+}
