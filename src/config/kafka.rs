@@ -468,9 +468,10 @@ impl KafkaConfig {
 
     /// How long a stage's consumer may stay out of its group before the
     /// stage gives up: twice `session.timeout.ms` (a rejoin after the group
-    /// evicted the member) plus `metadata.recovery.rebootstrap.trigger.ms`
-    /// (librdkafka's own recovery when it can reach no broker). 390 s with
-    /// librdkafka's defaults.
+    /// evicted the member) plus the longer of `max.poll.interval.ms` (how
+    /// long a rebalance may wait for the group's members) and
+    /// `metadata.recovery.rebootstrap.trigger.ms` (librdkafka's own recovery
+    /// when it can reach no broker). 390 s with librdkafka's defaults.
     pub fn out_of_group_limit_ms(&self) -> Result<u64, ConfigError> {
         let rebootstrap = match self.get(ClientKind::Consumer, "metadata.recovery.rebootstrap.trigger.ms") {
             Some(v) => v.trim().parse().map_err(|_| {
@@ -480,7 +481,7 @@ impl KafkaConfig {
             })?,
             None => LIBRDKAFKA_REBOOTSTRAP_TRIGGER_MS,
         };
-        Ok(2 * self.session_timeout_ms()? + rebootstrap)
+        Ok(2 * self.session_timeout_ms()? + rebootstrap.max(self.max_poll_interval_ms()?))
     }
 
     /// The consumers' `session.timeout.ms`, which a stage's drain must stay
@@ -536,18 +537,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_out_of_group_bound_is_two_sessions_and_the_rebootstrap_trigger() {
+    fn the_out_of_group_bound_is_two_sessions_and_the_longer_of_a_rebalance_and_the_rebootstrap_trigger() {
         let defaults = KafkaConfig::default();
         assert_eq!(defaults.out_of_group_limit_ms().unwrap(), 390_000);
         let config: KafkaConfig = toml::from_str(
             r#"
             "session.timeout.ms" = 6000
             [consumer]
+            "max.poll.interval.ms" = 7000
             "metadata.recovery.rebootstrap.trigger.ms" = 2000
             "#,
         )
         .unwrap();
-        assert_eq!(config.out_of_group_limit_ms().unwrap(), 14_000);
+        assert_eq!(config.out_of_group_limit_ms().unwrap(), 19_000);
         let bad: KafkaConfig =
             toml::from_str(r#""metadata.recovery.rebootstrap.trigger.ms" = "soon""#).unwrap();
         let e = bad.out_of_group_limit_ms().unwrap_err().to_string();

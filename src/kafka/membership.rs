@@ -2,8 +2,9 @@
 //! and how long it may stay out before the stage gives up.
 //!
 //! A member the group evicted (a stall past `session.timeout.ms`) rejoins by
-//! itself, and a client that can reach no broker bootstraps again after
-//! `metadata.recovery.rebootstrap.trigger.ms`. Past both, waiting longer
+//! itself, a rebalance waits for the group's members up to
+//! `max.poll.interval.ms`, and a client that can reach no broker bootstraps
+//! again after `metadata.recovery.rebootstrap.trigger.ms`. Past both, waiting longer
 //! does not help: librdkafka 2.12 was seen to drop every broker of a
 //! consumer after its broker stalled for a minute, and to query for the
 //! group's coordinator with no broker to ask from then on. The stage then
@@ -113,7 +114,8 @@ impl Membership {
         };
         Standing::Lost(format!(
             "the consumer has been out of its group for {} s, past its bound of {} s (twice \
-             kafka.\"session.timeout.ms\" plus kafka.\"metadata.recovery.rebootstrap.trigger.ms\"); \
+             kafka.\"session.timeout.ms\" plus the longer of kafka.\"max.poll.interval.ms\" and \
+             kafka.\"metadata.recovery.rebootstrap.trigger.ms\"); \
              {state}; {brokers}. The stage stops so that whatever runs it starts it afresh; \
              check that the brokers at bootstrap_servers answer",
             out_for.as_secs(),

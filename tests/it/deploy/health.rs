@@ -480,7 +480,8 @@ fn stage_endpoints_bind_to_loopback_by_default() {
 /// starved machine) past the consumer's bound: the stage does not wait
 /// unready forever (librdkafka 2.12 was seen never to find its coordinator
 /// again after such a stall); it stops, exit 1, once out of its group for
-/// twice `session.timeout.ms` plus `metadata.recovery.rebootstrap.trigger.ms`.
+/// twice `session.timeout.ms` plus the longer of `max.poll.interval.ms` and
+/// `metadata.recovery.rebootstrap.trigger.ms`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stage_out_of_its_group_past_its_bound_stops() {
     let broker = common::own_kafka();
@@ -488,12 +489,13 @@ async fn a_stage_out_of_its_group_past_its_bound_stops() {
     common::own_topics(&mut config.advantages, "scored", "advantages");
     config.kafka.insert("session.timeout.ms", "6000");
     config.kafka.insert("heartbeat.interval.ms", "500");
+    config.kafka.insert("max.poll.interval.ms", "6000");
     config
         .kafka
         .insert("metadata.recovery.rebootstrap.trigger.ms", "2000");
     config.hints.drain_timeout_secs = 2;
     config.advantages.drain_timeout_secs = 2;
-    let bound = Duration::from_secs(2 * 6 + 2);
+    let bound = Duration::from_secs(2 * 6 + 6);
     let advantages = MetricsEndpoint::free();
     config.advantages.metrics_addr = advantages.addr();
     common::create_advantages_topics(&config, 2).await;
