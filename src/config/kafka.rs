@@ -363,6 +363,7 @@ impl KafkaConfig {
             }
         }
         self.drain_bound()?;
+        self.out_of_group_limit_ms()?;
         self.producer_message_max_bytes()?;
         self.validate_our_keys()
     }

@@ -46,8 +46,8 @@ pub struct StageContext {
     /// Whether the consumer is in its group (readiness): held on an
     /// assignment and while statistics say the group is up and steady.
     group: Arc<Signal>,
-    /// Since when statistics have said the consumer is out of its group;
-    /// past its bound the stage fails.
+    /// Since when statistics have said the consumer is without its group's
+    /// coordinator; past its bound the stage fails.
     membership: Mutex<Membership>,
     /// How outputs and offsets reach the broker: under exactly_once the
     /// worker's transactions, committed for the revoked partitions before
@@ -223,7 +223,12 @@ impl ClientContext for StageContext {
             Standing::Out(why) => self.group.fail(why),
             Standing::Lost(why) => {
                 self.group.fail(why.clone());
-                self.lifecycle.fail(why);
+                // A report that comes while the stage stops (closing the
+                // consumer polls its queue) does not turn the stop into a
+                // failure.
+                if !self.lifecycle.is_stopping() {
+                    self.lifecycle.fail(why);
+                }
             }
         }
         // librdkafka reports -1 for partitions without a known lag.
@@ -262,6 +267,10 @@ impl ConsumerContext for StageContext {
                 tracing::info!(partitions = %describe_partitions(&partitions), "partitions assigned");
                 self.metrics.rebalanced("assign");
                 self.reset(&partitions);
+                self.membership
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .assigned();
                 self.group.hold();
             }
             Rebalance::Error(e) => {
