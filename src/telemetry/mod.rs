@@ -12,10 +12,12 @@
 //! Numeric span fields are `i64`: tracing-opentelemetry exports other
 //! integer types as text.
 //!
-//! One file per job: [`logs`] (the log layer), [`export`] (OTLP) and
+//! One file per job: [`logs`] (the log layer), `expected` (librdkafka's
+//! warnings of expected states, left out of it), [`export`] (OTLP) and
 //! [`propagation`] (`traceparent` on Kafka headers). Imports nothing of the
 //! crate.
 
+mod expected;
 pub mod export;
 pub mod logs;
 pub mod propagation;
@@ -53,7 +55,11 @@ pub fn init(format: LogFormat, default_level: &str, service: &str) -> Result<Tel
     let provider = export::provider(service)?;
     let traces = provider.as_ref().map(export::layer);
     tracing_subscriber::registry()
-        .with(logs::layer(format).with_filter(filter))
+        .with(
+            logs::layer(format)
+                .with_filter(filter)
+                .with_filter(expected::ExpectedStates),
+        )
         .with(traces)
         .try_init()?;
     Ok(Telemetry::started(provider))
