@@ -115,6 +115,18 @@ RUST_LOG=info "$bin" advantages --config "$config" >"$logs/stage2.log" 2>&1 &
 stage_pids+=($!)
 say "stage 1 and stage 2 running (logs: $logs/stage1.log, $logs/stage2.log)"
 
+status=0
 "$python" -m hintstream.rl_demo --bootstrap "$bootstrap" --arms "$arms" --steps "$steps" --seed "$seed" \
-  --out "$out" --hint-timeout 180 "$@" 2> >(tee "$logs/trainer.log" >&2)
+  --out "$out" --hint-timeout 180 "$@" 2> >(tee "$logs/trainer.log" >&2) || status=$?
+if [ "$status" -ne 0 ]; then
+  # A trainer that timed out waiting for hints or advantages: say whether a stage had stopped.
+  for i in 0 1; do
+    if ! kill -0 "${stage_pids[$i]}" 2>/dev/null; then
+      log="$logs/stage$((i + 1)).log"
+      say "stage $((i + 1)) had stopped; its last lines ($log):"
+      tail -n 3 "$log" >&2
+    fi
+  done
+  exit "$status"
+fi
 say "report: $out/report.json; curves: $out/index.html"
