@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::statistics::Statistics;
 
+use super::settings::client_brokers;
 use crate::config::Config;
 
 /// The bound of `config`'s consumers: see
@@ -59,11 +60,7 @@ impl GroupView {
                 .cgrp
                 .as_ref()
                 .map(|g| (g.state.clone(), g.join_state.clone())),
-            brokers: statistics
-                .brokers
-                .values()
-                .filter(|b| b.source == "learned" || b.source == "configured")
-                .count(),
+            brokers: client_brokers(statistics).count(),
         }
     }
 

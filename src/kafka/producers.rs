@@ -11,7 +11,7 @@ use rdkafka::error::KafkaResult;
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
 
-use super::settings::{apply, ensure_statistics};
+use super::settings::{apply, client_brokers, ensure_statistics};
 use crate::config::{ClientKind, Config};
 use crate::health::Signal;
 
@@ -64,12 +64,7 @@ pub struct OutputContext {
 
 impl ClientContext for OutputContext {
     fn stats(&self, statistics: Statistics) {
-        // The internal and logical "brokers" are librdkafka's own.
-        let brokers: Vec<_> = statistics
-            .brokers
-            .values()
-            .filter(|b| b.source == "learned" || b.source == "configured")
-            .collect();
+        let brokers: Vec<_> = client_brokers(&statistics).collect();
         if brokers.iter().any(|b| b.state == "UP") {
             self.connected.hold();
         } else {

@@ -5,6 +5,7 @@
 //! (`consumer`, `producers`), and nowhere else.
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::statistics::{Broker, Statistics};
 
 use crate::config::{ClientKind, Config};
 
@@ -48,4 +49,13 @@ pub(crate) fn ensure_statistics(client: &mut ClientConfig) {
     if !set {
         client.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
     }
+}
+
+/// The brokers a client's statistics list that are real ones, bootstrap or
+/// learned: not librdkafka's internal and logical "brokers".
+pub(crate) fn client_brokers(statistics: &Statistics) -> impl Iterator<Item = &Broker> {
+    statistics
+        .brokers
+        .values()
+        .filter(|b| b.source == "learned" || b.source == "configured")
 }
