@@ -459,11 +459,18 @@ impl KafkaConfig {
 
     /// The consumers' `max.poll.interval.ms`.
     fn max_poll_interval_ms(&self) -> Result<u64, ConfigError> {
-        match self.get(ClientKind::Consumer, "max.poll.interval.ms") {
-            Some(v) => v.trim().parse().map_err(|_| {
-                ConfigError::Invalid(format!("kafka.\"max.poll.interval.ms\" = {v:?} is not a number"))
-            }),
-            None => Ok(LIBRDKAFKA_MAX_POLL_INTERVAL_MS),
+        self.consumer_number("max.poll.interval.ms", LIBRDKAFKA_MAX_POLL_INTERVAL_MS)
+    }
+
+    /// The consumers' numeric property `key`, or librdkafka's `default`
+    /// when no table sets it.
+    fn consumer_number(&self, key: &str, default: u64) -> Result<u64, ConfigError> {
+        match self.get(ClientKind::Consumer, key) {
+            Some(v) => v
+                .trim()
+                .parse()
+                .map_err(|_| ConfigError::Invalid(format!("kafka.\"{key}\" = {v:?} is not a number"))),
+            None => Ok(default),
         }
     }
 
@@ -474,14 +481,10 @@ impl KafkaConfig {
     /// `metadata.recovery.rebootstrap.trigger.ms` (librdkafka's own recovery
     /// when it can reach no broker). 390 s with librdkafka's defaults.
     pub fn out_of_group_limit_ms(&self) -> Result<u64, ConfigError> {
-        let rebootstrap = match self.get(ClientKind::Consumer, "metadata.recovery.rebootstrap.trigger.ms") {
-            Some(v) => v.trim().parse().map_err(|_| {
-                ConfigError::Invalid(format!(
-                    "kafka.\"metadata.recovery.rebootstrap.trigger.ms\" = {v:?} is not a number"
-                ))
-            })?,
-            None => LIBRDKAFKA_REBOOTSTRAP_TRIGGER_MS,
-        };
+        let rebootstrap = self.consumer_number(
+            "metadata.recovery.rebootstrap.trigger.ms",
+            LIBRDKAFKA_REBOOTSTRAP_TRIGGER_MS,
+        )?;
         Ok(2 * self.session_timeout_ms()? + rebootstrap.max(self.max_poll_interval_ms()?))
     }
 
