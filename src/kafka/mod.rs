@@ -33,6 +33,7 @@ pub mod settings;
 pub mod tail;
 pub mod tracker;
 pub mod transaction;
+pub(crate) mod transient;
 pub mod worker;
 
 pub use commit::{Committer, Ticket};

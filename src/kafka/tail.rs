@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use tracing::Instrument;
 
 use super::client_config;
+use super::transient::retry_transient;
 use crate::config::{ClientKind, Config};
 
 /// How long one metadata or watermark request may take.
@@ -331,8 +332,21 @@ fn reader_config(config: &Config) -> rdkafka::ClientConfig {
     client
 }
 
-/// Every partition of `topic` (a blocking metadata call, off the runtime).
+/// Every partition of `topic` (a blocking metadata call, off the runtime;
+/// asked again while the broker answers with a transient error, such as a
+/// leader being elected, for at most [`METADATA_TIMEOUT`] of waits).
 async fn partitions_of(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
+    let kafka_of: fn(&TailError) -> Option<&KafkaError> = |e| match e {
+        TailError::Kafka(k) => Some(k),
+        _ => None,
+    };
+    retry_transient(METADATA_TIMEOUT, kafka_of, || {
+        partitions_now(consumer.clone(), topic.clone())
+    })
+    .await
+}
+
+async fn partitions_now(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
     tokio::task::spawn_blocking(move || {
         let metadata = consumer.fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
         let t = metadata

@@ -20,6 +20,7 @@ use thiserror::Error;
 use super::recorded::RecordedMessage;
 use crate::config::Config;
 use crate::kafka::client_config;
+use crate::kafka::transient::retry_transient;
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -59,7 +60,16 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
         // exactly_once an aborted output is never recorded.
         .set("isolation.level", "read_committed");
     let consumer: StreamConsumer<EofIsNotAnError> = client.create_with_context(EofIsNotAnError)?;
-    let ends = end_offsets(&client, &options.topic).await?;
+    // A leader that is moving answers "not leader": asked again, within the
+    // idle bound.
+    let kafka_of: fn(&RecordError) -> Option<&KafkaError> = |e| match e {
+        RecordError::Kafka(k) => Some(k),
+        _ => None,
+    };
+    let ends = retry_transient(options.idle_timeout, kafka_of, || {
+        end_offsets(&client, &options.topic)
+    })
+    .await?;
     let mut tpl = TopicPartitionList::new();
     let mut remaining: HashSet<i32> = HashSet::new();
     for (&partition, &(low, _)) in &ends {

@@ -1,0 +1,142 @@
+//! Errors of a one-off broker question (metadata, watermarks, offsets) that
+//! the broker itself calls retriable: a leader that moved or is being
+//! elected, a request that timed out, a connection that dropped. librdkafka
+//! retries these inside a consumer's fetch loop, but returns them from its
+//! blocking calls (`fetch_metadata`, `fetch_watermarks`, `offsets_for_times`);
+//! their callers ask again, with backoff, up to a bound.
+
+use std::future::Future;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+/// Whether the broker or librdkafka marks `error` as retriable: asking again
+/// a moment later may succeed.
+pub(crate) fn is_transient(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            NotLeaderForPartition
+                | LeaderNotAvailable
+                | ReplicaNotAvailable
+                | FencedLeaderEpoch
+                | UnknownLeaderEpoch
+                | OffsetNotAvailable
+                | NotEnoughReplicas
+                | RequestTimedOut
+                | NetworkException
+                | KafkaStorageError
+                | OperationTimedOut
+                | BrokerTransportFailure
+                | AllBrokersDown
+                | PreviousInProgress
+        )
+    )
+}
+
+/// Calls `op` until it succeeds, fails with an error that is not transient
+/// ([`is_transient`] on the Kafka error `kafka_of` finds in it), or the
+/// backoff (100 ms doubling to 2 s) has waited `within` in all; then its
+/// last error is returned.
+pub(crate) async fn retry_transient<T, E, F, Fut>(
+    within: Duration,
+    kafka_of: fn(&E) -> Option<&KafkaError>,
+    op: F,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(2))
+        .with_total_delay(Some(within))
+        .without_max_times();
+    op.retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|e| kafka_of(e).is_some_and(is_transient))
+        .notify(|e, wait| tracing::debug!(error = %e, ?wait, "a transient broker error; asking again"))
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_moved_leader_is_transient_and_a_missing_topic_or_denied_access_is_not() {
+        assert!(is_transient(&KafkaError::MetadataFetch(
+            RDKafkaErrorCode::NotLeaderForPartition
+        )));
+        assert!(is_transient(&KafkaError::MetadataFetch(
+            RDKafkaErrorCode::OperationTimedOut
+        )));
+        assert!(!is_transient(&KafkaError::MetadataFetch(
+            RDKafkaErrorCode::TopicAuthorizationFailed
+        )));
+        assert!(!is_transient(&KafkaError::MetadataFetch(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+        )));
+        assert!(!is_transient(&KafkaError::Canceled));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_errors_are_asked_again_until_an_answer_and_others_return_at_once() {
+        let calls = AtomicUsize::new(0);
+        let answer: Result<u32, KafkaError> = retry_transient(
+            Duration::from_secs(10),
+            |e| Some(e),
+            || async {
+                match calls.fetch_add(1, Ordering::SeqCst) {
+                    0 | 1 => Err(KafkaError::MetadataFetch(RDKafkaErrorCode::NotLeaderForPartition)),
+                    _ => Ok(7),
+                }
+            },
+        )
+        .await;
+        assert_eq!(answer.unwrap(), 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+        let calls = AtomicUsize::new(0);
+        let refused: Result<u32, KafkaError> = retry_transient(
+            Duration::from_secs(10),
+            |e| Some(e),
+            || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(KafkaError::MetadataFetch(
+                    RDKafkaErrorCode::TopicAuthorizationFailed,
+                ))
+            },
+        )
+        .await;
+        assert!(refused.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_error_that_lasts_is_returned_once_the_bound_is_spent() {
+        let started = tokio::time::Instant::now();
+        let calls = AtomicUsize::new(0);
+        let last: Result<u32, KafkaError> = retry_transient(
+            Duration::from_secs(5),
+            |e| Some(e),
+            || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(KafkaError::MetadataFetch(RDKafkaErrorCode::LeaderNotAvailable))
+            },
+        )
+        .await;
+        assert!(last.is_err());
+        assert!(calls.load(Ordering::SeqCst) > 2);
+        assert!(
+            started.elapsed() <= Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
