@@ -113,6 +113,11 @@ struct Args {
     /// the system temp folder].
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Output messages the echo keeps in the producer at once: the worker's
+    /// `CHUNKS_IN_FLIGHT` (8) by default, 1 for one acknowledgement after
+    /// another (the worker's sending before 2026-12-02).
+    #[arg(long, default_value_t = 8)]
+    echo_in_flight: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -342,14 +347,17 @@ struct EchoPlan {
 
 /// The broker-only baseline: consumes `input` and, once the planned step's
 /// messages are all in, publishes messages of the planned sizes on
-/// `output` (each acknowledged before the next) and a metrics message.
+/// `output` (`in_flight` at a time, as the worker sends its chunks) and a
+/// metrics message.
 fn start_echo(
     config: &Config,
     input: &str,
     output: String,
     metrics: String,
     plan: Arc<Mutex<EchoPlan>>,
+    in_flight: usize,
 ) -> Result<()> {
+    let in_flight = in_flight.max(1);
     let consumer = from_the_start(config, "steppath-echo", &[input])?;
     let producer = create_producer(config)?;
     tokio::spawn(async move {
@@ -372,19 +380,25 @@ fn start_echo(
             };
             let (key, rows, sizes) = job;
             let count = sizes.len();
-            for (i, size) in sizes.into_iter().enumerate() {
-                let payload = vec![0u8; size];
-                let chunk = chunk_header_values(i, count, rows);
-                let sent = producer
-                    .send(
+            let payloads: Vec<Vec<u8>> = sizes.into_iter().map(|size| vec![0u8; size]).collect();
+            let sends: Vec<_> = payloads
+                .iter()
+                .enumerate()
+                .map(|(i, payload)| {
+                    let chunk = chunk_header_values(i, count, rows);
+                    producer.send(
                         FutureRecord::to(&output)
                             .key(&key)
-                            .payload(&payload)
+                            .payload(payload)
                             .headers(headers(chunk.iter().map(|(k, v)| (*k, v.as_str())))),
                         Duration::from_secs(60),
                     )
-                    .await;
-                if let Err((e, _)) = sent {
+                })
+                .collect();
+            // As many in flight as the worker keeps: the same sending, no work.
+            let mut sent = futures::stream::iter(sends).buffered(in_flight);
+            while let Some(result) = sent.next().await {
+                if let Err((e, _)) = result {
                     eprintln!("echo: producing to {output}: {e}");
                 }
             }
@@ -793,7 +807,7 @@ fn mb(bytes: usize) -> String {
 /// Figures of one (rows, format, path): its samples.
 type Results = BTreeMap<(usize, Format, Via), Vec<Sample>>;
 
-fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) {
+fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, echo_in_flight: usize) {
     println!("### hintstream: last input acknowledged → step's metrics and every chunk consumed\n");
     println!(
         "| rows | input | input msgs | input MB | produce s | output chunks | output MB | end-to-end ms (median / min) | intake ms | compute ms | rest ms | rows/s | JSON ÷ Arrow, end-to-end | JSON ÷ Arrow, first send → out | worker peak RSS MB |"
@@ -867,7 +881,7 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) 
         "\n{repeats} step(s) each. intake: from the last acknowledgement until the worker had taken every input \
          message (its messages_received counter, polled every 10 ms: fetch, decode, assembly left). compute: \
          the worker's compute_seconds (string ids → dense ids, kernel). rest: end-to-end − intake − compute \
-         (concatenating the parts, encoding, publishing the chunks one acknowledgement at a time, the metrics, \
+         (concatenating the parts, encoding, publishing the chunks, the metrics, \
          the reader's fetch). rows/s: rows ÷ median end-to-end. worker peak RSS: the worker process's high-water \
          mark (VmHWM) after these steps, so it covers every step run before them: give --rows in ascending \
          order (JSON runs before Arrow by default) to read it per size."
@@ -902,8 +916,8 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize) 
     }
     println!(
         "\necho: consumes the step's input (no decoding), then publishes messages of the sizes the worker's chunks \
-         had, each acknowledged before the next, and a small metrics message; timed like the worker. echo intake: \
-         from the last acknowledgement until the echo had every input message."
+         had, {echo_in_flight} at a time (--echo-in-flight), and a small metrics message; timed like the worker. \
+         echo intake: from the last acknowledgement until the echo had every input message."
     );
 }
 
@@ -1018,6 +1032,7 @@ async fn run(args: Args) -> Result<()> {
             topics.echo_output.clone(),
             topics.echo_metrics.clone(),
             echo.clone(),
+            args.echo_in_flight,
         )?;
     }
 
@@ -1116,6 +1131,11 @@ async fn run(args: Args) -> Result<()> {
     }
     eprintln!("worker peak RSS {} MB", bench.worker.peak_rss_mb());
     bench.worker.stop();
-    print_tables(&results, &skipped, args.repeats.max(1));
+    print_tables(
+        &results,
+        &skipped,
+        args.repeats.max(1),
+        args.echo_in_flight.max(1),
+    );
     Ok(())
 }

@@ -40,8 +40,8 @@ use super::metrics::AdvantageMetrics;
 use super::outcomes::hint_outcomes;
 use super::step_metrics::{step_metrics, MetricOptions, StepMetrics};
 use crate::batch::chunk::{
-    attempt_id, chunk_header_values, encode_chunks, Chunks, ATTEMPT_HEADER, CHUNKS_HEADER, CHUNK_HEADER,
-    ROWS_HEADER,
+    attempt_id, chunk_header_values, encode_chunks, Chunk, Chunks, ATTEMPT_HEADER, CHUNKS_HEADER,
+    CHUNK_HEADER, ROWS_HEADER,
 };
 use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
@@ -53,6 +53,13 @@ use crate::normalize::{AdvantageOptions, Device, HintedWeight, Ran};
 
 /// Header that says which kernel computed a published step.
 pub const DEVICE_HEADER: &str = "hintstream.device";
+
+/// A step's chunks in the producer at once. Each waits for its own
+/// acknowledgement (a produce request's round trip, `linger.ms` included);
+/// a few at a time fill the connection instead (librdkafka sends up to five
+/// requests in flight to a broker with the idempotent producer), while the
+/// bytes not yet handed over stay bounded.
+const CHUNKS_IN_FLIGHT: usize = 8;
 
 /// At most the first 64 characters of an id, for a reason text (dead-letter
 /// reasons are cut at 1 KiB: a huge id must not push the advice out).
@@ -268,19 +275,24 @@ impl StepOutput {
         parked: &Settlement,
     ) -> Result<(), Unpublished> {
         let result = self.compute(id, rows).await?;
+        let encoding = Instant::now();
         let mut encoded = self.encode(id, result, duplicates).await?;
+        let encode_ms = encoding.elapsed().as_millis() as u64;
         let learned = self
             .learning
             .step_metrics(&id.run_id, id.step, &encoded.outcomes)
             .await;
         encoded.metrics.extend(learned);
+        let sending = Instant::now();
         self.send_chunks(id, &encoded, parked).await?;
+        let chunks_ms = sending.elapsed().as_millis() as u64;
         self.send_outcomes(id, &encoded.outcomes, parked).await?;
         self.send_metrics(id, &encoded, parked).await?;
         self.metrics.step_published(encoded.rows, encoded.extreme);
         tracing::info!(
             run_id = %id.run_id, step = id.step, rows = encoded.rows, chunks = encoded.chunks.len(),
-            device = encoded.device, extreme = encoded.extreme, "advantages published"
+            device = encoded.device, extreme = encoded.extreme, encode_ms, chunks_ms,
+            "advantages published"
         );
         Ok(())
     }
@@ -384,37 +396,24 @@ impl StepOutput {
         })
     }
 
-    /// Sends the chunks one after another, each acknowledged before the
-    /// next, so that they sit in order on the key's partition.
+    /// Sends the chunks, up to [`CHUNKS_IN_FLIGHT`] at a time, handed to the
+    /// producer in index order (which keeps them in order on the key's
+    /// partition unless one is retried; a reader gathers a step's chunks by
+    /// index, whatever their order). A failure ends the sending at the first
+    /// chunk, in index order, that failed.
     async fn send_chunks(
         &self,
         id: &StepId,
         encoded: &Encoded,
         parked: &Settlement,
     ) -> Result<(), Unpublished> {
+        use futures::StreamExt;
         let count = encoded.chunks.len();
-        for (index, chunk) in encoded.chunks.chunks.iter().enumerate() {
-            let chunk_headers = chunk_header_values(index, count, encoded.rows);
-            let published = parked
-                .send(
-                    &self.producer,
-                    &Outgoing {
-                        topic: &self.output_topic,
-                        key: Some(encoded.key.as_bytes()),
-                        payload: Some(&chunk.payload),
-                        headers: headers(
-                            [
-                                ("content-type", ARROW_STREAM_CONTENT_TYPE),
-                                (DEVICE_HEADER, encoded.device),
-                                (ATTEMPT_HEADER, encoded.attempt.as_str()),
-                            ]
-                            .into_iter()
-                            .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
-                        ),
-                    },
-                    &self.lifecycle,
-                )
-                .await;
+        let sends: Vec<_> = (encoded.chunks.chunks.iter().enumerate())
+            .map(|(index, chunk)| self.send_chunk(encoded, index, chunk, parked))
+            .collect();
+        let mut sent = futures::stream::iter(sends).buffered(CHUNKS_IN_FLIGHT);
+        while let Some((index, published)) = sent.next().await {
             match published {
                 Ok(_) => self.metrics.chunk_published(),
                 Err(SendError::Permanent(source)) => {
@@ -422,7 +421,7 @@ impl StepOutput {
                         step: id.name(),
                         index,
                         count,
-                        bytes: chunk.payload.len(),
+                        bytes: encoded.chunks.chunks[index].payload.len(),
                         source: Box::new(source),
                         topic: self.output_topic.clone(),
                     })
@@ -437,6 +436,35 @@ impl StepOutput {
             }
         }
         Ok(())
+    }
+
+    /// Sends chunk `index` of the step (the number, for the caller).
+    async fn send_chunk(
+        &self,
+        encoded: &Encoded,
+        index: usize,
+        chunk: &Chunk,
+        parked: &Settlement,
+    ) -> (usize, Result<(), SendError>) {
+        let chunk_headers = chunk_header_values(index, encoded.chunks.len(), encoded.rows);
+        let outgoing = Outgoing {
+            topic: &self.output_topic,
+            key: Some(encoded.key.as_bytes()),
+            payload: Some(&chunk.payload),
+            headers: headers(
+                [
+                    ("content-type", ARROW_STREAM_CONTENT_TYPE),
+                    (DEVICE_HEADER, encoded.device),
+                    (ATTEMPT_HEADER, encoded.attempt.as_str()),
+                ]
+                .into_iter()
+                .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
+            ),
+        };
+        (
+            index,
+            parked.send(&self.producer, &outgoing, &self.lifecycle).await,
+        )
     }
 
     /// Sends the step's hint outcomes, after its last chunk, all at once,

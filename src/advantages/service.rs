@@ -91,6 +91,13 @@ impl StepPublisher {
     /// sent by a task of their own: their messages may sit on partitions
     /// other than this message's, whose revoke must not cancel them.
     async fn settle(self: Arc<Self>, assembled: Assembled) {
+        if matches!(assembled.status, StepStatus::Pending) && assembled.evicted.is_empty() {
+            return;
+        }
+        // What follows (a whole step's concatenation, compute and publish;
+        // dead letters) runs as the message's task, not in the consume loop
+        // that polls this future first (`FIRST_POLL_IN_LOOP`).
+        tokio::task::yield_now().await;
         for step in assembled.evicted {
             let reason = format!(
                 "step {}/{} was evicted incomplete ({} rows, {} bytes) to keep pending steps under \
@@ -189,6 +196,8 @@ impl StepPublisher {
 impl Stage for StepPublisher {
     type Input = ScoredInput;
     const PARKS: &'static str = "pending steps";
+    // Most messages only join their step: `settle` is then done at once.
+    const FIRST_POLL_IN_LOOP: bool = true;
 
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
         decode_scored_bounded(payload, meta, self.limits, self.max_decoded_bytes)

@@ -49,6 +49,13 @@ pub trait Stage {
     /// then counts a payload twice, near what it holds in memory.
     const HOLDS_DECODED: bool = false;
 
+    /// Whether the consume loop polls a handler's future once itself before
+    /// it spawns it as a task: for a stage whose handler mostly finishes at
+    /// once (stage 2 parks most messages in its assembler), a message then
+    /// costs no task and no wakeup of another thread. Such a handler must
+    /// yield before any slow work, which would otherwise hold up intake.
+    const FIRST_POLL_IN_LOOP: bool = false;
+
     /// The stage's input, or why the message can never be processed.
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Self::Input, Rejected>;
 

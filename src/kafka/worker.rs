@@ -441,7 +441,7 @@ impl Intake {
                     input,
                     message: taken,
                 }));
-                self.tasks.spawn(telemetry::scope(
+                let task = telemetry::scope(
                     input_trace,
                     async move {
                         tokio::select! {
@@ -450,7 +450,29 @@ impl Intake {
                         }
                     }
                     .instrument(span),
-                ));
+                );
+                if !S::FIRST_POLL_IN_LOOP {
+                    self.tasks.spawn(task);
+                    return;
+                }
+                // Polled here once; a task only when it is not done. A
+                // future that is polled again registers its task's waker
+                // then, so nothing the no-op waker missed is lost.
+                let mut task = Box::pin(task);
+                let mut here = std::task::Context::from_waker(std::task::Waker::noop());
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut here)))
+                {
+                    Ok(std::task::Poll::Ready(())) => {}
+                    Ok(std::task::Poll::Pending) => {
+                        self.tasks.spawn(task);
+                    }
+                    // Dropping the future drops its message unfinished,
+                    // which dead-letters it, as a task's panic does.
+                    Err(panic) => {
+                        drop(task);
+                        self.handler_panicked(panic.as_ref());
+                    }
+                }
             }
             Err(rejected) => {
                 self.summary.rejected += 1;
@@ -575,17 +597,22 @@ impl Intake {
     fn reap(&mut self, joined: Result<(), JoinError>) {
         if let Err(e) = joined {
             if e.is_panic() {
-                self.summary.panicked += 1;
-                self.metrics.handler_panicked();
-                let panic = e.into_panic();
-                let text = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-text panic payload".into());
-                tracing::error!(panic = %text, "a handler task panicked");
+                self.handler_panicked(e.into_panic().as_ref());
             }
         }
+    }
+
+    /// Counts and logs a handler's panic (its message is dead-lettered as
+    /// its future is dropped).
+    fn handler_panicked(&mut self, panic: &(dyn std::any::Any + Send)) {
+        self.summary.panicked += 1;
+        self.metrics.handler_panicked();
+        let text = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-text panic payload".into());
+        tracing::error!(panic = %text, "a handler task panicked");
     }
 }
 

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use hintstream::config::Config;
 use hintstream::hints::HintStage;
-use hintstream::kafka::{DlqHeaders, RecordMeta, RunOptions, StageLoop, Work, HANDLER_PANIC};
+use hintstream::kafka::{
+    DlqHeaders, RecordMeta, Rejected, RunOptions, Stage, StageLoop, Work, HANDLER_PANIC,
+};
 use hintstream::messages::{decode, group_key, DecodeLimits, Hint, HintCategory};
 use hintstream::metrics::StageMetrics;
 use llm_server::{Behavior, LlmServer};
@@ -60,8 +62,47 @@ async fn hint_config(bootstrap: &str) -> Config {
     config
 }
 
+/// A stage whose handler panics on the input "boom" and acks the rest;
+/// `IN_LOOP`: its future is polled first in the consume loop
+/// (`Stage::FIRST_POLL_IN_LOOP`, as stage 2's), where the panic happens.
+struct PanicsOnBoom<const IN_LOOP: bool> {
+    acked: Arc<std::sync::Mutex<HashSet<i64>>>,
+}
+
+impl<const IN_LOOP: bool> Stage for PanicsOnBoom<IN_LOOP> {
+    type Input = String;
+    const FIRST_POLL_IN_LOOP: bool = IN_LOOP;
+
+    fn decode(&self, payload: &[u8], _: &RecordMeta) -> Result<String, Rejected> {
+        Ok(String::from_utf8_lossy(payload).into_owned())
+    }
+
+    fn handle(
+        self: &Arc<Self>,
+        work: Work<String>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let acked = self.acked.clone();
+        async move {
+            if work.input == "boom" {
+                panic!("the handler choked on {}", work.input);
+            }
+            acked.lock().unwrap().insert(work.message.offset());
+            work.message.ack();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_panicking_handler_dead_letters_its_message_and_later_offsets_commit() {
+    a_panicking_handler_case::<false>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_that_panics_in_the_consume_loop_dead_letters_its_message_and_later_offsets_commit() {
+    a_panicking_handler_case::<true>().await;
+}
+
+async fn a_panicking_handler_case<const IN_LOOP: bool>() {
     let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("panic-in");
@@ -88,23 +129,8 @@ async fn a_panicking_handler_dead_letters_its_message_and_later_offsets_commit()
     )
     .unwrap();
     let acked = Arc::new(std::sync::Mutex::new(HashSet::new()));
-    let handler_acked = acked.clone();
-    let running = common::spawn_stage(move |stop| {
-        stage_loop.run(
-            |bytes: &[u8], _: &RecordMeta| Ok(String::from_utf8_lossy(bytes).into_owned()),
-            move |work: Work<String>| {
-                let acked = handler_acked.clone();
-                async move {
-                    if work.input == "boom" {
-                        panic!("the handler choked on {}", work.input);
-                    }
-                    acked.lock().unwrap().insert(work.message.offset());
-                    work.message.ack();
-                }
-            },
-            stop,
-        )
-    });
+    let stage = Arc::new(PanicsOnBoom::<IN_LOOP> { acked: acked.clone() });
+    let running = common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop));
     let deadline = Instant::now() + Duration::from_secs(60);
     while acked.lock().unwrap().len() < 9 || metrics.dead_letter_count(HANDLER_PANIC) < 1 {
         assert!(Instant::now() < deadline, "acked {:?}", acked.lock().unwrap());
