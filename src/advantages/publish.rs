@@ -5,8 +5,8 @@
 //!
 //! A step's advantages go out as one or more Arrow IPC messages of at most
 //! `advantages.max_message_bytes` (`batch::chunk`), all with the key
-//! `run_id/step`, sent one after another, each acknowledged before the
-//! next; then one `HintOutcome` per `hint_id` of its hinted rows on the
+//! `run_id/step`, handed to the producer in index order, a few in flight
+//! at a time, and all acknowledged; then one `HintOutcome` per `hint_id` of its hinted rows on the
 //! outcomes topic (keyed by the hint's group, all acknowledged; none when
 //! the topic is missing and no arms are configured, see
 //! [`super::learning`]); the step's metrics follow. Its input messages are
