@@ -428,7 +428,7 @@ impl StepOutput {
                 }
                 Err(SendError::Stopped) => {
                     tracing::info!(
-                        run_id = %id.run_id, step = id.step, published = index, chunks = count,
+                        run_id = %id.run_id, step = id.step, acknowledged_in_order = index, chunks = count,
                         "drain deadline passed mid-step; the step stays uncommitted"
                     );
                     return Err(Unpublished::Stopped);

@@ -30,7 +30,7 @@ use tokio::sync::Notify;
 use tracing::Instrument;
 
 use super::client_config;
-use super::transient::retry_transient;
+use super::transient::{retry_transient, transient_topic_error};
 use crate::config::{ClientKind, Config};
 
 /// How long one metadata or watermark request may take.
@@ -173,11 +173,16 @@ impl TopicTail {
             // runtime); `End` where nothing was written since, which is
             // placed at the end offset now so that `sync` counts the
             // partition read up to where it starts.
-            let c = consumer.clone();
-            let found =
-                tokio::task::spawn_blocking(move || c.offsets_for_times(assignment, METADATA_TIMEOUT))
-                    .await
-                    .map_err(|_| TailError::Stopped(String::from("offsets for times")))??;
+            let found = retry_transient(METADATA_TIMEOUT, kafka_of, || {
+                let (c, asked) = (consumer.clone(), assignment.clone());
+                async move {
+                    tokio::task::spawn_blocking(move || c.offsets_for_times(asked, METADATA_TIMEOUT))
+                        .await
+                        .map_err(|_| TailError::Stopped(String::from("offsets for times")))?
+                        .map_err(TailError::from)
+                }
+            })
+            .await?;
             let ends = end_offsets(consumer.clone(), topic.to_string(), partitions.clone()).await?;
             assignment = TopicPartitionList::new();
             for e in found.elements() {
@@ -332,14 +337,18 @@ fn reader_config(config: &Config) -> rdkafka::ClientConfig {
     client
 }
 
-/// Every partition of `topic` (a blocking metadata call, off the runtime;
-/// asked again while the broker answers with a transient error, such as a
-/// leader being elected, for at most [`METADATA_TIMEOUT`] of waits).
-async fn partitions_of(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
-    let kafka_of: fn(&TailError) -> Option<&KafkaError> = |e| match e {
+/// The Kafka error in a reader's error, for [`retry_transient`].
+fn kafka_of(e: &TailError) -> Option<&KafkaError> {
+    match e {
         TailError::Kafka(k) => Some(k),
         _ => None,
-    };
+    }
+}
+
+/// Every partition of `topic` (a blocking metadata call, off the runtime;
+/// asked again while the broker answers with a transient error, such as a
+/// leader being elected, for up to [`METADATA_TIMEOUT`]).
+async fn partitions_of(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
     retry_transient(METADATA_TIMEOUT, kafka_of, || {
         partitions_now(consumer.clone(), topic.clone())
     })
@@ -349,10 +358,11 @@ async fn partitions_of(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec
 async fn partitions_now(consumer: Arc<TailConsumer>, topic: String) -> Result<Vec<i32>, TailError> {
     tokio::task::spawn_blocking(move || {
         let metadata = consumer.fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
-        let t = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic)
+        let found = metadata.topics().iter().find(|t| t.name() == topic);
+        if let Some(e) = found.and_then(|t| transient_topic_error(t.error())) {
+            return Err(TailError::Kafka(e));
+        }
+        let t = found
             .filter(|t| t.error().is_none() && !t.partitions().is_empty())
             .ok_or_else(|| TailError::MissingTopic(topic.clone()))?;
         Ok(t.partitions().iter().map(|p| p.id()).collect())
@@ -376,6 +386,18 @@ async fn end_offsets(
 /// offset): one ListOffsets request (timestamp "latest") per leader
 /// broker, sent together (a blocking call, off the runtime).
 async fn latest_offsets(
+    consumer: Arc<TailConsumer>,
+    wanted: Vec<(String, Vec<i32>)>,
+    within: Duration,
+) -> Result<HashMap<(String, i32), i64>, TailError> {
+    // A partition's leader that moved answers "not leader": asked again.
+    retry_transient(within, kafka_of, || {
+        latest_offsets_now(consumer.clone(), wanted.clone(), within)
+    })
+    .await
+}
+
+async fn latest_offsets_now(
     consumer: Arc<TailConsumer>,
     wanted: Vec<(String, Vec<i32>)>,
     within: Duration,

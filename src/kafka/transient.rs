@@ -25,22 +25,22 @@ pub(crate) fn is_transient(error: &KafkaError) -> bool {
                 | FencedLeaderEpoch
                 | UnknownLeaderEpoch
                 | OffsetNotAvailable
-                | NotEnoughReplicas
                 | RequestTimedOut
                 | NetworkException
                 | KafkaStorageError
                 | OperationTimedOut
                 | BrokerTransportFailure
                 | AllBrokersDown
-                | PreviousInProgress
+                | Resolve
         )
     )
 }
 
 /// Calls `op` until it succeeds, fails with an error that is not transient
-/// ([`is_transient`] on the Kafka error `kafka_of` finds in it), or the
-/// backoff (100 ms doubling to 2 s) has waited `within` in all; then its
-/// last error is returned.
+/// ([`is_transient`] on the Kafka error `kafka_of` finds in it), or `within`
+/// has passed since the first call; then its last error is returned. The
+/// waits between calls grow from 100 ms to 2 s; a call that starts before
+/// `within` is up runs to its own timeout.
 pub(crate) async fn retry_transient<T, E, F, Fut>(
     within: Duration,
     kafka_of: fn(&E) -> Option<&KafkaError>,
@@ -51,6 +51,7 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: std::fmt::Display,
 {
+    let deadline = tokio::time::Instant::now() + within;
     let backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
         .with_max_delay(Duration::from_secs(2))
@@ -58,9 +59,19 @@ where
         .without_max_times();
     op.retry(backoff)
         .sleep(tokio::time::sleep)
-        .when(|e| kafka_of(e).is_some_and(is_transient))
+        .when(|e| kafka_of(e).is_some_and(is_transient) && tokio::time::Instant::now() < deadline)
         .notify(|e, wait| tracing::debug!(error = %e, ?wait, "a transient broker error; asking again"))
         .await
+}
+
+/// A topic's own error in a metadata answer (`fetch_metadata` succeeds
+/// while the topic's leader is, say, being elected) as a Kafka error when
+/// it is transient, so that [`retry_transient`] asks again; `None` for no
+/// error or one that is not transient (a missing topic, say), which the
+/// caller reports itself.
+pub(crate) fn transient_topic_error(error: Option<rdkafka::types::RDKafkaRespErr>) -> Option<KafkaError> {
+    let error = KafkaError::MetadataFetch(RDKafkaErrorCode::from(error?));
+    is_transient(&error).then_some(error)
 }
 
 #[cfg(test)]
@@ -116,6 +127,46 @@ mod tests {
         .await;
         assert!(refused.is_err());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_counts_the_calls_own_time_too() {
+        let started = tokio::time::Instant::now();
+        let calls = AtomicUsize::new(0);
+        let last: Result<u32, KafkaError> = retry_transient(
+            Duration::from_secs(5),
+            |e| Some(e),
+            || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                // Each call times out itself after 4 s.
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                Err(KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut))
+            },
+        )
+        .await;
+        assert!(last.is_err());
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "a call at 0 s, one at ~4.1 s, none after 5 s"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(9),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_topic_whose_leader_is_elected_is_transient_and_a_missing_topic_is_not() {
+        use rdkafka::types::RDKafkaRespErr;
+        assert!(
+            transient_topic_error(Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)).is_some()
+        );
+        assert!(
+            transient_topic_error(Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)).is_none()
+        );
+        assert!(transient_topic_error(None).is_none());
     }
 
     #[tokio::test(start_paused = true)]

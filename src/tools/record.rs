@@ -20,7 +20,7 @@ use thiserror::Error;
 use super::recorded::RecordedMessage;
 use crate::config::Config;
 use crate::kafka::client_config;
-use crate::kafka::transient::retry_transient;
+use crate::kafka::transient::{retry_transient, transient_topic_error};
 
 #[derive(Debug, Error)]
 pub enum RecordError {
@@ -60,8 +60,8 @@ pub async fn record(config: &Config, options: &RecordOptions, out: &Path) -> Res
         // exactly_once an aborted output is never recorded.
         .set("isolation.level", "read_committed");
     let consumer: StreamConsumer<EofIsNotAnError> = client.create_with_context(EofIsNotAnError)?;
-    // A leader that is moving answers "not leader": asked again, within the
-    // idle bound.
+    // A leader that is moving answers "not leader": asked again for up to
+    // the idle bound (each try is bounded by its own 10 s).
     let kafka_of: fn(&RecordError) -> Option<&KafkaError> = |e| match e {
         RecordError::Kafka(k) => Some(k),
         _ => None,
@@ -155,6 +155,14 @@ async fn end_offsets(
         let consumer: BaseConsumer = client.create()?;
         let timeout = Duration::from_secs(10);
         let metadata = consumer.fetch_metadata(Some(&topic), timeout)?;
+        let topic_error = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .and_then(|t| t.error());
+        if let Some(e) = transient_topic_error(topic_error) {
+            return Err(RecordError::Kafka(e));
+        }
         let partitions: Vec<i32> = metadata
             .topics()
             .iter()
