@@ -96,6 +96,25 @@ mod tests {
         assert!(!is_transient(&KafkaError::Canceled));
     }
 
+    /// Calls [`retry_transient`] with a call that takes `each` and always
+    /// fails with `code`: how many calls it made, and how long it took.
+    async fn always_failing(within: Duration, each: Duration, code: RDKafkaErrorCode) -> (usize, Duration) {
+        let started = tokio::time::Instant::now();
+        let calls = AtomicUsize::new(0);
+        let last: Result<u32, KafkaError> = retry_transient(
+            within,
+            |e| Some(e),
+            || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(each).await;
+                Err(KafkaError::MetadataFetch(code))
+            },
+        )
+        .await;
+        assert!(last.is_err());
+        (calls.load(Ordering::SeqCst), started.elapsed())
+    }
+
     #[tokio::test(start_paused = true)]
     async fn transient_errors_are_asked_again_until_an_answer_and_others_return_at_once() {
         let calls = AtomicUsize::new(0);
@@ -113,48 +132,39 @@ mod tests {
         assert_eq!(answer.unwrap(), 7);
         assert_eq!(calls.load(Ordering::SeqCst), 3);
 
-        let calls = AtomicUsize::new(0);
-        let refused: Result<u32, KafkaError> = retry_transient(
+        let (calls, _) = always_failing(
             Duration::from_secs(10),
-            |e| Some(e),
-            || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Err(KafkaError::MetadataFetch(
-                    RDKafkaErrorCode::TopicAuthorizationFailed,
-                ))
-            },
+            Duration::ZERO,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
         )
         .await;
-        assert!(refused.is_err());
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(calls, 1, "a refusal is not asked again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_error_that_lasts_is_returned_once_the_bound_is_spent() {
+        let (calls, took) = always_failing(
+            Duration::from_secs(5),
+            Duration::ZERO,
+            RDKafkaErrorCode::LeaderNotAvailable,
+        )
+        .await;
+        assert!(calls > 2, "{calls} calls");
+        assert!(took <= Duration::from_secs(5), "{took:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_bound_counts_the_calls_own_time_too() {
-        let started = tokio::time::Instant::now();
-        let calls = AtomicUsize::new(0);
-        let last: Result<u32, KafkaError> = retry_transient(
+        // Each call times out itself after 4 s: one at 0 s, one at ~4.1 s,
+        // none after 5 s.
+        let (calls, took) = always_failing(
             Duration::from_secs(5),
-            |e| Some(e),
-            || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                // Each call times out itself after 4 s.
-                tokio::time::sleep(Duration::from_secs(4)).await;
-                Err(KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut))
-            },
+            Duration::from_secs(4),
+            RDKafkaErrorCode::OperationTimedOut,
         )
         .await;
-        assert!(last.is_err());
-        assert_eq!(
-            calls.load(Ordering::SeqCst),
-            2,
-            "a call at 0 s, one at ~4.1 s, none after 5 s"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(9),
-            "{:?}",
-            started.elapsed()
-        );
+        assert_eq!(calls, 2);
+        assert!(took < Duration::from_secs(9), "{took:?}");
     }
 
     #[test]
@@ -167,27 +177,5 @@ mod tests {
             transient_topic_error(Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)).is_none()
         );
         assert!(transient_topic_error(None).is_none());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_transient_error_that_lasts_is_returned_once_the_bound_is_spent() {
-        let started = tokio::time::Instant::now();
-        let calls = AtomicUsize::new(0);
-        let last: Result<u32, KafkaError> = retry_transient(
-            Duration::from_secs(5),
-            |e| Some(e),
-            || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Err(KafkaError::MetadataFetch(RDKafkaErrorCode::LeaderNotAvailable))
-            },
-        )
-        .await;
-        assert!(last.is_err());
-        assert!(calls.load(Ordering::SeqCst) > 2);
-        assert!(
-            started.elapsed() <= Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
     }
 }
