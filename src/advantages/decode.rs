@@ -10,6 +10,7 @@
 use crate::batch::{bound, ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::LimitsConfig;
 use crate::kafka::{RecordMeta, Rejected};
+use crate::messages::decode::panic_text;
 use crate::messages::{decode, DecodeLimits, ScoredMessage};
 
 /// One decoded message of `rl.rollouts.scored`.
@@ -46,11 +47,7 @@ pub fn decode_scored_bounded(
     // half-changed when it unwinds.
     std::panic::catch_unwind(|| decode_unguarded(bytes, arrow, limits, max_decoded_bytes)).unwrap_or_else(
         |panic| {
-            let what = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("panic");
+            let what = panic_text(panic.as_ref()).unwrap_or("panic");
             Err(Rejected {
                 kind: if arrow { "bad_arrow" } else { "decode_panic" },
                 reason: format!("decoding the message panicked: {what}"),

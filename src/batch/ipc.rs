@@ -1,6 +1,7 @@
 //! Arrow IPC stream framing: one Kafka message carries one IPC stream
 //! (schema, then record batches).
 
+use crate::messages::decode::panic_text;
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::{FileReader, StreamReader};
 use arrow_ipc::writer::StreamWriter;
@@ -85,11 +86,7 @@ fn guarded(
     // The decoder only reads `bytes` and builds new arrays, so nothing is
     // left half-changed when it unwinds.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("panic");
+        let what = panic_text(panic.as_ref()).unwrap_or("panic");
         Err(ArrowError::IpcError(format!("malformed IPC data: {what}")))
     })
 }

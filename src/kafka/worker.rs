@@ -36,6 +36,7 @@ use super::transaction::Transactions;
 use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::health::Signal;
+use crate::messages::decode::panic_text;
 use crate::metrics::StageMetrics;
 use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
@@ -607,11 +608,7 @@ impl Intake {
     fn handler_panicked(&mut self, panic: &(dyn std::any::Any + Send)) {
         self.summary.panicked += 1;
         self.metrics.handler_panicked();
-        let text = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-text panic payload".into());
+        let text = panic_text(panic).unwrap_or("a non-text panic payload");
         tracing::error!(panic = %text, "a handler task panicked");
     }
 }

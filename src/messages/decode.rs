@@ -337,9 +337,30 @@ pub(crate) mod rules {
     }
 }
 
+/// The text of a caught panic's payload (`panic!` with a literal or a
+/// formatted message), or `None` for any other payload: for the reason a
+/// guarded decode or handler gives.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caught_panics_text_is_read_from_its_payload() {
+        let caught = |f: fn()| std::panic::catch_unwind(f).unwrap_err();
+        let literal = caught(|| panic!("a literal"));
+        let formatted = caught(|| panic!("formatted {}", 7));
+        let other = caught(|| std::panic::panic_any(7u8));
+        assert_eq!(panic_text(literal.as_ref()), Some("a literal"));
+        assert_eq!(panic_text(formatted.as_ref()), Some("formatted 7"));
+        assert_eq!(panic_text(other.as_ref()), None);
+    }
 
     #[test]
     fn counts_depth_outside_strings_only() {
