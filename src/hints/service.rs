@@ -301,10 +301,12 @@ impl GroupHinter {
         if from_cache {
             self.metrics.cache_hit();
         }
-        let span = tracing::Span::current();
-        span.record("hint_id", hint.hint_id.as_str());
-        span.record("category", hint.category.as_str());
-        span.record("from_cache", from_cache);
+        if telemetry::exporting() {
+            let span = tracing::Span::current();
+            span.record("hint_id", hint.hint_id.as_str());
+            span.record("category", hint.category.as_str());
+            span.record("from_cache", from_cache);
+        }
         // A line a hint a model was asked for (rate-limited, worth reading);
         // a static hint or one from the cache repeats what was logged or
         // the verifier's feedback, at every message: DEBUG.
@@ -379,7 +381,12 @@ fn learn_error(e: super::learning::LearnError) -> StageError {
 
 /// The `hint` span of a gathered group, inside its leader's trace, linked to
 /// the traces of members that came with another `traceparent`.
+/// Only when spans are exported: in the log lines the `consume` span around
+/// it names the group (its key).
 fn hint_span(group_key: &str, members: &[Taken]) -> tracing::Span {
+    if !telemetry::exporting() {
+        return tracing::Span::none();
+    }
     let span = tracing::info_span!(
         "hint",
         group = %group_key,
@@ -388,9 +395,6 @@ fn hint_span(group_key: &str, members: &[Taken]) -> tracing::Span {
         category = Empty,
         from_cache = Empty,
     );
-    if !telemetry::exporting() {
-        return span;
-    }
     let mut linked: Vec<TraceParent> = Vec::new();
     for m in members {
         if let Some(parent) = m.meta().header(TRACEPARENT_HEADER).and_then(TraceParent::parse) {
@@ -424,6 +428,9 @@ impl Stage for GroupHinter {
     type Input = Arrival;
     const PARKS: &'static str = "gathering groups";
     const HOLDS_DECODED: bool = true;
+    /// A static or cached hint takes a few microseconds: a task and a
+    /// thread's wakeup each would cost more.
+    const TASK_PER_BATCH: bool = true;
 
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Arrival, Rejected> {
         decode_arrival(payload, meta, self.limits)

@@ -56,6 +56,16 @@ pub trait Stage {
     /// yield before any slow work, which would otherwise hold up intake.
     const FIRST_POLL_IN_LOOP: bool = false;
 
+    /// Whether the consume loop runs the handler futures of the messages
+    /// that are ready together (those fetched already, up to
+    /// [`MAX_BATCH`](super::worker::MAX_BATCH)) in one task instead of one
+    /// task each: for a stage whose messages are many and cheap (stage 1's
+    /// static or cached hints), a message then costs no task of its own and
+    /// no wakeup of another thread. Each message is still decoded and
+    /// handled in order, finishes, is cancelled with its partition and is
+    /// dead-lettered on a panic on its own; a slow one holds up no other.
+    const TASK_PER_BATCH: bool = false;
+
     /// The stage's input, or why the message can never be processed.
     fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Self::Input, Rejected>;
 

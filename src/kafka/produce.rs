@@ -82,15 +82,19 @@ pub async fn send<C: ClientContext + 'static>(
     record: &Outgoing<'_>,
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
-    let span = tracing::info_span!(
-        "produce",
-        otel.kind = "producer",
-        otel.status_code = Empty,
-        topic = record.topic,
-        partition = Empty,
-        offset = Empty,
-        attempts = Empty,
-    );
+    // Only the export needs it: a log line of a retry names its topic and
+    // attempt itself.
+    let span = telemetry::export_span(|| {
+        tracing::info_span!(
+            "produce",
+            otel.kind = "producer",
+            otel.status_code = Empty,
+            topic = record.topic,
+            partition = Empty,
+            offset = Empty,
+            attempts = Empty,
+        )
+    });
     let headers = telemetry::with_traceparent(record.headers.clone(), &span);
     let result = send_with(producer, record, headers, lifecycle)
         .instrument(span.clone())
@@ -119,6 +123,8 @@ async fn send_with<C: ClientContext + 'static>(
     headers: OwnedHeaders,
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
+    // Each attempt's record takes the headers; a failed one gives them back.
+    let mut headers = Some(headers);
     let mut backoff = Duration::from_millis(100);
     let started = Instant::now();
     let mut attempts = 0u32;
@@ -129,8 +135,11 @@ async fn send_with<C: ClientContext + 'static>(
         if attempts > 1 || telemetry::exporting() {
             tracing::Span::current().record("attempts", i64::from(attempts));
         }
+        let attempt_headers = headers.take().unwrap_or_else(|| {
+            telemetry::with_traceparent(record.headers.clone(), &tracing::Span::current())
+        });
         let mut future: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(record.topic).headers(headers.clone());
+            FutureRecord::to(record.topic).headers(attempt_headers);
         if let Some(key) = record.key {
             future = future.key(key);
         }
@@ -148,7 +157,10 @@ async fn send_with<C: ClientContext + 'static>(
                 tracing::error!(topic = record.topic, error = %e, "produce failed permanently");
                 return Err(SendError::Permanent(e));
             }
-            Err((e, _)) => e,
+            Err((e, mut returned)) => {
+                headers = returned.detach_headers();
+                e
+            }
         };
         let failing_for = started.elapsed();
         if failing_for >= STALL_WARNING {

@@ -9,15 +9,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
@@ -55,6 +57,23 @@ pub struct RunOptions {
 /// drain: a stage stops within its drain timeout plus this (and a moment to
 /// close), even with the broker gone.
 const FINAL_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most messages one task runs for a stage that asks
+/// ([`Stage::TASK_PER_BATCH`]).
+pub const MAX_BATCH: usize = 64;
+
+/// One message's work as the loop hands it on.
+type MessageFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// What became of a message being taken.
+enum Admitted {
+    Next(Next),
+    /// `stop` resolved first.
+    Stopped,
+    /// A rewind was requested first: the message is dropped (the seek
+    /// redelivers it).
+    Rewinding,
+}
 
 /// What a run did, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -296,6 +315,7 @@ struct Intake {
     messages: Arc<Semaphore>,
     bytes: Option<ByteBound>,
     summary: RunSummary,
+    panics: Panics,
 }
 
 impl Intake {
@@ -308,16 +328,21 @@ impl Intake {
                 held: Arc::new(AtomicUsize::new(0)),
             }
         });
+        let metrics = delivery.metrics.clone();
         Intake {
             _abandon_on_drop: AbandonOnDrop(delivery.lifecycle.clone()),
             tasks: JoinSet::new(),
-            metrics: delivery.metrics.clone(),
+            metrics: metrics.clone(),
             lifecycle: delivery.lifecycle.clone(),
             delivery,
             drain_timeout: options.drain_timeout,
             messages: Arc::new(Semaphore::new(options.max_in_flight.min(Semaphore::MAX_PERMITS))),
             bytes,
             summary: RunSummary::default(),
+            panics: Panics {
+                count: Arc::default(),
+                metrics: metrics.clone(),
+            },
         }
     }
 
@@ -333,15 +358,26 @@ impl Intake {
         };
         tokio::pin!(stop);
         while let Some(next) = self.take(consumer, stop.as_mut(), S::HOLDS_DECODED).await {
-            self.dispatch(stage, next);
+            if !S::TASK_PER_BATCH {
+                self.dispatch(stage, next);
+                continue;
+            }
+            // The messages fetched already join this one's task.
+            let mut batch = vec![self.prepare(stage, next).0];
+            while batch.len() < MAX_BATCH {
+                let Some(next) = self.take_ready(consumer, stop.as_mut(), S::HOLDS_DECODED).await else {
+                    break;
+                };
+                batch.push(self.prepare(stage, next).0);
+            }
+            self.dispatch_batch(batch);
         }
     }
 
     /// Reaps finished tasks, then takes the next message: waits for a
-    /// message slot, the message, then its bytes (twice its payload when
-    /// `decoded_too`: see [`Stage::HOLDS_DECODED`]). `None` once `stop`
-    /// resolved. A read error is counted and logged, and the wait starts
-    /// again.
+    /// message slot, the message, then its bytes (see [`Intake::admit`]).
+    /// `None` once `stop` resolved. A read error is counted and logged, and
+    /// the wait starts again.
     async fn take(
         &mut self,
         consumer: &StageConsumer,
@@ -349,13 +385,6 @@ impl Intake {
         decoded_too: bool,
     ) -> Option<Next> {
         let transactions = self.delivery.guarantee.transactions().cloned();
-        // Never resolves at_least_once.
-        let rewind = || async {
-            match &transactions {
-                Some(t) => t.rewind_requested().await,
-                None => std::future::pending().await,
-            }
-        };
         loop {
             while let Some(joined) = self.tasks.try_join_next() {
                 self.reap(joined);
@@ -369,54 +398,172 @@ impl Intake {
             let slot = tokio::select! {
                 biased;
                 _ = stop.as_mut() => return None,
-                _ = rewind() => continue,
+                _ = rewind_requested(transactions.as_ref()) => continue,
                 // The semaphore is never closed.
                 permit = self.messages.clone().acquire_owned() => permit.ok()?,
             };
             let message = tokio::select! {
                 biased;
                 _ = stop.as_mut() => return None,
-                _ = rewind() => continue,
+                _ = rewind_requested(transactions.as_ref()) => continue,
                 message = consumer.recv() => message,
             };
             let message = match message {
                 Ok(m) => m,
                 Err(e) => {
-                    self.metrics.read_error();
-                    tracing::warn!(error = %e, "kafka read error");
+                    self.read_failed(&e);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             };
-            self.summary.received += 1;
-            self.metrics.received();
-            let meta = RecordMeta::of(&message);
-            let payload = message.payload().unwrap_or_default().to_vec();
-            drop(message);
-            let mut holds = vec![Hold::slot(slot)];
-            if let Some(bound) = &self.bytes {
-                // A message bigger than the whole bound takes all of it.
-                let copies = if decoded_too { 2 } else { 1 };
-                let need = (payload.len() * copies + meta.footprint()).min(bound.total);
-                let need = u32::try_from(need).unwrap_or(u32::MAX);
-                let permit = tokio::select! {
-                    biased;
-                    _ = stop.as_mut() => return None,
-                    _ = rewind() => continue,
-                    permit = bound.permits.clone().acquire_many_owned(need) => permit.ok()?,
-                };
-                let held = bound.held.clone();
-                holds.push(Hold::bytes(permit, need as usize, held, self.metrics.clone()));
+            match self
+                .admit(message, slot, stop.as_mut(), transactions.as_ref(), decoded_too)
+                .await
+            {
+                Admitted::Next(next) => return Some(next),
+                Admitted::Stopped => return None,
+                Admitted::Rewinding => continue,
             }
-            return Some(Next { payload, meta, holds });
         }
     }
 
-    /// Hands one message to the stage within its trace: a decoded input to
-    /// [`Stage::handle`], whose future runs as a task until it ends or the
-    /// message's partition drained; a rejected one to the dead-letter topic,
-    /// also as a task, so a slow broker never blocks intake or shutdown.
+    /// The next message when it is fetched already and a message slot is
+    /// free (its bytes may still be waited for); else `None` at once, as
+    /// when a rewind is due or `stop` resolved.
+    async fn take_ready(
+        &mut self,
+        consumer: &StageConsumer,
+        stop: Pin<&mut impl Future<Output = ()>>,
+        decoded_too: bool,
+    ) -> Option<Next> {
+        let transactions = self.delivery.guarantee.transactions().cloned();
+        if self.lifecycle.is_stopping() || transactions.as_ref().is_some_and(|t| t.is_rewinding()) {
+            return None;
+        }
+        let slot = self.messages.clone().try_acquire_owned().ok()?;
+        // Polled once: a message fetched already, else nothing.
+        let message = match consumer.recv().now_or_never()? {
+            Ok(m) => m,
+            Err(e) => {
+                self.read_failed(&e);
+                return None;
+            }
+        };
+        match self
+            .admit(message, slot, stop, transactions.as_ref(), decoded_too)
+            .await
+        {
+            Admitted::Next(next) => Some(next),
+            // What was taken and not begun is dropped: the seek redelivers it.
+            Admitted::Stopped | Admitted::Rewinding => None,
+        }
+    }
+
+    /// Counts and logs a read error.
+    fn read_failed(&self, e: &KafkaError) {
+        self.metrics.read_error();
+        tracing::warn!(error = %e, "kafka read error");
+    }
+
+    /// Counts a message taken in `slot` and copies it out of the consumer's
+    /// buffer; then waits for its bytes (twice its payload when
+    /// `decoded_too`: see [`Stage::HOLDS_DECODED`]), unless `stop` resolves
+    /// or a rewind is requested first.
+    async fn admit(
+        &mut self,
+        message: BorrowedMessage<'_>,
+        slot: OwnedSemaphorePermit,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+        transactions: Option<&Transactions>,
+        decoded_too: bool,
+    ) -> Admitted {
+        self.summary.received += 1;
+        self.metrics.received();
+        let meta = RecordMeta::of(&message);
+        let payload = message.payload().unwrap_or_default().to_vec();
+        drop(message);
+        let mut holds = vec![Hold::slot(slot)];
+        if let Some(bound) = &self.bytes {
+            // A message bigger than the whole bound takes all of it.
+            let copies = if decoded_too { 2 } else { 1 };
+            let need = (payload.len() * copies + meta.footprint()).min(bound.total);
+            let need = u32::try_from(need).unwrap_or(u32::MAX);
+            let permit = tokio::select! {
+                biased;
+                _ = stop.as_mut() => return Admitted::Stopped,
+                _ = rewind_requested(transactions) => return Admitted::Rewinding,
+                // The semaphore is never closed.
+                permit = bound.permits.clone().acquire_many_owned(need) => match permit {
+                    Ok(p) => p,
+                    Err(_) => return Admitted::Stopped,
+                },
+            };
+            let held = bound.held.clone();
+            holds.push(Hold::bytes(permit, need as usize, held, self.metrics.clone()));
+        }
+        Admitted::Next(Next { payload, meta, holds })
+    }
+
+    /// Hands one message to the stage (see [`Intake::prepare`]): its
+    /// future runs as a task of its own, or, for a stage that asks
+    /// ([`Stage::FIRST_POLL_IN_LOOP`]), is polled here once first and
+    /// becomes a task only when it is not done.
     fn dispatch<S: Stage>(&mut self, stage: &Arc<S>, next: Next) {
+        let (task, handled) = self.prepare(stage, next);
+        if !handled || !S::FIRST_POLL_IN_LOOP {
+            self.tasks.spawn(task);
+            return;
+        }
+        // Polled here once; a task only when it is not done. A future that
+        // is polled again registers its task's waker then, so nothing the
+        // no-op waker missed is lost.
+        let mut task = task;
+        let mut here = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut here))) {
+            Ok(std::task::Poll::Ready(())) => {}
+            Ok(std::task::Poll::Pending) => {
+                self.tasks.spawn(task);
+            }
+            // Dropping the future drops its message unfinished, which
+            // dead-letters it, as a task's panic does.
+            Err(panic) => {
+                drop(task);
+                self.panics.count(panic.as_ref());
+            }
+        }
+    }
+
+    /// Runs the futures of messages taken together (see
+    /// [`Stage::TASK_PER_BATCH`]) in one task, each on its own: one that
+    /// panics is counted and dropped (its message dead-lettered, as a task's
+    /// panic does), and the others go on.
+    fn dispatch_batch(&mut self, batch: Vec<MessageFuture>) {
+        if batch.len() == 1 {
+            for work in batch {
+                self.tasks.spawn(work);
+            }
+            return;
+        }
+        let panics = self.panics.clone();
+        self.tasks.spawn(async move {
+            let mut running: FuturesUnordered<_> = batch
+                .into_iter()
+                .map(|work| std::panic::AssertUnwindSafe(work).catch_unwind())
+                .collect();
+            while let Some(done) = running.next().await {
+                if let Err(panic) = done {
+                    panics.count(panic.as_ref());
+                }
+            }
+        });
+    }
+
+    /// What one message becomes, within its trace: a decoded input's
+    /// handler future ([`Stage::handle`]), which ends with it or when its
+    /// partition drained; or, for a rejected one, its dead-lettering (also
+    /// a future, so a slow broker never blocks intake or shutdown). The
+    /// flag says which.
+    fn prepare<S: Stage>(&mut self, stage: &Arc<S>, next: Next) -> (MessageFuture, bool) {
         let Next { payload, meta, holds } = next;
         let (ticket, work_token) = self
             .delivery
@@ -437,7 +584,7 @@ impl Intake {
             Ok(input) => {
                 // Boxed once, here: a stage's handler future can be large
                 // (stage 1's holds its synthesis), and the wrappers below
-                // and the spawn would each copy it whole, every message.
+                // would each copy it whole, every message.
                 let work = Box::pin(stage.handle(Work {
                     input,
                     message: taken,
@@ -452,35 +599,15 @@ impl Intake {
                     }
                     .instrument(span),
                 );
-                if !S::FIRST_POLL_IN_LOOP {
-                    self.tasks.spawn(task);
-                    return;
-                }
-                // Polled here once; a task only when it is not done. A
-                // future that is polled again registers its task's waker
-                // then, so nothing the no-op waker missed is lost.
-                let mut task = Box::pin(task);
-                let mut here = std::task::Context::from_waker(std::task::Waker::noop());
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut here)))
-                {
-                    Ok(std::task::Poll::Ready(())) => {}
-                    Ok(std::task::Poll::Pending) => {
-                        self.tasks.spawn(task);
-                    }
-                    // Dropping the future drops its message unfinished,
-                    // which dead-letters it, as a task's panic does.
-                    Err(panic) => {
-                        drop(task);
-                        self.handler_panicked(panic.as_ref());
-                    }
-                }
+                (Box::pin(task), true)
             }
             Err(rejected) => {
                 self.summary.rejected += 1;
-                self.tasks.spawn(telemetry::scope(
+                let task = telemetry::scope(
                     input_trace,
                     async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
-                ));
+                );
+                (Box::pin(task), false)
             }
         }
     }
@@ -524,6 +651,7 @@ impl Intake {
         }
         close(consumer).await;
         self.summary.failure = self.lifecycle.failure();
+        self.summary.panicked = self.panics.total();
         std::mem::take(&mut self.summary)
     }
 
@@ -598,18 +726,40 @@ impl Intake {
     fn reap(&mut self, joined: Result<(), JoinError>) {
         if let Err(e) = joined {
             if e.is_panic() {
-                self.handler_panicked(e.into_panic().as_ref());
+                self.panics.count(e.into_panic().as_ref());
             }
         }
     }
+}
 
-    /// Counts and logs a handler's panic (its message is dead-lettered as
-    /// its future is dropped).
-    fn handler_panicked(&mut self, panic: &(dyn std::any::Any + Send)) {
-        self.summary.panicked += 1;
+/// Handlers that panicked: counted and logged where they are caught (a
+/// task joined, a future polled in the loop or in a batch's task); their
+/// messages are dead-lettered as their futures are dropped.
+#[derive(Clone)]
+struct Panics {
+    count: Arc<AtomicU64>,
+    metrics: Arc<StageMetrics>,
+}
+
+impl Panics {
+    fn count(&self, panic: &(dyn std::any::Any + Send)) {
+        self.count.fetch_add(1, Ordering::Relaxed);
         self.metrics.handler_panicked();
         let text = panic_text(panic).unwrap_or("a non-text panic payload");
         tracing::error!(panic = %text, "a handler task panicked");
+    }
+
+    fn total(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// Resolves when a rewind is requested (never at least once, without
+/// transactions).
+async fn rewind_requested(transactions: Option<&Transactions>) {
+    match transactions {
+        Some(t) => t.rewind_requested().await,
+        None => std::future::pending().await,
     }
 }
 

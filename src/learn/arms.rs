@@ -306,7 +306,7 @@ pub fn hint_id(group_key: &str, prompt_version: &str, chain_label: &str, arm: &s
         format!("{group_key}\u{0}{prompt_version}\u{0}{chain_label}\u{0}{arm}")
     };
     let digest = Sha256::digest(input.as_bytes());
-    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..16])
 }
 
 fn check_spec(spec: &ArmSpec) -> Result<(), ArmConfigError> {

@@ -120,7 +120,7 @@ pub fn request_key(provider: Provider, request: &Completion<'_>) -> String {
         "temperature": request.temperature,
     });
     let digest = Sha256::digest(canonical.to_string().as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(digest)
 }
 
 struct Recorded {

@@ -80,10 +80,7 @@ impl SystemContext {
         for class in self.by_env_class.keys() {
             hasher.update(class.as_bytes());
         }
-        let hex: String = hasher.finalize()[..6]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex = hex::encode(&hasher.finalize()[..6]);
         format!("{} (sha256 {hex})", self.describe())
     }
 

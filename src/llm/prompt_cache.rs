@@ -116,7 +116,7 @@ impl PromptCache {
         match provider {
             Provider::Openai => {
                 let hash = digest(&[task]);
-                let hex: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+                let hex = hex::encode(&hash[..8]);
                 CacheMarks {
                     key: Some(format!("hintstream-{version}-{hex}")),
                     ..CacheMarks::default()

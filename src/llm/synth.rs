@@ -243,7 +243,7 @@ impl Synthesizer {
         };
         let version = self.shared.prompt.as_str();
         let digest = Sha256::digest(format!("{group_key}\u{0}{version}\u{0}{chain}").as_bytes());
-        digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+        hex::encode(&digest[..16])
     }
 
     /// Reports what is left of the spend budgets to the observer (the

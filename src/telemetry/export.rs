@@ -26,6 +26,17 @@ pub fn exporting() -> bool {
     EXPORTING.load(Ordering::Relaxed)
 }
 
+/// A span only the export needs: `make`'s span when spans are exported,
+/// else none (no fields formatted, nothing to close). Log lines written
+/// inside it are labelled by the span around it.
+pub fn export_span(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if exporting() {
+        make()
+    } else {
+        tracing::Span::none()
+    }
+}
+
 /// What [`init`](super::init) started; [`Telemetry::shutdown`] sends the last spans.
 #[must_use = "call shutdown() at exit so that the last spans are exported"]
 pub struct Telemetry {

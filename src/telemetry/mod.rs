@@ -27,7 +27,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-pub use export::{exporting, Telemetry};
+pub use export::{export_span, exporting, Telemetry};
 pub use logs::{ansi_colours, stage_span, LogFormat, STAGE_SPAN};
 pub use propagation::{
     link, outgoing, scope, start_trace, with_traceparent, TraceParent, TRACEPARENT_HEADER,
@@ -55,12 +55,41 @@ pub fn init(format: LogFormat, default_level: &str, service: &str) -> Result<Tel
     let provider = export::provider(service)?;
     let traces = provider.as_ref().map(export::layer);
     tracing_subscriber::registry()
-        .with(
-            logs::layer(format)
-                .with_filter(filter)
-                .with_filter(expected::ExpectedStates),
-        )
+        .with(filtered_logs(format, filter))
         .with(traces)
         .try_init()?;
     Ok(Telemetry::started(provider))
+}
+
+/// The log layer behind its filters. The level filter is the outer one: its
+/// level is the layer's hint, which `try_init` gives the `log` crate as its
+/// maximum level, so a `log` record below it (librdkafka's client writes a
+/// `trace!` for every native handle it frees) is skipped at its call site
+/// instead of reaching the subscriber. It also runs before the expected-state
+/// filter, which reads each line's message.
+fn filtered_logs<S>(format: LogFormat, filter: EnvFilter) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    logs::layer(format)
+        .with_filter(expected::ExpectedStates)
+        .with_filter(filter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::level_filters::LevelFilter;
+    use tracing_subscriber::Registry;
+
+    #[test]
+    fn the_log_layers_level_hint_is_its_filters() {
+        for (directive, level) in [
+            ("info", LevelFilter::INFO),
+            ("warn,hintstream=debug", LevelFilter::DEBUG),
+        ] {
+            let layer = filtered_logs::<Registry>(LogFormat::Text, EnvFilter::new(directive));
+            assert_eq!(layer.max_level_hint(), Some(level), "{directive}");
+        }
+    }
 }

@@ -65,13 +65,14 @@ async fn hint_config(bootstrap: &str) -> Config {
 /// A stage whose handler panics on the input "boom" and acks the rest;
 /// `IN_LOOP`: its future is polled first in the consume loop
 /// (`Stage::FIRST_POLL_IN_LOOP`, as stage 2's), where the panic happens.
-struct PanicsOnBoom<const IN_LOOP: bool> {
+struct PanicsOnBoom<const IN_LOOP: bool, const BATCH: bool> {
     acked: Arc<std::sync::Mutex<HashSet<i64>>>,
 }
 
-impl<const IN_LOOP: bool> Stage for PanicsOnBoom<IN_LOOP> {
+impl<const IN_LOOP: bool, const BATCH: bool> Stage for PanicsOnBoom<IN_LOOP, BATCH> {
     type Input = String;
     const FIRST_POLL_IN_LOOP: bool = IN_LOOP;
+    const TASK_PER_BATCH: bool = BATCH;
 
     fn decode(&self, payload: &[u8], _: &RecordMeta) -> Result<String, Rejected> {
         Ok(String::from_utf8_lossy(payload).into_owned())
@@ -94,15 +95,22 @@ impl<const IN_LOOP: bool> Stage for PanicsOnBoom<IN_LOOP> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_panicking_handler_dead_letters_its_message_and_later_offsets_commit() {
-    a_panicking_handler_case::<false>().await;
+    a_panicking_handler_case::<false, false>().await;
+}
+
+/// Messages fetched together run in one task (`Stage::TASK_PER_BATCH`):
+/// the one that panics is dead-lettered, the others of its batch finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_that_panics_in_a_batchs_task_dead_letters_only_its_message() {
+    a_panicking_handler_case::<false, true>().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_handler_that_panics_in_the_consume_loop_dead_letters_its_message_and_later_offsets_commit() {
-    a_panicking_handler_case::<true>().await;
+    a_panicking_handler_case::<true, false>().await;
 }
 
-async fn a_panicking_handler_case<const IN_LOOP: bool>() {
+async fn a_panicking_handler_case<const IN_LOOP: bool, const BATCH: bool>() {
     let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("panic-in");
@@ -129,7 +137,7 @@ async fn a_panicking_handler_case<const IN_LOOP: bool>() {
     )
     .unwrap();
     let acked = Arc::new(std::sync::Mutex::new(HashSet::new()));
-    let stage = Arc::new(PanicsOnBoom::<IN_LOOP> { acked: acked.clone() });
+    let stage = Arc::new(PanicsOnBoom::<IN_LOOP, BATCH> { acked: acked.clone() });
     let running = common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop));
     let deadline = Instant::now() + Duration::from_secs(60);
     while acked.lock().unwrap().len() < 9 || metrics.dead_letter_count(HANDLER_PANIC) < 1 {
