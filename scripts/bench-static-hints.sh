@@ -73,7 +73,9 @@ scripts/kafka.sh start "$port" >/dev/null
 mkdir -p "$(dirname "$out")"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date +%s)
+broker_pid=$(cat "${KAFKA_STATE_DIR:-${TMPDIR:-/tmp}/hintstream-kafka}/node-$port/pid")
 "$python" scripts/bench_static_hints.py --bootstrap "127.0.0.1:$port" --hintstream "$binary" \
+  --broker-pid "$broker_pid" \
   ${perf_out:+--perf "$perf_out"} ${args[@]+"${args[@]}"} >"$tables"
 took=$(( $(date +%s) - started ))
 {
@@ -83,7 +85,9 @@ took=$(( $(date +%s) - started ))
   echo "- machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GB RAM; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)${note:+; $note}"
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1"
   echo "- command: \`scripts/bench-static-hints.sh ${args[*]-}\` ($took s)"
-  echo "- CPU s: the passthrough's Python process, the worker process (librdkafka's threads included in both)"
+  echo "- CPU s: the passthrough's Python process, the worker process (librdkafka's threads included in both);"
+  echo "  broker CPU s: the broker's JVM over the same span (each side's own traffic, group join included);"
+  echo "  machine busy: the share of both cores busy over the side's span (/proc/stat)"
   echo
   cat "$tables"
 } >"$out"

@@ -94,6 +94,28 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy():
+    """(busy, total) jiffies of all CPUs so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+class Side:
+    """The broker's CPU seconds and the machine's busy share over one side's span."""
+
+    def __init__(self, broker_pid):
+        self.broker_pid = broker_pid
+        self.broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
+        self.busy_before = machine_busy()
+
+    def end(self):
+        broker = cpu_seconds(self.broker_pid) - self.broker_before if self.broker_pid else float("nan")
+        busy, total = machine_busy()
+        share = (busy - self.busy_before[0]) / max(1, total - self.busy_before[1])
+        return broker, share
+
+
 def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
     started, cpu_before = time.monotonic(), cpu_seconds(os.getpid())
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{sink}",
@@ -195,6 +217,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--deadline-secs", type=int, default=900)
     parser.add_argument("--perf", default="", help="record hintstream with perf into this file")
+    parser.add_argument("--broker-pid", type=int, default=0,
+                        help="the broker's process, whose CPU seconds each side is given")
     parser.add_argument("--no-outcomes-topic", action="store_true",
                         help="leave the outcomes topic out: the worker then reads neither it nor the "
                              "hints topic, and no step waits for the learning read barrier")
@@ -210,18 +234,23 @@ def main():
         create_topics(args.bootstrap, [f"spend-{tag}"], 1)
         fill(args.bootstrap, f"in-{tag}", n)
         watcher = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"watch-{tag}"})
+        side = Side(args.broker_pid)
         base, base_cpu = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs)
+        base_broker, base_busy = side.end()
         log(f"passthrough: {n / base:,.0f} msg/s")
+        side = Side(args.broker_pid)
         hs, hs_cpu = hintstream(args.hintstream, args.bootstrap, tag, n, parts, watcher, args.deadline_secs,
                         args.perf if r == 0 else "")
+        hs_broker, hs_busy = side.end()
         log(f"hintstream: {n / hs:,.0f} hints/s")
         watcher.close()
-        rows.append((base, base_cpu, hs, hs_cpu))
-    print("| repeat | messages | passthrough s (CPU s) | passthrough msg/s | hintstream s (CPU s) | hints/s | ratio |")
+        rows.append((base, base_cpu, base_broker, base_busy, hs, hs_cpu, hs_broker, hs_busy))
+    print("| repeat | messages | passthrough s (CPU s; broker CPU s; machine busy) | passthrough msg/s "
+          "| hintstream s (CPU s; broker CPU s; machine busy) | hints/s | ratio |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    for r, (base, base_cpu, hs, hs_cpu) in enumerate(rows):
-        print(f"| {r + 1} | {n:,} | {base:.2f} ({base_cpu:.1f}) | {n / base:,.0f} | {hs:.2f} ({hs_cpu:.1f}) "
-              f"| {n / hs:,.0f} | {base / hs:.2f} |")
+    for r, (base, base_cpu, base_broker, base_busy, hs, hs_cpu, hs_broker, hs_busy) in enumerate(rows):
+        print(f"| {r + 1} | {n:,} | {base:.2f} ({base_cpu:.1f}; {base_broker:.1f}; {base_busy:.0%}) | {n / base:,.0f} "
+              f"| {hs:.2f} ({hs_cpu:.1f}; {hs_broker:.1f}; {hs_busy:.0%}) | {n / hs:,.0f} | {base / hs:.2f} |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 //! Stage 1's service: build (the shared stage skeleton, the LLM client, the
 //! hint cache) and run (group gathering, synthesis, publishing). A slow LLM
-//! call holds back nothing but its own group: every message is its own task.
+//! call holds back nothing but its own group: every message is handled on
+//! its own (those fetched together share a task: `Stage::TASK_PER_BATCH`).
 //!
 //! A hint's trace: the `consume` span of the group's first message (its
 //! leader, which continues that message's `traceparent`), then `group_wait`,

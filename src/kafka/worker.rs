@@ -1,8 +1,9 @@
 //! The consume loop both stages run (generic over [`Stage`]): take a
 //! message, decode it, hand good input to the stage's handler as a
-//! concurrent task and bad input to the dead-letter topic (also as a task,
-//! so a slow broker never blocks intake or shutdown), with bounds on
-//! messages and bytes in flight. On shutdown it stops fetching, drains
+//! concurrent task (or, for a stage that asks, the messages fetched together
+//! as one task, each still on its own) and bad input to the dead-letter
+//! topic (also as a task, so a slow broker never blocks intake or
+//! shutdown), with bounds on messages and bytes in flight. On shutdown it stops fetching, drains
 //! in-flight work up to a deadline and commits. Under exactly_once it also
 //! runs the worker's transactions on their timer and rewinds after an abort
 //! (see [`transaction`](super::transaction)).
