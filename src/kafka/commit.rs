@@ -49,6 +49,11 @@ impl Committer {
         taken
     }
 
+    /// Messages taken and not finished, those already abandoned left out.
+    pub fn live(&self) -> usize {
+        lock(&self.tracker).live()
+    }
+
     /// Whether dropping `ticket` unfinished abandons it: its partition was
     /// revoked (the new owner redoes the message).
     pub fn abandons(&self, ticket: &Ticket) -> bool {

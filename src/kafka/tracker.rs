@@ -209,6 +209,14 @@ impl OffsetTracker {
         self.partitions.values().map(|s| s.in_flight.len()).sum()
     }
 
+    /// Messages with live work on any partition (see [`OffsetTracker::live_on`]).
+    pub fn live(&self) -> usize {
+        self.partitions
+            .values()
+            .map(|s| s.in_flight.len() - s.abandoned.len())
+            .sum()
+    }
+
     fn key(&self, topic: &str, partition: i32) -> (Arc<str>, i32) {
         // Reuse the interned topic name when the partition is known.
         self.partitions

@@ -9,18 +9,20 @@
 //! (see [`transaction`](super::transaction)).
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::CatchUnwind;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 use tracing::Instrument;
 
@@ -66,6 +68,32 @@ pub const MAX_BATCH: usize = 64;
 /// One message's work as the loop hands it on.
 type MessageFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+/// A message taken in its slot and copied out of the consumer's buffer,
+/// before its bytes are held.
+struct Received {
+    payload: Vec<u8>,
+    meta: RecordMeta,
+    slot: OwnedSemaphorePermit,
+}
+
+impl Received {
+    fn with(self, bytes: Hold) -> Next {
+        Next {
+            payload: self.payload,
+            meta: self.meta,
+            holds: vec![Hold::slot(self.slot), bytes],
+        }
+    }
+
+    fn without_bytes(self) -> Next {
+        Next {
+            payload: self.payload,
+            meta: self.meta,
+            holds: vec![Hold::slot(self.slot)],
+        }
+    }
+}
+
 /// What became of a message being taken.
 enum Admitted {
     Next(Next),
@@ -82,8 +110,8 @@ pub struct RunSummary {
     pub received: u64,
     /// Inputs rejected by the decoder (sent to the dead-letter topic).
     pub rejected: u64,
-    /// Handler tasks still running at the drain deadline (their messages stay
-    /// uncommitted and are redelivered).
+    /// Messages unfinished at the drain deadline (they stay uncommitted and
+    /// are redelivered).
     pub abandoned: usize,
     /// Handler tasks that panicked.
     pub panicked: u64,
@@ -317,6 +345,10 @@ struct Intake {
     bytes: Option<ByteBound>,
     summary: RunSummary,
     panics: Panics,
+    /// A message received without waiting ([`Intake::take_ready`]) whose
+    /// bytes were not free: the next [`Intake::take`] waits for them first.
+    /// Never begun, so dropped (at a rewind or shutdown) it is redelivered.
+    waiting: Option<Received>,
 }
 
 impl Intake {
@@ -344,6 +376,7 @@ impl Intake {
                 count: Arc::default(),
                 metrics: metrics.clone(),
             },
+            waiting: None,
         }
     }
 
@@ -363,20 +396,24 @@ impl Intake {
                 self.dispatch(stage, next);
                 continue;
             }
-            // The messages fetched already join this one's task.
-            let mut batch = vec![self.prepare(stage, next).0];
-            while batch.len() < MAX_BATCH {
-                let Some(next) = self.take_ready(consumer, stop.as_mut(), S::HOLDS_DECODED).await else {
+            // The messages fetched already join this one's task. It runs
+            // from the first: a message begun is in a running task before
+            // the consumer is polled again, since a revoke's drain, run
+            // inside that poll, waits for it.
+            let batch = self.start_batch();
+            let _ = batch.send(self.prepare(stage, next).0);
+            for _ in 1..MAX_BATCH {
+                let Some(next) = self.take_ready(consumer, S::HOLDS_DECODED) else {
                     break;
                 };
-                batch.push(self.prepare(stage, next).0);
+                // The task ends only once this sender is dropped.
+                let _ = batch.send(self.prepare(stage, next).0);
             }
-            self.dispatch_batch(batch);
         }
     }
 
     /// Reaps finished tasks, then takes the next message: waits for a
-    /// message slot, the message, then its bytes (see [`Intake::admit`]).
+    /// message slot, the message, then its bytes (see [`Intake::hold_bytes`]).
     /// `None` once `stop` resolved. A read error is counted and logged, and
     /// the wait starts again.
     async fn take(
@@ -393,8 +430,19 @@ impl Intake {
             if let Some(t) = transactions.as_ref().filter(|t| t.is_rewinding()) {
                 // What was taken and not begun is dropped: the seek
                 // redelivers it.
+                self.waiting = None;
                 self.rewind(consumer, t).await;
                 continue;
+            }
+            if let Some(received) = self.waiting.take() {
+                match self
+                    .hold_bytes(received, stop.as_mut(), transactions.as_ref(), decoded_too)
+                    .await
+                {
+                    Admitted::Next(next) => return Some(next),
+                    Admitted::Stopped => return None,
+                    Admitted::Rewinding => continue,
+                }
             }
             let slot = tokio::select! {
                 biased;
@@ -417,8 +465,9 @@ impl Intake {
                     continue;
                 }
             };
+            let received = self.receive(message, slot);
             match self
-                .admit(message, slot, stop.as_mut(), transactions.as_ref(), decoded_too)
+                .hold_bytes(received, stop.as_mut(), transactions.as_ref(), decoded_too)
                 .await
             {
                 Admitted::Next(next) => return Some(next),
@@ -428,17 +477,17 @@ impl Intake {
         }
     }
 
-    /// The next message when it is fetched already and a message slot is
-    /// free (its bytes may still be waited for); else `None` at once, as
-    /// when a rewind is due or `stop` resolved.
-    async fn take_ready(
-        &mut self,
-        consumer: &StageConsumer,
-        stop: Pin<&mut impl Future<Output = ()>>,
-        decoded_too: bool,
-    ) -> Option<Next> {
-        let transactions = self.delivery.guarantee.transactions().cloned();
-        if self.lifecycle.is_stopping() || transactions.as_ref().is_some_and(|t| t.is_rewinding()) {
+    /// The next message when it is fetched already and a message slot and
+    /// its bytes are free: never waits. `None` at once otherwise, as when a
+    /// rewind is due or the stage stops. A message received whose bytes are
+    /// not free is kept for the next [`Intake::take`], which waits for them.
+    fn take_ready(&mut self, consumer: &StageConsumer, decoded_too: bool) -> Option<Next> {
+        let rewinding = self
+            .delivery
+            .guarantee
+            .transactions()
+            .is_some_and(|t| t.is_rewinding());
+        if self.lifecycle.is_stopping() || rewinding {
             return None;
         }
         let slot = self.messages.clone().try_acquire_owned().ok()?;
@@ -450,14 +499,8 @@ impl Intake {
                 return None;
             }
         };
-        match self
-            .admit(message, slot, stop, transactions.as_ref(), decoded_too)
-            .await
-        {
-            Admitted::Next(next) => Some(next),
-            // What was taken and not begun is dropped: the seek redelivers it.
-            Admitted::Stopped | Admitted::Rewinding => None,
-        }
+        let received = self.receive(message, slot);
+        self.try_hold_bytes(received, decoded_too)
     }
 
     /// Counts and logs a read error.
@@ -467,42 +510,68 @@ impl Intake {
     }
 
     /// Counts a message taken in `slot` and copies it out of the consumer's
-    /// buffer; then waits for its bytes (twice its payload when
-    /// `decoded_too`: see [`Stage::HOLDS_DECODED`]), unless `stop` resolves
-    /// or a rewind is requested first.
-    async fn admit(
-        &mut self,
-        message: BorrowedMessage<'_>,
-        slot: OwnedSemaphorePermit,
-        mut stop: Pin<&mut impl Future<Output = ()>>,
-        transactions: Option<&Transactions>,
-        decoded_too: bool,
-    ) -> Admitted {
+    /// buffer.
+    fn receive(&mut self, message: BorrowedMessage<'_>, slot: OwnedSemaphorePermit) -> Received {
         self.summary.received += 1;
         self.metrics.received();
         let meta = RecordMeta::of(&message);
         let payload = message.payload().unwrap_or_default().to_vec();
-        drop(message);
-        let mut holds = vec![Hold::slot(slot)];
-        if let Some(bound) = &self.bytes {
-            // A message bigger than the whole bound takes all of it.
-            let copies = if decoded_too { 2 } else { 1 };
-            let need = (payload.len() * copies + meta.footprint()).min(bound.total);
-            let need = u32::try_from(need).unwrap_or(u32::MAX);
-            let permit = tokio::select! {
-                biased;
-                _ = stop.as_mut() => return Admitted::Stopped,
-                _ = rewind_requested(transactions) => return Admitted::Rewinding,
-                // The semaphore is never closed.
-                permit = bound.permits.clone().acquire_many_owned(need) => match permit {
-                    Ok(p) => p,
-                    Err(_) => return Admitted::Stopped,
-                },
-            };
-            let held = bound.held.clone();
-            holds.push(Hold::bytes(permit, need as usize, held, self.metrics.clone()));
+        Received { payload, meta, slot }
+    }
+
+    /// The bytes a received message holds while in flight (twice its
+    /// payload when `decoded_too`: see [`Stage::HOLDS_DECODED`]); a message
+    /// bigger than the whole bound takes all of it. `None` without a bound.
+    fn bytes_needed(&self, received: &Received, decoded_too: bool) -> Option<u32> {
+        let bound = self.bytes.as_ref()?;
+        let copies = if decoded_too { 2 } else { 1 };
+        let need = (received.payload.len() * copies + received.meta.footprint()).min(bound.total);
+        Some(u32::try_from(need).unwrap_or(u32::MAX))
+    }
+
+    /// A received message with its bytes held, waiting for them unless
+    /// `stop` resolves or a rewind is requested first.
+    async fn hold_bytes(
+        &mut self,
+        received: Received,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+        transactions: Option<&Transactions>,
+        decoded_too: bool,
+    ) -> Admitted {
+        let (Some(need), Some(bound)) = (self.bytes_needed(&received, decoded_too), &self.bytes) else {
+            return Admitted::Next(received.without_bytes());
+        };
+        let permit = tokio::select! {
+            biased;
+            _ = stop.as_mut() => return Admitted::Stopped,
+            _ = rewind_requested(transactions) => return Admitted::Rewinding,
+            // The semaphore is never closed.
+            permit = bound.permits.clone().acquire_many_owned(need) => match permit {
+                Ok(p) => p,
+                Err(_) => return Admitted::Stopped,
+            },
+        };
+        let hold = Hold::bytes(permit, need as usize, bound.held.clone(), self.metrics.clone());
+        Admitted::Next(received.with(hold))
+    }
+
+    /// [`Intake::hold_bytes`] without waiting: when its bytes are not free
+    /// now, the message is kept as [`Intake::waiting`].
+    fn try_hold_bytes(&mut self, received: Received, decoded_too: bool) -> Option<Next> {
+        let need = self.bytes_needed(&received, decoded_too);
+        let (Some(need), Some(bound)) = (need, &self.bytes) else {
+            return Some(received.without_bytes());
+        };
+        match bound.permits.clone().try_acquire_many_owned(need) {
+            Ok(permit) => {
+                let hold = Hold::bytes(permit, need as usize, bound.held.clone(), self.metrics.clone());
+                Some(received.with(hold))
+            }
+            Err(_) => {
+                self.waiting = Some(received);
+                None
+            }
         }
-        Admitted::Next(Next { payload, meta, holds })
     }
 
     /// Hands one message to the stage (see [`Intake::prepare`]): its
@@ -520,7 +589,7 @@ impl Intake {
         // no-op waker missed is lost.
         let mut task = task;
         let mut here = std::task::Context::from_waker(std::task::Waker::noop());
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.as_mut().poll(&mut here))) {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(&mut here))) {
             Ok(std::task::Poll::Ready(())) => {}
             Ok(std::task::Poll::Pending) => {
                 self.tasks.spawn(task);
@@ -534,29 +603,35 @@ impl Intake {
         }
     }
 
-    /// Runs the futures of messages taken together (see
-    /// [`Stage::TASK_PER_BATCH`]) in one task, each on its own: one that
-    /// panics is counted and dropped (its message dead-lettered, as a task's
-    /// panic does), and the others go on.
-    fn dispatch_batch(&mut self, batch: Vec<MessageFuture>) {
-        if batch.len() == 1 {
-            for work in batch {
-                self.tasks.spawn(work);
-            }
-            return;
-        }
+    /// Starts the task that runs the futures of messages taken together
+    /// (see [`Stage::TASK_PER_BATCH`]), each on its own, as they are sent;
+    /// it ends once the sender is dropped and every one finished. One that
+    /// panics is counted and dropped (its message dead-lettered, as a
+    /// task's panic does), and the others go on.
+    fn start_batch(&mut self) -> mpsc::UnboundedSender<MessageFuture> {
+        let (sender, mut received) = mpsc::unbounded_channel::<MessageFuture>();
         let panics = self.panics.clone();
         self.tasks.spawn(async move {
-            let mut running: FuturesUnordered<_> = batch
-                .into_iter()
-                .map(|work| std::panic::AssertUnwindSafe(work).catch_unwind())
-                .collect();
-            while let Some(done) = running.next().await {
-                if let Err(panic) = done {
-                    panics.count(panic.as_ref());
+            let mut running: FuturesUnordered<CatchUnwind<AssertUnwindSafe<MessageFuture>>> =
+                FuturesUnordered::new();
+            let mut open = true;
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(done) = running.next(), if !running.is_empty() => {
+                        if let Err(panic) = done {
+                            panics.count(panic.as_ref());
+                        }
+                    }
+                    work = received.recv(), if open => match work {
+                        Some(work) => running.push(AssertUnwindSafe(work).catch_unwind()),
+                        None => open = false,
+                    },
+                    else => break,
                 }
             }
         });
+        sender
     }
 
     /// What one message becomes, within its trace: a decoded input's
@@ -619,7 +694,7 @@ impl Intake {
     async fn drain_and_close(mut self, consumer: Arc<StageConsumer>) -> RunSummary {
         self.lifecycle.begin_shutdown(self.drain_timeout);
         tracing::info!(
-            in_flight = self.tasks.len(),
+            in_flight = self.delivery.committer.live(),
             "stopping intake; draining in-flight work"
         );
         let deadline = self.lifecycle.deadline_passed();
@@ -629,9 +704,9 @@ impl Intake {
             _ = self.join_all() => true,
         };
         if !drained {
-            self.summary.abandoned = self.tasks.len();
+            self.summary.abandoned = self.delivery.committer.live();
             tracing::warn!(
-                abandoned = self.tasks.len(),
+                abandoned = self.summary.abandoned,
                 "drain deadline reached; unfinished messages will be redelivered"
             );
             self.tasks.abort_all();

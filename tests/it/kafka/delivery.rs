@@ -167,6 +167,53 @@ async fn a_panicking_handler_case<const IN_LOOP: bool, const BATCH: bool>() {
     assert_eq!(committed.get(&0), Some(&10), "offsets past the panic commit");
 }
 
+/// Messages fetched together whose bytes do not all fit the in-flight byte
+/// bound: the batch takes those that fit and runs them; the next message
+/// waits for the bytes they release (it never waits while holding messages
+/// that cannot run yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_over_the_byte_bound_take_what_fits_and_the_rest_waits_its_turn() {
+    const MESSAGES: i64 = 8;
+    let broker = common::shared_kafka();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("batch-bytes");
+    let dlq = format!("{topic}.dlq");
+    common::create_topics(&config, &[&topic, &dlq], 1).await;
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    // 300 KiB each, 1 MiB of bound: three at a time.
+    let payload = vec![b'x'; 300 * 1024];
+    for _ in 0..MESSAGES {
+        common::send(&producer, &topic, "k", &payload).await;
+    }
+    let group = common::unique("batch-bytes-group");
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let stage_loop = StageLoop::create(
+        &config,
+        &group,
+        &topic,
+        &dlq,
+        metrics.clone(),
+        RunOptions {
+            max_in_flight: 64,
+            max_in_flight_bytes: Some(1 << 20),
+            drain_timeout: Duration::from_secs(5),
+        },
+    )
+    .unwrap();
+    let acked = Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let stage = Arc::new(PanicsOnBoom::<false, true> { acked: acked.clone() });
+    let running = common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (acked.lock().unwrap().len() as i64) < MESSAGES {
+        assert!(Instant::now() < deadline, "acked {:?}", acked.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let summary = running.stop().await;
+    assert_eq!(summary.received, MESSAGES as u64);
+    let committed = common::committed_offsets(&config, &group, &topic, 1).await;
+    assert_eq!(committed.get(&0), Some(&MESSAGES), "every message committed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_output_topic_exits_2_naming_it() {
     let broker = common::shared_kafka();

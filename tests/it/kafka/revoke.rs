@@ -8,11 +8,12 @@
 use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hintstream::config::Config;
-use hintstream::kafka::{RecordMeta, RunOptions, StageLoop, Taken, Work};
+use hintstream::kafka::{RecordMeta, Rejected, RunOptions, Stage, StageLoop, Taken, Work};
 use hintstream::metrics::StageMetrics;
 
 const PARTITIONS: i32 = 4;
@@ -291,5 +292,103 @@ async fn parked_work_of_revoked_partitions_is_released_without_waiting_out_the_d
     assert!(
         a_metrics.abandoned_count() >= 1,
         "released messages count as abandoned"
+    );
+}
+
+/// Acknowledges every message; the messages fetched together run in one
+/// task (`Stage::TASK_PER_BATCH`, as stage 1's).
+struct AcksInBatches {
+    acked: Arc<AtomicUsize>,
+}
+
+impl Stage for AcksInBatches {
+    type Input = ();
+    const TASK_PER_BATCH: bool = true;
+
+    fn decode(&self, _: &[u8], _: &RecordMeta) -> Result<(), Rejected> {
+        Ok(())
+    }
+
+    fn handle(self: &Arc<Self>, work: Work<()>) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let acked = self.acked.clone();
+        async move {
+            work.message.ack();
+            acked.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A stage that takes its messages in batches is revoked while it works
+/// through a backlog, so the revoke comes inside one of the polls that fill
+/// a batch. Every message begun by then is already running, so the drain
+/// ends at once: the newcomer is assigned long before the drain timeout, and
+/// nothing is abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoke_while_a_batch_is_taken_drains_without_waiting_out_the_timeout() {
+    const BACKLOG: usize = 200_000;
+    const DRAIN: Duration = Duration::from_secs(60);
+    let (_broker, config, topic, group) = setup().await;
+    let producer = hintstream::kafka::create_producer(&config).unwrap();
+    for chunk in 0..BACKLOG / 10_000 {
+        let sent: Vec<_> = (0..10_000)
+            .map(|i| {
+                let key = format!("b{chunk}-{i}");
+                producer
+                    .send_result(
+                        rdkafka::producer::FutureRecord::<str, str>::to(&topic)
+                            .key(&key)
+                            .payload("x"),
+                    )
+                    .map_err(|(e, _)| e)
+                    .unwrap()
+            })
+            .collect();
+        for delivery in futures::future::join_all(sent).await {
+            delivery.unwrap().map_err(|(e, _)| e).unwrap();
+        }
+    }
+    let total = BACKLOG + MESSAGES;
+    let acked = Arc::new(AtomicUsize::new(0));
+    let start = |metrics: Arc<StageMetrics>| {
+        let stage = Arc::new(AcksInBatches { acked: acked.clone() });
+        let stage_loop = stage_loop(&config, &group, &topic, metrics, DRAIN);
+        common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop))
+    };
+    let a_metrics = Arc::new(StageMetrics::unregistered());
+    let a = start(a_metrics.clone());
+    wait_assigned(
+        &a_metrics,
+        |n| n == i64::from(PARTITIONS),
+        Duration::from_secs(60),
+    )
+    .await;
+    let b_metrics = Arc::new(StageMetrics::unregistered());
+    let b = start(b_metrics.clone());
+    let took = wait_assigned(&b_metrics, |n| n > 0, DRAIN / 2).await;
+    let by_then = acked.load(Ordering::Relaxed);
+    mark_the_ends(&config, &topic).await;
+    common::waits::wait_committed_to_end(
+        &config,
+        &group,
+        &topic,
+        PARTITIONS,
+        Duration::from_secs(120),
+        || format!("{} acknowledged", acked.load(Ordering::Relaxed)),
+    )
+    .await;
+    a.stop().await;
+    b.stop().await;
+    eprintln!("B assigned after {took:.1?}, {by_then} of {total} acknowledged by then");
+    if by_then >= total {
+        eprintln!("the backlog was done before the revoke: this run did not revoke mid-batch");
+    }
+    assert_eq!(
+        a_metrics.abandoned_count(),
+        0,
+        "no message of a batch was cut off by the drain"
+    );
+    assert!(
+        acked.load(Ordering::Relaxed) >= total,
+        "every message acknowledged"
     );
 }
