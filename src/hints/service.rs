@@ -159,6 +159,16 @@ impl GroupHinter {
         let key = gathering_key(message.meta().partition, &group_key);
         let joined = {
             let mut groups = self.groups();
+            // Under the groups' lock: a revoke marks its partitions before
+            // it releases their gathering groups (under this lock), so a
+            // member of a revoked partition that comes late (its task had
+            // not run yet) never starts a group of its own after the
+            // release. It is abandoned: the next owner gathers the group.
+            if message.partition_revoked() {
+                drop(groups);
+                drop(message);
+                return;
+            }
             let joined = groups.join(
                 &key,
                 expected,

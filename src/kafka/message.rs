@@ -233,6 +233,15 @@ impl Taken {
         Some(&self.pending.as_ref()?.delivery.guarantee)
     }
 
+    /// Whether its partition is draining after a revoke (or was reset since
+    /// it was taken): its partition's next owner redoes it, and dropped now
+    /// it is abandoned, not dead-lettered.
+    pub fn partition_revoked(&self) -> bool {
+        self.pending
+            .as_ref()
+            .is_some_and(|p| p.delivery.committer.abandons(&p.ticket))
+    }
+
     /// Its ticket, while unfinished.
     pub(crate) fn ticket(&self) -> Option<Ticket> {
         self.pending.as_ref().map(|p| p.ticket.clone())

@@ -110,8 +110,9 @@ pub struct RunSummary {
     pub received: u64,
     /// Inputs rejected by the decoder (sent to the dead-letter topic).
     pub rejected: u64,
-    /// Messages unfinished at the drain deadline (they stay uncommitted and
-    /// are redelivered).
+    /// Messages unfinished when the drain ended (cut off at its deadline, or
+    /// parked by the stage outside its tasks): they stay uncommitted and are
+    /// redelivered.
     pub abandoned: usize,
     /// Handler tasks that panicked.
     pub panicked: u64,
@@ -406,7 +407,8 @@ impl Intake {
                 let Some(next) = self.take_ready(consumer, S::HOLDS_DECODED) else {
                     break;
                 };
-                // The task ends only once this sender is dropped.
+                // The task ends only once this sender is dropped (it is
+                // aborted only at the drain's deadline, after intake ends).
                 let _ = batch.send(self.prepare(stage, next).0);
             }
         }
@@ -487,7 +489,7 @@ impl Intake {
             .guarantee
             .transactions()
             .is_some_and(|t| t.is_rewinding());
-        if self.lifecycle.is_stopping() || rewinding {
+        if self.lifecycle.is_stopping() || self.lifecycle.failure().is_some() || rewinding {
             return None;
         }
         let slot = self.messages.clone().try_acquire_owned().ok()?;
@@ -703,8 +705,10 @@ impl Intake {
             _ = deadline => false,
             _ = self.join_all() => true,
         };
+        // Unfinished now: in tasks cut off at the deadline, or parked by
+        // the stage outside them (stage 2's incomplete steps).
+        self.summary.abandoned = self.delivery.committer.live();
         if !drained {
-            self.summary.abandoned = self.delivery.committer.live();
             tracing::warn!(
                 abandoned = self.summary.abandoned,
                 "drain deadline reached; unfinished messages will be redelivered"

@@ -173,15 +173,16 @@ async fn a_panicking_handler_case<const IN_LOOP: bool, const BATCH: bool>() {
 /// that cannot run yet).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batches_over_the_byte_bound_take_what_fits_and_the_rest_waits_its_turn() {
-    const MESSAGES: i64 = 8;
+    const MESSAGES: i64 = 16;
     let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("batch-bytes");
     let dlq = format!("{topic}.dlq");
     common::create_topics(&config, &[&topic, &dlq], 1).await;
     let producer = hintstream::kafka::create_producer(&config).unwrap();
-    // 300 KiB each, 1 MiB of bound: three at a time.
-    let payload = vec![b'x'; 300 * 1024];
+    // 64 KiB each, 256 KiB of bound: three at a time, where one fetch
+    // brings them all (librdkafka's smallest prefetch is 1 MiB).
+    let payload = vec![b'x'; 64 * 1024];
     for _ in 0..MESSAGES {
         common::send(&producer, &topic, "k", &payload).await;
     }
@@ -195,7 +196,7 @@ async fn batches_over_the_byte_bound_take_what_fits_and_the_rest_waits_its_turn(
         metrics.clone(),
         RunOptions {
             max_in_flight: 64,
-            max_in_flight_bytes: Some(1 << 20),
+            max_in_flight_bytes: Some(256 << 10),
             drain_timeout: Duration::from_secs(5),
         },
     )
