@@ -436,38 +436,33 @@ impl Intake {
                 self.rewind(consumer, t).await;
                 continue;
             }
-            if let Some(received) = self.waiting.take() {
-                match self
-                    .hold_bytes(received, stop.as_mut(), transactions.as_ref(), decoded_too)
-                    .await
-                {
-                    Admitted::Next(next) => return Some(next),
-                    Admitted::Stopped => return None,
-                    Admitted::Rewinding => continue,
-                }
-            }
-            let slot = tokio::select! {
-                biased;
-                _ = stop.as_mut() => return None,
-                _ = rewind_requested(transactions.as_ref()) => continue,
-                // The semaphore is never closed.
-                permit = self.messages.clone().acquire_owned() => permit.ok()?,
-            };
-            let message = tokio::select! {
-                biased;
-                _ = stop.as_mut() => return None,
-                _ = rewind_requested(transactions.as_ref()) => continue,
-                message = consumer.recv() => message,
-            };
-            let message = match message {
-                Ok(m) => m,
-                Err(e) => {
-                    self.read_failed(&e);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
+            // The message left waiting for its bytes first.
+            let received = match self.waiting.take() {
+                Some(received) => received,
+                None => {
+                    let slot = tokio::select! {
+                        biased;
+                        _ = stop.as_mut() => return None,
+                        _ = rewind_requested(transactions.as_ref()) => continue,
+                        // The semaphore is never closed.
+                        permit = self.messages.clone().acquire_owned() => permit.ok()?,
+                    };
+                    let message = tokio::select! {
+                        biased;
+                        _ = stop.as_mut() => return None,
+                        _ = rewind_requested(transactions.as_ref()) => continue,
+                        message = consumer.recv() => message,
+                    };
+                    match message {
+                        Ok(m) => self.receive(m, slot),
+                        Err(e) => {
+                            self.read_failed(&e);
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    }
                 }
             };
-            let received = self.receive(message, slot);
             match self
                 .hold_bytes(received, stop.as_mut(), transactions.as_ref(), decoded_too)
                 .await

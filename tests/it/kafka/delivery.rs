@@ -93,6 +93,46 @@ impl<const IN_LOOP: bool, const BATCH: bool> Stage for PanicsOnBoom<IN_LOOP, BAT
     }
 }
 
+type Acked = Arc<std::sync::Mutex<HashSet<i64>>>;
+
+/// Runs a [`PanicsOnBoom`] stage in `group` on `topic` (dead letters to
+/// `<topic>.dlq`) under `options`: its metrics, the offsets it acknowledged
+/// and the running stage.
+fn run_panics_on_boom<const IN_LOOP: bool, const BATCH: bool>(
+    config: &Config,
+    topic: &str,
+    group: &str,
+    options: RunOptions,
+) -> (
+    Arc<StageMetrics>,
+    Acked,
+    common::Running<hintstream::kafka::RunSummary>,
+) {
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let stage_loop = StageLoop::create(
+        config,
+        group,
+        topic,
+        &format!("{topic}.dlq"),
+        metrics.clone(),
+        options,
+    )
+    .unwrap();
+    let acked = Acked::default();
+    let stage = Arc::new(PanicsOnBoom::<IN_LOOP, BATCH> { acked: acked.clone() });
+    let running = common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop));
+    (metrics, acked, running)
+}
+
+/// Waits, at most 60 s, until `done` says so.
+async fn wait_until(done: impl Fn() -> bool, acked: &Acked) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "acked {:?}", acked.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_panicking_handler_dead_letters_its_message_and_later_offsets_commit() {
     a_panicking_handler_case::<false, false>().await;
@@ -122,28 +162,17 @@ async fn a_panicking_handler_case<const IN_LOOP: bool, const BATCH: bool>() {
         common::send(&producer, &topic, "k", payload.as_bytes()).await;
     }
     let group = common::unique("panic-group");
-    let metrics = Arc::new(StageMetrics::unregistered());
-    let stage_loop = StageLoop::create(
-        &config,
-        &group,
-        &topic,
-        &dlq,
-        metrics.clone(),
-        RunOptions {
-            max_in_flight: 4,
-            max_in_flight_bytes: Some(1 << 20),
-            drain_timeout: Duration::from_secs(5),
-        },
+    let options = RunOptions {
+        max_in_flight: 4,
+        max_in_flight_bytes: Some(1 << 20),
+        drain_timeout: Duration::from_secs(5),
+    };
+    let (metrics, acked, running) = run_panics_on_boom::<IN_LOOP, BATCH>(&config, &topic, &group, options);
+    wait_until(
+        || acked.lock().unwrap().len() >= 9 && metrics.dead_letter_count(HANDLER_PANIC) >= 1,
+        &acked,
     )
-    .unwrap();
-    let acked = Arc::new(std::sync::Mutex::new(HashSet::new()));
-    let stage = Arc::new(PanicsOnBoom::<IN_LOOP, BATCH> { acked: acked.clone() });
-    let running = common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while acked.lock().unwrap().len() < 9 || metrics.dead_letter_count(HANDLER_PANIC) < 1 {
-        assert!(Instant::now() < deadline, "acked {:?}", acked.lock().unwrap());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    .await;
     let summary = running.stop().await;
     assert_eq!(summary.panicked, 1);
     assert_eq!(metrics.handler_panic_count(), 1, "the panic is counted");
@@ -187,28 +216,13 @@ async fn batches_over_the_byte_bound_take_what_fits_and_the_rest_waits_its_turn(
         common::send(&producer, &topic, "k", &payload).await;
     }
     let group = common::unique("batch-bytes-group");
-    let metrics = Arc::new(StageMetrics::unregistered());
-    let stage_loop = StageLoop::create(
-        &config,
-        &group,
-        &topic,
-        &dlq,
-        metrics.clone(),
-        RunOptions {
-            max_in_flight: 64,
-            max_in_flight_bytes: Some(256 << 10),
-            drain_timeout: Duration::from_secs(5),
-        },
-    )
-    .unwrap();
-    let acked = Arc::new(std::sync::Mutex::new(HashSet::new()));
-    let stage = Arc::new(PanicsOnBoom::<false, true> { acked: acked.clone() });
-    let running = common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while (acked.lock().unwrap().len() as i64) < MESSAGES {
-        assert!(Instant::now() < deadline, "acked {:?}", acked.lock().unwrap());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let options = RunOptions {
+        max_in_flight: 64,
+        max_in_flight_bytes: Some(256 << 10),
+        drain_timeout: Duration::from_secs(5),
+    };
+    let (_, acked, running) = run_panics_on_boom::<false, true>(&config, &topic, &group, options);
+    wait_until(|| acked.lock().unwrap().len() as i64 >= MESSAGES, &acked).await;
     let summary = running.stop().await;
     assert_eq!(summary.received, MESSAGES as u64);
     let committed = common::committed_offsets(&config, &group, &topic, 1).await;

@@ -93,6 +93,19 @@ async fn mark_the_ends(config: &Config, topic: &str) {
     }
 }
 
+/// Puts a [`MARKER`] at the end of every partition and waits, at most
+/// `within`, until the group committed past them all.
+async fn mark_and_wait_committed(
+    config: &Config,
+    group: &str,
+    topic: &str,
+    within: Duration,
+    context: impl Fn() -> String,
+) {
+    mark_the_ends(config, topic).await;
+    common::waits::wait_committed_to_end(config, group, topic, PARTITIONS, within, context).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_work_of_revoked_partitions_finishes_and_is_not_redone() {
     let (_broker, config, topic, group) = setup().await;
@@ -157,15 +170,9 @@ async fn in_flight_work_of_revoked_partitions_finishes_and_is_not_redone() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Whatever B would redo comes before the markers on its partitions.
-    mark_the_ends(&config, &topic).await;
-    common::waits::wait_committed_to_end(
-        &config,
-        &group,
-        &topic,
-        PARTITIONS,
-        Duration::from_secs(60),
-        || format!("done: {:?}", done.lock().unwrap()),
-    )
+    mark_and_wait_committed(&config, &group, &topic, Duration::from_secs(60), || {
+        format!("done: {:?}", done.lock().unwrap())
+    })
     .await;
     a.stop().await;
     b.stop().await;
@@ -366,15 +373,9 @@ async fn a_revoke_while_a_batch_is_taken_drains_without_waiting_out_the_timeout(
     let b = start(b_metrics.clone());
     let took = wait_assigned(&b_metrics, |n| n > 0, DRAIN / 2).await;
     let by_then = acked.load(Ordering::Relaxed);
-    mark_the_ends(&config, &topic).await;
-    common::waits::wait_committed_to_end(
-        &config,
-        &group,
-        &topic,
-        PARTITIONS,
-        Duration::from_secs(120),
-        || format!("{} acknowledged", acked.load(Ordering::Relaxed)),
-    )
+    mark_and_wait_committed(&config, &group, &topic, Duration::from_secs(120), || {
+        format!("{} acknowledged", acked.load(Ordering::Relaxed))
+    })
     .await;
     a.stop().await;
     b.stop().await;
