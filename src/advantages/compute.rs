@@ -207,10 +207,10 @@ pub fn advantages_batch(
 ) -> Result<RecordBatch, BatchError> {
     check_finite(advantages)?;
     let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(&rows.run_id)),
+        Arc::new(string_array(&rows.run_id)),
         Arc::new(Int64Array::from(rows.step.clone())),
-        Arc::new(StringArray::from_iter_values(&rows.trajectory_id)),
-        Arc::new(StringArray::from_iter_values(&rows.instance_id)),
+        Arc::new(string_array(&rows.trajectory_id)),
+        Arc::new(string_array(&rows.instance_id)),
         Arc::new(Float64Array::from(rows.reward.clone())),
         Arc::new(BooleanArray::from(rows.is_hinted.clone())),
         Arc::new(Float64Array::from(advantages.advantage.clone())),
@@ -228,6 +228,18 @@ pub fn advantages_batch(
     fields.push(Field::new(WEIGHT, DataType::Float64, false));
     columns.push(Arc::new(Float64Array::from(weights(rows))));
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// `values` as an Arrow string column, its buffers sized once (grown a
+/// doubling at a time, a step of 1M rows copied and faulted in its values
+/// several times over).
+fn string_array(values: &[String]) -> StringArray {
+    let bytes = values.iter().map(String::len).sum();
+    let mut builder = arrow_array::builder::StringBuilder::with_capacity(values.len(), bytes);
+    for value in values {
+        builder.append_value(value);
+    }
+    builder.finish()
 }
 
 /// The name of the off-policy weight column (`normalize.hinted_weight =

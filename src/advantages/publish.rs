@@ -25,13 +25,15 @@
 //! publication started and the step's key), so that readers never mix its
 //! chunks with another publication's, which may be cut elsewhere.
 
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
+use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
 use rdkafka::error::KafkaError;
 use thiserror::Error;
-use tokio::task::JoinError;
+use tokio::task::{JoinError, JoinHandle};
 
 use super::assemble::PendingStep;
 use super::compute::{advantages_batch, compute_step, ComputeError, StepResult};
@@ -40,8 +42,8 @@ use super::metrics::AdvantageMetrics;
 use super::outcomes::hint_outcomes;
 use super::step_metrics::{step_metrics, MetricOptions, StepMetrics};
 use crate::batch::chunk::{
-    attempt_id, chunk_header_values, encode_chunks, Chunk, Chunks, ATTEMPT_HEADER, CHUNKS_HEADER,
-    CHUNK_HEADER, ROWS_HEADER,
+    attempt_id, chunk_header_values, encode_chunks, encode_planned, plan_chunks, Chunk, Chunks,
+    ATTEMPT_HEADER, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
 };
 use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
@@ -128,15 +130,40 @@ impl StepId {
     }
 }
 
-/// A computed step, encoded: its messages and its metrics.
+/// A step's advantages as messages: encoded already (a step that may fit
+/// one message, or whose chunks `plan_chunks` cannot bound), or planned:
+/// the batch and its chunks' rows, each chunk encoded as the ones before it
+/// are sent (the count, which every chunk's headers carry, known first).
+enum StepChunks {
+    Encoded(Chunks),
+    Planned {
+        batch: RecordBatch,
+        ranges: Vec<Range<usize>>,
+    },
+}
+
+impl StepChunks {
+    fn len(&self) -> usize {
+        match self {
+            StepChunks::Encoded(chunks) => chunks.len(),
+            StepChunks::Planned { ranges, .. } => ranges.len(),
+        }
+    }
+}
+
+/// A computed step, encoded (or planned): what its messages carry.
 struct Encoded {
     key: String,
     /// This publication's `hintstream.attempt`.
     attempt: String,
     /// Which kernel computed it (the device header).
     device: &'static str,
-    chunks: Chunks,
     rows: usize,
+}
+
+/// A computed step's metrics and hint outcomes, made on a thread of their
+/// own while its chunks are encoded and sent (they go out after them).
+struct Summary {
     metrics: StepMetrics,
     /// One per `hint_id` of the step's hinted rows.
     outcomes: Vec<HintOutcome>,
@@ -276,22 +303,28 @@ impl StepOutput {
     ) -> Result<(), Unpublished> {
         let result = self.compute(id, rows).await?;
         let encoding = Instant::now();
-        let mut encoded = self.encode(id, result, duplicates).await?;
+        let (encoded, chunks, summary) = self.encode(id, result, duplicates).await?;
         let encode_ms = encoding.elapsed().as_millis() as u64;
+        let count = chunks.len();
+        let sending = Instant::now();
+        self.send_chunks(id, &encoded, chunks, parked).await?;
+        let chunks_ms = sending.elapsed().as_millis() as u64;
+        let mut summary = summary.await.map_err(|source| Unpublished::EncodePanicked {
+            step: id.name(),
+            source,
+        })?;
         let learned = self
             .learning
-            .step_metrics(&id.run_id, id.step, &encoded.outcomes)
+            .step_metrics(&id.run_id, id.step, &summary.outcomes)
             .await;
-        encoded.metrics.extend(learned);
-        let sending = Instant::now();
-        self.send_chunks(id, &encoded, parked).await?;
-        let chunks_ms = sending.elapsed().as_millis() as u64;
-        self.send_outcomes(id, &encoded.outcomes, parked).await?;
-        self.send_metrics(id, &encoded, parked).await?;
-        self.metrics.step_published(encoded.rows, encoded.extreme);
+        summary.metrics.extend(learned);
+        self.send_outcomes(id, &summary.outcomes, parked).await?;
+        self.send_metrics(id, &encoded.key, &summary.metrics, parked)
+            .await?;
+        self.metrics.step_published(encoded.rows, summary.extreme);
         tracing::info!(
-            run_id = %id.run_id, step = id.step, rows = encoded.rows, chunks = encoded.chunks.len(),
-            device = encoded.device, extreme = encoded.extreme, encode_ms, chunks_ms,
+            run_id = %id.run_id, step = id.step, rows = encoded.rows, chunks = count,
+            device = encoded.device, extreme = summary.extreme, encode_ms, chunks_ms,
             "advantages published"
         );
         Ok(())
@@ -326,14 +359,16 @@ impl StepOutput {
 
     /// Encodes a computed step, off the async workers too (a large step
     /// takes as long to encode as to compute): its advantages as Arrow
-    /// chunks that fit `advantages.max_message_bytes` with their envelope,
-    /// its metrics and its hint outcomes.
+    /// chunks that fit `advantages.max_message_bytes` with their envelope
+    /// (a large step's planned, to be encoded as they are sent), its
+    /// metrics and its hint outcomes (on a thread of their own, awaited
+    /// once the chunks are sent).
     async fn encode(
         &self,
         id: &StepId,
         result: StepResult,
         duplicates: usize,
-    ) -> Result<Encoded, Unpublished> {
+    ) -> Result<(Encoded, StepChunks, JoinHandle<Summary>), Unpublished> {
         let device = result.ran.as_str();
         let key = step_key(&id.run_id, id.step);
         let attempt = attempt_id(worker_identity(), unix_nanos(SystemTime::now()), &key);
@@ -351,9 +386,14 @@ impl StepOutput {
         let result = Arc::new(result);
         let for_chunks = result.clone();
         let chunks = tokio::task::spawn_blocking(move || {
-            advantages_batch(&for_chunks.rows, &for_chunks.advantages, hinted_weight)
-                .map_err(Unpublished::EncodeBatch)
-                .and_then(|batch| encode_chunks(&batch, room).map_err(Unpublished::EncodeChunks))
+            let batch = advantages_batch(&for_chunks.rows, &for_chunks.advantages, hinted_weight)
+                .map_err(Unpublished::EncodeBatch)?;
+            match plan_chunks(&batch, room).map_err(Unpublished::EncodeChunks)? {
+                Some(ranges) => Ok(StepChunks::Planned { batch, ranges }),
+                None => encode_chunks(&batch, room)
+                    .map(StepChunks::Encoded)
+                    .map_err(Unpublished::EncodeChunks),
+            }
         });
         let for_metrics = result.clone();
         let metrics = tokio::task::spawn_blocking(move || {
@@ -362,16 +402,23 @@ impl StepOutput {
             metrics.insert("step".into(), step_no as f64);
             metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
             let outcomes = hint_outcomes(&for_metrics.rows, options.success_threshold, &created_at);
-            (metrics, outcomes)
+            let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
+            Summary {
+                metrics,
+                outcomes,
+                extreme,
+            }
         });
-        let (chunks, metrics) = tokio::join!(chunks, metrics);
-        let panicked = |source| Unpublished::EncodePanicked {
+        let chunks = chunks.await.map_err(|source| Unpublished::EncodePanicked {
             step: id.name(),
             source,
-        };
-        let (chunks, (metrics, outcomes)) = (chunks.map_err(panicked)?, metrics.map_err(panicked)?);
-        let chunks = chunks?;
-        if let Some(big) = chunks.oversized() {
+        })??;
+        // A planned step's chunks fit by their bound; an encoded one's
+        // may hold a row that alone does not.
+        if let Some(big) = match &chunks {
+            StepChunks::Encoded(chunks) => chunks.oversized(),
+            StepChunks::Planned { .. } => None,
+        } {
             let row = big.rows.start;
             return Err(Unpublished::Oversized {
                 row,
@@ -383,50 +430,88 @@ impl StepOutput {
                 topic: self.output_topic.clone(),
             });
         }
-        let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
-        Ok(Encoded {
+        let encoded = Encoded {
             key,
             attempt,
             device,
-            chunks,
             rows: result.rows.len(),
-            metrics,
-            outcomes,
-            extreme,
-        })
+        };
+        Ok((encoded, chunks, metrics))
     }
 
     /// Sends the chunks, up to [`CHUNKS_IN_FLIGHT`] at a time, handed to the
     /// producer in index order (which keeps them in order on the key's
     /// partition unless one is retried; a reader gathers a step's chunks by
-    /// index, whatever their order). A failure ends the sending at the first
-    /// chunk, in index order, that failed.
+    /// index, whatever their order). A planned step's chunks are encoded on
+    /// a thread of the blocking pool, in order, while the ones before them
+    /// are sent (at most [`CHUNKS_IN_FLIGHT`] encoded ahead). A failure ends
+    /// the sending at the first chunk, in index order, that failed.
     async fn send_chunks(
         &self,
         id: &StepId,
         encoded: &Encoded,
+        chunks: StepChunks,
         parked: &Settlement,
     ) -> Result<(), Unpublished> {
         use futures::StreamExt;
-        let count = encoded.chunks.len();
-        let sends: Vec<_> = (encoded.chunks.chunks.iter().enumerate())
-            .map(|(index, chunk)| self.send_chunk(encoded, index, chunk, parked))
-            .collect();
-        let mut sent = futures::stream::iter(sends).buffered(CHUNKS_IN_FLIGHT);
-        while let Some((index, published)) = sent.next().await {
+        let count = chunks.len();
+        let (items, encoder) =
+            match chunks {
+                StepChunks::Encoded(chunks) => {
+                    let items =
+                        futures::stream::iter(chunks.chunks.into_iter().map(Ok::<Chunk, ArrowError>)).boxed();
+                    (items, None)
+                }
+                StepChunks::Planned { batch, ranges } => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+                    let encoder = tokio::task::spawn_blocking(move || {
+                        for range in ranges {
+                            let chunk = encode_planned(&batch, range);
+                            let failed = chunk.is_err();
+                            // Closed: the sending ended (a failure, a stop).
+                            if tx.blocking_send(chunk).is_err() || failed {
+                                return;
+                            }
+                        }
+                    });
+                    let items = futures::stream::unfold(rx, |mut rx| async move {
+                        rx.recv().await.map(|chunk| (chunk, rx))
+                    })
+                    .boxed();
+                    (items, Some(encoder))
+                }
+            };
+        let mut sent = items
+            .enumerate()
+            .map(|(index, chunk)| async move {
+                match chunk {
+                    Ok(chunk) => {
+                        let published = self.send_chunk(encoded, index, count, &chunk, parked).await;
+                        (index, chunk.payload.len(), Ok(published))
+                    }
+                    Err(e) => (index, 0, Err(e)),
+                }
+            })
+            .buffered(CHUNKS_IN_FLIGHT);
+        let mut acknowledged = 0;
+        while let Some((index, bytes, published)) = sent.next().await {
             match published {
-                Ok(_) => self.metrics.chunk_published(),
-                Err(SendError::Permanent(source)) => {
+                Ok(Ok(())) => {
+                    self.metrics.chunk_published();
+                    acknowledged += 1;
+                }
+                Err(e) => return Err(Unpublished::EncodeChunks(e)),
+                Ok(Err(SendError::Permanent(source))) => {
                     return Err(Unpublished::ChunkRejected {
                         step: id.name(),
                         index,
                         count,
-                        bytes: encoded.chunks.chunks[index].payload.len(),
+                        bytes,
                         source: Box::new(source),
                         topic: self.output_topic.clone(),
                     })
                 }
-                Err(SendError::Stopped) => {
+                Ok(Err(SendError::Stopped)) => {
                     tracing::info!(
                         run_id = %id.run_id, step = id.step, acknowledged_in_order = index, chunks = count,
                         "drain deadline passed mid-step; the step stays uncommitted"
@@ -435,18 +520,35 @@ impl StepOutput {
                 }
             }
         }
+        if acknowledged < count {
+            // The encoder ended early without an error: it panicked.
+            let source = match encoder {
+                Some(encoder) => encoder.await.err(),
+                None => None,
+            };
+            return Err(match source {
+                Some(source) => Unpublished::EncodePanicked {
+                    step: id.name(),
+                    source,
+                },
+                None => Unpublished::EncodeChunks(ArrowError::ComputeError(format!(
+                    "{acknowledged} of {count} chunks were encoded"
+                ))),
+            });
+        }
         Ok(())
     }
 
-    /// Sends chunk `index` of the step (the number, for the caller).
+    /// Sends chunk `index` of the step's `count`.
     async fn send_chunk(
         &self,
         encoded: &Encoded,
         index: usize,
+        count: usize,
         chunk: &Chunk,
         parked: &Settlement,
-    ) -> (usize, Result<(), SendError>) {
-        let chunk_headers = chunk_header_values(index, encoded.chunks.len(), encoded.rows);
+    ) -> Result<(), SendError> {
+        let chunk_headers = chunk_header_values(index, count, encoded.rows);
         let outgoing = Outgoing {
             topic: &self.output_topic,
             key: Some(encoded.key.as_bytes()),
@@ -461,10 +563,7 @@ impl StepOutput {
                 .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
             ),
         };
-        (
-            index,
-            parked.send(&self.producer, &outgoing, &self.lifecycle).await,
-        )
+        parked.send(&self.producer, &outgoing, &self.lifecycle).await
     }
 
     /// Sends the step's hint outcomes, after its last chunk, all at once,
@@ -524,17 +623,18 @@ impl StepOutput {
     async fn send_metrics(
         &self,
         id: &StepId,
-        encoded: &Encoded,
+        key: &str,
+        metrics: &StepMetrics,
         parked: &Settlement,
     ) -> Result<(), Unpublished> {
         // A map of names to finite numbers always serialises.
-        let metrics_json = serde_json::to_vec(&encoded.metrics).unwrap_or_default();
+        let metrics_json = serde_json::to_vec(metrics).unwrap_or_default();
         let sent = parked
             .send(
                 &self.producer,
                 &Outgoing {
                     topic: &self.metrics_topic,
-                    key: Some(encoded.key.as_bytes()),
+                    key: Some(key.as_bytes()),
                     payload: Some(&metrics_json),
                     headers: headers([("content-type", "application/json")]),
                 },

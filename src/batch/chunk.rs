@@ -182,6 +182,147 @@ fn split(
     Ok(())
 }
 
+/// Cuts a large `batch` into row ranges whose IPC streams are known to be
+/// at most `max_bytes` before any is encoded, so that a publisher knows
+/// the chunk count (which every chunk's headers carry) and can send each
+/// chunk as soon as it is encoded ([`encode_planned`]). Each range is as
+/// long as an upper bound of its encoded size allows: the bytes of its
+/// buffers (computed from its rows and the byte lengths of its strings),
+/// each buffer's alignment padding, a validity bitmap a column whether or
+/// not it has nulls, and a margin for the batch's metadata. The bound is
+/// within a few hundred bytes of the real size, so the chunks are nearly as
+/// few as [`encode_chunks`] makes.
+///
+/// `None` where [`encode_chunks`] should cut instead: a batch that may fit
+/// whole (it is then one chunk, as `encode_chunks` promises), columns whose
+/// encoded size the bound does not know (dictionaries, nested types), or a
+/// row whose bound alone is over `max_bytes` (`encode_chunks` reports it).
+/// Deterministic, as `encode_chunks` is.
+pub fn plan_chunks(batch: &RecordBatch, max_bytes: usize) -> Result<Option<Vec<Range<usize>>>, ArrowError> {
+    let rows = batch.num_rows();
+    if rows <= 1 || batch.get_array_memory_size() <= MAY_FIT * max_bytes {
+        return Ok(None);
+    }
+    let Some(shape) = BodyShape::of(batch) else {
+        return Ok(None);
+    };
+    let fixed = encode_range(batch, 0..0)?.len() + METADATA_MARGIN + shape.buffers * IPC_ALIGNMENT;
+    let bound = |n: usize, variable: usize| {
+        fixed + shape.bitmaps * n.div_ceil(8) + shape.extra_offset_bytes + n * shape.row_bytes + variable
+    };
+    let mut ranges = Vec::new();
+    let (mut start, mut variable) = (0, 0);
+    for row in 0..rows {
+        let bytes = shape.variable_bytes(row);
+        if row > start && bound(row + 1 - start, variable + bytes) > max_bytes {
+            ranges.push(start..row);
+            (start, variable) = (row, 0);
+        }
+        if row == start && bound(1, bytes) > max_bytes {
+            return Ok(None);
+        }
+        variable += bytes;
+    }
+    ranges.push(start..rows);
+    Ok(Some(ranges))
+}
+
+/// Encodes rows `range` of `batch` as one chunk (a range of
+/// [`plan_chunks`]).
+pub fn encode_planned(batch: &RecordBatch, range: Range<usize>) -> Result<Chunk, ArrowError> {
+    let payload = encode_range(batch, range.clone())?;
+    Ok(Chunk { rows: range, payload })
+}
+
+/// The alignment of every buffer in an IPC body (arrow-ipc's default
+/// write options pad each to 64 bytes; the bound counts a full 64 a buffer).
+const IPC_ALIGNMENT: usize = 64;
+
+/// Bytes a record batch's metadata may take beyond the empty batch's (the
+/// flatbuffer leaves out fields at their default, such as a length of 0).
+const METADATA_MARGIN: usize = 256;
+
+/// What a batch's rows take in an IPC body, by the columns' types.
+struct BodyShape<'a> {
+    /// Buffers in the body (a validity bitmap for every column, values,
+    /// offsets).
+    buffers: usize,
+    /// Bitmaps: one bit a row each.
+    bitmaps: usize,
+    /// Fixed bytes a row: primitive values and string offsets.
+    row_bytes: usize,
+    /// The one offset more than rows of each string column.
+    extra_offset_bytes: usize,
+    /// The offsets of the columns whose values vary in length.
+    variable: Vec<Offsets<'a>>,
+}
+
+/// A string or binary column's offsets (its slice's, `rows + 1` of them).
+enum Offsets<'a> {
+    Small(&'a [i32]),
+    Large(&'a [i64]),
+}
+
+impl Offsets<'_> {
+    fn length(&self, row: usize) -> usize {
+        match self {
+            Offsets::Small(o) => (o[row + 1] - o[row]) as usize,
+            Offsets::Large(o) => (o[row + 1] - o[row]) as usize,
+        }
+    }
+}
+
+impl<'a> BodyShape<'a> {
+    fn of(batch: &'a RecordBatch) -> Option<BodyShape<'a>> {
+        use arrow_schema::DataType as T;
+        let mut shape = BodyShape {
+            buffers: 0,
+            bitmaps: 0,
+            row_bytes: 0,
+            extra_offset_bytes: 0,
+            variable: Vec::new(),
+        };
+        for column in batch.columns() {
+            // A validity bitmap, counted whether or not the column has nulls.
+            shape.buffers += 1;
+            shape.bitmaps += 1;
+            match column.data_type() {
+                T::Boolean => {
+                    shape.buffers += 1;
+                    shape.bitmaps += 1;
+                }
+                T::Utf8 | T::Binary | T::LargeUtf8 | T::LargeBinary => {
+                    let offsets = match column.data_type() {
+                        T::Utf8 => Offsets::Small(column.as_string::<i32>().value_offsets()),
+                        T::Binary => Offsets::Small(column.as_binary::<i32>().value_offsets()),
+                        T::LargeUtf8 => Offsets::Large(column.as_string::<i64>().value_offsets()),
+                        _ => Offsets::Large(column.as_binary::<i64>().value_offsets()),
+                    };
+                    let width = match offsets {
+                        Offsets::Small(_) => 4,
+                        Offsets::Large(_) => 8,
+                    };
+                    shape.buffers += 2;
+                    shape.row_bytes += width;
+                    shape.extra_offset_bytes += width;
+                    shape.variable.push(offsets);
+                }
+                other => {
+                    let width = other.primitive_width()?;
+                    shape.buffers += 1;
+                    shape.row_bytes += width;
+                }
+            }
+        }
+        Some(shape)
+    }
+
+    /// The bytes of row `row`'s variable-length values, all columns.
+    fn variable_bytes(&self, row: usize) -> usize {
+        self.variable.iter().map(|o| o.length(row)).sum()
+    }
+}
+
 /// Rows `range` of `batch` as one IPC stream.
 fn encode_range(batch: &RecordBatch, range: Range<usize>) -> Result<Vec<u8>, ArrowError> {
     let slice = compact_dictionaries(&batch.slice(range.start, range.len()))?;
@@ -438,6 +579,85 @@ mod tests {
         let chunks = encode_chunks(&input, max).unwrap();
         assert!(chunks.chunks.iter().all(|c| c.payload.len() <= max));
         assert_concatenate_to(&chunks, &input);
+    }
+
+    /// `n` rows of the kinds of columns a step's advantages have (strings
+    /// of `width(i)` bytes, integers, floats with some nulls, booleans).
+    fn flat(n: usize, width: impl Fn(usize) -> usize) -> RecordBatch {
+        let text: StringArray = (0..n).map(|i| Some("y".repeat(width(i)))).collect();
+        let values: Float64Array = (0..n).map(|i| (i % 7 != 0).then_some(i as f64)).collect();
+        let flags: arrow_array::BooleanArray = (0..n).map(|i| Some(i % 3 == 0)).collect();
+        RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(0..n as i64)) as ArrayRef,
+            ),
+            ("text", Arc::new(text) as ArrayRef),
+            ("value", Arc::new(values) as ArrayRef),
+            ("flag", Arc::new(flags) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    /// The chunks a plan makes, encoded.
+    fn planned(input: &RecordBatch, max: usize) -> Chunks {
+        let ranges = plan_chunks(input, max).unwrap().expect("a plan");
+        let chunks = ranges
+            .into_iter()
+            .map(|r| encode_planned(input, r).unwrap())
+            .collect();
+        Chunks {
+            chunks,
+            max_bytes: max,
+        }
+    }
+
+    #[test]
+    fn a_plan_bounds_every_chunk_before_encoding_and_makes_nearly_the_fewest() {
+        for (rows, max, width) in [
+            (60_000, 64 * 1024, 40usize),
+            (30_000, 20_000, 3),
+            (100_000, 1 << 20, 90),
+        ] {
+            let input = flat(rows, |i| i % width + (i * 7919) % 13);
+            let chunks = planned(&input, max);
+            for c in &chunks.chunks {
+                assert!(c.payload.len() <= max, "{} > {max}", c.payload.len());
+            }
+            assert_concatenate_to(&chunks, &input);
+            let whole = ipc::encode_stream(std::slice::from_ref(&input)).unwrap().len();
+            let fewest = whole.div_ceil(max);
+            assert!(
+                chunks.len() <= fewest + fewest / 8 + 1,
+                "{} chunks, {fewest} needed ({rows} rows, {max} bytes)",
+                chunks.len()
+            );
+            // The bound is close: every chunk but the last is nearly full.
+            let full = &chunks.chunks[..chunks.len() - 1];
+            assert!(full.iter().all(|c| c.payload.len() > max - 2 * 1024 - max / 16));
+            assert_eq!(
+                plan_chunks(&input, max).unwrap(),
+                plan_chunks(&input, max).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_plan_is_left_to_encode_chunks_where_it_cannot_bound_or_need_not_cut() {
+        let max = 20_000;
+        assert_eq!(
+            plan_chunks(&batch(20_000, |_| 5), max).unwrap(),
+            None,
+            "a dictionary column"
+        );
+        assert_eq!(
+            plan_chunks(&flat(100, |_| 5), 1 << 20).unwrap(),
+            None,
+            "fits whole"
+        );
+        let one_big = flat(20_000, |i| if i == 777 { 50_000 } else { 5 });
+        assert_eq!(plan_chunks(&one_big, max).unwrap(), None, "a row over the bound");
+        assert!(encode_chunks(&one_big, max).unwrap().oversized().is_some());
     }
 
     #[test]

@@ -7,9 +7,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use moka::future::Cache;
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
 
 use crate::messages::Hint;
 
@@ -28,41 +29,77 @@ impl CachedHint {
     }
 }
 
+/// A cached hint and when it was made (its time to live counts from then).
+#[derive(Clone)]
+struct Entry {
+    hint: Arc<CachedHint>,
+    made: Instant,
+}
+
+/// An entry weighs its bytes: the id, the payload, the text, and a margin
+/// for the rest of the message.
+#[derive(Clone)]
+struct Bytes;
+
+impl Weighter<String, Entry> for Bytes {
+    fn weight(&self, id: &String, entry: &Entry) -> u64 {
+        let h = &entry.hint;
+        (id.len() + h.payload.len() + h.hint.hint.len() + 256) as u64
+    }
+}
+
+/// Entries the cache's table is sized for at first, at most (it grows).
+const MAX_ESTIMATED_ENTRIES: u64 = 1 << 16;
+
 #[derive(Clone)]
 pub struct HintCache {
-    hints: Cache<String, Arc<CachedHint>>,
+    hints: Arc<Cache<String, Entry, Bytes>>,
+    ttl: Duration,
 }
 
 impl HintCache {
     /// Keeps at most `max_bytes` of hints, each for `ttl`.
     pub fn new(max_bytes: u64, ttl: Duration) -> Self {
-        let hints = Cache::builder()
-            .max_capacity(max_bytes)
-            .weigher(|id: &String, h: &Arc<CachedHint>| {
-                u32::try_from(id.len() + h.payload.len() + h.hint.hint.len() + 256).unwrap_or(u32::MAX)
-            })
-            .time_to_live(ttl)
-            .build();
-        HintCache { hints }
+        // quick_cache: a sharded map with a light eviction policy and no
+        // background upkeep (a static or cached hint costs a few
+        // microseconds; the cache's own work should not be most of it).
+        let estimated = (max_bytes / 1024).clamp(16, MAX_ESTIMATED_ENTRIES) as usize;
+        let hints = Arc::new(Cache::with_weighter(estimated, max_bytes, Bytes));
+        HintCache { hints, ttl }
     }
 
     /// The cached hint for `hint_id`, or the one `make` builds (and caches).
     /// Returns whether it came from the cache. Concurrent calls for one id
-    /// run `make` once.
+    /// run `make` once (the others wait for it; should the maker be
+    /// dropped first, one of them makes it). An entry older than the time
+    /// to live is made again.
     pub async fn get_or_make(
         &self,
         hint_id: &str,
         make: impl Future<Output = CachedHint>,
     ) -> (Arc<CachedHint>, bool) {
-        let mut made = false;
-        let hint = self
-            .hints
-            .get_with_by_ref(hint_id, async {
-                made = true;
-                Arc::new(make.await)
-            })
-            .await;
-        (hint, !made)
+        loop {
+            match self.hints.get_value_or_guard_async(hint_id).await {
+                Ok(entry) if entry.made.elapsed() < self.ttl => return (entry.hint, true),
+                Ok(stale) => {
+                    // Only this stale entry: a fresh one another caller
+                    // put in meanwhile stays.
+                    self.hints
+                        .remove_if(hint_id, |e| Arc::ptr_eq(&e.hint, &stale.hint));
+                }
+                Err(guard) => {
+                    let hint = Arc::new(make.await);
+                    let entry = Entry {
+                        hint: hint.clone(),
+                        made: Instant::now(),
+                    };
+                    // Err: the placeholder was removed meanwhile; the
+                    // hint is still this caller's to publish.
+                    let _ = guard.insert(entry);
+                    return (hint, false);
+                }
+            }
+        }
     }
 }
 
@@ -128,5 +165,34 @@ mod tests {
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(a.0.payload, b.0.payload);
         assert!(a.1 != b.1, "one made it, the other waited for it");
+    }
+
+    #[tokio::test]
+    async fn an_entry_past_its_time_to_live_is_made_again() {
+        let cache = HintCache::new(1 << 20, Duration::from_millis(1));
+        let (first, hit) = cache.get_or_make("a", async { hint("one") }).await;
+        assert!(!hit);
+        let made = Instant::now();
+        while made.elapsed() < Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        let (again, hit) = cache.get_or_make("a", async { hint("two") }).await;
+        assert!(!hit, "expired: made again");
+        assert_eq!(first.hint.hint, "one");
+        assert_eq!(again.hint.hint, "two");
+    }
+
+    #[tokio::test]
+    async fn a_maker_dropped_midway_lets_a_waiter_make_it() {
+        let cache = HintCache::new(1 << 20, Duration::from_secs(60));
+        let never = cache.get_or_make("k", async {
+            futures::future::pending::<()>().await;
+            hint("never")
+        });
+        let waiter = cache.get_or_make("k", async { hint("second") });
+        let (first, second) = tokio::join!(tokio::time::timeout(Duration::from_millis(20), never), waiter);
+        assert!(first.is_err(), "the first maker never finishes and is dropped");
+        assert_eq!(second.0.hint.hint, "second");
+        assert!(!second.1);
     }
 }

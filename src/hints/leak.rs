@@ -100,7 +100,9 @@ pub async fn guard(
         forbidden: &forbidden,
         level: None,
     };
-    let mut second = synth.synthesize_asking(t, ask).await;
+    // Boxed: a model call's future is large, and the guard's is inside
+    // every hint's, most of which never ask twice.
+    let mut second = Box::pin(synth.synthesize_asking(t, ask)).await;
     add_spend(&mut second, &first);
     let again = repeated(&second.hint, &values);
     if second.category == HintCategory::LlmSynthesized && again.is_empty() {

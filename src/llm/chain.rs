@@ -85,7 +85,11 @@ async fn synthesize_whole(shared: &Shared, chain: &[Link], t: &FailedTrajectory,
             link,
             next: chain.get(i + 1),
         };
-        let Some(result) = call_fitted(shared, turn, t, ask, i == 0, deadline, &mut tally).await else {
+        // Boxed: a model call's future is large (the HTTP client's), and a
+        // static or cached hint, which makes none, would otherwise carry
+        // (and move) its space in every future around it.
+        let call = Box::pin(call_fitted(shared, turn, t, ask, i == 0, deadline, &mut tally));
+        let Some(result) = call.await else {
             break;
         };
         match result {

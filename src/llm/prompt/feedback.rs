@@ -40,12 +40,25 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
 /// `<<< NAME <<<` (or the end), parsed as a Python literal; `None` when the
 /// block is absent or garbage. A `<<<` inside a check's text does not end it.
 pub fn accumulator(stdout: &str, name: &str) -> Option<Vec<String>> {
-    let marker = format!(">>> {name} >>>");
-    let start = stdout.find(&marker)? + marker.len();
+    let start = marked(stdout, ">>> ", name, " >>>")?.end;
     let rest = &stdout[start..];
-    let end_marker = format!("\n<<< {name} <<<");
-    let body = rest.find(&end_marker).map_or(rest, |end| &rest[..end]);
+    let body = marked(rest, "\n<<< ", name, " <<<").map_or(rest, |end| &rest[..end.start]);
     parse_list(body)
+}
+
+/// Where `before`, `name` and `after` first stand together in `text` (the
+/// marker's bytes), without building the marker (this runs on every
+/// message of stage 1, several times).
+fn marked(text: &str, before: &str, name: &str, after: &str) -> Option<std::ops::Range<usize>> {
+    let mut from = 0;
+    loop {
+        let at = from + text[from..].find(before)?;
+        let rest = &text[at + before.len()..];
+        if rest.strip_prefix(name).is_some_and(|r| r.starts_with(after)) {
+            return Some(at..at + before.len() + name.len() + after.len());
+        }
+        from = at + 1;
+    }
 }
 
 fn bounded(items: Vec<String>) -> Vec<String> {
@@ -176,5 +189,19 @@ mod tests {
             ">>> ERROR_ACCUMULATOR >>>\n['expected <<< in output', 'b']\n<<< ERROR_ACCUMULATOR <<<",
         ));
         assert_eq!(fb.failed_checks, vec!["expected <<< in output", "b"]);
+    }
+
+    #[test]
+    fn an_accumulator_is_found_past_markers_of_other_names_and_its_own_close_past_others() {
+        let text = ">>> >>> X_OLD >>> <<< X <<<\n<<< X <<<";
+        assert_eq!(marked(text, ">>> ", "X", " >>>"), None);
+        assert_eq!(marked(text, "\n<<< ", "X", " <<<"), Some(27..37));
+        assert_eq!(marked(">>> >>> X >>>", ">>> ", "X", " >>>"), Some(4..13));
+        let stdout = ">>> ERROR_ACCUMULATOR_OLD >>>\n['old']\n>>> ERROR_ACCUMULATOR >>>\n['new']\n<<< ERROR_ACCUMULATOR <<<";
+        assert_eq!(
+            accumulator(stdout, "ERROR_ACCUMULATOR"),
+            Some(vec!["new".to_string()])
+        );
+        assert_eq!(accumulator(">>> ERROR_ACCUMULATOR >>", "ERROR_ACCUMULATOR"), None);
     }
 }
