@@ -162,7 +162,8 @@ struct Encoded {
 }
 
 /// A computed step's metrics and hint outcomes, made on a thread of their
-/// own while its chunks are encoded and sent (they go out after them).
+/// own while its advantages become a batch and its chunks are planned
+/// (they go out after the chunks, and are ready before the first leaves).
 struct Summary {
     metrics: StepMetrics,
     /// One per `hint_id` of the step's hinted rows.
@@ -304,15 +305,18 @@ impl StepOutput {
         let result = self.compute(id, rows).await?;
         let encoding = Instant::now();
         let (encoded, chunks, summary) = self.encode(id, result, duplicates).await?;
+        // Before any chunk leaves: a failure here must find nothing sent
+        // (under exactly_once, nothing registered to commit beside the
+        // dead letters).
+        let mut summary = summary.await.map_err(|source| Unpublished::EncodePanicked {
+            step: id.name(),
+            source,
+        })?;
         let encode_ms = encoding.elapsed().as_millis() as u64;
         let count = chunks.len();
         let sending = Instant::now();
         self.send_chunks(id, &encoded, chunks, parked).await?;
         let chunks_ms = sending.elapsed().as_millis() as u64;
-        let mut summary = summary.await.map_err(|source| Unpublished::EncodePanicked {
-            step: id.name(),
-            source,
-        })?;
         let learned = self
             .learning
             .step_metrics(&id.run_id, id.step, &summary.outcomes)
@@ -362,7 +366,7 @@ impl StepOutput {
     /// chunks that fit `advantages.max_message_bytes` with their envelope
     /// (a large step's planned, to be encoded as they are sent), its
     /// metrics and its hint outcomes (on a thread of their own, awaited
-    /// once the chunks are sent).
+    /// before the first chunk is sent).
     async fn encode(
         &self,
         id: &StepId,

@@ -5,12 +5,12 @@
 //! same text; concurrent requests for one `hint_id` wait for a single
 //! synthesis.
 
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use quick_cache::sync::Cache;
-use quick_cache::Weighter;
+use tokio::sync::watch;
 
 use crate::messages::Hint;
 
@@ -23,83 +23,172 @@ pub struct CachedHint {
 
 impl CachedHint {
     pub fn new(hint: Hint) -> Self {
+        // Sized once for the text and the ids around it (`to_vec` starts at
+        // 128 bytes and grows a doubling at a time: a copy each).
+        let mut payload = Vec::with_capacity(1024 + hint.hint.len() * 5 / 4);
         // A struct of strings and finite numbers always serialises.
-        let payload = serde_json::to_vec(&hint).unwrap_or_default();
+        if serde_json::to_writer(&mut payload, &hint).is_err() {
+            payload.clear();
+        }
         CachedHint { hint, payload }
     }
 }
 
-/// A cached hint and when it was made (its time to live counts from then).
-#[derive(Clone)]
+/// A cached hint: when it was made (its time to live counts from then)
+/// and what it weighs against the bound.
 struct Entry {
     hint: Arc<CachedHint>,
     made: Instant,
+    bytes: u64,
 }
 
-/// An entry weighs its bytes: the id, the payload, the text, and a margin
-/// for the rest of the message.
-#[derive(Clone)]
-struct Bytes;
+/// The cache's state, under one lock (each call holds it for a map lookup
+/// or an insert: a static or cached hint costs a few microseconds, and
+/// moka's upkeep, which this replaced, was a tenth of stage 1's CPU).
+#[derive(Default)]
+struct State {
+    hints: HashMap<String, Entry>,
+    /// Ids in the order their hints were made, for the oldest to go first;
+    /// an id whose entry was replaced or removed since is skipped (its
+    /// `made` differs).
+    order: VecDeque<(String, Instant)>,
+    bytes: u64,
+    /// Ids whose hint is being made: the maker's end, dropped when its
+    /// turn ends (kept or dropped), which wakes every caller waiting for it.
+    making: HashMap<String, watch::Sender<()>>,
+}
 
-impl Weighter<String, Entry> for Bytes {
-    fn weight(&self, id: &String, entry: &Entry) -> u64 {
-        let h = &entry.hint;
-        (id.len() + h.payload.len() + h.hint.hint.len() + 256) as u64
+impl State {
+    fn remove(&mut self, id: &str) {
+        if let Some(old) = self.hints.remove(id) {
+            self.bytes -= old.bytes;
+        }
+    }
+
+    /// Keeps `hint` for `id`, then lets the oldest go until the bound holds
+    /// (a hint heavier than the whole bound is not kept).
+    fn insert(&mut self, id: &str, hint: Arc<CachedHint>, max_bytes: u64) {
+        let bytes = (id.len() + hint.payload.len() + hint.hint.hint.len() + 256) as u64;
+        self.remove(id);
+        if bytes > max_bytes {
+            return;
+        }
+        let made = Instant::now();
+        self.hints.insert(id.to_string(), Entry { hint, made, bytes });
+        self.order.push_back((id.to_string(), made));
+        self.bytes += bytes;
+        while self.bytes > max_bytes {
+            let Some((old, at)) = self.order.pop_front() else {
+                break;
+            };
+            if self.hints.get(&old).is_some_and(|e| e.made == at) {
+                self.remove(&old);
+            }
+        }
+        // Ids left over from replaced or expired entries: dropped when they
+        // outnumber the entries.
+        if self.order.len() > 2 * self.hints.len() + 64 {
+            let hints = &self.hints;
+            self.order
+                .retain(|(id, at)| hints.get(id).is_some_and(|e| e.made == *at));
+        }
     }
 }
 
-/// Entries the cache's table is sized for at first, at most (it grows).
-const MAX_ESTIMATED_ENTRIES: u64 = 1 << 16;
-
+/// The hint cache: bounded in bytes (the oldest hints go first), each
+/// hint kept for a time to live, one maker at a time for an id.
 #[derive(Clone)]
 pub struct HintCache {
-    hints: Arc<Cache<String, Entry, Bytes>>,
+    state: Arc<Mutex<State>>,
+    max_bytes: u64,
     ttl: Duration,
+}
+
+/// Ends a maker's turn for an id: should the maker be dropped before its
+/// hint was kept, the waiters are woken and one of them makes it.
+struct Making<'a> {
+    cache: &'a HintCache,
+    id: &'a str,
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        // Dropping the sender wakes every receiver, however late it waits.
+        let ended = self.cache.state().making.remove(self.id);
+        drop(ended);
+    }
+}
+
+/// What a caller of [`HintCache::get_or_make`] does next.
+enum Turn {
+    Cached(Arc<CachedHint>),
+    Make,
+    /// Wait for the maker's turn to end, then look again.
+    Wait(watch::Receiver<()>),
 }
 
 impl HintCache {
     /// Keeps at most `max_bytes` of hints, each for `ttl`.
     pub fn new(max_bytes: u64, ttl: Duration) -> Self {
-        // quick_cache: a sharded map with a light eviction policy and no
-        // background upkeep (a static or cached hint costs a few
-        // microseconds; the cache's own work should not be most of it).
-        let estimated = (max_bytes / 1024).clamp(16, MAX_ESTIMATED_ENTRIES) as usize;
-        let hints = Arc::new(Cache::with_weighter(estimated, max_bytes, Bytes));
-        HintCache { hints, ttl }
+        HintCache {
+            state: Arc::default(),
+            max_bytes,
+            ttl,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every change completes under the lock: a poisoned one is whole.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Under the lock: the fresh hint of `id`, or whether to make it or wait
+    /// for its maker (subscribed under the lock, so no wakeup is missed).
+    fn turn(&self, id: &str) -> Turn {
+        let mut state = self.state();
+        match state.hints.get(id) {
+            Some(e) if e.made.elapsed() < self.ttl => return Turn::Cached(e.hint.clone()),
+            Some(_) => state.remove(id),
+            None => {}
+        }
+        match state.making.get(id) {
+            Some(maker) => Turn::Wait(maker.subscribe()),
+            None => {
+                state.making.insert(id.to_string(), watch::Sender::new(()));
+                Turn::Make
+            }
+        }
     }
 
     /// The cached hint for `hint_id`, or the one `make` builds (and caches).
     /// Returns whether it came from the cache. Concurrent calls for one id
-    /// run `make` once (the others wait for it; should the maker be
-    /// dropped first, one of them makes it). An entry older than the time
-    /// to live is made again.
+    /// run `make` once: the others wait for it (and, should its maker be
+    /// dropped first, one of them makes it). A hint older than the time to
+    /// live is made again.
     pub async fn get_or_make(
         &self,
         hint_id: &str,
         make: impl Future<Output = CachedHint>,
     ) -> (Arc<CachedHint>, bool) {
         loop {
-            match self.hints.get_value_or_guard_async(hint_id).await {
-                Ok(entry) if entry.made.elapsed() < self.ttl => return (entry.hint, true),
-                Ok(stale) => {
-                    // Only this stale entry: a fresh one another caller
-                    // put in meanwhile stays.
-                    self.hints
-                        .remove_if(hint_id, |e| Arc::ptr_eq(&e.hint, &stale.hint));
-                }
-                Err(guard) => {
-                    let hint = Arc::new(make.await);
-                    let entry = Entry {
-                        hint: hint.clone(),
-                        made: Instant::now(),
-                    };
-                    // Err: the placeholder was removed meanwhile; the
-                    // hint is still this caller's to publish.
-                    let _ = guard.insert(entry);
-                    return (hint, false);
+            match self.turn(hint_id) {
+                Turn::Cached(hint) => return (hint, true),
+                Turn::Make => break,
+                Turn::Wait(mut ended) => {
+                    // Err once the maker's sender is gone: its turn ended.
+                    let _ = ended.changed().await;
                 }
             }
         }
+        let making = Making {
+            cache: self,
+            id: hint_id,
+        };
+        let hint = Arc::new(make.await);
+        self.state().insert(hint_id, hint.clone(), self.max_bytes);
+        // Kept: the waiters find it.
+        drop(making);
+        (hint, false)
     }
 }
 
@@ -194,5 +283,38 @@ mod tests {
         assert!(first.is_err(), "the first maker never finishes and is dropped");
         assert_eq!(second.0.hint.hint, "second");
         assert!(!second.1);
+        let (third, hit) = cache.get_or_make("k", async { panic!("made twice") }).await;
+        assert!(hit);
+        assert_eq!(third.hint.hint, "second");
+    }
+
+    #[tokio::test]
+    async fn a_full_cache_lets_its_oldest_hints_go_and_keeps_the_newest() {
+        let one = {
+            let h = hint("x");
+            ("h-000".len() + h.payload.len() + h.hint.hint.len() + 256) as u64
+        };
+        let cache = HintCache::new(16 * one, Duration::from_secs(60));
+        for i in 0..64 {
+            cache.get_or_make(&format!("h-{i:03}"), async { hint("x") }).await;
+        }
+        let kept: Vec<usize> = (0..64)
+            .filter(|i| cache.state().hints.contains_key(&format!("h-{i:03}")))
+            .collect();
+        assert_eq!(kept, (48..64).collect::<Vec<_>>(), "the 16 newest");
+        let state = cache.state();
+        assert_eq!(state.bytes, 16 * one);
+        assert!(state.order.len() <= 2 * state.hints.len() + 64);
+        assert!(state.making.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_hint_heavier_than_the_bound_is_published_and_not_kept() {
+        let cache = HintCache::new(100, Duration::from_secs(60));
+        let (big, hit) = cache.get_or_make("big", async { hint("x") }).await;
+        assert!(!hit);
+        assert_eq!(big.hint.hint, "x");
+        assert_eq!(cache.state().bytes, 0);
+        assert!(cache.state().hints.is_empty());
     }
 }

@@ -57,7 +57,8 @@ fn marked(text: &str, before: &str, name: &str, after: &str) -> Option<std::ops:
         if rest.strip_prefix(name).is_some_and(|r| r.starts_with(after)) {
             return Some(at..at + before.len() + name.len() + after.len());
         }
-        from = at + 1;
+        // Past the first character of this candidate (a char boundary).
+        from = at + before.chars().next().map_or(1, char::len_utf8);
     }
 }
 
