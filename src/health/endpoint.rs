@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use super::idle::{Activity, Tracked};
 use super::readiness::Readiness;
-use super::slots::{Slot, Slots};
+use super::slots::{Slot, Slots, Unread};
 use crate::metrics::render;
 
 /// How long a connection has to deliver a request's headers, counted from
@@ -167,8 +167,17 @@ async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
                 continue;
             }
         };
+        let (stream, unread) = match Unread::of(stream) {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors, most likely: this one connection
+                // goes unanswered, and the cap makes room as connections end.
+                tracing::debug!(%peer, error = %e, "metrics endpoint: could not take a connection; closed it");
+                continue;
+            }
+        };
         let (stream, activity) = Tracked::new(stream);
-        let (slot, evicted) = slots.admit(activity.clone());
+        let (slot, evicted) = slots.admit(activity.clone(), Some(unread));
         if evicted {
             tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest");
         }

@@ -1,7 +1,8 @@
 //! The endpoint's connection slots: at most `max` connections are served at
 //! once, and a new one is always taken. When every slot is held, the
 //! connection that has moved no byte for longest loses its slot and is
-//! closed.
+//! closed; one whose request waits in its socket, not read yet, is passed
+//! over while another can go.
 //!
 //! Why evict rather than refuse: a probe cannot be told from any other
 //! client before its request is read, so a slot reserve for probes fills
@@ -9,9 +10,14 @@
 //! recently active connection gives every newcomer a slot, and the
 //! connections that lose theirs are those that send nothing: a liveness
 //! probe sends its request as soon as it connects, so idle connections,
-//! however many and however often renewed, cannot keep it out.
+//! however many and however often renewed, cannot keep it out. Its bytes
+//! count from when they reach its socket, not from when its task reads
+//! them: idle clients that reconnect as soon as they are closed turn every
+//! slot over in milliseconds, and on a busy machine that was sooner than
+//! the probe's task was polled, so the probe lost its slot unanswered.
 
 use std::collections::HashMap;
+use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
@@ -31,11 +37,38 @@ struct Held {
     by_id: HashMap<u64, Holder>,
 }
 
-/// A connection holding a slot: when it last moved a byte, and how to tell
-/// it to close.
+/// A connection holding a slot: when it last moved a byte, whether bytes
+/// wait in its socket, and how to tell it to close.
 struct Holder {
     activity: Activity,
+    unread: Option<Unread>,
     evict: CancellationToken,
+}
+
+impl Holder {
+    fn has_unread(&self) -> bool {
+        self.unread.as_ref().is_some_and(Unread::waiting)
+    }
+}
+
+/// A second handle on a connection's socket, only to ask whether bytes wait
+/// in it unread. Held in the connection's slot, so it is closed with the
+/// slot, before the connection's own handle ([`Slot`]'s drop comes first):
+/// the peer sees the close when the connection ends.
+pub(super) struct Unread(std::net::TcpStream);
+
+impl Unread {
+    /// `stream` again, and the second handle on its socket.
+    pub(super) fn of(stream: tokio::net::TcpStream) -> io::Result<(tokio::net::TcpStream, Unread)> {
+        let stream = stream.into_std()?;
+        let second = stream.try_clone()?;
+        Ok((tokio::net::TcpStream::from_std(stream)?, Unread(second)))
+    }
+
+    /// Whether bytes wait to be read (the socket is non-blocking: tokio's).
+    fn waiting(&self) -> bool {
+        matches!(self.0.peek(&mut [0u8; 1]), Ok(n) if n > 0)
+    }
 }
 
 /// One connection's slot, freed when dropped.
@@ -59,19 +92,17 @@ impl Slots {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a slot for a connection whose bytes `activity` follows. With
-    /// every slot held, the holder that moved no byte for longest loses its
-    /// slot first (its [`Slot::evicted`] fires); returns whether one did.
-    pub(super) fn admit(self: &Arc<Self>, activity: Activity) -> (Slot, bool) {
+    /// Takes a slot for a connection whose bytes `activity` follows (and,
+    /// with `unread`, whose socket can be asked for bytes not read yet).
+    /// With every slot held, the holder that moved no byte for longest and
+    /// has none waiting loses its slot first (its [`Slot::evicted`] fires;
+    /// when every holder has bytes waiting, the one idle longest); returns
+    /// whether one did.
+    pub(super) fn admit(self: &Arc<Self>, activity: Activity, unread: Option<Unread>) -> (Slot, bool) {
         let mut held = self.held();
         let mut evicted = false;
         while held.by_id.len() >= self.max {
-            let Some(oldest) = held
-                .by_id
-                .iter()
-                .min_by_key(|(_, h)| h.activity.last_active())
-                .map(|(id, _)| *id)
-            else {
+            let Some(oldest) = held.least_active() else {
                 break;
             };
             if let Some(holder) = held.by_id.remove(&oldest) {
@@ -86,6 +117,7 @@ impl Slots {
             id,
             Holder {
                 activity,
+                unread,
                 evict: token.clone(),
             },
         );
@@ -103,6 +135,21 @@ impl Slots {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.held().by_id.len()
+    }
+}
+
+impl Held {
+    /// The holder to evict: idle longest among those with no bytes waiting
+    /// (every one is asked only when the idlest have some), else idle
+    /// longest.
+    fn least_active(&self) -> Option<u64> {
+        let mut by_idle: Vec<(&u64, &Holder)> = self.by_id.iter().collect();
+        by_idle.sort_by_key(|(_, h)| h.activity.last_active());
+        by_idle
+            .iter()
+            .find(|(_, h)| !h.has_unread())
+            .or(by_idle.first())
+            .map(|(id, _)| **id)
     }
 }
 
@@ -134,7 +181,7 @@ mod tests {
         for _ in 0..3 {
             let (client, server) = tokio::io::duplex(64);
             let (tracked, activity) = Tracked::new(server);
-            let (slot, evicted) = slots.admit(activity);
+            let (slot, evicted) = slots.admit(activity, None);
             assert!(!evicted);
             clients.push(client);
             admitted.push((slot, tracked));
@@ -145,7 +192,7 @@ mod tests {
         tracked.write_all(b"x").await.unwrap();
         admitted.insert(0, (slot, tracked));
         let (_, activity) = Tracked::new(tokio::io::duplex(64).1);
-        let (newcomer, evicted) = slots.admit(activity);
+        let (newcomer, evicted) = slots.admit(activity, None);
         assert!(evicted);
         assert_eq!(slots.len(), 3);
         let fired = |i: usize| admitted[i].0.evicted.is_cancelled();
@@ -153,9 +200,75 @@ mod tests {
         // A slot freed by its connection's end is taken without eviction.
         drop(admitted.remove(2));
         let (_, activity) = Tracked::new(tokio::io::duplex(64).1);
-        let (_another, evicted) = slots.admit(activity);
+        let (_another, evicted) = slots.admit(activity, None);
         assert!(!evicted);
         assert!(!newcomer.evicted.is_cancelled());
         assert_eq!(slots.len(), 3);
+    }
+
+    /// `n` loopback connections admitted to `slots` in turn, each its
+    /// client, its slot and its served end (never read).
+    async fn tcp_holders(
+        slots: &Arc<Slots>,
+        n: usize,
+    ) -> Vec<(tokio::net::TcpStream, Slot, Tracked<tokio::net::TcpStream>)> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut holders = Vec::new();
+        for _ in 0..n {
+            let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            let (server, unread) = Unread::of(server).unwrap();
+            let (tracked, activity) = Tracked::new(server);
+            let (slot, _) = slots.admit(activity, Some(unread));
+            holders.push((client, slot, tracked));
+            // Each idle a little longer than the next.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        holders
+    }
+
+    /// Sends a request from `client` and waits until it is in the socket
+    /// of slot `id` (nothing reads it).
+    async fn send_unread(slots: &Slots, client: &mut tokio::net::TcpStream, id: u64) {
+        client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !slots.held().by_id.get(&id).is_some_and(Holder::has_unread) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the request reached the socket");
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_request_waits_unread_is_passed_over() {
+        let slots = Slots::new(3);
+        let mut holders = tcp_holders(&slots, 3).await;
+        // The idlest has sent its request; no task has read it yet.
+        send_unread(&slots, &mut holders[0].0, 0).await;
+        let (_, activity) = Tracked::new(tokio::io::duplex(64).1);
+        let (_newcomer, evicted) = slots.admit(activity, None);
+        assert!(evicted);
+        let fired: Vec<bool> = holders.iter().map(|h| h.1.evicted.is_cancelled()).collect();
+        assert_eq!(
+            fired,
+            [false, true, false],
+            "the idlest with nothing waiting goes"
+        );
+    }
+
+    #[tokio::test]
+    async fn when_every_holder_has_a_request_waiting_the_idlest_goes() {
+        let slots = Slots::new(2);
+        let mut holders = tcp_holders(&slots, 2).await;
+        for (id, holder) in holders.iter_mut().enumerate() {
+            send_unread(&slots, &mut holder.0, id as u64).await;
+        }
+        let (_, activity) = Tracked::new(tokio::io::duplex(64).1);
+        let (_newcomer, evicted) = slots.admit(activity, None);
+        assert!(evicted);
+        let fired: Vec<bool> = holders.iter().map(|h| h.1.evicted.is_cancelled()).collect();
+        assert_eq!(fired, [true, false]);
     }
 }

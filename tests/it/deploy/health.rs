@@ -429,6 +429,28 @@ impl Holders {
     }
 }
 
+/// `GET path` as a kubelet probe sends it: from outside the runtime the
+/// holders busy (its own thread), the request written as soon as the
+/// connection opens, the connection closed after the answer. The status
+/// and body, or `None` when the connection closed unanswered or 5 s passed.
+async fn probe_from_another_thread(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).ok()?;
+        stream.write_all(request.as_bytes()).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).ok()?;
+        let response = String::from_utf8(response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        let status = head.get(9..12)?.parse().ok()?;
+        Some((status, body.to_string()))
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_and_readyz_answer_while_idle_connections_hold_every_slot() {
     use hintstream::health::endpoint::MAX_CONNECTIONS;
@@ -454,7 +476,7 @@ async fn healthz_and_readyz_answer_while_idle_connections_hold_every_slot() {
         let path = if probe % 2 == 0 { "/healthz" } else { "/readyz" };
         let expected = if probe % 2 == 0 { "ok\n" } else { "ready\n" };
         assert_eq!(
-            endpoint.get(path).await,
+            probe_from_another_thread(endpoint.0, path).await,
             Some((200, expected.to_string())),
             "probe {probe} ({path}) with {} holders open",
             *holders.open.borrow()
