@@ -17,7 +17,8 @@
 //!
 //! Without `[[hints.arms]]` there is one implicit arm, `default`, with
 //! today's `hint_id`s; outcomes then only refine hints, and without the
-//! outcomes topic nothing is read at all.
+//! outcomes topic, or without a model to refine with (static hints only),
+//! nothing is read at all (and the arm gauges are left out).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -158,24 +159,15 @@ impl Learner {
         let implicit = arms.is_implicit();
         let state = Arc::new(Mutex::new(LearnState::new(arms)));
         let latest_run = Arc::new(Mutex::new(None));
-        let readers = match start_readers(config, &state, &latest_run).await {
-            Ok(readers) => Some(readers),
-            Err(TailError::MissingTopic(topic)) if !hints.has_arms() => {
-                tracing::warn!(
-                    topic = %topic,
-                    "hints are not refined from their outcomes: {topic} does not exist \
-                     (create it with `hintstream topics create`)"
-                );
-                None
-            }
-            Err(TailError::MissingTopic(topic)) => {
-                return Err(ConfigError::Invalid(format!(
-                    "[[hints.arms]] learn from the outcomes topic, and {topic} does not exist; \
-                     create it with `hintstream topics create`"
-                ))
-                .into())
-            }
-            Err(e) => return Err(e.into()),
+        // Without `[[hints.arms]]` and without a model, no plan depends on
+        // what the topics hold (`plan_reads_state`) and there are no arms to
+        // show: nothing is read (reading its own hints back cost a static
+        // stage a third of its CPU, and the broker the fetches).
+        let reads = hints.has_arms() || runners.iter().any(|arm| arm.synth.has_model());
+        let readers = if reads {
+            readers_of(config, &state, &latest_run).await?
+        } else {
+            None
         };
         let learner = Arc::new(Learner {
             state,
@@ -193,7 +185,9 @@ impl Learner {
         });
         // In the stage's span, so that their lines say which stage wrote them.
         tokio::spawn(catch_up(Arc::downgrade(&learner)).in_current_span());
-        tokio::spawn(refresh_gauges(Arc::downgrade(&learner)).in_current_span());
+        if learner.readers.is_some() {
+            tokio::spawn(refresh_gauges(Arc::downgrade(&learner)).in_current_span());
+        }
         Ok(learner)
     }
 
@@ -339,6 +333,11 @@ impl Learner {
     /// Sets the per-arm gauges from the state, for the run most recently
     /// hinted (none before the first hint).
     fn refresh(&self) {
+        // The gauges show what was read: without readers, nothing (they are
+        // left out, not shown as 0).
+        if self.readers.is_none() {
+            return;
+        }
         let Some(run) = self.latest_run.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
             return;
         };
@@ -478,6 +477,32 @@ fn leveled_synths(
         .collect()
 }
 
+/// The readers of [`start_readers`]; none, with a warning, when the
+/// outcomes topic is missing and no arms need it.
+async fn readers_of(
+    config: &Config,
+    state: &Arc<Mutex<LearnState>>,
+    latest_run: &Arc<Mutex<Option<String>>>,
+) -> Result<Option<Readers>, LearnError> {
+    match start_readers(config, state, latest_run).await {
+        Ok(readers) => Ok(Some(readers)),
+        Err(TailError::MissingTopic(topic)) if !config.hints.has_arms() => {
+            tracing::warn!(
+                topic = %topic,
+                "hints are not refined from their outcomes: {topic} does not exist \
+                 (create it with `hintstream topics create`)"
+            );
+            Ok(None)
+        }
+        Err(TailError::MissingTopic(topic)) => Err(ConfigError::Invalid(format!(
+            "[[hints.arms]] learn from the outcomes topic, and {topic} does not exist; \
+             create it with `hintstream topics create`"
+        ))
+        .into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Readers of the hints and outcomes topics, feeding `state` (and noting
 /// the run of each hint read in `latest_run`).
 async fn start_readers(
@@ -575,5 +600,45 @@ async fn refresh_gauges(learner: std::sync::Weak<Learner>) {
             return;
         };
         l.refresh();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A static stage without `[[hints.arms]]` reads neither learning topic:
+    /// its learner is built without a broker (here none answers), is ready
+    /// at once, and leaves the arm gauges out.
+    #[tokio::test]
+    async fn a_static_stage_without_arms_reads_no_topic_and_shows_no_arm() {
+        let mut config = Config {
+            bootstrap_servers: "127.0.0.1:1".into(),
+            ..Config::default()
+        };
+        config.llm.provider = crate::config::LlmProvider::None;
+        let env = LlmEnv::default();
+        let synth = Arc::new(Synthesizer::new(&config.llm, &env).unwrap());
+        assert!(!synth.has_model());
+        let mut registry = Registry::default();
+        let learner = tokio::time::timeout(
+            Duration::from_secs(5),
+            Learner::build(&config, &env, synth, &mut registry),
+        )
+        .await
+        .expect("built without asking a broker")
+        .unwrap();
+        assert!(learner.readers.is_none());
+        assert!(learner.caught_up());
+        let t: FailedTrajectory = serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "run_id": "r", "step": 1, "instance_id": "i", "trajectory_id": "t",
+            "task_prompt": "Fix it", "chat_history": [], "reward": 0.0,
+        }))
+        .unwrap();
+        let plan = learner.plan(&t).await;
+        assert_eq!(plan.arm, crate::messages::DEFAULT_ARM);
+        learner.refresh();
+        let text = crate::metrics::render(&registry);
+        assert!(!text.contains("arm_pulls{"), "{text}");
     }
 }
