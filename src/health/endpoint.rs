@@ -2,7 +2,8 @@
 //! port): `/metrics` (the registry), `/healthz` (liveness) and `/readyz`
 //! (readiness), served over HTTP/1 with bounds on what one client can hold:
 //! a deadline for each request's headers, an idle timeout and a connection
-//! cap at which the connection idle longest makes room ([`EndpointLimits`]). The bind address is the stage's `metrics_addr`,
+//! cap at which the connection idle longest makes room, one whose request
+//! waits unread passed over ([`EndpointLimits`]). The bind address is the stage's `metrics_addr`,
 //! loopback unless configured otherwise.
 
 use std::net::SocketAddr;
@@ -170,16 +171,14 @@ async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
         let (stream, unread) = match Unread::of(stream) {
             Ok(pair) => pair,
             Err(e) => {
-                // Out of file descriptors, most likely: this one connection
-                // goes unanswered, and the cap makes room as connections end.
-                tracing::debug!(%peer, error = %e, "metrics endpoint: could not take a connection; closed it");
+                tracing::debug!(%peer, error = %e, "metrics endpoint: could not take a connection");
                 continue;
             }
         };
         let (stream, activity) = Tracked::new(stream);
-        let (slot, evicted) = slots.admit(activity.clone(), Some(unread));
+        let (slot, evicted) = slots.admit(activity.clone(), unread);
         if evicted {
-            tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest");
+            tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest (none of its request waiting)");
         }
         tokio::spawn(connection(stream, activity, app.clone(), limits, slot).in_current_span());
     }

@@ -58,11 +58,14 @@ impl Holder {
 pub(super) struct Unread(std::net::TcpStream);
 
 impl Unread {
-    /// `stream` again, and the second handle on its socket.
-    pub(super) fn of(stream: tokio::net::TcpStream) -> io::Result<(tokio::net::TcpStream, Unread)> {
+    /// `stream` again, and the second handle on its socket; none when no
+    /// file descriptor is left for it (the connection is served all the
+    /// same, only never passed over). An error only when `stream` cannot
+    /// be registered with the runtime again.
+    pub(super) fn of(stream: tokio::net::TcpStream) -> io::Result<(tokio::net::TcpStream, Option<Unread>)> {
         let stream = stream.into_std()?;
-        let second = stream.try_clone()?;
-        Ok((tokio::net::TcpStream::from_std(stream)?, Unread(second)))
+        let second = stream.try_clone().ok().map(Unread);
+        Ok((tokio::net::TcpStream::from_std(stream)?, second))
     }
 
     /// Whether bytes wait to be read (the socket is non-blocking: tokio's).
@@ -220,7 +223,7 @@ mod tests {
             let (server, _) = listener.accept().await.unwrap();
             let (server, unread) = Unread::of(server).unwrap();
             let (tracked, activity) = Tracked::new(server);
-            let (slot, _) = slots.admit(activity, Some(unread));
+            let (slot, _) = slots.admit(activity, unread);
             holders.push((client, slot, tracked));
             // Each idle a little longer than the next.
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -144,11 +144,16 @@ fn quickstart_log_lines_name_their_stage_and_carry_no_colour_codes() {
         !text.contains("\x1b["),
         "a log file gets no ANSI escape codes:\n{text}"
     );
-    // Lines the stages' code wrote (the quick start's own and librdkafka's
-    // are not a stage's).
+    // Lines the stages' code wrote (the quick start's own, its embedded
+    // broker's, which it stops after the stages, and librdkafka's are not a
+    // stage's).
     let from_stages: Vec<&str> = text
         .lines()
-        .filter(|l| l.contains(" hintstream::") && !l.contains(" hintstream::quickstart:"))
+        .filter(|l| {
+            l.contains(" hintstream::")
+                && !l.contains(" hintstream::quickstart:")
+                && !l.contains(" hintstream::kafka::embedded:")
+        })
         .collect();
     for (stage, worker) in [("hints", Some(0)), ("hints", Some(1)), ("advantages", None)] {
         let label = match worker {
