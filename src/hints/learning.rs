@@ -159,11 +159,11 @@ impl Learner {
         let implicit = arms.is_implicit();
         let state = Arc::new(Mutex::new(LearnState::new(arms)));
         let latest_run = Arc::new(Mutex::new(None));
-        // Without `[[hints.arms]]` and without a model, no plan depends on
-        // what the topics hold (`plan_reads_state`) and there are no arms to
-        // show: nothing is read (reading its own hints back cost a static
-        // stage a third of its CPU, and the broker the fetches).
-        let reads = hints.has_arms() || runners.iter().any(|arm| arm.synth.has_model());
+        // Without `[[hints.arms]]`, where no plan depends on what the topics
+        // hold, there are no arms to show either: nothing is read (reading
+        // its own hints back cost a static stage a third of its CPU, and the
+        // broker the fetches).
+        let reads = hints.has_arms() || plan_reads_state(&runners);
         let readers = if reads {
             readers_of(config, &state, &latest_run).await?
         } else {
@@ -185,9 +185,7 @@ impl Learner {
         });
         // In the stage's span, so that their lines say which stage wrote them.
         tokio::spawn(catch_up(Arc::downgrade(&learner)).in_current_span());
-        if learner.readers.is_some() {
-            tokio::spawn(refresh_gauges(Arc::downgrade(&learner)).in_current_span());
-        }
+        tokio::spawn(refresh_gauges(Arc::downgrade(&learner)).in_current_span());
         Ok(learner)
     }
 
@@ -292,7 +290,7 @@ impl Learner {
         let Some(readers) = &self.readers else {
             return;
         };
-        if !self.plan_reads_state() {
+        if !plan_reads_state(&self.arms) {
             return;
         }
         let key = (run_id.to_string(), step);
@@ -316,14 +314,6 @@ impl Learner {
             synced.clear();
         }
         synced.insert(key);
-    }
-
-    /// Whether a plan depends on what the readers read: with one arm and
-    /// no model there is no choice to make and nothing to refine (a
-    /// refinement needs the arm's model), so every plan is the same
-    /// whatever the topics hold, and no step waits for a read.
-    fn plan_reads_state(&self) -> bool {
-        self.arms.len() > 1 || self.arms.iter().any(|arm| arm.synth.has_model())
     }
 
     fn synced(&self) -> MutexGuard<'_, HashSet<(String, i64)>> {
@@ -459,6 +449,14 @@ fn arm_runners(arms: &Arms, env: &LlmEnv, synth: &Arc<Synthesizer>) -> Result<Ve
             })
         })
         .collect()
+}
+
+/// Whether a plan depends on what the readers read: with one arm and no
+/// model there is no choice to make and nothing to refine (a refinement
+/// needs the arm's model), so every plan is the same whatever the topics
+/// hold, and no step waits for a read.
+fn plan_reads_state(arms: &[ArmRunner]) -> bool {
+    arms.len() > 1 || arms.iter().any(|arm| arm.synth.has_model())
 }
 
 /// One synthesizer per level of an arm with levels, each on the arm's
