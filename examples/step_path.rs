@@ -28,7 +28,11 @@
 //! sizes as the worker's advantages chunks (each acknowledged before the
 //! next) and a small metrics message, which the same reader times. What is
 //! left between the two is hintstream's own work; what the echo takes is
-//! the broker's (and librdkafka's).
+//! the broker's (and librdkafka's). The two run a step each in turn, after
+//! `--warm-ups` untimed steps of each size through both: run one side's
+//! steps all first, and the other ran on a broker that had warmed up on
+//! them (a broker started for the run compiles its hot paths during the
+//! first large steps, and its CPU is this machine's too).
 //!
 //! Rows: 8 a group, string ids like a trainer's (`swe-task-00012345`),
 //! shuffled, 30% reward 1 and the rest in [0, 0.5), 10% hinted (as
@@ -118,6 +122,10 @@ struct Args {
     /// another (the worker's sending before 2026-12-02).
     #[arg(long, default_value_t = 8)]
     echo_in_flight: usize,
+    /// Untimed steps of each size and format before the timed ones,
+    /// through hintstream and the echo in turn.
+    #[arg(long, default_value_t = 1)]
+    warm_ups: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -1090,6 +1098,31 @@ async fn run(args: Args) -> Result<()> {
                 skipped.push((n, format));
                 continue;
             }
+            // Untimed steps of this size first, through both (a broker
+            // started for the run is still compiling its hot paths: the
+            // first large steps cost it more CPU than later ones), and the
+            // output sizes the echo mirrors.
+            let mut sizes = Vec::new();
+            let mut in_messages = 0;
+            for w in 0..args.warm_ups {
+                let sample = bench.step(&mut rows, format, Via::Hintstream).await?;
+                (sizes, in_messages) = (sample.output_sizes.clone(), sample.in_messages);
+                let echoed = if args.no_baseline {
+                    None
+                } else {
+                    bench.plan_echo(n, in_messages, sizes.clone());
+                    Some(ms(bench.step(&mut rows, format, Via::Echo).await?.e2e))
+                };
+                eprintln!(
+                    "{} rows {} warm-up #{w}: back {:.0} ms (echo {:?} ms)",
+                    n,
+                    format.name(),
+                    ms(sample.e2e),
+                    echoed.map(f64::round)
+                );
+            }
+            // hintstream and the echo in turn, a step each, so that neither
+            // side runs on a broker the other warmed.
             for r in 0..args.repeats.max(1) {
                 let sample = bench.step(&mut rows, format, Via::Hintstream).await?;
                 eprintln!(
@@ -1104,17 +1137,16 @@ async fn run(args: Args) -> Result<()> {
                     sample.output_sizes.len(),
                     bench.worker.peak_rss_mb()
                 );
+                if sizes.is_empty() {
+                    (sizes, in_messages) = (sample.output_sizes.clone(), sample.in_messages);
+                }
                 results
                     .entry((n, format, Via::Hintstream))
                     .or_default()
                     .push(sample);
-            }
-            if args.no_baseline {
-                continue;
-            }
-            let sizes = results[&(n, format, Via::Hintstream)][0].output_sizes.clone();
-            let in_messages = results[&(n, format, Via::Hintstream)][0].in_messages;
-            for r in 0..args.repeats.max(1) {
+                if args.no_baseline {
+                    continue;
+                }
                 bench.plan_echo(n, in_messages, sizes.clone());
                 let sample = bench.step(&mut rows, format, Via::Echo).await?;
                 eprintln!(

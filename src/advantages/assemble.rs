@@ -20,6 +20,8 @@ use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use crate::batch::ScoredRows;
+use crate::normalize::groups::StringIds;
+use crate::normalize::DenseGroups;
 
 /// Where a message sat: (partition, offset). Rows are put back in this order.
 pub type Position = (i32, i64);
@@ -33,6 +35,12 @@ pub struct PendingStep<P> {
     pub expected: Option<i64>,
     /// Rows per message, with the message's position for ordering.
     parts: Vec<(Position, ScoredRows)>,
+    /// Each part's `instance_id` groups, a kept row each, mapped as its
+    /// rows arrive (while the rest of the step is still being produced)
+    /// instead of all at once after its `step_end`, where a 1M-row step
+    /// waited a tenth of its publication on the mapping.
+    group_ids: Vec<Vec<u32>>,
+    groups: StringIds,
     /// The trajectory ids taken so far, for the duplicates check: each
     /// one's hash (kept, so that growing the table reads no string) and
     /// where it sits in `parts` (part, row). The ids stay in the parts,
@@ -57,6 +65,8 @@ impl<P> PendingStep<P> {
             step,
             expected: None,
             parts: Vec::new(),
+            group_ids: Vec::new(),
+            groups: StringIds::with_capacity(0),
             ids: hashbrown::HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
             duplicates: 0,
@@ -73,10 +83,28 @@ impl<P> PendingStep<P> {
     }
 
     /// All rows in input order (partition, then offset, then position).
-    pub fn into_rows(mut self) -> (ScoredRows, Vec<P>) {
-        self.parts.sort_by_key(|(position, _)| *position);
-        let total: usize = self.parts.iter().map(|(_, part)| part.len()).sum();
-        let mut parts = self.parts.into_iter().map(|(_, part)| part);
+    pub fn into_rows(self) -> (ScoredRows, Vec<P>) {
+        let (rows, _, parked) = self.into_grouped();
+        (rows, parked)
+    }
+
+    /// All rows in input order, as [`PendingStep::into_rows`], with their
+    /// `instance_id` groups: equal ids share a dense group, numbered in the
+    /// order their first row arrived (not necessarily input order).
+    pub fn into_grouped(self) -> (ScoredRows, DenseGroups, Vec<P>) {
+        let mut parts: Vec<(Position, ScoredRows, Vec<u32>)> = self
+            .parts
+            .into_iter()
+            .zip(self.group_ids)
+            .map(|((position, rows), ids)| (position, rows, ids))
+            .collect();
+        parts.sort_by_key(|(position, ..)| *position);
+        let total: usize = parts.iter().map(|(_, part, _)| part.len()).sum();
+        let mut ids = Vec::with_capacity(total);
+        let mut parts = parts.into_iter().map(|(_, part, part_ids)| {
+            ids.extend_from_slice(&part_ids);
+            part
+        });
         // The first part is the base: its columns grow once to the whole
         // step, not a doubling at a time.
         let mut rows = parts.next().unwrap_or_default();
@@ -84,7 +112,11 @@ impl<P> PendingStep<P> {
         for part in parts {
             rows.extend(part);
         }
-        (rows, self.parked)
+        let groups = DenseGroups {
+            ids,
+            n_groups: self.groups.len(),
+        };
+        (rows, groups, self.parked)
     }
 }
 
@@ -179,6 +211,10 @@ impl<P> Default for StepAssembler<P> {
 /// byte, the load factor's share).
 const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
 
+/// Bytes a new group takes in a step's group map besides its string, which
+/// it copies (its slot, its metadata, the load factor's share).
+const GROUP_SLOT_BYTES: usize = 32;
+
 /// Bytes a batch of decoded rows holds (strings and their headers, numbers).
 pub fn rows_footprint(rows: &ScoredRows) -> usize {
     const STRING: usize = std::mem::size_of::<String>();
@@ -266,9 +302,25 @@ impl<P> StepAssembler<P> {
         } else {
             rows.take(&keep)
         };
-        let added = message_bytes + rows_footprint(&rows) + ids;
+        // A group id a row, and each new group's slot and string.
+        let mut grouped = rows.len() * std::mem::size_of::<u32>();
+        let groups = &mut step.groups;
+        let group_ids: Vec<u32> = rows
+            .instance_id
+            .iter()
+            .map(|id| {
+                let known = groups.len();
+                let group = groups.id(id);
+                if groups.len() > known {
+                    grouped += GROUP_SLOT_BYTES + id.len();
+                }
+                group
+            })
+            .collect();
+        let added = message_bytes + rows_footprint(&rows) + ids + grouped;
         step.bytes += added;
         self.bytes += added;
+        step.group_ids.push(group_ids);
         step.parts.push((position, rows));
         step.parked.push(parked);
         if step.partitions.len() > 1 {
@@ -479,6 +531,45 @@ mod tests {
         assert_eq!(step.duplicates, 6);
         let (rows, _) = step.into_rows();
         assert_eq!(rows.trajectory_id, ["a", "b", "c", "d", "e", "f", "g"]);
+    }
+
+    #[test]
+    fn a_complete_step_comes_with_its_instance_groups_a_kept_row_each() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        let grouped = |ids: &[(&str, &str)]| {
+            let mut r = rows("r", 1, &ids.iter().map(|(t, _)| *t).collect::<Vec<_>>());
+            r.instance_id = ids.iter().map(|(_, g)| g.to_string()).collect();
+            r
+        };
+        // Arrival order differs from input order, and a duplicate row (t1
+        // again, another group) is dropped with its group.
+        a.add_rows(grouped(&[("t3", "y"), ("t4", "x")]), (0, 7), 0, 0, now);
+        a.add_rows(
+            grouped(&[("t1", "x"), ("t2", "z"), ("t1", "w")]),
+            (0, 2),
+            1,
+            0,
+            now,
+        );
+        let StepStatus::Complete(step) = a.end("r", 1, 4, (0, 9, 0), now) else {
+            panic!("4 distinct rows complete the step");
+        };
+        let (rows, groups, _) = step.into_grouped();
+        assert_eq!(rows.trajectory_id, ["t1", "t2", "t3", "t4"]);
+        assert_eq!(rows.instance_id, ["x", "z", "y", "x"]);
+        assert_eq!(groups.ids.len(), rows.len());
+        assert_eq!(groups.n_groups, 3, "w went with the dropped row");
+        for i in 0..rows.len() {
+            for j in 0..rows.len() {
+                assert_eq!(
+                    groups.ids[i] == groups.ids[j],
+                    rows.instance_id[i] == rows.instance_id[j],
+                    "rows {i} and {j}"
+                );
+            }
+        }
+        assert!(groups.ids.iter().all(|&g| (g as usize) < groups.n_groups));
     }
 
     #[test]

@@ -17,6 +17,9 @@ use crate::normalize::{
 #[derive(Debug, Clone)]
 pub struct StepResult {
     pub rows: ScoredRows,
+    /// The rows' `instance_id` groups (whatever the estimator: the step's
+    /// metrics count by them).
+    pub groups: DenseGroups,
     pub advantages: Advantages,
     pub ran: Ran,
 }
@@ -96,9 +99,26 @@ pub fn compute_step(
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<StepResult, ComputeError> {
-    let (advantages, ran) = compute_one(&rows, options, device, |i| i)?;
+    let groups = DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str));
+    compute_grouped(rows, groups, options, device)
+}
+
+/// Computes one step whose `instance_id` groups are mapped already
+/// (`groups`, a row each: the assembler maps them as the rows arrive).
+pub fn compute_grouped(
+    rows: ScoredRows,
+    groups: DenseGroups,
+    options: &AdvantageOptions,
+    device: Device,
+) -> Result<StepResult, ComputeError> {
+    let (advantages, ran) = if options.estimator == Estimator::ReinforcePp {
+        kernel(&rows, &ungrouped(rows.len()), options, device, |i| i)?
+    } else {
+        kernel(&rows, &groups, options, device, |i| i)?
+    };
     Ok(StepResult {
         rows,
+        groups,
         advantages,
         ran,
     })
@@ -113,6 +133,17 @@ fn compute_one(
     input_row: impl Fn(usize) -> usize,
 ) -> Result<(Advantages, Ran), ComputeError> {
     let groups = step_groups(&rows.instance_id, options);
+    kernel(rows, &groups, options, device, input_row)
+}
+
+/// The kernel over `rows` in the groups the estimator takes.
+fn kernel(
+    rows: &ScoredRows,
+    groups: &DenseGroups,
+    options: &AdvantageOptions,
+    device: Device,
+    input_row: impl Fn(usize) -> usize,
+) -> Result<(Advantages, Ran), ComputeError> {
     let batch = Batch {
         group: &groups.ids,
         n_groups: groups.n_groups,
@@ -123,14 +154,19 @@ fn compute_one(
     normalize::compute(&batch, options, device).map_err(|e| ComputeError::of_step(e, rows, input_row))
 }
 
+/// `rows` rows all in group 0 (none when there are no rows).
+fn ungrouped(rows: usize) -> DenseGroups {
+    DenseGroups {
+        ids: vec![0; rows],
+        n_groups: usize::from(rows > 0),
+    }
+}
+
 /// Dense group ids of a step's rows for `options`' estimator: reinforce_pp
 /// ignores groups, so its rows all go to group 0 and no id is mapped.
 fn step_groups(instance_ids: &[String], options: &AdvantageOptions) -> DenseGroups {
     if options.estimator == Estimator::ReinforcePp {
-        return DenseGroups {
-            ids: vec![0; instance_ids.len()],
-            n_groups: usize::from(!instance_ids.is_empty()),
-        };
+        return ungrouped(instance_ids.len());
     }
     DenseGroups::from_strings(instance_ids.iter().map(String::as_str))
 }

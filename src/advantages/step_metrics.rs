@@ -79,16 +79,23 @@ impl<'a> From<&'a AdvantagesConfig> for MetricOptions<'a> {
     }
 }
 
-/// Computes the step's metrics (see the module docs for each one).
-pub fn step_metrics(rows: &ScoredRows, advantages: &Advantages, options: &MetricOptions<'_>) -> StepMetrics {
+/// Computes the step's metrics (see the module docs for each one). `groups`:
+/// the rows' `instance_id` groups, a dense id a row ([`StepResult::groups`]).
+///
+/// [`StepResult::groups`]: super::StepResult::groups
+pub fn step_metrics(
+    rows: &ScoredRows,
+    groups: &DenseGroups,
+    advantages: &Advantages,
+    options: &MetricOptions<'_>,
+) -> StepMetrics {
     let success = |i: usize| rows.reward[i] > options.success_threshold;
     let mut hinted = Tally::default();
     let mut llm = Tally::default();
     let mut fallback = Tally::default();
-    // Per group: (raw tally, hinted tally).
-    // The groups by dense id (each string hashed once, as the kernels'
-    // groups are), not a map probed by string a row.
-    let dense = DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str));
+    // Per group: (raw tally, hinted tally), by dense id, not a map probed
+    // by string a row.
+    let dense = groups;
     let mut groups: Vec<(Tally, Tally)> = (0..dense.n_groups).map(|_| Default::default()).collect();
     for i in 0..rows.len() {
         let entry = &mut groups[dense.ids[i] as usize];
@@ -234,6 +241,7 @@ mod tests {
         };
         step_metrics(
             r,
+            &DenseGroups::from_strings(r.instance_id.iter().map(String::as_str)),
             &advantages,
             &MetricOptions {
                 success_threshold: 0.0,

@@ -27,6 +27,7 @@ pub(super) fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalErro
             })?;
         let metrics = step_metrics(
             &result.rows,
+            &result.groups,
             &result.advantages,
             &MetricOptions::from(&config.advantages),
         );
