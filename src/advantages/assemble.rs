@@ -33,21 +33,27 @@ pub struct PendingStep<P> {
     pub step: i64,
     /// `count` of the step's `step_end`, once it arrived.
     pub expected: Option<i64>,
-    /// Rows per message, with the message's position for ordering.
-    parts: Vec<(Position, ScoredRows)>,
-    /// Each part's `instance_id` groups, a kept row each, mapped as its
-    /// rows arrive (while the rest of the step is still being produced)
-    /// instead of all at once after its `step_end`, where a 1M-row step
-    /// waited a tenth of its publication on the mapping.
-    group_ids: Vec<Vec<u32>>,
+    /// The kept rows, in the order their messages arrived: input order
+    /// unless `ordered` is false. One set of columns that each message's
+    /// rows join as they arrive (a JSON step of a row a message held a
+    /// set of columns a message, and gathered them after its `step_end`).
+    rows: ScoredRows,
+    /// Each message that brought rows: its position and its first row.
+    messages: Vec<(Position, usize)>,
+    /// Whether each message came after every one before it.
+    ordered: bool,
+    /// The kept rows' `instance_id` groups, a row each, mapped as the rows
+    /// arrive (while the rest of the step is still being produced) instead
+    /// of all at once after its `step_end`, where a 1M-row step waited a
+    /// tenth of its publication on the mapping.
+    group_ids: Vec<u32>,
     groups: StringIds,
     /// The trajectory ids taken so far, for the duplicates check: each
     /// one's hash (kept, so that growing the table reads no string) and
-    /// where it sits in `parts` (part, row). The ids stay in the parts,
-    /// never copied; a row each, so a fast hash (a `HashSet` of
-    /// copied `String`s under std's SipHash was a quarter of a 1M-row
-    /// step's CPU).
-    ids: hashbrown::HashTable<(u64, u32, u32)>,
+    /// its row in `rows`. The ids stay in the rows, never copied; a row
+    /// each, so a fast hash (a `HashSet` of copied `String`s under std's
+    /// SipHash was a quarter of a 1M-row step's CPU).
+    ids: hashbrown::HashTable<(u64, u32)>,
     hasher: foldhash::fast::RandomState,
     pub duplicates: usize,
     pub parked: Vec<P>,
@@ -64,7 +70,9 @@ impl<P> PendingStep<P> {
             run_id: run_id.to_string(),
             step,
             expected: None,
-            parts: Vec::new(),
+            rows: ScoredRows::default(),
+            messages: Vec::new(),
+            ordered: true,
             group_ids: Vec::new(),
             groups: StringIds::with_capacity(0),
             ids: hashbrown::HashTable::new(),
@@ -92,31 +100,30 @@ impl<P> PendingStep<P> {
     /// `instance_id` groups: equal ids share a dense group, numbered in the
     /// order their first row arrived (not necessarily input order).
     pub fn into_grouped(self) -> (ScoredRows, DenseGroups, Vec<P>) {
-        let mut parts: Vec<(Position, ScoredRows, Vec<u32>)> = self
-            .parts
-            .into_iter()
-            .zip(self.group_ids)
-            .map(|((position, rows), ids)| (position, rows, ids))
-            .collect();
-        parts.sort_by_key(|(position, ..)| *position);
-        let total: usize = parts.iter().map(|(_, part, _)| part.len()).sum();
-        let mut ids = Vec::with_capacity(total);
-        let mut parts = parts.into_iter().map(|(_, part, part_ids)| {
-            ids.extend_from_slice(&part_ids);
-            part
-        });
-        // The first part is the base: its columns grow once to the whole
-        // step, not a doubling at a time.
-        let mut rows = parts.next().unwrap_or_default();
-        rows.reserve(total - rows.len());
-        for part in parts {
-            rows.extend(part);
+        let n_groups = self.groups.len();
+        if self.ordered {
+            let groups = DenseGroups {
+                ids: self.group_ids,
+                n_groups,
+            };
+            return (self.rows, groups, self.parked);
         }
+        // A message came before one it follows: each message's rows go
+        // back to their place.
+        let ends = self.messages.iter().skip(1).map(|&(_, start)| start);
+        let mut spans: Vec<(Position, std::ops::Range<usize>)> = self
+            .messages
+            .iter()
+            .zip(ends.chain([self.rows.len()]))
+            .map(|(&(position, start), end)| (position, start..end))
+            .collect();
+        spans.sort_by_key(|(position, _)| *position);
+        let order: Vec<usize> = spans.into_iter().flat_map(|(_, rows)| rows).collect();
         let groups = DenseGroups {
-            ids,
-            n_groups: self.groups.len(),
+            ids: order.iter().map(|&i| self.group_ids[i]).collect(),
+            n_groups,
         };
-        (rows, groups, self.parked)
+        (self.rows.take(&order), groups, self.parked)
     }
 }
 
@@ -209,7 +216,7 @@ impl<P> Default for StepAssembler<P> {
 
 /// Bytes an id takes in a step's id table (its hash and place, a control
 /// byte, the load factor's share).
-const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
+const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32)>() + 8;
 
 /// Bytes a new group takes in a step's group map besides its string, which
 /// it copies (its slot, its metadata, the load factor's share).
@@ -270,28 +277,27 @@ impl<P> StepAssembler<P> {
             .entry(key.clone())
             .or_insert_with(|| PendingStep::new(&run_id, step_no, now));
         step.partitions.insert(position.0);
-        // The kept rows' places go into the step's id table: their bytes
-        // count too. A kept row's place is its index among the kept rows,
-        // which is where it sits once the message's rows are filtered.
-        let part = u32::try_from(step.parts.len()).expect("fewer than 2^32 messages a step");
-        let (table, hasher, parts) = (&mut step.ids, &step.hasher, &step.parts);
-        let id_at = |keep: &[usize], (_, p, r): (u64, u32, u32)| -> &str {
-            if p == part {
-                &rows.trajectory_id[keep[r as usize]]
-            } else {
-                &parts[p as usize].1.trajectory_id[r as usize]
+        // The kept rows go into the step's id table (their bytes count
+        // too), each at the row it takes once the message's rows are
+        // filtered and joined to the step's.
+        let base = step.rows.len();
+        let (table, hasher, held) = (&mut step.ids, &step.hasher, &step.rows);
+        let id_at = |keep: &[usize], (_, row): (u64, u32)| -> &str {
+            match (row as usize).checked_sub(base) {
+                Some(new) => &rows.trajectory_id[keep[new]],
+                None => &held.trajectory_id[row as usize],
             }
         };
         let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
-        table.reserve(rows.len(), |&(hash, ..)| hash);
+        table.reserve(rows.len(), |&(hash, _)| hash);
         for (i, id) in rows.trajectory_id.iter().enumerate() {
             let hash = hasher.hash_one(id.as_str());
             let seen = table
                 .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id.as_str())
                 .is_some();
             if !seen {
-                let row = u32::try_from(keep.len()).expect("fewer than 2^32 rows a message");
-                table.insert_unique(hash, (hash, part, row), |&(hash, ..)| hash);
+                let row = u32::try_from(base + keep.len()).expect("fewer than 2^32 rows a step");
+                table.insert_unique(hash, (hash, row), |&(hash, _)| hash);
                 keep.push(i);
             }
         }
@@ -305,23 +311,26 @@ impl<P> StepAssembler<P> {
         // A group id a row, and each new group's slot and string.
         let mut grouped = rows.len() * std::mem::size_of::<u32>();
         let groups = &mut step.groups;
-        let group_ids: Vec<u32> = rows
-            .instance_id
-            .iter()
-            .map(|id| {
-                let known = groups.len();
-                let group = groups.id(id);
-                if groups.len() > known {
-                    grouped += GROUP_SLOT_BYTES + id.len();
-                }
-                group
-            })
-            .collect();
+        step.group_ids.extend(rows.instance_id.iter().map(|id| {
+            let known = groups.len();
+            let group = groups.id(id);
+            if groups.len() > known {
+                grouped += GROUP_SLOT_BYTES + id.len();
+            }
+            group
+        }));
         let added = message_bytes + rows_footprint(&rows) + ids + grouped;
         step.bytes += added;
         self.bytes += added;
-        step.group_ids.push(group_ids);
-        step.parts.push((position, rows));
+        if !rows.is_empty() {
+            step.ordered &= step.messages.last().is_none_or(|&(last, _)| last < position);
+            step.messages.push((position, base));
+            if base == 0 {
+                step.rows = rows;
+            } else {
+                step.rows.extend(rows);
+            }
+        }
         step.parked.push(parked);
         if step.partitions.len() > 1 {
             return self
