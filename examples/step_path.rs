@@ -509,6 +509,17 @@ impl Worker {
             .map_or(0, |kb| kb / 1024)
     }
 
+    /// CPU time the process has used so far, user and system, all its
+    /// threads (exited ones too), in seconds (clock ticks of 1/100 s).
+    fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command name, which is in parentheses: state is
+        // the 3rd field, utime the 14th, stime the 15th.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i - 3)?.parse::<f64>().ok();
+        Some((ticks(14)? + ticks(15)?) / 100.0)
+    }
+
     /// SIGTERM, then SIGKILL when it has not exited within 30 s.
     fn stop(&mut self) {
         let _ = Command::new("kill")
@@ -618,6 +629,9 @@ struct Sample {
     output_sizes: Vec<usize>,
     /// The worker's peak resident memory so far (VmHWM), MB.
     peak_rss_mb: Option<u64>,
+    /// CPU seconds the worker used from the step's first send to its way
+    /// back.
+    worker_cpu: Option<f64>,
 }
 
 /// Everything one step's measurement needs.
@@ -668,6 +682,7 @@ impl Bench {
             Via::Hintstream => self.prometheus.value(COMPUTE_SUM).await,
             Via::Echo => None,
         };
+        let cpu_before = self.worker.cpu_seconds();
         let started = Instant::now();
         produce_step(&self.producer, &input, &key, &messages, &end, self.deadline).await?;
         let acked = Instant::now();
@@ -738,6 +753,10 @@ impl Bench {
             compute,
             output_sizes,
             peak_rss_mb: (via == Via::Hintstream).then(|| self.worker.peak_rss_mb()),
+            worker_cpu: match (via, cpu_before, self.worker.cpu_seconds()) {
+                (Via::Hintstream, Some(before), Some(after)) => Some(after - before),
+                _ => None,
+            },
         })
     }
 
@@ -818,9 +837,9 @@ type Results = BTreeMap<(usize, Format, Via), Vec<Sample>>;
 fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, echo_in_flight: usize) {
     println!("### hintstream: last input acknowledged → step's metrics and every chunk consumed\n");
     println!(
-        "| rows | input | input msgs | input MB | produce s | output chunks | output MB | end-to-end ms (median / min) | intake ms | compute ms | rest ms | rows/s | JSON ÷ Arrow, end-to-end | JSON ÷ Arrow, first send → out | worker peak RSS MB |"
+        "| rows | input | input msgs | input MB | produce s | output chunks | output MB | end-to-end ms (median / min) | intake ms | compute ms | rest ms | worker CPU ms | rows/s | JSON ÷ Arrow, end-to-end | JSON ÷ Arrow, first send → out | worker peak RSS MB |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for ((rows, format, path), samples) in results {
         if *path != Via::Hintstream {
             continue;
@@ -842,6 +861,12 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
                 .map(|s| ms(s.e2e) - s.intake.map_or(0.0, ms) - s.compute.unwrap_or(0.0) * 1e3)
                 .collect(),
         );
+        let cpu = median(
+            samples
+                .iter()
+                .filter_map(|s| s.worker_cpu.map(|c| c * 1e3))
+                .collect(),
+        );
         let (ratio, total_ratio) = match (format, results.get(&(*rows, Format::Json, Via::Hintstream))) {
             (Format::Arrow, Some(json)) => {
                 let json_e2e = median(json.iter().map(|s| ms(s.e2e)).collect());
@@ -855,7 +880,7 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
             _ => ("".into(), "".into()),
         };
         println!(
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
             thousands(*rows),
             format.name(),
             thousands(s0.in_messages),
@@ -868,6 +893,7 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
             intake,
             compute,
             rest,
+            cpu,
             thousands((*rows as f64 / (e2e / 1e3)) as usize),
             ratio,
             total_ratio,
@@ -890,7 +916,8 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
          message (its messages_received counter, polled every 10 ms: fetch, decode, assembly left). compute: \
          the worker's compute_seconds (string ids → dense ids, kernel). rest: end-to-end − intake − compute \
          (concatenating the parts, encoding, publishing the chunks, the metrics, \
-         the reader's fetch). rows/s: rows ÷ median end-to-end. worker peak RSS: the worker process's high-water \
+         the reader's fetch). worker CPU: the worker process's CPU time (user and system, every thread) from the \
+         step's first send until its way back, in 10 ms ticks. rows/s: rows ÷ median end-to-end. worker peak RSS: the worker process's high-water \
          mark (VmHWM) after these steps, so it covers every step run before them: give --rows in ascending \
          order (JSON runs before Arrow by default) to read it per size."
     );

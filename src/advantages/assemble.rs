@@ -33,12 +33,14 @@ pub struct PendingStep<P> {
     pub step: i64,
     /// `count` of the step's `step_end`, once it arrived.
     pub expected: Option<i64>,
-    /// The kept rows, in the order their messages arrived: input order
-    /// unless `ordered` is false. One set of columns that each message's
-    /// rows join as they arrive (a JSON step of a row a message held a
-    /// set of columns a message, and gathered them after its `step_end`).
-    rows: ScoredRows,
-    /// Each message that brought rows: its position and its first row.
+    /// The kept rows, in parts, in the order their messages arrived:
+    /// input order unless `ordered` is false. A message's rows join the
+    /// last part while it holds fewer than [`PART_ROWS`].
+    parts: Vec<ScoredRows>,
+    /// Rows in `parts`.
+    rows: usize,
+    /// Each message that brought rows: its position and its first row
+    /// (counting across the parts).
     messages: Vec<(Position, usize)>,
     /// Whether each message came after every one before it.
     ordered: bool,
@@ -50,10 +52,10 @@ pub struct PendingStep<P> {
     groups: StringIds,
     /// The trajectory ids taken so far, for the duplicates check: each
     /// one's hash (kept, so that growing the table reads no string) and
-    /// its row in `rows`. The ids stay in the rows, never copied; a row
-    /// each, so a fast hash (a `HashSet` of copied `String`s under std's
-    /// SipHash was a quarter of a 1M-row step's CPU).
-    ids: hashbrown::HashTable<(u64, u32)>,
+    /// where it sits in `parts` (part, row). The ids stay in the parts,
+    /// never copied; a row each, so a fast hash (a `HashSet` of copied
+    /// `String`s under std's SipHash was a quarter of a 1M-row step's CPU).
+    ids: hashbrown::HashTable<(u64, u32, u32)>,
     hasher: foldhash::fast::RandomState,
     pub duplicates: usize,
     pub parked: Vec<P>,
@@ -70,7 +72,8 @@ impl<P> PendingStep<P> {
             run_id: run_id.to_string(),
             step,
             expected: None,
-            rows: ScoredRows::default(),
+            parts: Vec::new(),
+            rows: 0,
             messages: Vec::new(),
             ordered: true,
             group_ids: Vec::new(),
@@ -101,12 +104,20 @@ impl<P> PendingStep<P> {
     /// order their first row arrived (not necessarily input order).
     pub fn into_grouped(self) -> (ScoredRows, DenseGroups, Vec<P>) {
         let n_groups = self.groups.len();
+        let mut parts = self.parts.into_iter();
+        // The first part is the base: its columns grow once to the whole
+        // step, not a doubling at a time.
+        let mut rows = parts.next().unwrap_or_default();
+        rows.reserve(self.rows - rows.len());
+        for part in parts {
+            rows.extend(part);
+        }
         if self.ordered {
             let groups = DenseGroups {
                 ids: self.group_ids,
                 n_groups,
             };
-            return (self.rows, groups, self.parked);
+            return (rows, groups, self.parked);
         }
         // A message came before one it follows: each message's rows go
         // back to their place.
@@ -114,7 +125,7 @@ impl<P> PendingStep<P> {
         let mut spans: Vec<(Position, std::ops::Range<usize>)> = self
             .messages
             .iter()
-            .zip(ends.chain([self.rows.len()]))
+            .zip(ends.chain([rows.len()]))
             .map(|(&(position, start), end)| (position, start..end))
             .collect();
         spans.sort_by_key(|(position, _)| *position);
@@ -123,7 +134,7 @@ impl<P> PendingStep<P> {
             ids: order.iter().map(|&i| self.group_ids[i]).collect(),
             n_groups,
         };
-        (self.rows.take(&order), groups, self.parked)
+        (rows.take(&order), groups, self.parked)
     }
 }
 
@@ -216,7 +227,13 @@ impl<P> Default for StepAssembler<P> {
 
 /// Bytes an id takes in a step's id table (its hash and place, a control
 /// byte, the load factor's share).
-const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32)>() + 8;
+const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
+
+/// Rows under which a step's last part takes a message's rows in: a step
+/// of one-row messages (JSON) is held in a few parts, not a part a message,
+/// and a large step's messages are not copied into a part that grows as
+/// they arrive (its parts are put together once, after its `step_end`).
+const PART_ROWS: usize = 4096;
 
 /// Bytes a new group takes in a step's group map besides its string, which
 /// it copies (its slot, its metadata, the load factor's share).
@@ -278,26 +295,35 @@ impl<P> StepAssembler<P> {
             .or_insert_with(|| PendingStep::new(&run_id, step_no, now));
         step.partitions.insert(position.0);
         // The kept rows go into the step's id table (their bytes count
-        // too), each at the row it takes once the message's rows are
-        // filtered and joined to the step's.
-        let base = step.rows.len();
-        let (table, hasher, held) = (&mut step.ids, &step.hasher, &step.rows);
-        let id_at = |keep: &[usize], (_, row): (u64, u32)| -> &str {
-            match (row as usize).checked_sub(base) {
-                Some(new) => &rows.trajectory_id[keep[new]],
-                None => &held.trajectory_id[row as usize],
+        // too), each at the place it takes once the message's rows are
+        // filtered: the last part's next rows when they join it, a new
+        // part's first ones otherwise.
+        let joins = step
+            .parts
+            .last()
+            .is_some_and(|last| last.len() < PART_ROWS && rows.len() < PART_ROWS);
+        let (part, base) = match step.parts.last() {
+            Some(last) if joins => (step.parts.len() - 1, last.len()),
+            _ => (step.parts.len(), 0),
+        };
+        let part = u32::try_from(part).expect("fewer than 2^32 messages a step");
+        let (table, hasher, parts) = (&mut step.ids, &step.hasher, &step.parts);
+        let id_at = |keep: &[usize], (_, p, r): (u64, u32, u32)| -> &str {
+            match (r as usize).checked_sub(base) {
+                Some(new) if p == part => &rows.trajectory_id[keep[new]],
+                _ => &parts[p as usize].trajectory_id[r as usize],
             }
         };
         let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
-        table.reserve(rows.len(), |&(hash, _)| hash);
+        table.reserve(rows.len(), |&(hash, ..)| hash);
         for (i, id) in rows.trajectory_id.iter().enumerate() {
             let hash = hasher.hash_one(id.as_str());
             let seen = table
                 .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id.as_str())
                 .is_some();
             if !seen {
-                let row = u32::try_from(base + keep.len()).expect("fewer than 2^32 rows a step");
-                table.insert_unique(hash, (hash, row), |&(hash, _)| hash);
+                let row = u32::try_from(base + keep.len()).expect("fewer than 2^32 rows a part");
+                table.insert_unique(hash, (hash, part, row), |&(hash, ..)| hash);
                 keep.push(i);
             }
         }
@@ -324,11 +350,11 @@ impl<P> StepAssembler<P> {
         self.bytes += added;
         if !rows.is_empty() {
             step.ordered &= step.messages.last().is_none_or(|&(last, _)| last < position);
-            step.messages.push((position, base));
-            if base == 0 {
-                step.rows = rows;
-            } else {
-                step.rows.extend(rows);
+            step.messages.push((position, step.rows));
+            step.rows += rows.len();
+            match step.parts.last_mut() {
+                Some(last) if joins => last.extend(rows),
+                _ => step.parts.push(rows),
             }
         }
         step.parked.push(parked);
@@ -579,6 +605,46 @@ mod tests {
             }
         }
         assert!(groups.ids.iter().all(|&g| (g as usize) < groups.n_groups));
+    }
+
+    #[test]
+    fn rows_of_large_and_small_messages_come_back_in_input_order_whatever_their_parts() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        let named = |ids: &[String]| {
+            let mut r = rows("r", 1, &ids.iter().map(String::as_str).collect::<Vec<_>>());
+            r.instance_id = ids.iter().map(|t| format!("g{}", t.len() % 3)).collect();
+            r
+        };
+        let ids = |range: std::ops::Range<usize>| range.map(|i| format!("t{i}")).collect::<Vec<_>>();
+        let big = PART_ROWS + 904;
+        // A part of its own; then small messages, one out of order, with
+        // duplicates of rows in the big part and in their own.
+        a.add_rows(named(&ids(0..big)), (0, 10), 0, 0, now);
+        a.add_rows(named(&[format!("t{big}"), "t1".into()]), (0, 12), 1, 0, now);
+        a.add_rows(named(&[format!("t{}", big + 1)]), (0, 11), 2, 0, now);
+        a.add_rows(
+            named(&[format!("t{}", big + 2), format!("t{big}")]),
+            (0, 13),
+            3,
+            0,
+            now,
+        );
+        let StepStatus::Complete(step) = a.end("r", 1, big as i64 + 3, (0, 14, 0), now) else {
+            panic!("every distinct row is in");
+        };
+        assert_eq!(step.duplicates, 2);
+        let (rows, groups, _) = step.into_grouped();
+        let mut expected = ids(0..big);
+        expected.extend([big + 1, big, big + 2].map(|i| format!("t{i}")));
+        assert_eq!(rows.trajectory_id, expected);
+        assert_eq!(groups.ids.len(), rows.len());
+        for (i, id) in rows.instance_id.iter().enumerate() {
+            assert_eq!(*id, format!("g{}", rows.trajectory_id[i].len() % 3));
+            let first = rows.instance_id.iter().position(|g| g == id).unwrap();
+            assert_eq!(groups.ids[i], groups.ids[first], "row {i}");
+        }
+        assert_eq!(groups.n_groups, 3);
     }
 
     #[test]
