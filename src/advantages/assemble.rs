@@ -20,8 +20,6 @@ use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use crate::batch::ScoredRows;
-use crate::normalize::groups::StringIds;
-use crate::normalize::DenseGroups;
 
 /// Where a message sat: (partition, offset). Rows are put back in this order.
 pub type Position = (i32, i64);
@@ -44,12 +42,6 @@ pub struct PendingStep<P> {
     messages: Vec<(Position, usize)>,
     /// Whether each message came after every one before it.
     ordered: bool,
-    /// The kept rows' `instance_id` groups, a row each, mapped as the rows
-    /// arrive (while the rest of the step is still being produced) instead
-    /// of all at once after its `step_end`, where a 1M-row step waited a
-    /// tenth of its publication on the mapping.
-    group_ids: Vec<u32>,
-    groups: StringIds,
     /// The trajectory ids taken so far, for the duplicates check: each
     /// one's hash (kept, so that growing the table reads no string) and
     /// where it sits in `parts` (part, row). The ids stay in the parts,
@@ -76,8 +68,6 @@ impl<P> PendingStep<P> {
             rows: 0,
             messages: Vec::new(),
             ordered: true,
-            group_ids: Vec::new(),
-            groups: StringIds::with_capacity(0),
             ids: hashbrown::HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
             duplicates: 0,
@@ -95,15 +85,6 @@ impl<P> PendingStep<P> {
 
     /// All rows in input order (partition, then offset, then position).
     pub fn into_rows(self) -> (ScoredRows, Vec<P>) {
-        let (rows, _, parked) = self.into_grouped();
-        (rows, parked)
-    }
-
-    /// All rows in input order, as [`PendingStep::into_rows`], with their
-    /// `instance_id` groups: equal ids share a dense group, numbered in the
-    /// order their first row arrived (not necessarily input order).
-    pub fn into_grouped(self) -> (ScoredRows, DenseGroups, Vec<P>) {
-        let n_groups = self.groups.len();
         let mut parts = self.parts.into_iter();
         // The first part is the base: its columns grow once to the whole
         // step, not a doubling at a time.
@@ -113,11 +94,7 @@ impl<P> PendingStep<P> {
             rows.extend(part);
         }
         if self.ordered {
-            let groups = DenseGroups {
-                ids: self.group_ids,
-                n_groups,
-            };
-            return (rows, groups, self.parked);
+            return (rows, self.parked);
         }
         // A message came before one it follows: each message's rows go
         // back to their place.
@@ -130,11 +107,7 @@ impl<P> PendingStep<P> {
             .collect();
         spans.sort_by_key(|(position, _)| *position);
         let order: Vec<usize> = spans.into_iter().flat_map(|(_, rows)| rows).collect();
-        let groups = DenseGroups {
-            ids: order.iter().map(|&i| self.group_ids[i]).collect(),
-            n_groups,
-        };
-        (rows.take(&order), groups, self.parked)
+        (rows.take(&order), self.parked)
     }
 }
 
@@ -235,10 +208,6 @@ const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
 /// they arrive (its parts are put together once, after its `step_end`).
 const PART_ROWS: usize = 4096;
 
-/// Bytes a new group takes in a step's group map besides its string, which
-/// it copies (its slot, its metadata, the load factor's share).
-const GROUP_SLOT_BYTES: usize = 32;
-
 /// Bytes a batch of decoded rows holds (strings and their headers, numbers).
 pub fn rows_footprint(rows: &ScoredRows) -> usize {
     const STRING: usize = std::mem::size_of::<String>();
@@ -334,18 +303,7 @@ impl<P> StepAssembler<P> {
         } else {
             rows.take(&keep)
         };
-        // A group id a row, and each new group's slot and string.
-        let mut grouped = rows.len() * std::mem::size_of::<u32>();
-        let groups = &mut step.groups;
-        step.group_ids.extend(rows.instance_id.iter().map(|id| {
-            let known = groups.len();
-            let group = groups.id(id);
-            if groups.len() > known {
-                grouped += GROUP_SLOT_BYTES + id.len();
-            }
-            group
-        }));
-        let added = message_bytes + rows_footprint(&rows) + ids + grouped;
+        let added = message_bytes + rows_footprint(&rows) + ids;
         step.bytes += added;
         self.bytes += added;
         if !rows.is_empty() {
@@ -569,53 +527,10 @@ mod tests {
     }
 
     #[test]
-    fn a_complete_step_comes_with_its_instance_groups_a_kept_row_each() {
-        let mut a: StepAssembler<u32> = StepAssembler::new();
-        let now = Instant::now();
-        let grouped = |ids: &[(&str, &str)]| {
-            let mut r = rows("r", 1, &ids.iter().map(|(t, _)| *t).collect::<Vec<_>>());
-            r.instance_id = ids.iter().map(|(_, g)| g.to_string()).collect();
-            r
-        };
-        // Arrival order differs from input order, and a duplicate row (t1
-        // again, another group) is dropped with its group.
-        a.add_rows(grouped(&[("t3", "y"), ("t4", "x")]), (0, 7), 0, 0, now);
-        a.add_rows(
-            grouped(&[("t1", "x"), ("t2", "z"), ("t1", "w")]),
-            (0, 2),
-            1,
-            0,
-            now,
-        );
-        let StepStatus::Complete(step) = a.end("r", 1, 4, (0, 9, 0), now) else {
-            panic!("4 distinct rows complete the step");
-        };
-        let (rows, groups, _) = step.into_grouped();
-        assert_eq!(rows.trajectory_id, ["t1", "t2", "t3", "t4"]);
-        assert_eq!(rows.instance_id, ["x", "z", "y", "x"]);
-        assert_eq!(groups.ids.len(), rows.len());
-        assert_eq!(groups.n_groups, 3, "w went with the dropped row");
-        for i in 0..rows.len() {
-            for j in 0..rows.len() {
-                assert_eq!(
-                    groups.ids[i] == groups.ids[j],
-                    rows.instance_id[i] == rows.instance_id[j],
-                    "rows {i} and {j}"
-                );
-            }
-        }
-        assert!(groups.ids.iter().all(|&g| (g as usize) < groups.n_groups));
-    }
-
-    #[test]
     fn rows_of_large_and_small_messages_come_back_in_input_order_whatever_their_parts() {
         let mut a: StepAssembler<u32> = StepAssembler::new();
         let now = Instant::now();
-        let named = |ids: &[String]| {
-            let mut r = rows("r", 1, &ids.iter().map(String::as_str).collect::<Vec<_>>());
-            r.instance_id = ids.iter().map(|t| format!("g{}", t.len() % 3)).collect();
-            r
-        };
+        let named = |ids: &[String]| rows("r", 1, &ids.iter().map(String::as_str).collect::<Vec<_>>());
         let ids = |range: std::ops::Range<usize>| range.map(|i| format!("t{i}")).collect::<Vec<_>>();
         let big = PART_ROWS + 904;
         // A part of its own; then small messages, one out of order, with
@@ -634,17 +549,11 @@ mod tests {
             panic!("every distinct row is in");
         };
         assert_eq!(step.duplicates, 2);
-        let (rows, groups, _) = step.into_grouped();
+        let (rows, _) = step.into_rows();
         let mut expected = ids(0..big);
         expected.extend([big + 1, big, big + 2].map(|i| format!("t{i}")));
         assert_eq!(rows.trajectory_id, expected);
-        assert_eq!(groups.ids.len(), rows.len());
-        for (i, id) in rows.instance_id.iter().enumerate() {
-            assert_eq!(*id, format!("g{}", rows.trajectory_id[i].len() % 3));
-            let first = rows.instance_id.iter().position(|g| g == id).unwrap();
-            assert_eq!(groups.ids[i], groups.ids[first], "row {i}");
-        }
-        assert_eq!(groups.n_groups, 3);
+        assert_eq!(rows.len(), rows.instance_id.len());
     }
 
     #[test]

@@ -93,24 +93,14 @@ impl ComputeError {
 }
 
 /// Computes one step: `rows` all share one (run_id, step). The string group
-/// ids are mapped to the dense ids the kernels take.
+/// ids are mapped to the dense ids the kernels take, once: the result
+/// carries them for the step's metrics.
 pub fn compute_step(
     rows: ScoredRows,
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<StepResult, ComputeError> {
     let groups = DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str));
-    compute_grouped(rows, groups, options, device)
-}
-
-/// Computes one step whose `instance_id` groups are mapped already
-/// (`groups`, a row each: the assembler maps them as the rows arrive).
-pub fn compute_grouped(
-    rows: ScoredRows,
-    groups: DenseGroups,
-    options: &AdvantageOptions,
-    device: Device,
-) -> Result<StepResult, ComputeError> {
     let (advantages, ran) = if options.estimator == Estimator::ReinforcePp {
         kernel(&rows, &ungrouped(rows.len()), options, device, |i| i)?
     } else {

@@ -28,4 +28,4 @@ pub mod service;
 pub mod step_metrics;
 pub mod trace;
 
-pub use compute::{compute_batch, compute_grouped, compute_rows, compute_step, StepResult};
+pub use compute::{compute_batch, compute_rows, compute_step, StepResult};

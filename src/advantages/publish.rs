@@ -36,7 +36,7 @@ use thiserror::Error;
 use tokio::task::{JoinError, JoinHandle};
 
 use super::assemble::PendingStep;
-use super::compute::{advantages_batch, compute_grouped, ComputeError, StepResult};
+use super::compute::{advantages_batch, compute_step, ComputeError, StepResult};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::outcomes::hint_outcomes;
@@ -51,7 +51,7 @@ use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{Outgoing, SendError, Settlement, StageProducer, Taken};
 use crate::messages::{step_key, HintOutcome};
-use crate::normalize::{AdvantageOptions, DenseGroups, Device, HintedWeight, Ran};
+use crate::normalize::{AdvantageOptions, Device, HintedWeight, Ran};
 
 /// Header that says which kernel computed a published step.
 pub const DEVICE_HEADER: &str = "hintstream.device";
@@ -279,13 +279,10 @@ impl StepOutput {
             step: step.step,
         };
         let duplicates = step.duplicates;
-        let (rows, groups, parked) = step.into_grouped();
+        let (rows, parked) = step.into_rows();
         // Under exactly_once the step's messages commit together.
         let parked = Settlement::new(parked);
-        match self
-            .compute_and_send(&id, rows, groups, duplicates, &parked)
-            .await
-        {
+        match self.compute_and_send(&id, rows, duplicates, &parked).await {
             Ok(()) => parked.ack(),
             Err(e) => {
                 if let Some(kind) = e.dead_letter_kind() {
@@ -302,11 +299,10 @@ impl StepOutput {
         &self,
         id: &StepId,
         rows: ScoredRows,
-        groups: DenseGroups,
         duplicates: usize,
         parked: &Settlement,
     ) -> Result<(), Unpublished> {
-        let result = self.compute(id, rows, groups).await?;
+        let result = self.compute(id, rows).await?;
         let encoding = Instant::now();
         let (encoded, chunks, summary) = self.encode(id, result, duplicates).await?;
         // Before any chunk leaves: a failure here must find nothing sent
@@ -339,28 +335,22 @@ impl StepOutput {
     }
 
     /// Computes a step's advantages, off the async workers.
-    async fn compute(
-        &self,
-        id: &StepId,
-        rows: ScoredRows,
-        groups: DenseGroups,
-    ) -> Result<StepResult, Unpublished> {
+    async fn compute(&self, id: &StepId, rows: ScoredRows) -> Result<StepResult, Unpublished> {
         let (options, device) = (self.options, self.device);
         let started = Instant::now();
         // Number crunching leaves the async workers.
         let span = tracing::info_span!("compute");
-        let result = tokio::task::spawn_blocking(move || {
-            span.in_scope(|| compute_grouped(rows, groups, &options, device))
-        })
-        .await
-        .map_err(|source| Unpublished::ComputePanicked {
-            step: id.name(),
-            source,
-        })?
-        .map_err(|source| Unpublished::Compute {
-            step: id.name(),
-            source,
-        })?;
+        let result =
+            tokio::task::spawn_blocking(move || span.in_scope(|| compute_step(rows, &options, device)))
+                .await
+                .map_err(|source| Unpublished::ComputePanicked {
+                    step: id.name(),
+                    source,
+                })?
+                .map_err(|source| Unpublished::Compute {
+                    step: id.name(),
+                    source,
+                })?;
         let device_name = result.ran.as_str();
         if result.ran == Ran::CpuFallback {
             self.metrics.cuda_fell_back();
