@@ -11,7 +11,7 @@ use crate::batch::{bound, ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::LimitsConfig;
 use crate::kafka::{RecordMeta, Rejected};
 use crate::messages::decode::panic_text;
-use crate::messages::{DecodeLimits, ScoredMessage};
+use crate::messages::{decode, DecodeLimits, ScoredMessage};
 
 /// One decoded message of `rl.rollouts.scored`.
 pub enum ScoredInput {
@@ -63,7 +63,7 @@ fn decode_unguarded(
     max_decoded_bytes: usize,
 ) -> Result<ScoredInput, Rejected> {
     if !arrow {
-        return match ScoredMessage::decode(bytes, limits)? {
+        return match decode::<ScoredMessage>(bytes, limits)? {
             ScoredMessage::ScoredRollout(row) => {
                 let mut rows = ScoredRows::default();
                 rows.push(&row);

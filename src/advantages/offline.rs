@@ -106,7 +106,7 @@ pub fn read_jsonl(path: &Path, limits: DecodeLimits) -> Result<ScoredRows, Offli
     };
     crate::jsonl::for_each_line(path, io_error, |number, line| {
         // Rows may omit `type`: in a file they are all scored rollouts.
-        let message = match ScoredMessage::decode(line.as_bytes(), limits) {
+        let message = match decode::<ScoredMessage>(line.as_bytes(), limits) {
             Err(crate::messages::DecodeError::MissingField { field }) if field == "type" => {
                 decode::<crate::messages::ScoredRollout>(line.as_bytes(), limits)
                     .map(ScoredMessage::ScoredRollout)

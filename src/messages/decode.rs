@@ -160,7 +160,7 @@ pub fn decode_object(bytes: &[u8], limits: DecodeLimits) -> Result<serde_json::V
 }
 
 /// The checks before any parsing: size, UTF-8, not empty, nesting depth.
-pub(super) fn checked_text(bytes: &[u8], limits: DecodeLimits) -> Result<&str, DecodeError> {
+fn checked_text(bytes: &[u8], limits: DecodeLimits) -> Result<&str, DecodeError> {
     if bytes.len() > limits.max_bytes {
         return Err(DecodeError::TooLarge {
             size: bytes.len(),

@@ -1,11 +1,9 @@
 //! Messages of `rl.rollouts.scored`: one `scored_rollout` per rollout of a
 //! step, then one `step_end` that says how many rows the step has.
 
-use std::borrow::Cow;
-
 use serde::{Deserialize, Serialize};
 
-use super::decode::{checked_text, decode, rules, DecodeError, DecodeLimits, Validate};
+use super::decode::{rules, DecodeError, Validate};
 use super::SCHEMA_VERSION;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,45 +119,6 @@ impl Validate for StepEnd {
     }
 }
 
-impl ScoredMessage {
-    /// Decodes a message of `rl.rollouts.scored` as [`decode`] does, with
-    /// the same result for every payload. A `scored_rollout` (all but one
-    /// message of a step) is read straight into its struct once its `type`
-    /// is found, which ignores the `type` key as any other it does not
-    /// know: serde reads an internally tagged enum by first copying every
-    /// key and value aside, a fifth of a JSON step's intake. Anything else
-    /// (a `step_end`, a bad payload) goes through [`decode`].
-    pub fn decode(bytes: &[u8], limits: DecodeLimits) -> Result<ScoredMessage, DecodeError> {
-        if let Some(row) = Self::tagged_rollout(bytes, limits) {
-            row.validate()?;
-            return Ok(ScoredMessage::ScoredRollout(row));
-        }
-        decode::<ScoredMessage>(bytes, limits)
-    }
-
-    /// The rollout of a payload whose one `type` key says
-    /// `scored_rollout` and whose fields all read; `None` otherwise.
-    fn tagged_rollout(bytes: &[u8], limits: DecodeLimits) -> Option<ScoredRollout> {
-        /// The `type` key alone (a second one is an error, as serde's
-        /// tagged enum says too); every other key is skipped unread.
-        #[derive(Deserialize)]
-        struct Tag<'a> {
-            #[serde(rename = "type", borrow)]
-            kind: Option<Cow<'a, str>>,
-        }
-        let text = checked_text(bytes, limits).ok()?;
-        // A struct also reads a JSON array; the payload must be an object.
-        if !text.trim_start().starts_with('{') {
-            return None;
-        }
-        let tag: Tag<'_> = serde_json::from_str(text).ok()?;
-        if tag.kind.as_deref() != Some("scored_rollout") {
-            return None;
-        }
-        serde_json::from_str(text).ok()
-    }
-}
-
 impl Validate for ScoredMessage {
     fn validate(&self) -> Result<(), DecodeError> {
         match self {
@@ -172,48 +131,6 @@ impl Validate for ScoredMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_fast_read_of_a_scored_message_agrees_with_decode_on_every_payload() {
-        let row = r#""schema_version":1,"run_id":"r","step":3,"instance_id":"i","trajectory_id":"t","reward":0.5,"is_hinted":false"#;
-        let payloads = [
-            format!(r#"{{"type":"scored_rollout",{row}}}"#),
-            format!(r#"{{{row},"type":"scored_rollout","extra":{{"deep":[1,2,{{"x":null}}]}}}}"#),
-            format!(r#"  {{"type":"scored\u005frollout",{row},"hint_id":"h\"1"}}"#),
-            // The tag says otherwise, or twice, or not at all.
-            format!(r#"{{"type":"step_end",{row},"count":8}}"#),
-            format!(r#"{{"type":"scored_rollout","type":"step_end",{row}}}"#),
-            format!(r#"{{"type":"scored_rollout",{row},"type":"scored_rollout"}}"#),
-            format!(r#"{{{row}}}"#),
-            format!(r#"{{"type":7,{row}}}"#),
-            // Read, then refused by validation; or a field of the wrong type.
-            format!(
-                r#"{{"type":"scored_rollout",{}}}"#,
-                row.replace(r#""run_id":"r""#, r#""run_id":"""#)
-            ),
-            format!(
-                r#"{{"type":"scored_rollout",{}}}"#,
-                row.replace("0.5", r#""high""#)
-            ),
-            r#"{"type":"step_end","schema_version":1,"run_id":"r","step":3,"count":8}"#.to_string(),
-            format!(r#"[{{"type":"scored_rollout",{row}}}]"#),
-            format!(r#"{{"type":"scored_rollout",{row}"#),
-            "".to_string(),
-        ];
-        let limits = DecodeLimits::default();
-        for payload in &payloads {
-            assert_eq!(
-                ScoredMessage::decode(payload.as_bytes(), limits),
-                decode::<ScoredMessage>(payload.as_bytes(), limits),
-                "{payload}"
-            );
-        }
-        // The first three take the fast read; the tag's others do not.
-        for (i, payload) in payloads.iter().enumerate() {
-            let fast = ScoredMessage::tagged_rollout(payload.as_bytes(), limits).is_some();
-            assert_eq!(fast, i < 3 || i == 8, "{payload}");
-        }
-    }
 
     fn rollout(response_length: Option<i64>) -> ScoredRollout {
         ScoredRollout {
