@@ -7,7 +7,7 @@
 #   scripts/kafka.sh libs                 install, then print the jar folder (last line)
 #   scripts/kafka.sh start [PORT]         start a fresh node on PORT (default 9092; controller on PORT+1),
 #                                         wait until it answers metadata, print its bootstrap servers
-#   scripts/kafka.sh stop [PORT]          stop that node (SIGTERM, SIGKILL after 30 s)
+#   scripts/kafka.sh stop [PORT]          stop that node (SIGTERM, SIGKILL after 30 s) and delete its data (its log stays)
 #   scripts/kafka.sh cluster start        start a fresh three-node cluster (nodes 1..3), print its bootstrap servers
 #   scripts/kafka.sh cluster stop         stop all three
 #   scripts/kafka.sh cluster kill N       SIGKILL node N
@@ -199,6 +199,9 @@ start() {
 
 stop() {
   stop_dir "$STATE/node-$1"
+  # A single node always starts fresh, so its data is no use once it
+  # stopped (a benchmark's run leaves gigabytes); its log stays.
+  rm -rf "$STATE/node-$1/data"
 }
 
 node_port() { echo $((CLUSTER_BASE + $1 - 1)); }
