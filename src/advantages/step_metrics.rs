@@ -79,13 +79,13 @@ impl<'a> From<&'a AdvantagesConfig> for MetricOptions<'a> {
     }
 }
 
-/// Computes the step's metrics (see the module docs for each one). `groups`:
+/// Computes the step's metrics (see the module docs for each one). `dense`:
 /// the rows' `instance_id` groups, a dense id a row ([`StepResult::groups`]).
 ///
 /// [`StepResult::groups`]: super::StepResult::groups
 pub fn step_metrics(
     rows: &ScoredRows,
-    groups: &DenseGroups,
+    dense: &DenseGroups,
     advantages: &Advantages,
     options: &MetricOptions<'_>,
 ) -> StepMetrics {
@@ -93,9 +93,7 @@ pub fn step_metrics(
     let mut hinted = Tally::default();
     let mut llm = Tally::default();
     let mut fallback = Tally::default();
-    // Per group: (raw tally, hinted tally), by dense id, not a map probed
-    // by string a row.
-    let dense = groups;
+    // Per group: (raw tally, hinted tally).
     let mut groups: Vec<(Tally, Tally)> = (0..dense.n_groups).map(|_| Default::default()).collect();
     for i in 0..rows.len() {
         let entry = &mut groups[dense.ids[i] as usize];
