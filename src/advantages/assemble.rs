@@ -264,15 +264,13 @@ impl<P> StepAssembler<P> {
         // too), each at the place it takes once the message's rows are
         // filtered: the last part's next rows when they join it, a new
         // part's first ones otherwise.
-        let joins = step
-            .parts
-            .last()
-            .is_some_and(|last| last.len() < PART_ROWS && rows.len() < PART_ROWS);
-        let (part, base) = match step.parts.last() {
-            Some(last) if joins => (step.parts.len() - 1, last.len()),
+        let (at, base) = match step.parts.last() {
+            Some(last) if last.len() < PART_ROWS && rows.len() < PART_ROWS => {
+                (step.parts.len() - 1, last.len())
+            }
             _ => (step.parts.len(), 0),
         };
-        let part = u32::try_from(part).expect("fewer than 2^32 messages a step");
+        let part = u32::try_from(at).expect("fewer than 2^32 messages a step");
         let (table, hasher, parts) = (&mut step.ids, &step.hasher, &step.parts);
         let id_at = |keep: &[usize], (_, p, r): (u64, u32, u32)| -> &str {
             match (r as usize).checked_sub(base) {
@@ -307,9 +305,9 @@ impl<P> StepAssembler<P> {
             step.ordered &= step.messages.last().is_none_or(|&(last, _)| last < position);
             // Every kept row is in the id table already.
             step.messages.push((position, step.ids.len() - rows.len()));
-            match step.parts.last_mut() {
-                Some(last) if joins => last.extend(rows),
-                _ => step.parts.push(rows),
+            match step.parts.get_mut(at) {
+                Some(last) => last.extend(rows),
+                None => step.parts.push(rows),
             }
         }
         step.parked.push(parked);
