@@ -50,7 +50,7 @@ fn benches(c: &mut Criterion) {
     for n in [10_000usize, 100_000, 1_000_000] {
         let data = rows(n);
         let arrow = data.to_batch().expect("bench rows form a batch");
-        let groups = DenseGroups::from_strings(data.instance_id.iter().map(String::as_str));
+        let groups = DenseGroups::from_strings(data.instance_id.iter());
         let batch = Batch {
             group: &groups.ids,
             n_groups: groups.n_groups,
@@ -98,8 +98,7 @@ fn benches(c: &mut Criterion) {
                 |b, data| {
                     b.iter(|| {
                         one_thread(&pool, || {
-                            let groups =
-                                DenseGroups::from_strings(data.instance_id.iter().map(String::as_str));
+                            let groups = DenseGroups::from_strings(data.instance_id.iter());
                             let batch = Batch {
                                 group: &groups.ids,
                                 n_groups: groups.n_groups,
@@ -121,7 +120,7 @@ fn benches(c: &mut Criterion) {
             }
         }
         g.bench_with_input(BenchmarkId::new("id_mapping", n), &data, |b, data| {
-            b.iter(|| DenseGroups::from_strings(data.instance_id.iter().map(String::as_str)))
+            b.iter(|| DenseGroups::from_strings(data.instance_id.iter()))
         });
         let options = AdvantageOptions::default();
         g.bench_with_input(BenchmarkId::new("compute_path", n), &data, |b, data| {

@@ -71,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 check_same(&advantages.advantage, &result?.advantage, "from_ipc")?;
                 println!("time from_ipc {threads} {e} {ms:.3}");
                 let (ms, result) = time(runs, || {
-                    let groups = DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str));
+                    let groups = DenseGroups::from_strings(rows.instance_id.iter());
                     let batch = Batch {
                         group: &groups.ids,
                         n_groups: groups.n_groups,

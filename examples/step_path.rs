@@ -170,10 +170,10 @@ fn encode_input(rows: &mut ScoredRows, step: i64, format: Format) -> Result<Vec<
             .map(|i| {
                 let row = ScoredMessage::ScoredRollout(ScoredRollout {
                     schema_version: 1,
-                    run_id: rows.run_id[i].clone(),
+                    run_id: rows.run_id[i].to_string(),
                     step,
-                    instance_id: rows.instance_id[i].clone(),
-                    trajectory_id: rows.trajectory_id[i].clone(),
+                    instance_id: rows.instance_id[i].to_string(),
+                    trajectory_id: rows.trajectory_id[i].to_string(),
                     reward: rows.reward[i],
                     is_hinted: rows.is_hinted[i],
                     hint_category: rows.hint_category[i].clone(),

@@ -15,7 +15,8 @@
 #                 only when missing), instead of building both
 #   --perf DIR    record every worker with `perf record -e cpu-clock -g` into
 #                 DIR/hintstream-PID.data (give a binary with its symbols kept:
-#                 `cargo rustc --release --bin hintstream -- -C strip=none`)
+#                 `cargo rustc --release --bin hintstream -- -C strip=none`;
+#                 PERF_FREQ sets the sampling rate, 499 Hz by default)
 #   EXAMPLE ARGS  passed to the example, e.g. --rows 16000,64000 --repeats 3
 #                 --formats json,arrow --json-max-rows 64000 --no-baseline
 set -euo pipefail
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --note) note=$2; shift 2 ;;
     --hintstream) binary=$2; shift 2 ;;
     --perf) perf_dir=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
@@ -68,7 +69,7 @@ if [ -n "$perf_dir" ]; then
   mkdir -p "$perf_dir"
   perf_dir=$(cd "$perf_dir" && pwd)
   # perf stops its worker with SIGTERM when the example stops perf.
-  printf '#!/bin/sh\nexec perf record -e cpu-clock -F 499 -g -o "%s/hintstream-$$.data" -- "%s" "$@"\n' \
+  printf '#!/bin/sh\nexec perf record -e cpu-clock -F ${PERF_FREQ:-499} -g -o "%s/hintstream-$$.data" -- "%s" "$@"\n' \
     "$perf_dir" "$(realpath "$binary")" >"$wrapper"
   chmod +x "$wrapper"
   binary=$wrapper

@@ -205,15 +205,14 @@ const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
 /// they arrive (its parts are put together once, after its `step_end`).
 const PART_ROWS: usize = 4096;
 
-/// Bytes a batch of decoded rows holds (strings and their headers, numbers).
+/// Bytes a batch of decoded rows holds (strings and where they end, each
+/// optional string and its header, numbers).
 pub fn rows_footprint(rows: &ScoredRows) -> usize {
     const STRING: usize = std::mem::size_of::<String>();
-    let strings: usize = rows
-        .run_id
+    const END: usize = std::mem::size_of::<usize>();
+    let strings: usize = [&rows.run_id, &rows.instance_id, &rows.trajectory_id]
         .iter()
-        .chain(&rows.instance_id)
-        .chain(&rows.trajectory_id)
-        .map(|s| s.len() + STRING)
+        .map(|column| column.text_len() + column.len() * END)
         .sum();
     let categories: usize = rows
         .hint_category
@@ -243,7 +242,7 @@ impl<P> StepAssembler<P> {
         now: Instant,
     ) -> StepStatus<P> {
         assert!(!rows.is_empty(), "add_rows takes at least one row");
-        let run_id = rows.run_id[0].clone();
+        let run_id = rows.run_id[0].to_string();
         let step_no = rows.step[0];
         let key = (run_id.clone(), step_no);
         if let Some(first) = self.completed.late(&key) {
@@ -281,9 +280,9 @@ impl<P> StepAssembler<P> {
         let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
         table.reserve(rows.len(), |&(hash, ..)| hash);
         for (i, id) in rows.trajectory_id.iter().enumerate() {
-            let hash = hasher.hash_one(id.as_str());
+            let hash = hasher.hash_one(id);
             let seen = table
-                .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id.as_str())
+                .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id)
                 .is_some();
             if !seen {
                 let row = u32::try_from(base + keep.len()).expect("fewer than 2^32 rows a part");

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use crate::batch::{advantages_schema, kernel_columns, BatchError, ScoredRows};
+use crate::batch::{advantages_schema, kernel_columns, BatchError, ScoredRows, Strings};
 use crate::normalize::{
     self, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight, NormalizeError,
     Ran,
@@ -73,7 +73,7 @@ impl ComputeError {
         let mut named: Vec<String> = bad
             .iter()
             .map(|&i| {
-                let id = rows.trajectory_id.get(i).map_or("", String::as_str);
+                let id = rows.trajectory_id.get(i).unwrap_or("");
                 format!("row {} (trajectory_id {id:?})", input_row(i))
             })
             .collect();
@@ -100,7 +100,7 @@ pub fn compute_step(
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<StepResult, ComputeError> {
-    let groups = DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str));
+    let groups = DenseGroups::from_strings(rows.instance_id.iter());
     let (advantages, ran) = if options.estimator == Estimator::ReinforcePp {
         kernel(&rows, &ungrouped(rows.len()), options, device, |i| i)?
     } else {
@@ -154,11 +154,11 @@ fn ungrouped(rows: usize) -> DenseGroups {
 
 /// Dense group ids of a step's rows for `options`' estimator: reinforce_pp
 /// ignores groups, so its rows all go to group 0 and no id is mapped.
-fn step_groups(instance_ids: &[String], options: &AdvantageOptions) -> DenseGroups {
+fn step_groups(instance_ids: &Strings, options: &AdvantageOptions) -> DenseGroups {
     if options.estimator == Estimator::ReinforcePp {
         return ungrouped(instance_ids.len());
     }
-    DenseGroups::from_strings(instance_ids.iter().map(String::as_str))
+    DenseGroups::from_strings(instance_ids.iter())
 }
 
 /// Computes one step straight from an Arrow batch with the scored columns
@@ -193,7 +193,7 @@ pub fn compute_rows(
     let mut steps: HashMap<(&str, i64), Vec<usize>, foldhash::fast::RandomState> = HashMap::default();
     let mut order = Vec::new();
     for i in 0..rows.len() {
-        let key = (rows.run_id[i].as_str(), rows.step[i]);
+        let key = (&rows.run_id[i], rows.step[i]);
         steps
             .entry(key)
             .or_insert_with(|| {
@@ -233,10 +233,10 @@ pub fn advantages_batch(
 ) -> Result<RecordBatch, BatchError> {
     check_finite(advantages)?;
     let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(string_array(&rows.run_id)),
+        Arc::new(rows.run_id.to_arrow()?),
         Arc::new(Int64Array::from(rows.step.clone())),
-        Arc::new(string_array(&rows.trajectory_id)),
-        Arc::new(string_array(&rows.instance_id)),
+        Arc::new(rows.trajectory_id.to_arrow()?),
+        Arc::new(rows.instance_id.to_arrow()?),
         Arc::new(Float64Array::from(rows.reward.clone())),
         Arc::new(BooleanArray::from(rows.is_hinted.clone())),
         Arc::new(Float64Array::from(advantages.advantage.clone())),
@@ -254,18 +254,6 @@ pub fn advantages_batch(
     fields.push(Field::new(WEIGHT, DataType::Float64, false));
     columns.push(Arc::new(Float64Array::from(weights(rows))));
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
-}
-
-/// `values` as an Arrow string column, its buffers sized once (grown a
-/// doubling at a time, a step of 1M rows copied and faulted in its values
-/// several times over).
-fn string_array(values: &[String]) -> StringArray {
-    let bytes = values.iter().map(String::len).sum();
-    let mut builder = arrow_array::builder::StringBuilder::with_capacity(values.len(), bytes);
-    for value in values {
-        builder.append_value(value);
-    }
-    builder.finish()
 }
 
 /// The name of the off-policy weight column (`normalize.hinted_weight =

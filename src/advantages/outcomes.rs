@@ -51,9 +51,9 @@ pub fn hint_outcomes(rows: &ScoredRows, success_threshold: f64, created_at: &str
             Some(HintOutcome {
                 schema_version: i64::from(SCHEMA_VERSION),
                 hint_id: hint_id.to_string(),
-                run_id: rows.run_id[row].clone(),
+                run_id: rows.run_id[row].to_string(),
                 step: rows.step[row],
-                instance_id: rows.instance_id[row].clone(),
+                instance_id: rows.instance_id[row].to_string(),
                 hinted_rollouts: counted.len() as i64,
                 successes,
                 rescued: successes > 0,

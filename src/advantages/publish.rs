@@ -431,7 +431,7 @@ impl StepOutput {
             let row = big.rows.start;
             return Err(Unpublished::Oversized {
                 row,
-                trajectory_id: shortened(result.rows.trajectory_id.get(row).map_or("", String::as_str)),
+                trajectory_id: shortened(result.rows.trajectory_id.get(row).unwrap_or("")),
                 step: id.name(),
                 bytes: big.payload.len(),
                 room,

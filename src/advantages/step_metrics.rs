@@ -239,7 +239,7 @@ mod tests {
         };
         step_metrics(
             r,
-            &DenseGroups::from_strings(r.instance_id.iter().map(String::as_str)),
+            &DenseGroups::from_strings(r.instance_id.iter()),
             &advantages,
             &MetricOptions {
                 success_threshold: 0.0,

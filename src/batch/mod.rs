@@ -9,6 +9,7 @@ pub mod bound;
 pub mod chunk;
 pub mod hostile;
 pub mod ipc;
+pub mod strings;
 pub mod synthetic;
 
 use std::sync::Arc;
@@ -21,6 +22,8 @@ use arrow_array::{
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use thiserror::Error;
+
+pub use strings::Strings;
 
 use crate::messages::ScoredRollout;
 
@@ -135,10 +138,10 @@ pub fn advantages_schema() -> SchemaRef {
 /// Scored rollouts, columnar and owned, in input order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ScoredRows {
-    pub run_id: Vec<String>,
+    pub run_id: Strings,
     pub step: Vec<i64>,
-    pub instance_id: Vec<String>,
-    pub trajectory_id: Vec<String>,
+    pub instance_id: Strings,
+    pub trajectory_id: Strings,
     pub reward: Vec<f64>,
     pub is_hinted: Vec<bool>,
     pub hint_category: Vec<Option<String>>,
@@ -239,27 +242,30 @@ impl ScoredRows {
             }
             _ => {}
         }
-        self.run_id.push(row.run_id.clone());
+        self.run_id.push(&row.run_id);
         self.step.push(row.step);
-        self.instance_id.push(row.instance_id.clone());
-        self.trajectory_id.push(row.trajectory_id.clone());
+        self.instance_id.push(&row.instance_id);
+        self.trajectory_id.push(&row.trajectory_id);
         self.reward.push(row.reward);
         self.is_hinted.push(row.is_hinted);
         self.hint_category.push(row.hint_category.clone());
     }
 
-    /// Appends every row of `other`.
-    /// Room for `additional` more rows in the columns every row has.
+    /// Room for `additional` more rows in the columns every row has, their
+    /// strings as long as the rows' so far on average.
     pub fn reserve(&mut self, additional: usize) {
-        self.run_id.reserve(additional);
+        let n = self.len().max(1);
+        for column in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id] {
+            let bytes = column.text_len() / n * additional;
+            column.reserve(additional, bytes);
+        }
         self.step.reserve(additional);
-        self.instance_id.reserve(additional);
-        self.trajectory_id.reserve(additional);
         self.reward.reserve(additional);
         self.is_hinted.reserve(additional);
         self.hint_category.reserve(additional);
     }
 
+    /// Appends every row of `other`.
     pub fn extend(&mut self, other: ScoredRows) {
         if !other.hint_id.is_empty() {
             self.hint_id.resize(self.len(), None);
@@ -279,10 +285,10 @@ impl ScoredRows {
                 column.extend(more);
             }
         }
-        self.run_id.extend(other.run_id);
+        self.run_id.append(&other.run_id);
         self.step.extend(other.step);
-        self.instance_id.extend(other.instance_id);
-        self.trajectory_id.extend(other.trajectory_id);
+        self.instance_id.append(&other.instance_id);
+        self.trajectory_id.append(&other.trajectory_id);
         self.reward.extend(other.reward);
         self.is_hinted.extend(other.is_hinted);
         self.hint_category.extend(other.hint_category);
@@ -291,10 +297,10 @@ impl ScoredRows {
     /// The rows at `indices`, in that order.
     pub fn take(&self, indices: &[usize]) -> ScoredRows {
         ScoredRows {
-            run_id: indices.iter().map(|&i| self.run_id[i].clone()).collect(),
+            run_id: self.run_id.take(indices),
             step: indices.iter().map(|&i| self.step[i]).collect(),
-            instance_id: indices.iter().map(|&i| self.instance_id[i].clone()).collect(),
-            trajectory_id: indices.iter().map(|&i| self.trajectory_id[i].clone()).collect(),
+            instance_id: self.instance_id.take(indices),
+            trajectory_id: self.trajectory_id.take(indices),
             reward: indices.iter().map(|&i| self.reward[i]).collect(),
             is_hinted: indices.iter().map(|&i| self.is_hinted[i]).collect(),
             hint_category: indices.iter().map(|&i| self.hint_category[i].clone()).collect(),
@@ -322,7 +328,7 @@ impl ScoredRows {
     pub fn to_batch(&self) -> Result<RecordBatch, BatchError> {
         // Dictionary values in order of first appearance (as arrow's
         // dictionary builder orders them), mapped with the kernels' mapping.
-        let groups = crate::normalize::DenseGroups::from_strings(self.instance_id.iter().map(String::as_str));
+        let groups = crate::normalize::DenseGroups::from_strings(self.instance_id.iter());
         let mut values: Vec<&str> = Vec::with_capacity(groups.n_groups);
         let mut keys: Vec<i32> = Vec::with_capacity(groups.ids.len());
         for (&id, s) in groups.ids.iter().zip(&self.instance_id) {
@@ -336,10 +342,10 @@ impl ScoredRows {
             Arc::new(StringArray::from_iter_values(values)),
         )?;
         let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(&self.run_id)),
+            Arc::new(self.run_id.to_arrow()?),
             Arc::new(Int64Array::from(self.step.clone())),
             Arc::new(instance),
-            Arc::new(StringArray::from_iter_values(&self.trajectory_id)),
+            Arc::new(self.trajectory_id.to_arrow()?),
             Arc::new(Float64Array::from(self.reward.clone())),
             Arc::new(BooleanArray::from(self.is_hinted.clone())),
             Arc::new(StringArray::from(self.hint_category.clone())),
@@ -638,10 +644,9 @@ fn unpack_bits(bits: &arrow_buffer::BooleanBuffer) -> Vec<bool> {
 /// Dense group ids of an assembled batch's `instance_id` column (see
 /// [`instance_groups`]); ids mapped from `instance_ids` when the column is
 /// missing or unreadable.
-pub fn dense_groups(batch: &RecordBatch, instance_ids: &[String]) -> crate::normalize::DenseGroups {
-    instance_groups(batch).unwrap_or_else(|_| {
-        crate::normalize::DenseGroups::from_strings(instance_ids.iter().map(String::as_str))
-    })
+pub fn dense_groups(batch: &RecordBatch, instance_ids: &Strings) -> crate::normalize::DenseGroups {
+    instance_groups(batch)
+        .unwrap_or_else(|_| crate::normalize::DenseGroups::from_strings(instance_ids.iter()))
 }
 
 /// Dense group ids from a batch's `instance_id` column, read in place:
@@ -787,13 +792,30 @@ fn is_string_like(t: &DataType) -> bool {
     }
 }
 
-fn strings(batch: &RecordBatch, name: &'static str) -> Result<Vec<String>, BatchError> {
+fn strings(batch: &RecordBatch, name: &'static str) -> Result<Strings, BatchError> {
     let array = column(batch, name)?;
     no_nulls(array, name)?;
-    Ok(optional_strings_of(array, name)?
-        .into_iter()
-        .map(Option::unwrap_or_default)
-        .collect())
+    let mut out = Strings::default();
+    out.extend_from_arrow(&utf8(array, name)?);
+    Ok(out)
+}
+
+/// A string-like column as `Utf8` (cast, unless it is already).
+fn utf8(array: &ArrayRef, name: &'static str) -> Result<StringArray, BatchError> {
+    if !is_string_like(array.data_type()) {
+        return Err(BatchError::WrongType {
+            column: name,
+            found: array.data_type().clone(),
+            wanted: "string",
+        });
+    }
+    if let Some(utf8) = array.as_string_opt::<i32>() {
+        return Ok(utf8.clone());
+    }
+    let utf8 = cast(array, name, &DataType::Utf8, "string")?;
+    utf8.as_string_opt::<i32>()
+        .cloned()
+        .ok_or(BatchError::MissingColumn(name))
 }
 
 fn optional_strings(batch: &RecordBatch, name: &'static str) -> Result<Vec<Option<String>>, BatchError> {
@@ -804,19 +826,7 @@ fn optional_strings(batch: &RecordBatch, name: &'static str) -> Result<Vec<Optio
 }
 
 fn optional_strings_of(array: &ArrayRef, name: &'static str) -> Result<Vec<Option<String>>, BatchError> {
-    if !is_string_like(array.data_type()) {
-        return Err(BatchError::WrongType {
-            column: name,
-            found: array.data_type().clone(),
-            wanted: "string",
-        });
-    }
-    let utf8 = cast(array, name, &DataType::Utf8, "string")?;
-    let utf8 = utf8
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .ok_or(BatchError::MissingColumn(name))?;
-    Ok(utf8.iter().map(|v| v.map(str::to_string)).collect())
+    Ok(utf8(array, name)?.iter().map(|v| v.map(str::to_string)).collect())
 }
 
 fn integers(batch: &RecordBatch, name: &'static str) -> Result<Vec<i64>, BatchError> {
@@ -1041,10 +1051,10 @@ mod tests {
     fn to_batch_dictionary_is_in_first_seen_order() {
         let mut rows = ScoredRows::default();
         for id in ["b", "a", "b", "c"] {
-            rows.run_id.push("r".into());
+            rows.run_id.push("r");
             rows.step.push(0);
-            rows.instance_id.push(id.into());
-            rows.trajectory_id.push("t".into());
+            rows.instance_id.push(id);
+            rows.trajectory_id.push("t");
             rows.reward.push(0.0);
             rows.is_hinted.push(false);
             rows.hint_category.push(None);

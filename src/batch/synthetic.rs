@@ -16,11 +16,11 @@ pub fn synthetic_step(rows: usize, group_size: usize, run_id: &str, step: i64, s
     order.shuffle(&mut rng);
     let mut out = ScoredRows::default();
     for i in order {
-        out.run_id.push(run_id.into());
+        out.run_id.push(run_id);
         out.step.push(step);
         out.instance_id
-            .push(format!("swe-task-{:08}", i / group_size.max(1)));
-        out.trajectory_id.push(format!("traj-{i}"));
+            .push(&format!("swe-task-{:08}", i / group_size.max(1)));
+        out.trajectory_id.push(&format!("traj-{i}"));
         out.reward.push(if rng.random_bool(0.3) {
             1.0
         } else {

@@ -149,13 +149,13 @@ pub fn read_scored(path: &Path, limits: DecodeLimits) -> Result<ScoredInputFile,
         };
         match decoded {
             Ok(ScoredInput::Rows(rows)) if !rows.is_empty() => {
-                let key = (rows.run_id[0].clone(), rows.step[0]);
+                let key = (rows.run_id[0].to_string(), rows.step[0]);
                 let (i, seen) = index.entry(key).or_insert_with(|| {
                     input.steps.push(ScoredRows::default());
                     (input.steps.len() - 1, HashSet::new())
                 });
                 let fresh: Vec<usize> = (0..rows.len())
-                    .filter(|&r| seen.insert(rows.trajectory_id[r].clone()))
+                    .filter(|&r| seen.insert(rows.trajectory_id[r].to_string()))
                     .collect();
                 let rows = if fresh.len() == rows.len() {
                     *rows

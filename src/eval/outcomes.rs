@@ -18,7 +18,7 @@ pub(super) fn outcomes(path: &Path, config: Config) -> Result<Outcomes, EvalErro
     let mut steps = Vec::new();
     let mut rows = 0u64;
     for step_rows in scored.steps {
-        let (run_id, step) = (step_rows.run_id[0].clone(), step_rows.step[0]);
+        let (run_id, step) = (step_rows.run_id[0].to_string(), step_rows.step[0]);
         rows += step_rows.len() as u64;
         let result =
             compute_step(step_rows, &options, config.normalize.device).map_err(|e| EvalError::Outcomes {

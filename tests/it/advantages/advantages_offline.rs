@@ -242,7 +242,7 @@ fn the_book_metrics_table_matches_what_stage_2_publishes() {
     };
     let published = step_metrics(
         &rows,
-        &hintstream::normalize::DenseGroups::from_strings(rows.instance_id.iter().map(String::as_str)),
+        &hintstream::normalize::DenseGroups::from_strings(rows.instance_id.iter()),
         &advantages,
         &MetricOptions {
             success_threshold: 0.0,

@@ -43,10 +43,10 @@ fn close(got: f64, want: f64) -> bool {
 fn scored(rows: &Rows, lengths: &[u32]) -> ScoredRows {
     let mut s = ScoredRows::default();
     for (i, r) in rows.iter().enumerate() {
-        s.run_id.push("run".into());
+        s.run_id.push("run");
         s.step.push(1);
-        s.instance_id.push(r.0.into());
-        s.trajectory_id.push(format!("t{i}"));
+        s.instance_id.push(r.0);
+        s.trajectory_id.push(&format!("t{i}"));
         s.reward.push(r.1);
         s.is_hinted.push(r.2);
         s.hint_category.push(r.2.then(|| "llm_synthesized".into()));

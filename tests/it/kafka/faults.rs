@@ -80,7 +80,10 @@ fn expected_advantages(step: i64) -> BTreeMap<String, f64> {
     let ids = rows.trajectory_id.clone();
     let result =
         hintstream::advantages::compute_step(rows, &AdvantageOptions::default(), Device::Cpu).unwrap();
-    ids.into_iter().zip(result.advantages.advantage).collect()
+    ids.iter()
+        .map(str::to_string)
+        .zip(result.advantages.advantage)
+        .collect()
 }
 
 /// Per step, trajectory_id → advantage, from the Arrow messages of `topic`.
