@@ -82,12 +82,13 @@ impl<P> PendingStep<P> {
 
     /// All rows in input order (partition, then offset, then position).
     pub fn into_rows(self) -> (ScoredRows, Vec<P>) {
-        let mut parts = self.parts.into_iter();
+        let mut parts = self.parts;
         // The first part is the base: its columns grow once to the whole
         // step, not a doubling at a time.
-        let mut rows = parts.next().unwrap_or_default();
-        rows.reserve(self.ids.len() - rows.len());
-        for part in parts {
+        let more = parts.split_off(parts.len().min(1));
+        let mut rows = parts.pop().unwrap_or_default();
+        rows.reserve_for(&more);
+        for part in more {
             rows.extend(part);
         }
         if self.ordered {
@@ -209,10 +210,9 @@ const PART_ROWS: usize = 4096;
 /// optional string and its header, numbers).
 pub fn rows_footprint(rows: &ScoredRows) -> usize {
     const STRING: usize = std::mem::size_of::<String>();
-    const END: usize = std::mem::size_of::<usize>();
     let strings: usize = [&rows.run_id, &rows.instance_id, &rows.trajectory_id]
         .iter()
-        .map(|column| column.text_len() + column.len() * END)
+        .map(|column| column.capacity_bytes())
         .sum();
     let categories: usize = rows
         .hint_category
@@ -547,6 +547,36 @@ mod tests {
         let mut expected = ids(0..big);
         expected.extend([big + 1, big, big + 2].map(|i| format!("t{i}")));
         assert_eq!(rows.trajectory_id, expected);
+    }
+
+    #[test]
+    fn a_step_is_put_together_in_the_memory_its_rows_take_whatever_its_first_row() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        // A first row with a 1 MiB id, then many short ones: the step's
+        // columns must not grow as if every row were as long as the first.
+        let long = "x".repeat(1 << 20);
+        a.add_rows(rows("r", 1, &[long.as_str()]), (0, 0), 0, 0, now);
+        let short: Vec<String> = (0..PART_ROWS + 1).map(|i| format!("t{i}")).collect();
+        a.add_rows(
+            rows("r", 1, &short.iter().map(String::as_str).collect::<Vec<_>>()),
+            (0, 1),
+            1,
+            0,
+            now,
+        );
+        let StepStatus::Complete(step) = a.end("r", 1, PART_ROWS as i64 + 2, (0, 2, 0), now) else {
+            panic!("every row is in");
+        };
+        let (rows, _) = step.into_rows();
+        let ids = &rows.trajectory_id;
+        assert_eq!(ids.len(), PART_ROWS + 2);
+        let held = ids.text_len() + ids.len() * std::mem::size_of::<usize>();
+        assert!(
+            ids.capacity_bytes() <= 2 * held,
+            "{} bytes held for {held} bytes of ids",
+            ids.capacity_bytes()
+        );
     }
 
     #[test]

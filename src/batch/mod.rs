@@ -251,14 +251,19 @@ impl ScoredRows {
         self.hint_category.push(row.hint_category.clone());
     }
 
-    /// Room for `additional` more rows in the columns every row has, their
-    /// strings as long as the rows' so far on average.
-    pub fn reserve(&mut self, additional: usize) {
-        let n = self.len().max(1);
-        for column in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id] {
-            let bytes = column.text_len() / n * additional;
-            column.reserve(additional, bytes);
-        }
+    /// Room for the rows of `more` in the columns every row has, their
+    /// strings' text exactly (never guessed from the rows so far: a first
+    /// row of a long id and many short ones after it would ask for more
+    /// memory than the machine has).
+    pub fn reserve_for(&mut self, more: &[ScoredRows]) {
+        let additional: usize = more.iter().map(ScoredRows::len).sum();
+        let text =
+            |column: fn(&ScoredRows) -> &Strings| more.iter().map(|rows| column(rows).text_len()).sum();
+        self.run_id.reserve(additional, text(|rows| &rows.run_id));
+        self.instance_id
+            .reserve(additional, text(|rows| &rows.instance_id));
+        self.trajectory_id
+            .reserve(additional, text(|rows| &rows.trajectory_id));
         self.step.reserve(additional);
         self.reward.reserve(additional);
         self.is_hinted.reserve(additional);
