@@ -33,12 +33,9 @@ fuzz_target!(init: {
         headers: vec![("content-type".into(), ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec())],
     };
     if let Ok(ScoredInput::Rows(rows)) = decode_scored_bounded(data, &meta, limits, MAX_DECODED_BYTES) {
-        let strings: usize = rows
-            .run_id
+        let strings: usize = [&rows.run_id, &rows.instance_id, &rows.trajectory_id]
             .iter()
-            .chain(&rows.instance_id)
-            .chain(&rows.trajectory_id)
-            .map(String::len)
+            .map(|column| column.text_len())
             .chain(rows.hint_category.iter().chain(&rows.hint_id).map(|s| s.as_ref().map_or(0, String::len)))
             .sum();
         assert!(strings <= MAX_DECODED_BYTES, "{strings} string bytes decoded");
