@@ -17,6 +17,12 @@
 //! - `id_mapping`: the string → dense id mapping alone;
 //! - `compute_path`: `compute_step` from owned rows (mapping and kernel on
 //!   rayon's pool).
+//! - `decode_arrow`: a step's Arrow input, cut into messages under 900,000
+//!   bytes as a trainer sends it, decoded into rows (`decode_scored`) and
+//!   put together (`ScoredRows::extend`), as stage 2's intake does;
+//! - `output_batch`: the advantages batch a step publishes, built from its
+//!   rows and advantages (`advantages_batch`);
+//! - `free_rows`: a step's rows freed.
 //!
 //! grpo runs at 10k, 100k and 1M rows, the other estimators at 1M. With
 //! `--features cuda` on a machine with a GPU, the CUDA kernel too.
@@ -25,10 +31,18 @@
 //!     cargo bench --bench advantages -- 'kernel_1t/grpo'   (one group)
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hintstream::advantages::compute::advantages_batch;
+use hintstream::advantages::decode::{decode_scored, ScoredInput};
 use hintstream::advantages::{compute_batch, compute_step};
+use hintstream::batch::chunk::encode_chunks;
 use hintstream::batch::synthetic::synthetic_step;
 use hintstream::batch::ScoredRows;
-use hintstream::normalize::{self, cpu, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator};
+use hintstream::batch::ARROW_STREAM_CONTENT_TYPE;
+use hintstream::kafka::RecordMeta;
+use hintstream::messages::DecodeLimits;
+use hintstream::normalize::{
+    self, cpu, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight,
+};
 
 const GROUP_SIZE: usize = 8;
 
@@ -130,8 +144,50 @@ fn benches(c: &mut Criterion) {
                 criterion::BatchSize::LargeInput,
             )
         });
+        step_io(&mut g, n, &data, &arrow);
         g.finish();
     }
+}
+
+/// The step's way in and out around the kernel: its Arrow messages decoded
+/// and put together, its output batch built, its rows freed.
+fn step_io(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    n: usize,
+    data: &ScoredRows,
+    arrow: &arrow_array::RecordBatch,
+) {
+    let messages = encode_chunks(arrow, 900_000).expect("the step encodes");
+    let meta = RecordMeta {
+        topic: "rl.rollouts.scored".into(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        headers: vec![(
+            "content-type".into(),
+            ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec(),
+        )],
+    };
+    g.bench_with_input(BenchmarkId::new("decode_arrow", n), &messages, |b, messages| {
+        b.iter(|| {
+            let mut rows = ScoredRows::default();
+            for message in &messages.chunks {
+                match decode_scored(&message.payload, &meta, DecodeLimits::default()) {
+                    Ok(ScoredInput::Rows(part)) => rows.extend(*part),
+                    _ => panic!("a step's message decodes to rows"),
+                }
+            }
+            rows
+        })
+    });
+    let result =
+        compute_step(data.clone(), &AdvantageOptions::default(), Device::Cpu).expect("the step computes");
+    g.bench_with_input(BenchmarkId::new("output_batch", n), &result, |b, result| {
+        b.iter(|| advantages_batch(&result.rows, &result.advantages, HintedWeight::None))
+    });
+    g.bench_with_input(BenchmarkId::new("free_rows", n), data, |b, data| {
+        b.iter_batched(|| data.clone(), drop, criterion::BatchSize::LargeInput)
+    });
 }
 
 criterion_group!(advantage_benches, benches);
