@@ -32,13 +32,11 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hintstream::advantages::compute::advantages_batch;
-use hintstream::advantages::decode::{decode_scored, ScoredInput};
+use hintstream::advantages::decode::{arrow_meta, decode_scored, ScoredInput};
 use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::chunk::encode_chunks;
 use hintstream::batch::synthetic::synthetic_step;
 use hintstream::batch::ScoredRows;
-use hintstream::batch::ARROW_STREAM_CONTENT_TYPE;
-use hintstream::kafka::RecordMeta;
 use hintstream::messages::DecodeLimits;
 use hintstream::normalize::{
     self, cpu, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight,
@@ -158,16 +156,7 @@ fn step_io(
     arrow: &arrow_array::RecordBatch,
 ) {
     let messages = encode_chunks(arrow, 900_000).expect("the step encodes");
-    let meta = RecordMeta {
-        topic: "rl.rollouts.scored".into(),
-        partition: 0,
-        offset: 0,
-        key: None,
-        headers: vec![(
-            "content-type".into(),
-            ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec(),
-        )],
-    };
+    let meta = arrow_meta("rl.rollouts.scored");
     g.bench_with_input(BenchmarkId::new("decode_arrow", n), &messages, |b, messages| {
         b.iter(|| {
             let mut rows = ScoredRows::default();

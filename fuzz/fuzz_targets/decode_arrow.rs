@@ -5,9 +5,8 @@
 //! one large value) and a valid step.
 #![no_main]
 
-use hintstream::advantages::decode::{decode_scored_bounded, ScoredInput};
-use hintstream::batch::{bound, ipc, ARROW_STREAM_CONTENT_TYPE};
-use hintstream::kafka::RecordMeta;
+use hintstream::advantages::decode::{arrow_meta, decode_scored_bounded, ScoredInput};
+use hintstream::batch::{bound, ipc};
 use hintstream::messages::DecodeLimits;
 use libfuzzer_sys::fuzz_target;
 
@@ -25,13 +24,7 @@ fuzz_target!(init: {
         max_bytes: 1 << 20,
         max_depth: 64,
     };
-    let meta = RecordMeta {
-        topic: "rl.rollouts.scored".into(),
-        partition: 0,
-        offset: 0,
-        key: None,
-        headers: vec![("content-type".into(), ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec())],
-    };
+    let meta = arrow_meta("rl.rollouts.scored");
     if let Ok(ScoredInput::Rows(rows)) = decode_scored_bounded(data, &meta, limits, MAX_DECODED_BYTES) {
         let strings: usize = [&rows.run_id, &rows.instance_id, &rows.trajectory_id]
             .iter()

@@ -3,8 +3,7 @@
 #![no_main]
 
 use hintstream::advantages::compute_step;
-use hintstream::advantages::decode::{decode_scored, ScoredInput};
-use hintstream::batch::ARROW_STREAM_CONTENT_TYPE;
+use hintstream::advantages::decode::{arrow_meta, decode_scored, ScoredInput};
 use hintstream::kafka::RecordMeta;
 use hintstream::messages::DecodeLimits;
 use hintstream::normalize::{AdvantageOptions, Device};
@@ -20,16 +19,10 @@ fuzz_target!(init: {
         max_bytes: 1 << 20,
         max_depth: 64,
     };
+    let arrow = arrow_meta("rl.rollouts.scored");
     let plain = RecordMeta {
-        topic: "rl.rollouts.scored".into(),
-        partition: 0,
-        offset: 0,
-        key: None,
         headers: vec![],
-    };
-    let arrow = RecordMeta {
-        headers: vec![("content-type".into(), ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec())],
-        ..plain.clone()
+        ..arrow.clone()
     };
     for meta in [&plain, &arrow] {
         if let Ok(ScoredInput::Rows(rows)) = decode_scored(data, meta, limits) {

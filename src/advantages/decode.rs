@@ -24,6 +24,22 @@ pub enum ScoredInput {
     },
 }
 
+/// What decoding needs to know of a message of `topic` that its headers
+/// say is an Arrow IPC stream, at offset 0 of partition 0: for bytes that
+/// were not consumed (tests, benches, fuzzing).
+pub fn arrow_meta(topic: &str) -> RecordMeta {
+    RecordMeta {
+        topic: topic.into(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        headers: vec![(
+            "content-type".into(),
+            ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec(),
+        )],
+    }
+}
+
 /// [`decode_scored_bounded`] under the default `limits.max_decoded_bytes`.
 pub fn decode_scored(bytes: &[u8], meta: &RecordMeta, limits: DecodeLimits) -> Result<ScoredInput, Rejected> {
     decode_scored_bounded(bytes, meta, limits, LimitsConfig::default().max_decoded_bytes)
@@ -113,24 +129,13 @@ mod tests {
     use super::*;
     use crate::batch::hostile;
 
-    fn arrow_meta() -> RecordMeta {
-        RecordMeta {
-            topic: "rl.rollouts.scored".into(),
-            partition: 0,
-            offset: 0,
-            key: None,
-            headers: vec![(
-                "content-type".into(),
-                ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec(),
-            )],
-        }
-    }
+    const TOPIC: &str = "rl.rollouts.scored";
 
     #[test]
     fn views_of_one_buffer_are_rejected_as_bad_arrow_before_they_are_copied() {
         let bytes = hostile::amplified_views_stream("r", 1).unwrap();
         assert!(bytes.len() < 900_000, "{} bytes", bytes.len());
-        let Err(rejected) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default()) else {
+        let Err(rejected) = decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default()) else {
             panic!("decoded");
         };
         assert_eq!(rejected.kind, "bad_arrow");
@@ -145,7 +150,7 @@ mod tests {
     #[test]
     fn dictionary_keys_repeating_one_huge_value_are_rejected_as_bad_arrow() {
         let bytes = hostile::amplified_dictionary_stream("r", 1).unwrap();
-        let Err(rejected) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default()) else {
+        let Err(rejected) = decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default()) else {
             panic!("decoded");
         };
         assert_eq!(rejected.kind, "bad_arrow");
@@ -192,7 +197,7 @@ mod tests {
                 "{name} is stale: set HINTSTREAM_WRITE_FUZZ_SEEDS"
             );
             let Err(rejected) =
-                decode_scored_bounded(&bytes, &arrow_meta(), DecodeLimits::default(), 4 << 20)
+                decode_scored_bounded(&bytes, &arrow_meta(TOPIC), DecodeLimits::default(), 4 << 20)
             else {
                 panic!("{name} decoded");
             };
@@ -204,12 +209,12 @@ mod tests {
     fn a_small_amplification_under_the_limit_decodes_and_a_lower_limit_refuses_it() {
         let views = hostile::amplified_views(8, 1000).unwrap();
         let bytes = hostile::scored_stream_with("r", 1, "trajectory_id", std::sync::Arc::new(views)).unwrap();
-        let Ok(ScoredInput::Rows(rows)) = decode_scored(&bytes, &arrow_meta(), DecodeLimits::default())
+        let Ok(ScoredInput::Rows(rows)) = decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default())
         else {
             panic!("not decoded");
         };
         assert_eq!(rows.len(), 8);
-        let Err(rejected) = decode_scored_bounded(&bytes, &arrow_meta(), DecodeLimits::default(), 4000)
+        let Err(rejected) = decode_scored_bounded(&bytes, &arrow_meta(TOPIC), DecodeLimits::default(), 4000)
         else {
             panic!("decoded over the limit");
         };
@@ -219,17 +224,7 @@ mod tests {
     #[test]
     fn an_arrow_message_that_panics_the_decoder_is_rejected() {
         let bytes = include_bytes!("../../fuzz/regressions/decode_scored-arrow-slice-panic.bin");
-        let meta = RecordMeta {
-            topic: "rl.rollouts.scored".into(),
-            partition: 0,
-            offset: 0,
-            key: None,
-            headers: vec![(
-                "content-type".into(),
-                ARROW_STREAM_CONTENT_TYPE.as_bytes().to_vec(),
-            )],
-        };
-        let Err(rejected) = decode_scored(bytes, &meta, DecodeLimits::default()) else {
+        let Err(rejected) = decode_scored(bytes, &arrow_meta(TOPIC), DecodeLimits::default()) else {
             panic!("decoded");
         };
         assert_eq!(rejected.kind, "bad_arrow");

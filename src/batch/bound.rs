@@ -29,11 +29,8 @@ pub const SCORED_STRING_COLUMNS: [&str; 5] = [
 /// What one decoded row costs beyond its string bytes: where it ends in
 /// each of its three [`super::Strings`] columns, the `Option<String>`
 /// headers of its two optional ones, step, reward and is_hinted.
-pub const ROW_FIXED_BYTES: u64 = 3 * std::mem::size_of::<usize>() as u64
-    + 2 * std::mem::size_of::<Option<String>>() as u64
-    + 8
-    + 8
-    + 1;
+pub const ROW_FIXED_BYTES: u64 =
+    3 * std::mem::size_of::<usize>() as u64 + 2 * std::mem::size_of::<Option<String>>() as u64 + 8 + 8 + 1;
 
 /// The bytes decoding `batches` into scored rows would take: every string
 /// byte of [`SCORED_STRING_COLUMNS`] as it would be copied, plus
