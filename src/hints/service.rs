@@ -392,8 +392,8 @@ fn learn_error(e: super::learning::LearnError) -> StageError {
 
 /// The `hint` span of a gathered group, inside its leader's trace, linked to
 /// the traces of members that came with another `traceparent`.
-/// Only when spans are exported: in the log lines the `consume` span around
-/// it names the group (its key).
+/// Only when spans are exported (the lines about a group's hint name it
+/// themselves).
 fn hint_span(group_key: &str, members: &[Taken]) -> tracing::Span {
     if !telemetry::exporting() {
         return tracing::Span::none();

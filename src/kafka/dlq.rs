@@ -161,7 +161,10 @@ impl DeadLetters {
             Err(SendError::Permanent(e))
                 if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge) =>
             {
-                tracing::warn!(dlq = %self.topic, error = %e, "dead letter too large; sending it without its payload");
+                tracing::warn!(
+                    dlq = %self.topic, topic = letter.source_topic, partition = letter.partition,
+                    offset = letter.offset, error = %e, "dead letter too large; sending it without its payload"
+                );
                 self.send_cut(letter, reason, 0, lifecycle).await?;
             }
             other => {

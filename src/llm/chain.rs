@@ -98,7 +98,10 @@ async fn synthesize_whole(shared: &Shared, chain: &[Link], t: &FailedTrajectory,
                 return synthesized(shared, writer, text, tally, started);
             }
             Err(e) => {
-                tracing::warn!(model = %link.id, reason = %e.failure_reason(), error = %e, "model failed; trying the next in the chain");
+                tracing::warn!(
+                    model = %link.id, group = %t.group_key(), reason = %e.failure_reason(), error = %e,
+                    "model failed; trying the next in the chain"
+                );
                 last_error = e;
             }
         }
