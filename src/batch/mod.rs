@@ -336,7 +336,7 @@ impl ScoredRows {
         let groups = crate::normalize::DenseGroups::from_strings(self.instance_id.iter());
         let mut values: Vec<&str> = Vec::with_capacity(groups.n_groups);
         let mut keys: Vec<i32> = Vec::with_capacity(groups.ids.len());
-        for (&id, s) in groups.ids.iter().zip(&self.instance_id) {
+        for (&id, s) in groups.ids.iter().zip(self.instance_id.iter()) {
             if id as usize == values.len() {
                 values.push(s);
             }

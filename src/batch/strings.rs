@@ -22,7 +22,7 @@ pub struct Strings {
 }
 
 impl Strings {
-    /// Room for `rows` more rows of `bytes` more bytes in all.
+    /// Room for `rows` rows of `bytes` bytes in all.
     pub fn with_capacity(rows: usize, bytes: usize) -> Self {
         Strings {
             text: String::with_capacity(bytes),
@@ -174,15 +174,6 @@ impl<S: AsRef<str>, const N: usize> PartialEq<[S; N]> for Strings {
 impl<S: AsRef<str>> PartialEq<Vec<S>> for Strings {
     fn eq(&self, other: &Vec<S>) -> bool {
         *self == other[..]
-    }
-}
-
-impl<'a> IntoIterator for &'a Strings {
-    type Item = &'a str;
-    type IntoIter = Box<dyn ExactSizeIterator<Item = &'a str> + 'a>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        Box::new(self.iter())
     }
 }
 
