@@ -53,12 +53,25 @@ pub enum TelemetryError {
 pub fn init(format: LogFormat, default_level: &str, service: &str) -> Result<Telemetry, TelemetryError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let provider = export::provider(service)?;
-    let traces = provider.as_ref().map(export::layer);
-    tracing_subscriber::registry()
-        .with(filtered_logs(format, filter))
-        .with(traces)
-        .try_init()?;
+    subscriber(format, filter, provider.as_ref()).try_init()?;
     Ok(Telemetry::started(provider))
+}
+
+/// The logs, and the traces when `provider` exports them. Without traces
+/// there is no traces layer at all: an absent one added as `None` answers
+/// every callsite's interest with "always", so that any debug directive
+/// (`rdkafka=debug`) made `tracing::enabled!(DEBUG)` true in every module
+/// (and the worker made a span for every message again).
+fn subscriber(
+    format: LogFormat,
+    filter: EnvFilter,
+    provider: Option<&opentelemetry_sdk::trace::SdkTracerProvider>,
+) -> Box<dyn tracing::Subscriber + Send + Sync> {
+    let logs = tracing_subscriber::registry().with(filtered_logs(format, filter));
+    match provider {
+        Some(provider) => Box::new(logs.with(export::layer(provider))),
+        None => Box::new(logs),
+    }
 }
 
 /// The log layer behind its filters. The level filter is the outer one: its
@@ -81,6 +94,21 @@ mod tests {
     use super::*;
     use tracing::level_filters::LevelFilter;
     use tracing_subscriber::Registry;
+
+    #[test]
+    fn a_debug_directive_enables_debug_only_where_it_names() {
+        let worker_debug = |directive: &str| {
+            let subscriber = subscriber(LogFormat::Text, EnvFilter::new(directive), None);
+            tracing::subscriber::with_default(
+                subscriber,
+                || tracing::enabled!(target: "hintstream::kafka::worker", tracing::Level::DEBUG),
+            )
+        };
+        assert!(!worker_debug("info"));
+        assert!(!worker_debug("info,rdkafka=debug"));
+        assert!(worker_debug("info,hintstream::kafka=debug"));
+        assert!(worker_debug("debug"));
+    }
 
     #[test]
     fn the_log_layers_level_hint_is_its_filters() {
