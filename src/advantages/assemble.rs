@@ -82,11 +82,11 @@ impl<P> PendingStep<P> {
 
     /// All rows in input order (partition, then offset, then position).
     pub fn into_rows(self) -> (ScoredRows, Vec<P>) {
-        let mut parts = self.parts;
+        let mut parts = self.parts.into_iter();
         // The first part is the base: its columns grow once to the whole
         // step, not a doubling at a time.
-        let more = parts.split_off(parts.len().min(1));
-        let mut rows = parts.pop().unwrap_or_default();
+        let mut rows = parts.next().unwrap_or_default();
+        let more: Vec<ScoredRows> = parts.collect();
         rows.reserve_for(&more);
         for part in more {
             rows.extend(part);

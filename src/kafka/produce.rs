@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::Instrument;
 
+use super::message::key_text;
 use crate::health::Lifecycle;
 use crate::telemetry;
 
@@ -154,7 +155,7 @@ async fn send_with<C: ClientContext + 'static>(
         let error = match result {
             Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
             Err((e, _)) if is_permanent(&e) => {
-                tracing::error!(topic = record.topic, key = %key_text(record), error = %e, "produce failed permanently");
+                tracing::error!(topic = record.topic, key = %key_text(record.key), error = %e, "produce failed permanently");
                 return Err(SendError::Permanent(e));
             }
             Err((e, mut returned)) => {
@@ -165,14 +166,14 @@ async fn send_with<C: ClientContext + 'static>(
         let failing_for = started.elapsed();
         if failing_for >= STALL_WARNING {
             tracing::error!(
-                topic = record.topic, key = %key_text(record), error = %error, attempts,
+                topic = record.topic, key = %key_text(record.key), error = %error, attempts,
                 failing_for_s = failing_for.as_secs(),
                 "produce keeps failing; the offsets of the input it was made from stay uncommitted until it \
                  succeeds: check that the brokers are reachable"
             );
         } else {
             tracing::warn!(
-                topic = record.topic, key = %key_text(record), error = %error, attempts,
+                topic = record.topic, key = %key_text(record.key), error = %error, attempts,
                 retry_in_ms = backoff.as_millis() as u64,
                 "produce failed; retrying"
             );
@@ -184,13 +185,6 @@ async fn send_with<C: ClientContext + 'static>(
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
-}
-
-/// A record's key as text (lossy), for the lines about it that must say
-/// which it was: what it was made from is named by its key (a hint's
-/// group, a step, a dead letter's input) where no span says so.
-fn key_text(record: &Outgoing<'_>) -> String {
-    String::from_utf8_lossy(record.key.unwrap_or_default()).into_owned()
 }
 
 /// Headers from (name, value) pairs.
