@@ -37,11 +37,6 @@ pub struct RecordMeta {
     pub headers: Vec<(String, Vec<u8>)>,
 }
 
-/// A record's key as text (lossy; none reads as ""), for logs and reports.
-pub fn key_text(key: Option<&[u8]>) -> String {
-    String::from_utf8_lossy(key.unwrap_or_default()).into_owned()
-}
-
 impl RecordMeta {
     pub(crate) fn of(message: &BorrowedMessage<'_>) -> Self {
         let headers = message
@@ -63,7 +58,7 @@ impl RecordMeta {
 
     /// The key as text (lossy), for logs.
     pub fn key_text(&self) -> String {
-        key_text(self.key.as_deref())
+        super::produce::key_text(self.key.as_deref())
     }
 
     /// A header's value, if present.

@@ -21,7 +21,6 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use super::message::key_text;
 use crate::health::Lifecycle;
 use crate::telemetry;
 
@@ -185,6 +184,11 @@ async fn send_with<C: ClientContext + 'static>(
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// A record's key as text (lossy; none reads as ""), for logs and reports.
+pub fn key_text(key: Option<&[u8]>) -> String {
+    String::from_utf8_lossy(key.unwrap_or_default()).into_owned()
 }
 
 /// Headers from (name, value) pairs.

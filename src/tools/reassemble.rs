@@ -244,7 +244,7 @@ pub fn reassemble_steps(messages: &[RecordedMessage]) -> Reassembled {
             Ok(Some(step)) => out.steps.push(step),
             Ok(None) => {}
             Err(reason) => out.unreadable.push(Unreadable {
-                key: crate::kafka::message::key_text(m.key_bytes()),
+                key: crate::kafka::produce::key_text(m.key_bytes()),
                 at: format!("{}[{}]@{}", m.topic, m.partition, m.offset),
                 reason,
             }),
