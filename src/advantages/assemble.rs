@@ -40,12 +40,23 @@ pub struct PendingStep<P> {
     messages: Vec<(Position, usize)>,
     /// Whether each message came after every one before it.
     ordered: bool,
-    /// The trajectory ids taken so far, for the duplicates check: each
-    /// one's hash (kept, so that growing the table reads no string) and
-    /// where it sits in `parts` (part, row). The ids stay in the parts,
-    /// never copied; a row each, so a fast hash (a `HashSet` of copied
-    /// `String`s under std's SipHash was a quarter of a 1M-row step's CPU).
-    ids: hashbrown::HashTable<(u64, u32, u32)>,
+    /// The hash of each held row's `trajectory_id`, in the order of
+    /// `parts`, for the duplicates check.
+    ///
+    /// The check waits until the step may be complete (its `step_end` is in
+    /// and it holds at least that many rows): the hashes are then sorted,
+    /// and only rows of equal hashes compare their ids
+    /// ([`PendingStep::drop_duplicates`]). A table that every row looked
+    /// its id up in as it arrived cost a 1M-row step ~50-100 ms of the
+    /// intake's one thread (a cache miss a row in a table of 16 MB); the
+    /// sort takes ~20 ms, once.
+    hashes: Vec<u64>,
+    /// The ids as a table, once a check found the step short of its
+    /// `step_end` count (duplicates were dropped): each id's hash and where
+    /// it sits in `parts` (part, row). A row that arrives then is looked up
+    /// at once, so that a stream of duplicates costs a lookup each, not a
+    /// sort of the whole step each.
+    ids: Option<hashbrown::HashTable<(u64, u32, u32)>>,
     hasher: foldhash::fast::RandomState,
     pub duplicates: usize,
     pub parked: Vec<P>,
@@ -65,7 +76,8 @@ impl<P> PendingStep<P> {
             parts: Vec::new(),
             messages: Vec::new(),
             ordered: true,
-            ids: hashbrown::HashTable::new(),
+            hashes: Vec::new(),
+            ids: None,
             hasher: foldhash::fast::RandomState::default(),
             duplicates: 0,
             parked: Vec::new(),
@@ -75,9 +87,111 @@ impl<P> PendingStep<P> {
         }
     }
 
-    /// Distinct rows gathered.
+    /// Rows held: distinct once the step was checked against its
+    /// `step_end` count, duplicates included before.
     pub fn row_count(&self) -> usize {
-        self.ids.len()
+        self.hashes.len()
+    }
+
+    /// Drops every row whose `trajectory_id` a row before it has (the first
+    /// to arrive stays), by sorting the rows' hashes and comparing the ids
+    /// of equal ones. Returns the bytes the dropped rows held.
+    fn drop_duplicates(&mut self) -> usize {
+        use rayon::slice::ParallelSliceMut;
+        let mut order: Vec<(u64, u32)> = self
+            .hashes
+            .iter()
+            .enumerate()
+            .map(|(row, &hash)| (hash, u32::try_from(row).expect("fewer than 2^32 rows a step")))
+            .collect();
+        order.par_sort_unstable();
+        let starts: Vec<usize> = self
+            .parts
+            .iter()
+            .scan(0, |start, part| {
+                let this = *start;
+                *start += part.len();
+                Some(this)
+            })
+            .collect();
+        let place = |row: u32| {
+            let part = starts.partition_point(|&start| start <= row as usize) - 1;
+            (part, row as usize - starts[part])
+        };
+        let id = |row: u32| {
+            let (part, at) = place(row);
+            &self.parts[part].trajectory_id[at]
+        };
+        // Within a run of equal hashes the rows are in arrival order.
+        let mut dropped: Vec<u32> = Vec::new();
+        let mut kept: Vec<u32> = Vec::new();
+        for run in order.chunk_by(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
+            kept.clear();
+            for &(_, row) in run {
+                if kept.iter().any(|&k| id(k) == id(row)) {
+                    dropped.push(row);
+                } else {
+                    kept.push(row);
+                }
+            }
+        }
+        if dropped.is_empty() {
+            return 0;
+        }
+        dropped.sort_unstable();
+        let freed: usize = dropped
+            .iter()
+            .map(|&row| {
+                let (part, at) = place(row);
+                row_bytes(&self.parts[part], at) + HASH_BYTES
+            })
+            .sum();
+        let mut next = dropped.iter().peekable();
+        for (part, start) in self.parts.iter_mut().zip(&starts) {
+            let end = start + part.len();
+            let mut keep = Vec::new();
+            let mut from = *start;
+            while let Some(&&row) = next.peek() {
+                let row = row as usize;
+                if row >= end {
+                    break;
+                }
+                keep.extend(from - start..row - start);
+                from = row + 1;
+                next.next();
+            }
+            if from != *start {
+                keep.extend(from - start..end - start);
+                *part = part.take(&keep);
+            }
+        }
+        let mut row = 0u32;
+        let mut gone = dropped.iter().peekable();
+        self.hashes.retain(|_| {
+            let drop = gone.next_if(|&&d| d == row).is_some();
+            row += 1;
+            !drop
+        });
+        for (_, first) in &mut self.messages {
+            *first -= dropped.partition_point(|&d| (d as usize) < *first);
+        }
+        self.duplicates += dropped.len();
+        freed
+    }
+
+    /// Puts the held rows' ids (distinct) in a table that later rows are
+    /// looked up in as they arrive. Returns the bytes it holds.
+    fn index_ids(&mut self) -> usize {
+        let mut table = hashbrown::HashTable::with_capacity(self.hashes.len());
+        let mut hashes = self.hashes.iter();
+        for (part, rows) in self.parts.iter().enumerate() {
+            for (row, &hash) in (0..rows.len()).zip(&mut hashes) {
+                let at = (hash, part as u32, row as u32);
+                table.insert_unique(hash, at, |&(hash, ..)| hash);
+            }
+        }
+        self.ids = Some(table);
+        self.hashes.len() * ID_SLOT_BYTES
     }
 
     /// All rows in input order (partition, then offset, then position).
@@ -200,6 +314,9 @@ impl<P> Default for StepAssembler<P> {
 /// byte, the load factor's share).
 const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
 
+/// Bytes a row's `trajectory_id` hash takes.
+const HASH_BYTES: usize = std::mem::size_of::<u64>();
+
 /// Rows under which a step's last part takes a message's rows in: a step
 /// of one-row messages (JSON) is held in a few parts, not a part a message,
 /// and a large step's messages are not copied into a part that grows as
@@ -220,6 +337,20 @@ pub fn rows_footprint(rows: &ScoredRows) -> usize {
         .map(|c| c.as_ref().map_or(0, String::len) + STRING)
         .sum();
     strings + categories + rows.len() * (8 + 8 + 1)
+}
+
+/// Bytes row `row` of `rows` adds to [`rows_footprint`] (its strings and
+/// where they end, its category, its numbers), as a dropped row gives back.
+fn row_bytes(rows: &ScoredRows, row: usize) -> usize {
+    const END: usize = std::mem::size_of::<usize>();
+    let strings: usize = [&rows.run_id, &rows.instance_id, &rows.trajectory_id]
+        .iter()
+        .map(|column| column[row].len() + END)
+        .sum();
+    let category = rows.hint_category.get(row).map_or(0, |c| {
+        c.as_ref().map_or(0, String::len) + std::mem::size_of::<String>()
+    });
+    strings + category + 8 + 8 + 1
 }
 
 impl<P> StepAssembler<P> {
@@ -270,40 +401,51 @@ impl<P> StepAssembler<P> {
             _ => (step.parts.len(), 0),
         };
         let part = u32::try_from(at).expect("fewer than 2^32 messages a step");
-        let (table, hasher, parts) = (&mut step.ids, &step.hasher, &step.parts);
-        let id_at = |keep: &[usize], (_, p, r): (u64, u32, u32)| -> &str {
-            match (r as usize).checked_sub(base) {
-                Some(new) if p == part => &rows.trajectory_id[keep[new]],
-                _ => &parts[p as usize].trajectory_id[r as usize],
+        let (hashes, hasher, parts) = (&mut step.hashes, &step.hasher, &step.parts);
+        let (rows, ids) = match step.ids.as_mut() {
+            None => {
+                hashes.extend(rows.trajectory_id.iter().map(|id| hasher.hash_one(id)));
+                let ids = rows.len() * HASH_BYTES;
+                (rows, ids)
             }
-        };
-        let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
-        table.reserve(rows.len(), |&(hash, ..)| hash);
-        for (i, id) in rows.trajectory_id.iter().enumerate() {
-            let hash = hasher.hash_one(id);
-            let seen = table
-                .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id)
-                .is_some();
-            if !seen {
-                let row = u32::try_from(base + keep.len()).expect("fewer than 2^32 rows a part");
-                table.insert_unique(hash, (hash, part, row), |&(hash, ..)| hash);
-                keep.push(i);
+            Some(table) => {
+                let id_at = |keep: &[usize], (_, p, r): (u64, u32, u32)| -> &str {
+                    match (r as usize).checked_sub(base) {
+                        Some(new) if p == part => &rows.trajectory_id[keep[new]],
+                        _ => &parts[p as usize].trajectory_id[r as usize],
+                    }
+                };
+                let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
+                table.reserve(rows.len(), |&(hash, ..)| hash);
+                for (i, id) in rows.trajectory_id.iter().enumerate() {
+                    let hash = hasher.hash_one(id);
+                    let seen = table
+                        .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id)
+                        .is_some();
+                    if !seen {
+                        let row = u32::try_from(base + keep.len()).expect("fewer than 2^32 rows a part");
+                        table.insert_unique(hash, (hash, part, row), |&(hash, ..)| hash);
+                        hashes.push(hash);
+                        keep.push(i);
+                    }
+                }
+                let ids = keep.len() * (ID_SLOT_BYTES + HASH_BYTES);
+                step.duplicates += rows.len() - keep.len();
+                let rows = if keep.len() == rows.len() {
+                    rows
+                } else {
+                    rows.take(&keep)
+                };
+                (rows, ids)
             }
-        }
-        let ids = keep.len() * ID_SLOT_BYTES;
-        step.duplicates += rows.len() - keep.len();
-        let rows = if keep.len() == rows.len() {
-            rows
-        } else {
-            rows.take(&keep)
         };
         let added = message_bytes + rows_footprint(&rows) + ids;
         step.bytes += added;
         self.bytes += added;
         if !rows.is_empty() {
             step.ordered &= step.messages.last().is_none_or(|&(last, _)| last < position);
-            // Every kept row is in the id table already.
-            step.messages.push((position, step.ids.len() - rows.len()));
+            // Every kept row's hash is in already.
+            step.messages.push((position, step.hashes.len() - rows.len()));
             match step.parts.get_mut(at) {
                 Some(last) => last.extend(rows),
                 None => step.parts.push(rows),
@@ -404,7 +546,29 @@ impl<P> StepAssembler<P> {
         self.completed.forget(partitions);
     }
 
+    /// Whether the step of `key` is complete (or overfull): once its
+    /// `step_end` is in and it holds as many rows, its duplicates are
+    /// dropped first (then, should it fall short, its ids are indexed for
+    /// the rows still to come).
     fn check(&mut self, key: (String, i64)) -> StepStatus<P> {
+        if let Some(step) = self.steps.get_mut(&key) {
+            let may_be_complete = step
+                .expected
+                .is_some_and(|expected| step.row_count() as i64 >= expected);
+            if may_be_complete && step.ids.is_none() {
+                let freed = step.drop_duplicates();
+                step.bytes = step.bytes.saturating_sub(freed);
+                self.bytes = self.bytes.saturating_sub(freed);
+                if step
+                    .expected
+                    .is_some_and(|expected| (step.row_count() as i64) < expected)
+                {
+                    let held = step.index_ids();
+                    step.bytes += held;
+                    self.bytes += held;
+                }
+            }
+        }
         let state = self
             .steps
             .get(&key)
@@ -518,6 +682,69 @@ mod tests {
         assert_eq!(step.duplicates, 6);
         let (rows, _) = step.into_rows();
         assert_eq!(rows.trajectory_id, ["a", "b", "c", "d", "e", "f", "g"]);
+    }
+
+    #[test]
+    fn a_step_short_of_its_count_once_its_duplicates_went_takes_later_rows_one_lookup_each() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        // The step_end first: three rows, two of them one id, are checked
+        // at once and leave the step a row short.
+        assert!(matches!(a.end("r", 1, 3, (0, 0, 0), now), StepStatus::Pending));
+        a.add_rows(rows("r", 1, &["a", "b", "a"]), (0, 1), 1, 0, now);
+        let step = &a.steps[&("r".to_string(), 1)];
+        assert_eq!((step.row_count(), step.duplicates), (2, 1));
+        assert!(step.ids.is_some(), "the ids are indexed for the rows to come");
+        // Later duplicates are dropped as they arrive, never counted.
+        for (offset, id) in [(2, "b"), (3, "a"), (4, "b")] {
+            assert!(matches!(
+                a.add_rows(rows("r", 1, &[id]), (0, offset), offset as u32, 0, now),
+                StepStatus::Pending
+            ));
+        }
+        let StepStatus::Complete(step) = a.add_rows(rows("r", 1, &["b", "c"]), (0, 5), 5, 0, now) else {
+            panic!("the third distinct row completes the step");
+        };
+        assert_eq!(step.duplicates, 5);
+        let (rows, parked) = step.into_rows();
+        assert_eq!(rows.trajectory_id, ["a", "b", "c"]);
+        assert_eq!(parked.len(), 6);
+    }
+
+    #[test]
+    fn rows_come_back_in_input_order_when_duplicates_left_a_message_with_none() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        // Out of order, and the message at offset 11 holds only a
+        // duplicate of a row that arrived before it.
+        a.add_rows(rows("r", 1, &["c", "d"]), (0, 12), 0, 0, now);
+        a.add_rows(rows("r", 1, &["c"]), (0, 11), 1, 0, now);
+        a.add_rows(rows("r", 1, &["a", "d", "b"]), (0, 10), 2, 0, now);
+        let StepStatus::Complete(step) = a.end("r", 1, 4, (0, 13, 0), now) else {
+            panic!("four distinct rows complete the step");
+        };
+        assert_eq!(step.duplicates, 2);
+        let (rows, _) = step.into_rows();
+        assert_eq!(rows.trajectory_id, ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn dropping_duplicates_gives_their_bytes_back() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        a.add_rows(rows("r", 1, &["a", "b"]), (0, 0), 0, 0, now);
+        let distinct = a.bytes();
+        a.add_rows(rows("r", 1, &["a", "b"]), (0, 1), 1, 0, now);
+        let twice = a.bytes();
+        assert!(twice > distinct);
+        // Short by one after the check: the duplicates' bytes go (each
+        // row's strings, numbers and hash), the id table's come.
+        assert!(matches!(a.end("r", 1, 3, (0, 2, 0), now), StepStatus::Pending));
+        let step = &a.steps[&("r".to_string(), 1)];
+        let category = std::mem::size_of::<String>();
+        let row = "r".len() + "g".len() + "a".len() + 3 * 8 + category + 17 + HASH_BYTES;
+        assert_eq!(a.bytes(), twice - 2 * row + 2 * ID_SLOT_BYTES);
+        assert_eq!(step.bytes, a.bytes());
     }
 
     #[test]
