@@ -18,8 +18,8 @@
 //! step: `intake` (from the last acknowledgement until the worker's
 //! `messages_received` counter covers every input message: the fetch,
 //! decode and assembly it had left), `compute` (the increase of the
-//! worker's `compute_seconds` histogram sum: string ids to dense ids and
-//! the kernel), both read from its Prometheus endpoint (intake polled every
+//! worker's `compute_seconds` histogram sum: the step's parts put
+//! together, string ids to dense ids and the kernel), both read from its Prometheus endpoint (intake polled every
 //! 10 ms).
 //!
 //! **Baseline.** The same input, produced the same way to a topic of its
@@ -914,8 +914,8 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
     println!(
         "\n{repeats} step(s) each. intake: from the last acknowledgement until the worker had taken every input \
          message (its messages_received counter, polled every 10 ms: fetch, decode, assembly left). compute: \
-         the worker's compute_seconds (string ids → dense ids, kernel). rest: end-to-end − intake − compute \
-         (concatenating the parts, encoding, publishing the chunks, the metrics, \
+         the worker's compute_seconds (parts put together, string ids → dense ids, kernel). rest: end-to-end − \
+         intake − compute (encoding, publishing the chunks, the metrics, \
          the reader's fetch). worker CPU: the worker process's CPU time (user and system, every thread) from the \
          step's first send until its way back, in 10 ms ticks. rows/s: rows ÷ median end-to-end. worker peak RSS: the worker process's high-water \
          mark (VmHWM) after these steps, so it covers every step run before them: give --rows in ascending \

@@ -196,6 +196,52 @@ impl<P> PendingStep<P> {
 
     /// All rows in input order (partition, then offset, then position).
     pub fn into_rows(self) -> (ScoredRows, Vec<P>) {
+        let (rows, parked) = self.into_gathered();
+        (rows.join(), parked)
+    }
+
+    /// Its rows as gathered (not yet put together: see [`GatheredRows`]),
+    /// and its messages.
+    pub fn into_gathered(self) -> (GatheredRows, Vec<P>) {
+        if self.ordered {
+            let rows = GatheredRows {
+                parts: self.parts,
+                order: None,
+            };
+            return (rows, self.parked);
+        }
+        // A message came before one it follows: each message's rows go
+        // back to their place.
+        let total = self.hashes.len();
+        let ends = self.messages.iter().skip(1).map(|&(_, start)| start);
+        let mut spans: Vec<(Position, std::ops::Range<usize>)> = self
+            .messages
+            .iter()
+            .zip(ends.chain([total]))
+            .map(|(&(position, start), end)| (position, start..end))
+            .collect();
+        spans.sort_by_key(|(position, _)| *position);
+        let order: Vec<usize> = spans.into_iter().flat_map(|(_, rows)| rows).collect();
+        let rows = GatheredRows {
+            parts: self.parts,
+            order: Some(order),
+        };
+        (rows, self.parked)
+    }
+}
+
+/// A complete step's rows as its messages brought them: in parts, and,
+/// when a message came before one it follows, the order that puts them
+/// back in input order. [`GatheredRows::join`] puts them together, off the
+/// consume loop.
+pub struct GatheredRows {
+    parts: Vec<ScoredRows>,
+    order: Option<Vec<usize>>,
+}
+
+impl GatheredRows {
+    /// The rows in input order, in one [`ScoredRows`].
+    pub fn join(self) -> ScoredRows {
         let mut parts = self.parts.into_iter();
         // The first part is the base: its columns grow once to the whole
         // step, not a doubling at a time.
@@ -205,21 +251,10 @@ impl<P> PendingStep<P> {
         for part in more {
             rows.extend(part);
         }
-        if self.ordered {
-            return (rows, self.parked);
+        match self.order {
+            None => rows,
+            Some(order) => rows.take(&order),
         }
-        // A message came before one it follows: each message's rows go
-        // back to their place.
-        let ends = self.messages.iter().skip(1).map(|&(_, start)| start);
-        let mut spans: Vec<(Position, std::ops::Range<usize>)> = self
-            .messages
-            .iter()
-            .zip(ends.chain([rows.len()]))
-            .map(|(&(position, start), end)| (position, start..end))
-            .collect();
-        spans.sort_by_key(|(position, _)| *position);
-        let order: Vec<usize> = spans.into_iter().flat_map(|(_, rows)| rows).collect();
-        (rows.take(&order), self.parked)
     }
 }
 
@@ -774,6 +809,49 @@ mod tests {
         let mut expected = ids(0..big);
         expected.extend([big + 1, big, big + 2].map(|i| format!("t{i}")));
         assert_eq!(rows.trajectory_id, expected);
+    }
+
+    #[test]
+    fn gathered_rows_join_in_input_order_whatever_their_parts() {
+        // Rows t0.. in groups g0, g1, g2 by turns; a big part and small
+        // messages, in order or not.
+        let grouped = |range: std::ops::Range<usize>| {
+            let mut r = rows(
+                "r",
+                1,
+                &range
+                    .clone()
+                    .map(|i| format!("t{i}"))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
+            r.instance_id = range.map(|i| format!("g{}", i % 3)).collect();
+            r
+        };
+        let big = PART_ROWS + 10;
+        for offsets in [[10, 11, 12], [12, 11, 10]] {
+            let mut a: StepAssembler<u32> = StepAssembler::new();
+            let now = Instant::now();
+            a.add_rows(grouped(0..big), (0, offsets[0]), 0, 0, now);
+            a.add_rows(grouped(big..big + 2), (0, offsets[1]), 1, 0, now);
+            a.add_rows(grouped(big + 2..big + 5), (0, offsets[2]), 2, 0, now);
+            let StepStatus::Complete(step) = a.end("r", 1, big as i64 + 5, (0, 13, 0), now) else {
+                panic!("every row is in");
+            };
+            let (gathered, _) = step.into_gathered();
+            let rows = gathered.join();
+            let mut order = vec![0..big, big..big + 2, big + 2..big + 5];
+            if offsets[0] > offsets[2] {
+                order.reverse();
+            }
+            let expected: Vec<usize> = order.into_iter().flatten().collect();
+            let ids: Vec<String> = expected.iter().map(|i| format!("t{i}")).collect();
+            assert_eq!(rows.trajectory_id, ids, "offsets {offsets:?}");
+            let instances: Vec<String> = expected.iter().map(|i| format!("g{}", i % 3)).collect();
+            assert_eq!(rows.instance_id, instances, "offsets {offsets:?}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! of many steps, each step computed on its own and returned in input order.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch};
@@ -232,16 +233,32 @@ pub fn advantages_batch(
     hinted_weight: HintedWeight,
 ) -> Result<RecordBatch, BatchError> {
     check_finite(advantages)?;
+    advantages_rows_batch(rows, advantages, 0..rows.len(), hinted_weight)
+}
+
+/// Rows `range` of [`advantages_batch`], as a batch of their own (a chunk
+/// built alone). Its advantages are not checked here: [`check_finite`]
+/// them all first.
+///
+/// # Panics
+/// When `range` reaches past the last row.
+pub fn advantages_rows_batch(
+    rows: &ScoredRows,
+    advantages: &Advantages,
+    range: Range<usize>,
+    hinted_weight: HintedWeight,
+) -> Result<RecordBatch, BatchError> {
+    let floats = |column: &[f64]| Arc::new(Float64Array::from(column[range.clone()].to_vec()));
     let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(rows.run_id.to_arrow()?),
-        Arc::new(Int64Array::from(rows.step.clone())),
-        Arc::new(rows.trajectory_id.to_arrow()?),
-        Arc::new(rows.instance_id.to_arrow()?),
-        Arc::new(Float64Array::from(rows.reward.clone())),
-        Arc::new(BooleanArray::from(rows.is_hinted.clone())),
-        Arc::new(Float64Array::from(advantages.advantage.clone())),
-        Arc::new(Float64Array::from(advantages.group_mean.clone())),
-        Arc::new(Float64Array::from(advantages.group_std.clone())),
+        Arc::new(rows.run_id.to_arrow_range(range.clone())?),
+        Arc::new(Int64Array::from(rows.step[range.clone()].to_vec())),
+        Arc::new(rows.trajectory_id.to_arrow_range(range.clone())?),
+        Arc::new(rows.instance_id.to_arrow_range(range.clone())?),
+        floats(&rows.reward),
+        Arc::new(BooleanArray::from(rows.is_hinted[range.clone()].to_vec())),
+        floats(&advantages.advantage),
+        floats(&advantages.group_mean),
+        floats(&advantages.group_std),
     ];
     if hinted_weight == HintedWeight::None {
         return Ok(RecordBatch::try_new(advantages_schema(), columns)?);
@@ -252,7 +269,7 @@ pub fn advantages_batch(
         .map(|f| f.as_ref().clone())
         .collect();
     fields.push(Field::new(WEIGHT, DataType::Float64, false));
-    columns.push(Arc::new(Float64Array::from(weights(rows))));
+    columns.push(Arc::new(Float64Array::from(weights(rows, range))));
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
 }
 
@@ -260,10 +277,10 @@ pub fn advantages_batch(
 /// "ratio"`).
 pub const WEIGHT: &str = "weight";
 
-/// Each row's off-policy weight: ω on hinted rows with both log-probs
+/// The off-policy weight of each row of `range`: ω on hinted rows with both log-probs
 /// ([`ScoredRows::ratio`]), 1.0 on every other row.
-pub fn weights(rows: &ScoredRows) -> Vec<f64> {
-    (0..rows.len()).map(|i| rows.ratio(i).unwrap_or(1.0)).collect()
+pub fn weights(rows: &ScoredRows, range: Range<usize>) -> Vec<f64> {
+    range.map(|i| rows.ratio(i).unwrap_or(1.0)).collect()
 }
 
 /// Refuses `advantages` when any advantage, group_mean or group_std is not
@@ -284,4 +301,36 @@ pub fn check_finite(advantages: &Advantages) -> Result<(), BatchError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::synthetic::synthetic_step;
+    use crate::normalize::Device;
+
+    #[test]
+    fn a_range_of_rows_builds_the_slice_of_the_whole_batch() {
+        let mut rows = synthetic_step(200, 8, "run-1", 3, 7);
+        // Log-probs on some hinted rows, for the weight column.
+        for i in (0..rows.len()).filter(|&i| rows.is_hinted[i]).step_by(2) {
+            rows.logprob_hinted.resize(rows.len(), None);
+            rows.logprob_unhinted.resize(rows.len(), None);
+            rows.logprob_hinted[i] = Some(-1.0);
+            rows.logprob_unhinted[i] = Some(-1.5);
+        }
+        let result = compute_step(rows, &AdvantageOptions::default(), Device::Cpu).unwrap();
+        for weight in [HintedWeight::None, HintedWeight::Ratio] {
+            let whole = advantages_batch(&result.rows, &result.advantages, weight).unwrap();
+            for range in [0..200, 0..1, 17..93, 199..200, 50..50] {
+                let own =
+                    advantages_rows_batch(&result.rows, &result.advantages, range.clone(), weight).unwrap();
+                assert_eq!(
+                    own,
+                    whole.slice(range.start, range.len()),
+                    "{weight:?} rows {range:?}"
+                );
+            }
+        }
+    }
 }

@@ -29,23 +29,22 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
-use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
 use rdkafka::error::KafkaError;
 use thiserror::Error;
 use tokio::task::{JoinError, JoinHandle};
 
-use super::assemble::PendingStep;
-use super::compute::{advantages_batch, compute_step, ComputeError, StepResult};
+use super::assemble::{GatheredRows, PendingStep};
+use super::compute::{advantages_rows_batch, check_finite, compute_step, ComputeError, StepResult};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::outcomes::hint_outcomes;
 use super::step_metrics::{step_metrics, MetricOptions, StepMetrics};
 use crate::batch::chunk::{
-    attempt_id, chunk_header_values, encode_chunks, encode_planned, plan_chunks, Chunk, Chunks,
-    ATTEMPT_HEADER, CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
+    attempt_id, chunk_header_values, encode_chunks, plan_unbuilt, Chunk, Chunks, ATTEMPT_HEADER,
+    CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
 };
-use crate::batch::{BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
+use crate::batch::{ipc, BatchError, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
@@ -117,6 +116,26 @@ fn worker_identity() -> &'static str {
     })
 }
 
+/// Why a chunk's future ended without a send: its encoding failed, or it
+/// was the last and the step's summary panicked.
+enum ChunkFailure {
+    Encode(Unpublished),
+    Summary(JoinError),
+}
+
+/// Rows `range` of a computed step's advantages as one chunk: built as a
+/// batch of their own and encoded.
+fn encode_rows(
+    result: &StepResult,
+    range: Range<usize>,
+    hinted_weight: HintedWeight,
+) -> Result<Chunk, Unpublished> {
+    let batch = advantages_rows_batch(&result.rows, &result.advantages, range.clone(), hinted_weight)
+        .map_err(Unpublished::EncodeBatch)?;
+    let payload = ipc::encode_stream(&[batch]).map_err(Unpublished::EncodeChunks)?;
+    Ok(Chunk { rows: range, payload })
+}
+
 /// Which step is being published, for reasons and logs.
 struct StepId {
     run_id: String,
@@ -131,13 +150,16 @@ impl StepId {
 }
 
 /// A step's advantages as messages: encoded already (a step that may fit
-/// one message, or whose chunks `plan_chunks` cannot bound), or planned:
-/// the batch and its chunks' rows, each chunk encoded as the ones before it
-/// are sent (the count, which every chunk's headers carry, known first).
+/// one message, or whose chunks `plan_unbuilt` cannot bound), or planned:
+/// the computed step and its chunks' rows, each chunk's batch built from
+/// its rows and encoded as the ones before it are sent (the count, which
+/// every chunk's headers carry, known first). A large step's advantages are
+/// never one batch: the first chunk leaves once its own rows are built.
 enum StepChunks {
     Encoded(Chunks),
     Planned {
-        batch: RecordBatch,
+        result: Arc<StepResult>,
+        hinted_weight: HintedWeight,
         ranges: Vec<Range<usize>>,
     },
 }
@@ -279,7 +301,7 @@ impl StepOutput {
             step: step.step,
         };
         let duplicates = step.duplicates;
-        let (rows, parked) = step.into_rows();
+        let (rows, parked) = step.into_gathered();
         // Under exactly_once the step's messages commit together.
         let parked = Settlement::new(parked);
         match self.compute_and_send(&id, rows, duplicates, &parked).await {
@@ -298,24 +320,17 @@ impl StepOutput {
     async fn compute_and_send(
         &self,
         id: &StepId,
-        rows: ScoredRows,
+        rows: GatheredRows,
         duplicates: usize,
         parked: &Settlement,
     ) -> Result<(), Unpublished> {
         let result = self.compute(id, rows).await?;
         let encoding = Instant::now();
         let (encoded, chunks, summary) = self.encode(id, result, duplicates).await?;
-        // Before any chunk leaves: a failure here must find nothing sent
-        // (under exactly_once, nothing registered to commit beside the
-        // dead letters).
-        let mut summary = summary.await.map_err(|source| Unpublished::EncodePanicked {
-            step: id.name(),
-            source,
-        })?;
         let encode_ms = encoding.elapsed().as_millis() as u64;
         let count = chunks.len();
         let sending = Instant::now();
-        self.send_chunks(id, &encoded, chunks, parked).await?;
+        let mut summary = self.send_chunks(id, &encoded, chunks, summary, parked).await?;
         let chunks_ms = sending.elapsed().as_millis() as u64;
         let learned = self
             .learning
@@ -334,23 +349,25 @@ impl StepOutput {
         Ok(())
     }
 
-    /// Computes a step's advantages, off the async workers.
-    async fn compute(&self, id: &StepId, rows: ScoredRows) -> Result<StepResult, Unpublished> {
+    /// Puts a step's rows together and computes its advantages, off the
+    /// async workers.
+    async fn compute(&self, id: &StepId, rows: GatheredRows) -> Result<StepResult, Unpublished> {
         let (options, device) = (self.options, self.device);
         let started = Instant::now();
         // Number crunching leaves the async workers.
         let span = tracing::info_span!("compute");
-        let result =
-            tokio::task::spawn_blocking(move || span.in_scope(|| compute_step(rows, &options, device)))
-                .await
-                .map_err(|source| Unpublished::ComputePanicked {
-                    step: id.name(),
-                    source,
-                })?
-                .map_err(|source| Unpublished::Compute {
-                    step: id.name(),
-                    source,
-                })?;
+        let result = tokio::task::spawn_blocking(move || {
+            span.in_scope(|| compute_step(rows.join(), &options, device))
+        })
+        .await
+        .map_err(|source| Unpublished::ComputePanicked {
+            step: id.name(),
+            source,
+        })?
+        .map_err(|source| Unpublished::Compute {
+            step: id.name(),
+            source,
+        })?;
         let device_name = result.ran.as_str();
         if result.ran == Ran::CpuFallback {
             self.metrics.cuda_fell_back();
@@ -390,11 +407,23 @@ impl StepOutput {
         let result = Arc::new(result);
         let for_chunks = result.clone();
         let chunks = tokio::task::spawn_blocking(move || {
-            let batch = advantages_batch(&for_chunks.rows, &for_chunks.advantages, hinted_weight)
-                .map_err(Unpublished::EncodeBatch)?;
-            match plan_chunks(&batch, room).map_err(Unpublished::EncodeChunks)? {
-                Some(ranges) => Ok(StepChunks::Planned { batch, ranges }),
-                None => encode_chunks(&batch, room)
+            let (rows, advantages) = (&for_chunks.rows, &for_chunks.advantages);
+            // Every value checked before any chunk is built.
+            check_finite(advantages).map_err(Unpublished::EncodeBatch)?;
+            let built = |range| {
+                advantages_rows_batch(rows, advantages, range, hinted_weight)
+                    .map_err(Unpublished::EncodeBatch)
+            };
+            let template = built(0..rows.len().min(1))?;
+            let strings = [&rows.run_id, &rows.trajectory_id, &rows.instance_id];
+            let variable = |row: usize| strings.iter().map(|column| column[row].len()).sum();
+            match plan_unbuilt(&template, rows.len(), variable, room).map_err(Unpublished::EncodeChunks)? {
+                Some(ranges) => Ok(StepChunks::Planned {
+                    result: for_chunks.clone(),
+                    hinted_weight,
+                    ranges,
+                }),
+                None => encode_chunks(&built(0..rows.len())?, room)
                     .map(StepChunks::Encoded)
                     .map_err(Unpublished::EncodeChunks),
             }
@@ -455,61 +484,92 @@ impl StepOutput {
     /// a thread of the blocking pool, in order, while the ones before them
     /// are sent (at most [`CHUNKS_IN_FLIGHT`] encoded ahead). A failure ends
     /// the sending at the first chunk, in index order, that failed.
+    ///
+    /// The step's metrics and outcomes (`summary`, made on a thread of
+    /// their own) are awaited before the last chunk is handed over, not
+    /// before the first: the first chunks leave while they are made, and a
+    /// step whose summary failed never has every chunk out, so no reader
+    /// ever puts it together (as with a chunk the broker refused midway).
     async fn send_chunks(
         &self,
         id: &StepId,
         encoded: &Encoded,
         chunks: StepChunks,
+        summary: JoinHandle<Summary>,
         parked: &Settlement,
-    ) -> Result<(), Unpublished> {
+    ) -> Result<Summary, Unpublished> {
         use futures::StreamExt;
         let count = chunks.len();
-        let (items, encoder) =
-            match chunks {
-                StepChunks::Encoded(chunks) => {
-                    let items =
-                        futures::stream::iter(chunks.chunks.into_iter().map(Ok::<Chunk, ArrowError>)).boxed();
-                    (items, None)
-                }
-                StepChunks::Planned { batch, ranges } => {
-                    let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
-                    let encoder = tokio::task::spawn_blocking(move || {
-                        for range in ranges {
-                            let chunk = encode_planned(&batch, range);
-                            let failed = chunk.is_err();
-                            // Closed: the sending ended (a failure, a stop).
-                            if tx.blocking_send(chunk).is_err() || failed {
-                                return;
-                            }
+        let mut summary = Some(summary);
+        let mut summarised: Option<Summary> = None;
+        let (items, encoder) = match chunks {
+            StepChunks::Encoded(chunks) => {
+                let items =
+                    futures::stream::iter(chunks.chunks.into_iter().map(Ok::<Chunk, Unpublished>)).boxed();
+                (items, None)
+            }
+            StepChunks::Planned {
+                result,
+                hinted_weight,
+                ranges,
+            } => {
+                let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+                let encoder = tokio::task::spawn_blocking(move || {
+                    for range in ranges {
+                        let chunk = encode_rows(&result, range, hinted_weight);
+                        let failed = chunk.is_err();
+                        // Closed: the sending ended (a failure, a stop).
+                        if tx.blocking_send(chunk).is_err() || failed {
+                            return;
                         }
-                    });
-                    let items = futures::stream::unfold(rx, |mut rx| async move {
-                        rx.recv().await.map(|chunk| (chunk, rx))
-                    })
+                    }
+                });
+                let items =
+                    futures::stream::unfold(
+                        rx,
+                        |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) },
+                    )
                     .boxed();
-                    (items, Some(encoder))
-                }
-            };
+                (items, Some(encoder))
+            }
+        };
         let mut sent = items
             .enumerate()
-            .map(|(index, chunk)| async move {
-                match chunk {
-                    Ok(chunk) => {
-                        let published = self.send_chunk(encoded, index, count, &chunk, parked).await;
-                        (index, chunk.payload.len(), Ok(published))
+            .map(|(index, chunk)| {
+                let last = if index + 1 == count { summary.take() } else { None };
+                async move {
+                    let summarised = match last {
+                        Some(summary) => match summary.await {
+                            Ok(summary) => Some(summary),
+                            Err(e) => return (index, 0, Err(ChunkFailure::Summary(e)), None),
+                        },
+                        None => None,
+                    };
+                    match chunk {
+                        Ok(chunk) => {
+                            let published = self.send_chunk(encoded, index, count, &chunk, parked).await;
+                            (index, chunk.payload.len(), Ok(published), summarised)
+                        }
+                        Err(e) => (index, 0, Err(ChunkFailure::Encode(e)), summarised),
                     }
-                    Err(e) => (index, 0, Err(e)),
                 }
             })
             .buffered(CHUNKS_IN_FLIGHT);
         let mut acknowledged = 0;
-        while let Some((index, bytes, published)) = sent.next().await {
+        while let Some((index, bytes, published, summary)) = sent.next().await {
+            summarised = summarised.or(summary);
             match published {
+                Err(ChunkFailure::Summary(source)) => {
+                    return Err(Unpublished::EncodePanicked {
+                        step: id.name(),
+                        source,
+                    })
+                }
                 Ok(Ok(())) => {
                     self.metrics.chunk_published();
                     acknowledged += 1;
                 }
-                Err(e) => return Err(Unpublished::EncodeChunks(e)),
+                Err(ChunkFailure::Encode(e)) => return Err(e),
                 Ok(Err(SendError::Permanent(source))) => {
                     return Err(Unpublished::ChunkRejected {
                         step: id.name(),
@@ -545,7 +605,16 @@ impl StepOutput {
                 ))),
             });
         }
-        Ok(())
+        drop(sent);
+        match (summarised, summary) {
+            (Some(summary), _) => Ok(summary),
+            // No chunk was last (none at all): awaited here.
+            (None, Some(summary)) => summary.await.map_err(|source| Unpublished::EncodePanicked {
+                step: id.name(),
+                source,
+            }),
+            (None, None) => unreachable!("the last chunk's future gave back the summary it awaited"),
+        }
     }
 
     /// Sends chunk `index` of the step's `count`.
@@ -661,7 +730,7 @@ impl StepOutput {
     }
 
     pub(super) async fn dead_letter_step(&self, step: PendingStep<Taken>, kind: &'static str, reason: &str) {
-        let (_, parked) = step.into_rows();
+        let (_, parked) = step.into_gathered();
         self.dead_letter_parked(Settlement::new(parked), kind, reason)
             .await;
     }

@@ -206,22 +206,62 @@ pub fn plan_chunks(batch: &RecordBatch, max_bytes: usize) -> Result<Option<Vec<R
     let Some(shape) = BodyShape::of(batch) else {
         return Ok(None);
     };
+    plan_rows(batch, &shape, rows, |row| shape.variable_bytes(row), max_bytes)
+}
+
+/// [`plan_chunks`] for a batch not built yet, whose chunks are then built
+/// one at a time (each range's rows as a batch of their own, encoded with
+/// [`ipc::encode_stream`]): a large batch is never built whole, and the
+/// first chunk can leave before the last is made. `template`: a batch of
+/// the same schema (its first row, say), for the shape of a row; `rows`
+/// rows in all, whose variable-length values (strings, binaries) take
+/// `variable(row)` bytes, all columns together. `None` as for
+/// `plan_chunks`: build the batch whole and cut it with [`encode_chunks`].
+pub fn plan_unbuilt(
+    template: &RecordBatch,
+    rows: usize,
+    variable: impl Fn(usize) -> usize,
+    max_bytes: usize,
+) -> Result<Option<Vec<Range<usize>>>, ArrowError> {
+    let Some(shape) = BodyShape::of(template) else {
+        return Ok(None);
+    };
+    // What the whole batch's buffers would hold, as plan_chunks reads it
+    // from a built one.
+    let memory =
+        rows * shape.row_bytes + shape.bitmaps * rows.div_ceil(8) + (0..rows).map(&variable).sum::<usize>();
+    if rows <= 1 || memory <= MAY_FIT * max_bytes {
+        return Ok(None);
+    }
+    plan_rows(template, &shape, rows, variable, max_bytes)
+}
+
+/// The ranges of [`plan_chunks`]: `rows` rows of `shape` (read from
+/// `batch`, which may hold only some of them), whose variable-length values
+/// take `variable(row)` bytes.
+fn plan_rows(
+    batch: &RecordBatch,
+    shape: &BodyShape<'_>,
+    rows: usize,
+    variable: impl Fn(usize) -> usize,
+    max_bytes: usize,
+) -> Result<Option<Vec<Range<usize>>>, ArrowError> {
     let fixed = encode_range(batch, 0..0)?.len() + METADATA_MARGIN + shape.buffers * IPC_ALIGNMENT;
-    let bound = |n: usize, variable: usize| {
-        fixed + shape.bitmaps * n.div_ceil(8) + shape.extra_offset_bytes + n * shape.row_bytes + variable
+    let bound = |n: usize, held: usize| {
+        fixed + shape.bitmaps * n.div_ceil(8) + shape.extra_offset_bytes + n * shape.row_bytes + held
     };
     let mut ranges = Vec::new();
-    let (mut start, mut variable) = (0, 0);
+    let (mut start, mut held) = (0, 0);
     for row in 0..rows {
-        let bytes = shape.variable_bytes(row);
-        if row > start && bound(row + 1 - start, variable + bytes) > max_bytes {
+        let bytes = variable(row);
+        if row > start && bound(row + 1 - start, held + bytes) > max_bytes {
             ranges.push(start..row);
-            (start, variable) = (row, 0);
+            (start, held) = (row, 0);
         }
         if row == start && bound(1, bytes) > max_bytes {
             return Ok(None);
         }
-        variable += bytes;
+        held += bytes;
     }
     ranges.push(start..rows);
     Ok(Some(ranges))
@@ -640,6 +680,67 @@ mod tests {
                 plan_chunks(&input, max).unwrap()
             );
         }
+    }
+
+    #[test]
+    fn a_batch_planned_unbuilt_cuts_as_the_built_one_and_its_chunks_built_alone_fit() {
+        for (rows, max, width) in [(60_000, 64 * 1024, 40usize), (30_000, 20_000, 3)] {
+            let input = flat(rows, |i| i % width + (i * 7919) % 13);
+            let text = input.column(1).as_string::<i32>();
+            let template = input.slice(0, 1);
+            let ranges = plan_unbuilt(&template, rows, |row| text.value_length(row) as usize, max)
+                .unwrap()
+                .expect("a plan");
+            assert_eq!(Some(ranges.clone()), plan_chunks(&input, max).unwrap());
+            // Each range's rows built as a batch of their own (offsets from 0).
+            let chunks: Vec<Chunk> = ranges
+                .into_iter()
+                .map(|r| {
+                    let own =
+                        RecordBatch::try_from_iter(input.schema().fields().iter().zip(input.columns()).map(
+                            |(field, column)| {
+                                let sliced = column.slice(r.start, r.len());
+                                (
+                                    field.name().clone(),
+                                    arrow_select::concat::concat(&[sliced.as_ref()]).unwrap(),
+                                )
+                            },
+                        ))
+                        .unwrap();
+                    Chunk {
+                        payload: ipc::encode_stream(&[own]).unwrap(),
+                        rows: r,
+                    }
+                })
+                .collect();
+            assert!(chunks.iter().all(|c| c.payload.len() <= max));
+            assert_concatenate_to(
+                &Chunks {
+                    chunks,
+                    max_bytes: max,
+                },
+                &input,
+            );
+        }
+        let small = flat(100, |_| 5);
+        assert_eq!(
+            plan_unbuilt(&small.slice(0, 1), 100, |_| 5, 1 << 20).unwrap(),
+            None,
+            "fits whole"
+        );
+        let one_big = flat(20_000, |i| if i == 777 { 50_000 } else { 5 });
+        let text = one_big.column(1).as_string::<i32>();
+        assert_eq!(
+            plan_unbuilt(
+                &one_big.slice(0, 1),
+                20_000,
+                |row| text.value_length(row) as usize,
+                20_000
+            )
+            .unwrap(),
+            None,
+            "a row over the bound"
+        );
     }
 
     #[test]

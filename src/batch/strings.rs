@@ -6,7 +6,7 @@
 //! 1M-row step's CPU).
 
 use std::fmt;
-use std::ops::Index;
+use std::ops::{Index, Range};
 
 use arrow_array::StringArray;
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
@@ -110,13 +110,23 @@ impl Strings {
     /// The rows as an Arrow string array (its text copied once); an error
     /// when the text is over `i32::MAX` bytes, more than one array holds.
     pub fn to_arrow(&self) -> Result<StringArray, ArrowError> {
-        let overflow = || ArrowError::OffsetOverflowError(self.text.len());
-        i32::try_from(self.text.len()).map_err(|_| overflow())?;
+        self.to_arrow_range(0..self.len())
+    }
+
+    /// Rows `rows` as an Arrow string array of their own.
+    ///
+    /// # Panics
+    /// When `rows` reaches past the last row.
+    pub fn to_arrow_range(&self, rows: Range<usize>) -> Result<StringArray, ArrowError> {
+        let at = |row: usize| if row == 0 { 0 } else { self.ends[row - 1] };
+        let (start, end) = (at(rows.start), at(rows.end));
+        let text = &self.text[start..end];
+        i32::try_from(text.len()).map_err(|_| ArrowError::OffsetOverflowError(text.len()))?;
         let offsets: Vec<i32> = std::iter::once(0)
-            .chain(self.ends.iter().map(|&end| end as i32))
+            .chain(self.ends[rows].iter().map(|&end| (end - start) as i32))
             .collect();
         let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-        StringArray::try_new(offsets, Buffer::from(self.text.as_bytes()), None)
+        StringArray::try_new(offsets, Buffer::from(text.as_bytes()), None)
     }
 }
 
