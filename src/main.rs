@@ -32,6 +32,21 @@ use hintstream::tools::{produce, record, replay};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read once at start-up (`_RJEM_MALLOC_CONF` in the
+/// environment adds to them). `oversize_threshold:0`: allocations of 8 MiB
+/// and more (a large step's columns, its id hashes, its chunks' sources)
+/// come from the ordinary arenas, whose freed pages are kept for reuse for
+/// `dirty_decay_ms` (10 s) before they go back to the system, instead of a
+/// separate arena that gives them back at once: every 1M-row step then
+/// faulted its ~400 MB in again, page by page. Measured with
+/// `scripts/bench-step-path.sh --rows 1000000` (docs/BENCHMARKS.md, round
+/// ten): compute 60-86 ms instead of 102-110, for a higher peak RSS while
+/// steps follow each other (pages of the last step held for the next).
+#[cfg(not(target_env = "msvc"))]
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"oversize_threshold:0\0";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The reference is the code's, whatever the config in effect.

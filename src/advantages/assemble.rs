@@ -93,18 +93,28 @@ impl<P> PendingStep<P> {
         self.hashes.len()
     }
 
+    /// Distinct rows held, checking the step for duplicates first if it was
+    /// not yet (for a step that leaves incomplete: evicted, timed out).
+    pub fn distinct_rows(&mut self) -> usize {
+        if self.ids.is_none() {
+            self.drop_duplicates();
+        }
+        self.row_count()
+    }
+
     /// Drops every row whose `trajectory_id` a row before it has (the first
     /// to arrive stays), by sorting the rows' hashes and comparing the ids
     /// of equal ones. Returns the bytes the dropped rows held.
     fn drop_duplicates(&mut self) -> usize {
-        use rayon::slice::ParallelSliceMut;
         let mut order: Vec<(u64, u32)> = self
             .hashes
             .iter()
             .enumerate()
             .map(|(row, &hash)| (hash, u32::try_from(row).expect("fewer than 2^32 rows a step")))
             .collect();
-        order.par_sort_unstable();
+        // On the consume loop's thread: rayon's pool may be busy with the
+        // kernel of a step before this one.
+        order.sort_unstable();
         let starts: Vec<usize> = self
             .parts
             .iter()
@@ -395,7 +405,9 @@ impl<P> StepAssembler<P> {
 
     /// Adds one message's rows, all of one (run_id, step) and at least one.
     /// Rows whose `trajectory_id` the step already has are dropped as
-    /// duplicates. `message_bytes`: what the parked message holds.
+    /// duplicates: when the step is checked against its `step_end` count
+    /// (see [`PendingStep::hashes`]), or as they arrive once it was.
+    /// `message_bytes`: what the parked message holds.
     ///
     /// # Panics
     /// When `rows` is empty (the caller checks).
@@ -425,8 +437,9 @@ impl<P> StepAssembler<P> {
             .entry(key.clone())
             .or_insert_with(|| PendingStep::new(&run_id, step_no, now));
         step.partitions.insert(position.0);
-        // The kept rows go into the step's id table (their bytes count
-        // too), each at the place it takes once the message's rows are
+        // Each row's id hash is kept (its bytes count too). Once the step
+        // has an id table, only the rows not in it are kept, and each goes
+        // into the table at the place it takes once the message's rows are
         // filtered: the last part's next rows when they join it, a new
         // part's first ones otherwise.
         let (at, base) = match step.parts.last() {
@@ -730,7 +743,7 @@ mod tests {
         let step = &a.steps[&("r".to_string(), 1)];
         assert_eq!((step.row_count(), step.duplicates), (2, 1));
         assert!(step.ids.is_some(), "the ids are indexed for the rows to come");
-        // Later duplicates are dropped as they arrive, never counted.
+        // Later duplicates are dropped as they arrive, never held.
         for (offset, id) in [(2, "b"), (3, "a"), (4, "b")] {
             assert!(matches!(
                 a.add_rows(rows("r", 1, &[id]), (0, offset), offset as u32, 0, now),
@@ -882,6 +895,22 @@ mod tests {
             "{} bytes held for {held} bytes of ids",
             ids.capacity_bytes()
         );
+    }
+
+    #[test]
+    fn a_step_that_leaves_incomplete_counts_its_distinct_rows() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let t0 = Instant::now();
+        a.add_rows(rows("r", 1, &["a", "b", "a"]), (0, 0), 0, 0, t0);
+        assert!(matches!(a.end("r", 1, 4, (0, 1, 0), t0), StepStatus::Pending));
+        let mut expired = a.expired(t0 + Duration::from_secs(6), Duration::from_secs(6));
+        assert_eq!(
+            expired[0].row_count(),
+            3,
+            "not checked: held, duplicates included"
+        );
+        assert_eq!(expired[0].distinct_rows(), 2);
+        assert_eq!(expired[0].duplicates, 1);
     }
 
     #[test]

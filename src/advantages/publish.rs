@@ -116,13 +116,6 @@ fn worker_identity() -> &'static str {
     })
 }
 
-/// Why a chunk's future ended without a send: its encoding failed, or it
-/// was the last and the step's summary panicked.
-enum ChunkFailure {
-    Encode(Unpublished),
-    Summary(JoinError),
-}
-
 /// Rows `range` of a computed step's advantages as one chunk: built as a
 /// batch of their own and encoded.
 fn encode_rows(
@@ -327,10 +320,17 @@ impl StepOutput {
         let result = self.compute(id, rows).await?;
         let encoding = Instant::now();
         let (encoded, chunks, summary) = self.encode(id, result, duplicates).await?;
+        // Before any chunk leaves: a failure here must find nothing sent
+        // (under exactly_once, nothing registered to commit beside the
+        // dead letters).
+        let mut summary = summary.await.map_err(|source| Unpublished::EncodePanicked {
+            step: id.name(),
+            source,
+        })?;
         let encode_ms = encoding.elapsed().as_millis() as u64;
         let count = chunks.len();
         let sending = Instant::now();
-        let mut summary = self.send_chunks(id, &encoded, chunks, summary, parked).await?;
+        self.send_chunks(id, &encoded, chunks, parked).await?;
         let chunks_ms = sending.elapsed().as_millis() as u64;
         let learned = self
             .learning
@@ -484,24 +484,15 @@ impl StepOutput {
     /// a thread of the blocking pool, in order, while the ones before them
     /// are sent (at most [`CHUNKS_IN_FLIGHT`] encoded ahead). A failure ends
     /// the sending at the first chunk, in index order, that failed.
-    ///
-    /// The step's metrics and outcomes (`summary`, made on a thread of
-    /// their own) are awaited before the last chunk is handed over, not
-    /// before the first: the first chunks leave while they are made, and a
-    /// step whose summary failed never has every chunk out, so no reader
-    /// ever puts it together (as with a chunk the broker refused midway).
     async fn send_chunks(
         &self,
         id: &StepId,
         encoded: &Encoded,
         chunks: StepChunks,
-        summary: JoinHandle<Summary>,
         parked: &Settlement,
-    ) -> Result<Summary, Unpublished> {
+    ) -> Result<(), Unpublished> {
         use futures::StreamExt;
         let count = chunks.len();
-        let mut summary = Some(summary);
-        let mut summarised: Option<Summary> = None;
         let (items, encoder) = match chunks {
             StepChunks::Encoded(chunks) => {
                 let items =
@@ -535,41 +526,24 @@ impl StepOutput {
         };
         let mut sent = items
             .enumerate()
-            .map(|(index, chunk)| {
-                let last = if index + 1 == count { summary.take() } else { None };
-                async move {
-                    let summarised = match last {
-                        Some(summary) => match summary.await {
-                            Ok(summary) => Some(summary),
-                            Err(e) => return (index, 0, Err(ChunkFailure::Summary(e)), None),
-                        },
-                        None => None,
-                    };
-                    match chunk {
-                        Ok(chunk) => {
-                            let published = self.send_chunk(encoded, index, count, &chunk, parked).await;
-                            (index, chunk.payload.len(), Ok(published), summarised)
-                        }
-                        Err(e) => (index, 0, Err(ChunkFailure::Encode(e)), summarised),
+            .map(|(index, chunk)| async move {
+                match chunk {
+                    Ok(chunk) => {
+                        let published = self.send_chunk(encoded, index, count, &chunk, parked).await;
+                        (index, chunk.payload.len(), Ok(published))
                     }
+                    Err(e) => (index, 0, Err(e)),
                 }
             })
             .buffered(CHUNKS_IN_FLIGHT);
         let mut acknowledged = 0;
-        while let Some((index, bytes, published, summary)) = sent.next().await {
-            summarised = summarised.or(summary);
+        while let Some((index, bytes, published)) = sent.next().await {
             match published {
-                Err(ChunkFailure::Summary(source)) => {
-                    return Err(Unpublished::EncodePanicked {
-                        step: id.name(),
-                        source,
-                    })
-                }
                 Ok(Ok(())) => {
                     self.metrics.chunk_published();
                     acknowledged += 1;
                 }
-                Err(ChunkFailure::Encode(e)) => return Err(e),
+                Err(e) => return Err(e),
                 Ok(Err(SendError::Permanent(source))) => {
                     return Err(Unpublished::ChunkRejected {
                         step: id.name(),
@@ -605,16 +579,7 @@ impl StepOutput {
                 ))),
             });
         }
-        drop(sent);
-        match (summarised, summary) {
-            (Some(summary), _) => Ok(summary),
-            // No chunk was last (none at all): awaited here.
-            (None, Some(summary)) => summary.await.map_err(|source| Unpublished::EncodePanicked {
-                step: id.name(),
-                source,
-            }),
-            (None, None) => unreachable!("the last chunk's future gave back the summary it awaited"),
-        }
+        Ok(())
     }
 
     /// Sends chunk `index` of the step's `count`.

@@ -98,15 +98,12 @@ impl StepPublisher {
         // dead letters) runs as the message's task, not in the consume loop
         // that polls this future first (`FIRST_POLL_IN_LOOP`).
         tokio::task::yield_now().await;
-        for step in assembled.evicted {
+        for mut step in assembled.evicted {
+            let rows = step.distinct_rows();
             let reason = format!(
                 "step {}/{} was evicted incomplete ({} rows, {} bytes) to keep pending steps under \
                  advantages.max_in_flight_bytes = {}; raise it if steps this large are expected",
-                step.run_id,
-                step.step,
-                step.row_count(),
-                step.bytes,
-                self.max_bytes
+                step.run_id, step.step, rows, step.bytes, self.max_bytes
             );
             self.clone().dead_letter_detached(step, "step_evicted", reason);
         }
@@ -175,13 +172,14 @@ impl StepPublisher {
             self.update_pending(&assembler);
             expired
         };
-        for step in expired {
+        for mut step in expired {
+            let rows = step.distinct_rows();
             let reason = format!(
                 "step {}/{} incomplete after {:?}: {} of {} rows",
                 step.run_id,
                 step.step,
                 self.step_timeout,
-                step.row_count(),
+                rows,
                 step.expected
                     .map_or("an unknown number of (no step_end)".to_string(), |c| c
                         .to_string())

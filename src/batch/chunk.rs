@@ -185,7 +185,8 @@ fn split(
 /// Cuts a large `batch` into row ranges whose IPC streams are known to be
 /// at most `max_bytes` before any is encoded, so that a publisher knows
 /// the chunk count (which every chunk's headers carry) and can send each
-/// chunk as soon as it is encoded ([`encode_planned`]). Each range is as
+/// chunk as soon as it is encoded ([`encode_planned`]; stage 2 plans a
+/// batch it never builds whole, with [`plan_unbuilt`]). Each range is as
 /// long as an upper bound of its encoded size allows: the bytes of its
 /// buffers (computed from its rows and the byte lengths of its strings),
 /// each buffer's alignment padding, a validity bitmap a column whether or
