@@ -368,20 +368,24 @@ const HASH_BYTES: usize = std::mem::size_of::<u64>();
 /// they arrive (its parts are put together once, after its `step_end`).
 const PART_ROWS: usize = 4096;
 
+/// Bytes a row's numbers take in a batch of decoded rows (its step, its
+/// reward, its hinted flag).
+const ROW_NUMBER_BYTES: usize = 8 + 8 + 1;
+
+/// Bytes a row's optional hint category takes: its text and its header.
+fn category_bytes(category: &Option<String>) -> usize {
+    category.as_ref().map_or(0, String::len) + std::mem::size_of::<String>()
+}
+
 /// Bytes a batch of decoded rows holds (strings and where they end, each
 /// optional string and its header, numbers).
 pub fn rows_footprint(rows: &ScoredRows) -> usize {
-    const STRING: usize = std::mem::size_of::<String>();
     let strings: usize = [&rows.run_id, &rows.instance_id, &rows.trajectory_id]
         .iter()
         .map(|column| column.capacity_bytes())
         .sum();
-    let categories: usize = rows
-        .hint_category
-        .iter()
-        .map(|c| c.as_ref().map_or(0, String::len) + STRING)
-        .sum();
-    strings + categories + rows.len() * (8 + 8 + 1)
+    let categories: usize = rows.hint_category.iter().map(category_bytes).sum();
+    strings + categories + rows.len() * ROW_NUMBER_BYTES
 }
 
 /// Bytes row `row` of `rows` adds to [`rows_footprint`] (its strings and
@@ -392,10 +396,8 @@ fn row_bytes(rows: &ScoredRows, row: usize) -> usize {
         .iter()
         .map(|column| column[row].len() + END)
         .sum();
-    let category = rows.hint_category.get(row).map_or(0, |c| {
-        c.as_ref().map_or(0, String::len) + std::mem::size_of::<String>()
-    });
-    strings + category + 8 + 8 + 1
+    let category = rows.hint_category.get(row).map_or(0, category_bytes);
+    strings + category + ROW_NUMBER_BYTES
 }
 
 impl<P> StepAssembler<P> {
