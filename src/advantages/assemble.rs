@@ -156,31 +156,21 @@ impl<P> PendingStep<P> {
                 row_bytes(&self.parts[part], at) + HASH_BYTES
             })
             .sum();
-        let mut next = dropped.iter().peekable();
-        for (part, start) in self.parts.iter_mut().zip(&starts) {
-            let end = start + part.len();
-            let mut keep = Vec::new();
-            let mut from = *start;
-            while let Some(&&row) = next.peek() {
-                let row = row as usize;
-                if row >= end {
-                    break;
-                }
-                keep.extend(from - start..row - start);
-                from = row + 1;
-                next.next();
-            }
-            if from != *start {
-                keep.extend(from - start..end - start);
+        let mut gone = vec![false; self.hashes.len()];
+        for &row in &dropped {
+            gone[row as usize] = true;
+        }
+        for (part, &start) in self.parts.iter_mut().zip(&starts) {
+            let gone = &gone[start..start + part.len()];
+            if gone.contains(&true) {
+                let keep: Vec<usize> = (0..gone.len()).filter(|&row| !gone[row]).collect();
                 *part = part.take(&keep);
             }
         }
-        let mut row = 0u32;
-        let mut gone = dropped.iter().peekable();
+        let mut row = 0;
         self.hashes.retain(|_| {
-            let drop = gone.next_if(|&&d| d == row).is_some();
             row += 1;
-            !drop
+            !gone[row - 1]
         });
         for (_, first) in &mut self.messages {
             *first -= dropped.partition_point(|&d| (d as usize) < *first);

@@ -48,9 +48,18 @@ impl Strings {
         self.text.capacity() + self.ends.capacity() * std::mem::size_of::<usize>()
     }
 
+    /// Where row `row`'s text starts (the end of the text for `len()`).
+    fn start(&self, row: usize) -> usize {
+        if row == 0 {
+            0
+        } else {
+            self.ends[row - 1]
+        }
+    }
+
     pub fn get(&self, row: usize) -> Option<&str> {
         let end = *self.ends.get(row)?;
-        let start = if row == 0 { 0 } else { self.ends[row - 1] };
+        let start = self.start(row);
         Some(&self.text[start..end])
     }
 
@@ -118,8 +127,7 @@ impl Strings {
     /// # Panics
     /// When `rows` reaches past the last row.
     pub fn to_arrow_range(&self, rows: Range<usize>) -> Result<StringArray, ArrowError> {
-        let at = |row: usize| if row == 0 { 0 } else { self.ends[row - 1] };
-        let (start, end) = (at(rows.start), at(rows.end));
+        let (start, end) = (self.start(rows.start), self.start(rows.end));
         let text = &self.text[start..end];
         i32::try_from(text.len()).map_err(|_| ArrowError::OffsetOverflowError(text.len()))?;
         let offsets: Vec<i32> = std::iter::once(0)
