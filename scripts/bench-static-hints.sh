@@ -18,6 +18,9 @@
 #   --hintstream PATH  run this binary instead of building one
 #   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
 #                 --no-outcomes-topic (the worker reads no topic back: no learning barrier)
+#                 --cached D (the cached path: D distinct trajectories, each sent N / D
+#                 times, and a loopback model in the script that each one's first copy
+#                 calls; the later copies are answered from the hint cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
     --note) note=$2; shift 2 ;;
     --perf) perf_out=$2; shift 2 ;;
     --hintstream) binary=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -79,7 +82,10 @@ broker_pid=$(cat "${KAFKA_STATE_DIR:-${TMPDIR:-/tmp}/hintstream-kafka}/node-$por
   ${perf_out:+--perf "$perf_out"} ${args[@]+"${args[@]}"} >"$tables"
 took=$(( $(date +%s) - started ))
 {
-  echo "# Stage 1 static hints against a Python passthrough on Apache Kafka"
+  case " ${args[*]-} " in
+    *" --cached "*) echo "# Stage 1's cached path (a model, repeated trajectories) against a Python passthrough on Apache Kafka" ;;
+    *) echo "# Stage 1 static hints against a Python passthrough on Apache Kafka" ;;
+  esac
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with local changes)')"
   echo "- machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GB RAM; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)${note:+; $note}"

@@ -8,6 +8,19 @@ no parsing, an offset commit a batch) copies them to a topic of its own, and
 hints. Each side is timed from its start (process or consumer created) to
 the moment its output topic holds N messages (high watermarks polled every
 20 ms), start-up included. Prints one Markdown table to stdout.
+
+Before the first side, a throwaway consumer group commits an offset: the
+broker's first group creates its offsets topic and loads its coordinator
+(3-4 s on a fresh node), which would otherwise be timed in whichever side
+ran first (the passthrough, until 2026-12-03).
+
+With `--cached D`, the cached path instead: the N inputs are D distinct
+trajectories, each sent N / D times (message i is trajectory i mod D), and
+the worker has a model, a loopback Anthropic Messages server in this
+process: the first of each trajectory's copies costs one model call, every
+later copy (a redelivery or a late member, to the worker) is answered from
+the hint cache. With a model the worker's readers run (the hints and
+outcomes topics read back), as they do in a trainer's run.
 """
 
 import argparse
@@ -17,7 +30,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -46,12 +61,89 @@ def create_topics(bootstrap, names, partitions):
         future.result(timeout=90)
 
 
-def fill(bootstrap, topic, n):
+class ModelServer:
+    """A loopback Anthropic Messages endpoint (`POST /v1/messages`) that
+    answers every request with one hint and counts the requests."""
+
+    REPLY = json.dumps({
+        "id": "msg", "type": "message", "role": "assistant", "model": "claude-sonnet-4-20250514",
+        "content": [{"type": "text", "text": "Print the result in the format check_output expects."}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 900, "output_tokens": 40},
+    }).encode()
+
+    def __init__(self):
+        self.requests = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                # The stage's start-up probe asks for the model list.
+                body = b'{"data":[{"type":"model","id":"claude-sonnet-4-20250514"}],"has_more":false}'
+                self.send_response(200 if self.path.startswith("/v1/models") else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                if self.path != "/v1/messages":
+                    self.send_error(404)
+                    return
+                server.requests += 1
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(ModelServer.REPLY)))
+                self.end_headers()
+                self.wfile.write(ModelServer.REPLY)
+
+            def log_message(self, *args):
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def url(self):
+        return f"http://127.0.0.1:{self.http.server_address[1]}"
+
+    def close(self):
+        self.http.shutdown()
+
+
+def warm_up(bootstrap, tag):
+    """Creates the broker's offsets topic and loads its group coordinator
+    (one group's first commit), so that neither side pays for it."""
+    started = time.monotonic()
+    topic = f"warm-{tag}"
+    create_topics(bootstrap, [topic], 1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b"warm")
+    if producer.flush(60):
+        raise SystemExit("warm-up: the broker did not acknowledge a message in 60 s")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    deadline = started + 120
+    while True:
+        msg = consumer.poll(1.0)
+        if msg is not None and not msg.error():
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit("warm-up: no message read back in 120 s")
+    consumer.commit(message=msg, asynchronous=False)
+    consumer.close()
+    log(f"broker warmed up (offsets topic, group coordinator) in {time.monotonic() - started:.1f} s")
+
+
+def fill(bootstrap, topic, n, distinct=0):
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
                          "compression.type": "none"})
     started = time.monotonic()
     for i in range(n):
-        value, key = trajectory(i)
+        value, key = trajectory(i % distinct if distinct else i)
         while True:
             try:
                 producer.produce(topic, value, key)
@@ -149,7 +241,7 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
     return took, cpu
 
 
-def config_text(bootstrap, tag, partitions):
+def config_text(bootstrap, tag, partitions, model):
     return f"""bootstrap_servers = "{bootstrap}"
 [topics]
 failed = "in-{tag}"
@@ -165,22 +257,28 @@ output_topic = "hints-{tag}"
 dlq_topic = "dlq-{tag}"
 metrics_addr = "127.0.0.1:0"
 [llm]
-provider = "none"
+""" + (LLM_MODEL if model else 'provider = "none"\n')
+
+
+LLM_MODEL = """provider = "anthropic"
+requests_per_minute = 0
 """
 
 
-def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_out):
+def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_out, model):
     work = tempfile.mkdtemp(prefix="bench-static-hints-")
     config = os.path.join(work, "hintstream.toml")
     with open(config, "w") as f:
-        f.write(config_text(bootstrap, tag, partitions))
+        f.write(config_text(bootstrap, tag, partitions, model))
+    env = dict(os.environ)
+    if model:
+        env.update(ANTHROPIC_API_KEY="sk-bench", ANTHROPIC_BASE_URL=model.url())
     command = [binary, "hints", "--config", config]
     if perf_out:
         command = ["perf", "record", "-e", "cpu-clock", "-F", "499", "-g", "-o", perf_out, "--"] + command
     logfile = open(os.path.join(work, "hints.log"), "w")
     started = time.monotonic()
-    process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT,
-                               env=os.environ)
+    process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for(watcher, f"hints-{tag}", partitions, n, deadline_s, "hintstream hints",
                  alive=lambda: process.poll() is None)
@@ -222,9 +320,15 @@ def main():
     parser.add_argument("--no-outcomes-topic", action="store_true",
                         help="leave the outcomes topic out: the worker then reads neither it nor the "
                              "hints topic, and no step waits for the learning read barrier")
+    parser.add_argument("--cached", type=int, default=0, metavar="D",
+                        help="the cached path: D distinct trajectories, each sent N / D times, and a "
+                             "loopback model that the first copy of each calls")
     args = parser.parse_args()
+    if args.cached and args.no_outcomes_topic:
+        parser.error("--cached reads the outcomes topic back; leave --no-outcomes-topic out")
     n, parts = args.messages, args.partitions
     rows = []
+    warm_up(args.bootstrap, f"sh{os.getpid()}")
     for r in range(args.repeats):
         tag = f"sh{os.getpid()}r{r}"
         topics = [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"dlq-{tag}"]
@@ -232,17 +336,26 @@ def main():
             topics.append(f"outcomes-{tag}")
         create_topics(args.bootstrap, topics, parts)
         create_topics(args.bootstrap, [f"spend-{tag}"], 1)
-        fill(args.bootstrap, f"in-{tag}", n)
+        fill(args.bootstrap, f"in-{tag}", n, args.cached)
         watcher = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"watch-{tag}"})
         side = Side(args.broker_pid)
         base, base_cpu = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs)
         base_broker, base_busy = side.end()
         log(f"passthrough: {n / base:,.0f} msg/s")
+        model = ModelServer() if args.cached else None
         side = Side(args.broker_pid)
-        hs, hs_cpu = hintstream(args.hintstream, args.bootstrap, tag, n, parts, watcher, args.deadline_secs,
-                        args.perf if r == 0 else "")
+        try:
+            hs, hs_cpu = hintstream(args.hintstream, args.bootstrap, tag, n, parts, watcher,
+                                    args.deadline_secs, args.perf if r == 0 else "", model)
+        finally:
+            if model:
+                model.close()
         hs_broker, hs_busy = side.end()
-        log(f"hintstream: {n / hs:,.0f} hints/s")
+        log(f"hintstream: {n / hs:,.0f} hints/s"
+            + (f" ({model.requests} model calls for {args.cached} distinct trajectories)" if model else ""))
+        if model and model.requests < min(args.cached, n):
+            raise SystemExit(f"the model was called {model.requests} times for {args.cached} distinct "
+                             "trajectories: some hints were not the model's")
         watcher.close()
         rows.append((base, base_cpu, base_broker, base_busy, hs, hs_cpu, hs_broker, hs_busy))
     print("| repeat | messages | passthrough s (CPU s; broker CPU s; machine busy) | passthrough msg/s "
