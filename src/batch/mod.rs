@@ -25,7 +25,7 @@ use thiserror::Error;
 
 pub use strings::Strings;
 
-use crate::messages::ScoredRollout;
+use crate::messages::{ScoredRollout, LOGPROB_ROUNDING};
 
 /// Content type of Arrow IPC stream payloads (Kafka header `content-type`).
 pub const ARROW_STREAM_CONTENT_TYPE: &str = "application/vnd.apache.arrow.stream";
@@ -416,6 +416,37 @@ impl ScoredRows {
 
     /// The value rules of the JSON contract, applied to columnar input.
     fn check(&self) -> Result<(), BatchError> {
+        if self.all_valid() {
+            return Ok(());
+        }
+        self.first_invalid()
+    }
+
+    /// Whether every row passes [`ScoredRows::check`], a column at a time
+    /// (a 1M-row step's intake checked row by row for ~20 ms of its one
+    /// thread: each row's strings looked up and trimmed, each log-prob
+    /// checked through a call).
+    fn all_valid(&self) -> bool {
+        // Not empty once trimmed: a first byte that is a printable ASCII
+        // character settles it without a trim (which also takes Unicode
+        // spaces and \x0B, which `is_ascii_whitespace` does not).
+        let filled = |s: &str| match s.as_bytes().first() {
+            Some(b) if b.is_ascii_graphic() => true,
+            _ => !s.trim().is_empty(),
+        };
+        let logprob_ok = |v: &Option<f64>| v.is_none_or(|v| v.is_finite() && v <= LOGPROB_ROUNDING);
+        self.reward.iter().all(|r| r.is_finite())
+            && self.step.iter().all(|&s| s >= 0)
+            && self.instance_id.iter().all(filled)
+            && self.run_id.iter().all(filled)
+            && self.hint_id.iter().all(|id| id.as_deref().is_none_or(filled))
+            && self.logprob_hinted.iter().all(logprob_ok)
+            && self.logprob_unhinted.iter().all(logprob_ok)
+    }
+
+    /// The first invalid row's fault, in row order (each row's columns in
+    /// the order below).
+    fn first_invalid(&self) -> Result<(), BatchError> {
         let bad = |column, row, reason: &str| BatchError::InvalidValue {
             column,
             row,
@@ -982,6 +1013,62 @@ mod tests {
             response_length: None,
             logprob_hinted: None,
             logprob_unhinted: None,
+        }
+    }
+
+    #[test]
+    fn the_check_a_column_at_a_time_passes_and_fails_what_the_check_a_row_at_a_time_does() {
+        type Change = fn(&mut ScoredRollout);
+        let changes: [(&str, Change); 17] = [
+            ("none", |_| {}),
+            ("reward NaN", |r| r.reward = f64::NAN),
+            ("reward inf", |r| r.reward = f64::INFINITY),
+            ("step -1", |r| r.step = -1),
+            ("instance empty", |r| r.instance_id = String::new()),
+            ("instance spaces", |r| r.instance_id = " \t ".into()),
+            ("instance vertical tab", |r| r.instance_id = "\u{b}".into()),
+            ("instance no-break space", |r| {
+                r.instance_id = "\u{a0}\u{3000}".into()
+            }),
+            ("instance after a space", |r| r.instance_id = " i".into()),
+            ("instance non-ASCII", |r| r.instance_id = "é".into()),
+            ("run empty", |r| r.run_id = "\n".into()),
+            ("hint id empty", |r| r.hint_id = Some(" ".into())),
+            ("logprob NaN", |r| {
+                r.logprob_hinted = Some(f64::NAN);
+                r.response_length = Some(1);
+            }),
+            ("logprob rounding", |r| {
+                r.logprob_unhinted = Some(LOGPROB_ROUNDING);
+                r.response_length = Some(1);
+            }),
+            ("logprob over", |r| {
+                r.logprob_unhinted = Some(2.0 * LOGPROB_ROUNDING);
+                r.response_length = Some(1);
+            }),
+            ("logprob -inf", |r| {
+                r.logprob_hinted = Some(f64::NEG_INFINITY);
+                r.response_length = Some(1);
+            }),
+            ("logprob fine", |r| {
+                r.logprob_hinted = Some(-3.5);
+                r.response_length = Some(1);
+            }),
+        ];
+        for (what, change) in changes {
+            for at in [0, 2] {
+                let mut rows = ScoredRows::default();
+                for i in 0..3 {
+                    let mut r = row(&format!("g{i}"), (i == 1).then_some("h"));
+                    if i == at {
+                        change(&mut r);
+                    }
+                    rows.push(&r);
+                }
+                let by_row = rows.first_invalid().map_err(|e| e.to_string());
+                assert_eq!(rows.all_valid(), by_row.is_ok(), "{what} at row {at}: {by_row:?}");
+                assert_eq!(rows.check().map_err(|e| e.to_string()), by_row, "{what}");
+            }
         }
     }
 
