@@ -103,18 +103,23 @@ fn decode_unguarded(
     let batches = ipc::decode_stream(bytes)
         .map_err(|e| reject("bad_arrow", format!("not an Arrow IPC stream: {e}")))?;
     bound::check_decoded_size(&batches, max_decoded_bytes).map_err(|e| reject(e.kind(), e.to_string()))?;
-    let mut rows = ScoredRows::default();
-    for batch in &batches {
-        rows.extend(ScoredRows::from_batch(batch).map_err(|e| reject(e.kind(), e.to_string()))?);
-    }
+    let rows_of = |batch| ScoredRows::from_batch(batch).map_err(|e| reject(e.kind(), e.to_string()));
+    // A stream of one batch (as trainers send) is its rows, not a copy.
+    let rows = match batches.split_first() {
+        Some((first, more)) => {
+            let mut rows = rows_of(first)?;
+            for batch in more {
+                rows.extend(rows_of(batch)?);
+            }
+            rows
+        }
+        None => ScoredRows::default(),
+    };
     if rows.is_empty() {
         return Err(reject("empty", "the Arrow stream has no rows".into()));
     }
-    let one_step = rows
-        .run_id
-        .iter()
-        .zip(&rows.step)
-        .all(|(r, s)| *r == rows.run_id[0] && *s == rows.step[0]);
+    let (run, step) = (&rows.run_id[0], rows.step[0]);
+    let one_step = rows.step.iter().all(|&s| s == step) && rows.run_id.iter().all(|r| r == run);
     if !one_step {
         return Err(reject(
             "mixed_steps",

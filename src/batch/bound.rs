@@ -62,10 +62,7 @@ pub fn check_decoded_size(batches: &[RecordBatch], limit: usize) -> Result<u64, 
 /// (views and dictionary keys resolved); 0 for other types. Saturates.
 pub fn decoded_len(array: &dyn Array) -> u64 {
     match array.data_type() {
-        DataType::Dictionary(_, _) => match element_lengths(array) {
-            Some(lengths) => lengths.iter().fold(0u64, |sum, &n| sum.saturating_add(n)),
-            None => 0,
-        },
+        DataType::Dictionary(_, _) => dictionary_len(array).unwrap_or(0),
         _ => flat_len(array).unwrap_or(0),
     }
 }
@@ -101,6 +98,24 @@ fn views_len(views: &[u128], valid: impl Fn(usize) -> bool) -> u64 {
         .enumerate()
         .filter(|(i, _)| valid(*i))
         .fold(0u64, |sum, (_, &view)| sum.saturating_add(u64::from(view as u32)))
+}
+
+/// The bytes a dictionary's keys resolve to, summed as they are read (its
+/// values' lengths looked up; no length a row kept).
+fn dictionary_len(array: &dyn Array) -> Option<u64> {
+    let dict = array.as_any_dictionary_opt()?;
+    let values = element_lengths(dict.values().as_ref())?;
+    let keys = dict.normalized_keys();
+    // A key out of range is an error later; it copies nothing.
+    let len = |i: usize, &key: &usize| match array.is_valid(i) {
+        true => values.get(key).copied().unwrap_or(0),
+        false => 0,
+    };
+    Some(
+        keys.iter()
+            .enumerate()
+            .fold(0u64, |sum, (i, key)| sum.saturating_add(len(i, key))),
+    )
 }
 
 /// Each element's byte length (0 for a null), dictionaries resolved through
