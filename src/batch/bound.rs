@@ -105,8 +105,9 @@ fn views_len(views: &[u128], valid: impl Fn(usize) -> bool) -> u64 {
 fn dictionary_len(array: &dyn Array) -> Option<u64> {
     let dict = array.as_any_dictionary_opt()?;
     let values = element_lengths(dict.values().as_ref())?;
+    // Keys out of range were refused by the decoder's validation already
+    // (`normalized_keys` would count the last value for them).
     let keys = dict.normalized_keys();
-    // A key out of range is an error later; it copies nothing.
     let len = |i: usize, &key: &usize| match array.is_valid(i) {
         true => values.get(key).copied().unwrap_or(0),
         false => 0,

@@ -3,8 +3,8 @@
 
 use crate::messages::decode::panic_text;
 use arrow_array::RecordBatch;
-use arrow_buffer::Buffer;
-use arrow_ipc::reader::{FileReader, StreamDecoder};
+use arrow_buffer::{Buffer, MutableBuffer};
+use arrow_ipc::reader::{FileReader, StreamDecoder, StreamReader};
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::ArrowError;
 
@@ -27,15 +27,31 @@ pub fn encode_stream(batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
 /// panics on some malformed streams (a buffer slice past the body, found by
 /// `fuzz/fuzz_targets/decode_scored.rs`), so a panic is an error here.
 ///
-/// The stream is copied once, into one aligned buffer that the batches'
-/// arrays then slice. `StreamReader` copied each message's body into a
-/// buffer of its own, zeroed first: two passes over the bytes and, for a
-/// large step's ~1 MB messages, freshly faulted pages for each (~40 ms of
-/// a 1M-row step's intake on the consume loop's thread).
+/// A stream as writers make it (its bodies 8-byte aligned, as the format
+/// asks, and only schema, record batch and dictionary messages) is copied
+/// once, into one aligned buffer that the batches' arrays then slice.
+/// `StreamReader` copies each message's body into a buffer of its own,
+/// zeroed first: two passes over the bytes. Any other stream still goes
+/// through `StreamReader`, so that what is accepted and refused does not
+/// change: `StreamDecoder` skips messages of no type, where the reader
+/// refuses them, and places a misaligned body as it lies, where the reader
+/// gives each body an aligned buffer.
 pub fn decode_stream(bytes: &[u8]) -> Result<Vec<RecordBatch>, ArrowError> {
-    let framed = check_framing(bytes)?;
+    let framing = check_framing(bytes)?;
+    if !framing.plain {
+        return guarded(|| StreamReader::try_new(std::io::Cursor::new(bytes), None)?.collect());
+    }
     guarded(|| {
-        let mut buffer = Buffer::from(&bytes[..framed]);
+        let stream = &bytes[..framing.len];
+        let mut copy = MutableBuffer::with_capacity(stream.len() + END_OF_STREAM.len());
+        copy.extend_from_slice(stream);
+        // A stream may end without its marker (the reader takes the end of
+        // the bytes as the end): the decoder is given one, so that a last
+        // message with an empty body is read, not left waiting for one.
+        if !framing.ended {
+            copy.extend_from_slice(&END_OF_STREAM);
+        }
+        let mut buffer = Buffer::from(copy);
         let mut decoder = StreamDecoder::new();
         let mut batches = Vec::new();
         while let Some(batch) = decoder.decode(&mut buffer)? {
@@ -51,14 +67,29 @@ pub fn decode_stream(bytes: &[u8]) -> Result<Vec<RecordBatch>, ArrowError> {
     })
 }
 
+/// The end-of-stream marker: a continuation marker and a length of 0.
+const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
+/// What [`check_framing`] found of a stream.
+struct Framing {
+    /// Bytes up to its end-of-stream marker (bytes after it are not read,
+    /// as `StreamReader` does not read them), or all of them.
+    len: usize,
+    /// Whether it has an end-of-stream marker.
+    ended: bool,
+    /// Whether every body starts 8-byte aligned and every message is a
+    /// schema, a record batch or a dictionary batch.
+    plain: bool,
+}
+
 /// Walks the stream's message frames (optional continuation marker, metadata
 /// length, flatbuffer metadata, body) and checks that every body the
 /// metadata announces is really there. arrow-ipc allocates (and zeroes) up
 /// to 64 MiB for an announced body before it reads it: a 2 KB message that
 /// announces large bodies cost a worker 240 MB of resident memory before
-/// this check. Returns the length of the stream up to its end-of-stream
-/// marker (bytes after it are not read, as `StreamReader` did not).
-fn check_framing(bytes: &[u8]) -> Result<usize, ArrowError> {
+/// this check.
+fn check_framing(bytes: &[u8]) -> Result<Framing, ArrowError> {
+    use arrow_ipc::MessageHeader;
     let bad = |what: String| ArrowError::IpcError(format!("malformed IPC stream: {what}"));
     let word = |at: usize| {
         bytes
@@ -67,6 +98,7 @@ fn check_framing(bytes: &[u8]) -> Result<usize, ArrowError> {
             .ok_or_else(|| bad(format!("truncated frame header at byte {at}")))
     };
     let mut at = 0usize;
+    let mut plain = true;
     while at < bytes.len() {
         let mut len = word(at)?;
         at += 4;
@@ -75,7 +107,11 @@ fn check_framing(bytes: &[u8]) -> Result<usize, ArrowError> {
             at += 4;
         }
         if len == 0 {
-            return Ok(at);
+            return Ok(Framing {
+                len: at,
+                ended: true,
+                plain,
+            });
         }
         let len = usize::try_from(len).map_err(|_| bad(format!("negative metadata length {len}")))?;
         let meta = bytes
@@ -84,6 +120,11 @@ fn check_framing(bytes: &[u8]) -> Result<usize, ArrowError> {
         let message = arrow_ipc::root_as_message(meta)
             .map_err(|e| bad(format!("unreadable metadata at byte {at}: {e}")))?;
         at += len;
+        plain &= at % 8 == 0
+            && matches!(
+                message.header_type(),
+                MessageHeader::Schema | MessageHeader::RecordBatch | MessageHeader::DictionaryBatch
+            );
         let body = usize::try_from(message.bodyLength())
             .map_err(|_| bad(format!("negative body length {}", message.bodyLength())))?;
         if body > bytes.len() - at {
@@ -94,7 +135,11 @@ fn check_framing(bytes: &[u8]) -> Result<usize, ArrowError> {
         }
         at += body;
     }
-    Ok(bytes.len())
+    Ok(Framing {
+        len: bytes.len(),
+        ended: false,
+        plain,
+    })
 }
 
 /// Decodes an IPC file (`ARROW1` magic) into its batches, panics as errors.
@@ -116,7 +161,6 @@ fn guarded(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_ipc::reader::StreamReader;
 
     #[test]
     fn a_stream_that_panics_arrow_ipc_is_an_error() {
@@ -145,6 +189,71 @@ mod tests {
         for cut in [good.len() - 9, good.len() / 2, 6, 3] {
             assert!(decode_stream(&good[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    /// `batch` (of one Int64 column) with 3 rows and with none.
+    fn three_rows_and_none() -> (RecordBatch, RecordBatch) {
+        use arrow_array::Int64Array;
+        let batch = RecordBatch::try_from_iter([(
+            "x",
+            std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])) as arrow_array::ArrayRef,
+        )])
+        .unwrap();
+        let empty = batch.slice(0, 0);
+        (batch, empty)
+    }
+
+    /// What `StreamReader` makes of `bytes`, the reference for what is
+    /// accepted and refused.
+    fn as_the_reader_reads(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
+        guarded(|| StreamReader::try_new(std::io::Cursor::new(bytes), None)?.collect())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_stream_without_its_end_marker_whose_last_body_is_empty_is_read_whole() {
+        let (batch, empty) = three_rows_and_none();
+        let stream = encode_stream(&[batch.clone(), empty.clone()]).unwrap();
+        let unended = &stream[..stream.len() - END_OF_STREAM.len()];
+        assert_eq!(&stream[unended.len()..], END_OF_STREAM);
+        assert_eq!(decode_stream(unended).unwrap(), [batch, empty]);
+        assert!(as_the_reader_reads(unended).is_ok());
+    }
+
+    #[test]
+    fn a_message_of_no_type_or_a_misaligned_body_is_read_as_the_reader_reads_it() {
+        let (batch, _) = three_rows_and_none();
+        let stream = encode_stream(&[batch]).unwrap();
+        // A message of no type first, framed as the writer frames messages.
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let mut message = arrow_ipc::MessageBuilder::new(&mut fbb);
+        message.add_version(arrow_ipc::MetadataVersion::V5);
+        message.add_header_type(arrow_ipc::MessageHeader::NONE);
+        message.add_bodyLength(0);
+        let message = message.finish();
+        fbb.finish(message, None);
+        let mut meta = fbb.finished_data().to_vec();
+        meta.resize(meta.len().next_multiple_of(8), 0);
+        let mut none_first = vec![0xff, 0xff, 0xff, 0xff];
+        none_first.extend_from_slice(&(meta.len() as i32).to_le_bytes());
+        none_first.extend_from_slice(&meta);
+        none_first.extend_from_slice(&stream);
+        let decoded = decode_stream(&none_first).map_err(|e| e.to_string());
+        assert!(decoded.is_err(), "{decoded:?}");
+        assert_eq!(decoded, as_the_reader_reads(&none_first));
+        // The schema's metadata 4 bytes longer: every body after it starts
+        // 4 bytes off 8-byte alignment.
+        let schema_len = i32::from_le_bytes(stream[4..8].try_into().unwrap()) as usize;
+        let mut misaligned = stream[..4].to_vec();
+        misaligned.extend_from_slice(&(schema_len as i32 + 4).to_le_bytes());
+        misaligned.extend_from_slice(&stream[8..8 + schema_len]);
+        misaligned.extend_from_slice(&[0; 4]);
+        misaligned.extend_from_slice(&stream[8 + schema_len..]);
+        assert!(!check_framing(&misaligned).unwrap().plain);
+        assert_eq!(
+            decode_stream(&misaligned).map_err(|e| e.to_string()),
+            as_the_reader_reads(&misaligned)
+        );
     }
 
     #[test]
