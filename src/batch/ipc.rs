@@ -120,7 +120,7 @@ fn check_framing(bytes: &[u8]) -> Result<Framing, ArrowError> {
         let message = arrow_ipc::root_as_message(meta)
             .map_err(|e| bad(format!("unreadable metadata at byte {at}: {e}")))?;
         at += len;
-        plain &= at % 8 == 0
+        plain &= at.is_multiple_of(8)
             && matches!(
                 message.header_type(),
                 MessageHeader::Schema | MessageHeader::RecordBatch | MessageHeader::DictionaryBatch
@@ -178,12 +178,7 @@ mod tests {
 
     #[test]
     fn framing_rejects_bodies_that_are_not_there_and_keeps_good_streams() {
-        use arrow_array::Int64Array;
-        let batch = RecordBatch::try_from_iter([(
-            "x",
-            std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])) as arrow_array::ArrayRef,
-        )])
-        .unwrap();
+        let (batch, _) = three_rows_and_none();
         let good = encode_stream(&[batch.clone(), batch]).unwrap();
         assert_eq!(decode_stream(&good).unwrap().len(), 2);
         for cut in [good.len() - 9, good.len() / 2, 6, 3] {
@@ -258,12 +253,8 @@ mod tests {
 
     #[test]
     fn batches_slice_one_copy_of_the_stream_and_bytes_after_its_end_are_not_read() {
-        use arrow_array::{Array, Int64Array};
-        let batch = RecordBatch::try_from_iter([(
-            "x",
-            std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])) as arrow_array::ArrayRef,
-        )])
-        .unwrap();
+        use arrow_array::Array;
+        let (batch, _) = three_rows_and_none();
         let mut bytes = encode_stream(&[batch.clone(), batch.clone()]).unwrap();
         bytes.extend_from_slice(b"after the end");
         let batches = decode_stream(&bytes).unwrap();
