@@ -103,18 +103,7 @@ fn decode_unguarded(
     let batches = ipc::decode_stream(bytes)
         .map_err(|e| reject("bad_arrow", format!("not an Arrow IPC stream: {e}")))?;
     bound::check_decoded_size(&batches, max_decoded_bytes).map_err(|e| reject(e.kind(), e.to_string()))?;
-    let rows_of = |batch| ScoredRows::from_batch(batch).map_err(|e| reject(e.kind(), e.to_string()));
-    // A stream of one batch (as trainers send) is its rows, not a copy.
-    let rows = match batches.split_first() {
-        Some((first, more)) => {
-            let mut rows = rows_of(first)?;
-            for batch in more {
-                rows.extend(rows_of(batch)?);
-            }
-            rows
-        }
-        None => ScoredRows::default(),
-    };
+    let rows = ScoredRows::from_batches(&batches).map_err(|e| reject(e.kind(), e.to_string()))?;
     if rows.is_empty() {
         return Err(reject("empty", "the Arrow stream has no rows".into()));
     }

@@ -145,16 +145,7 @@ pub fn read_arrow(path: &Path) -> Result<ScoredRows, OfflineError> {
     } else {
         ipc::decode_stream(&bytes).map_err(bad)?
     };
-    let mut rows = ScoredRows::default();
-    for batch in &batches {
-        rows.extend(
-            ScoredRows::from_batch(batch).map_err(|source| OfflineError::Columns {
-                path: name.clone(),
-                source,
-            })?,
-        );
-    }
-    Ok(rows)
+    ScoredRows::from_batches(&batches).map_err(|source| OfflineError::Columns { path: name, source })
 }
 
 fn write_jsonl(

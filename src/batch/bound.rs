@@ -156,8 +156,9 @@ fn element_lengths(array: &dyn Array) -> Option<Vec<u64>> {
         DataType::Dictionary(_, _) => {
             let dict = array.as_any_dictionary_opt()?;
             let values = element_lengths(dict.values().as_ref())?;
+            // Keys out of range were refused by the decoder's validation
+            // already (`normalized_keys` would give them the last value).
             let keys = dict.normalized_keys();
-            // A key out of range is an error later; it copies nothing.
             lengths(n, &|i| {
                 keys.get(i).and_then(|&k| values.get(k)).copied().unwrap_or(0)
             })

@@ -25,7 +25,7 @@ use thiserror::Error;
 
 pub use strings::Strings;
 
-use crate::messages::{ScoredRollout, LOGPROB_ROUNDING};
+use crate::messages::ScoredRollout;
 
 /// Content type of Arrow IPC stream payloads (Kafka header `content-type`).
 pub const ARROW_STREAM_CONTENT_TYPE: &str = "application/vnd.apache.arrow.stream";
@@ -386,6 +386,21 @@ impl ScoredRows {
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
     }
 
+    /// The rows of `batches` (each as [`ScoredRows::from_batch`] reads
+    /// it), in order. The first batch's rows are the result's, not copied
+    /// into an empty set: a stream of one batch (as trainers send) costs no
+    /// copy.
+    pub fn from_batches(batches: &[RecordBatch]) -> Result<ScoredRows, BatchError> {
+        let Some((first, more)) = batches.split_first() else {
+            return Ok(ScoredRows::default());
+        };
+        let mut rows = Self::from_batch(first)?;
+        for batch in more {
+            rows.extend(Self::from_batch(batch)?);
+        }
+        Ok(rows)
+    }
+
     /// Reads scored rows from a batch with the scored columns in any usual
     /// encoding: strings plain, large, view or dictionary-encoded; reward f32
     /// or f64; step any integer type. `hint_category`, `hint_id` and
@@ -427,21 +442,18 @@ impl ScoredRows {
     /// thread: each row's strings looked up and trimmed, each log-prob
     /// checked through a call).
     fn all_valid(&self) -> bool {
-        // Not empty once trimmed: a first byte that is a printable ASCII
-        // character settles it without a trim (which also takes Unicode
-        // spaces and \x0B, which `is_ascii_whitespace` does not).
-        let filled = |s: &str| match s.as_bytes().first() {
-            Some(b) if b.is_ascii_graphic() => true,
-            _ => !s.trim().is_empty(),
+        let logprobs_ok = |column, values: &[Option<f64>]| {
+            values
+                .iter()
+                .all(|&v| crate::messages::check_logprob(column, v).is_ok())
         };
-        let logprob_ok = |v: &Option<f64>| v.is_none_or(|v| v.is_finite() && v <= LOGPROB_ROUNDING);
         self.reward.iter().all(|r| r.is_finite())
             && self.step.iter().all(|&s| s >= 0)
             && self.instance_id.iter().all(filled)
             && self.run_id.iter().all(filled)
             && self.hint_id.iter().all(|id| id.as_deref().is_none_or(filled))
-            && self.logprob_hinted.iter().all(logprob_ok)
-            && self.logprob_unhinted.iter().all(logprob_ok)
+            && logprobs_ok(LOGPROB_HINTED, &self.logprob_hinted)
+            && logprobs_ok(LOGPROB_UNHINTED, &self.logprob_unhinted)
     }
 
     /// The first invalid row's fault, in row order (each row's columns in
@@ -459,13 +471,13 @@ impl ScoredRows {
             if self.step[row] < 0 {
                 return Err(bad("step", row, "must be >= 0"));
             }
-            if self.instance_id[row].trim().is_empty() {
+            if !filled(&self.instance_id[row]) {
                 return Err(bad("instance_id", row, "must be non-empty"));
             }
-            if self.run_id[row].trim().is_empty() {
+            if !filled(&self.run_id[row]) {
                 return Err(bad("run_id", row, "must be non-empty"));
             }
-            if self.hint_id(row).is_some_and(|id| id.trim().is_empty()) {
+            if self.hint_id(row).is_some_and(|id| !filled(id)) {
                 return Err(bad("hint_id", row, "must be non-empty when present"));
             }
             for (column, values) in [
@@ -479,6 +491,17 @@ impl ScoredRows {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether `s` is not empty once trimmed (the contract's "non-empty"). A
+/// first byte that is a printable ASCII character settles it without a
+/// trim (which also takes Unicode spaces and \x0B, which
+/// `is_ascii_whitespace` does not).
+fn filled(s: &str) -> bool {
+    match s.as_bytes().first() {
+        Some(b) if b.is_ascii_graphic() => true,
+        _ => !s.trim().is_empty(),
     }
 }
 
@@ -1018,6 +1041,7 @@ mod tests {
 
     #[test]
     fn the_check_a_column_at_a_time_passes_and_fails_what_the_check_a_row_at_a_time_does() {
+        use crate::messages::LOGPROB_ROUNDING;
         type Change = fn(&mut ScoredRollout);
         let changes: [(&str, Change); 17] = [
             ("none", |_| {}),
