@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Stage 1's static-hint path (no model API) against a consume->produce
-# passthrough in Python (confluent-kafka, batches of 1,000, no parsing), side
-# by side on one Apache Kafka node in one invocation (issue 34, P4): N small
-# failed trajectories of group_size 1 on 6 partitions, each side timed from
+# passthrough in Python (confluent-kafka, batches of 1,000, no parsing) and
+# the floor (examples/static_floor.rs: the worker's output bytes and headers
+# under its guarantee, no hint work), side by side on one Apache Kafka node
+# in one invocation (issue 34, P4): N small failed trajectories of
+# group_size 1 on 6 partitions, each side timed from
 # its start to N messages on its output topic (scripts/bench_static_hints.py
 # says what is timed). Installs the broker's jars (scripts/kafka.sh) and the
 # Python venv (scripts/python-venv.sh) when missing, builds the release
@@ -15,7 +17,8 @@
 #   --note TEXT   a line about the machine for the report
 #   --perf FILE   record the first repeat's worker with `perf record -e cpu-clock -g`
 #                 (the binary linked with its symbols kept)
-#   --hintstream PATH  run this binary instead of building one
+#   --hintstream PATH  run this binary instead of building one (the floor is
+#                 built only when missing)
 #   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
 #                 --no-outcomes-topic (the worker reads no topic back: no learning barrier)
 #                 --cached D (the cached path: D distinct trajectories, each sent N / D
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
     --note) note=$2; shift 2 ;;
     --perf) perf_out=$2; shift 2 ;;
     --hintstream) binary=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -57,6 +60,10 @@ free_port() {
 scripts/kafka.sh install
 python=$(scripts/python-venv.sh)
 target="${CARGO_TARGET_DIR:-target}"
+floor="$target/release/examples/static_floor"
+if [ -z "$binary" ] || [ ! -x "$floor" ]; then
+  cargo build --release --example static_floor
+fi
 if [ -z "$binary" ]; then
   echo "bench-static-hints: building the release binary" >&2
   if [ -n "$perf_out" ]; then
@@ -78,7 +85,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date +%s)
 broker_pid=$(cat "${KAFKA_STATE_DIR:-${TMPDIR:-/tmp}/hintstream-kafka}/node-$port/pid")
 "$python" scripts/bench_static_hints.py --bootstrap "127.0.0.1:$port" --hintstream "$binary" \
-  --broker-pid "$broker_pid" \
+  --broker-pid "$broker_pid" --floor "$floor" \
   ${perf_out:+--perf "$perf_out"} ${args[@]+"${args[@]}"} >"$tables"
 took=$(( $(date +%s) - started ))
 {
@@ -91,7 +98,9 @@ took=$(( $(date +%s) - started ))
   echo "- machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GB RAM; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)${note:+; $note}"
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1"
   echo "- command: \`scripts/bench-static-hints.sh ${args[*]-}\` ($took s)"
-  echo "- CPU s: the passthrough's Python process, the worker process (librdkafka's threads included in both);"
+  echo "- floor: examples/static_floor.rs, the worker's output (a copy of one of its hints, with its headers) under"
+  echo "  its guarantee (offsets stored once every earlier output was acknowledged), no hint work"
+  echo "- CPU s: the passthrough's Python process, the worker process, the floor's (librdkafka's threads included);"
   echo "  broker CPU s: the broker's JVM over the same span (each side's own traffic, group join included);"
   echo "  machine busy: the share of both cores busy over the side's span (/proc/stat)"
   echo

@@ -298,6 +298,58 @@ def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_
     return took, cpu
 
 
+def sample_hint(bootstrap, topic, partitions):
+    """One hint from `topic`: its bytes and its headers."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sample-{topic}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                return msg.value(), msg.headers() or []
+    finally:
+        consumer.close()
+    raise SystemExit(f"no hint read back from {topic} in 60 s")
+
+
+def floor(binary, bootstrap, tag, n, partitions, watcher, deadline_s, hint):
+    """The floor (examples/static_floor.rs) from start to N outputs."""
+    payload, headers = hint
+    work = tempfile.mkdtemp(prefix="bench-static-floor-")
+    path = os.path.join(work, "hint.json")
+    with open(path, "wb") as f:
+        f.write(payload)
+    command = [binary, "--bootstrap", bootstrap, "--group", f"floor-{tag}", "--input", f"in-{tag}",
+               "--output", f"floor-{tag}", "--payload", path]
+    for name, value in headers:
+        text = (value or b"").decode()
+        if name == "traceparent":
+            # Each hint's own in the worker: a fixed one of the same length here.
+            text = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+        command += ["--header", f"{name}={text}"]
+    logfile = open(os.path.join(work, "floor.log"), "w")
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT)
+    try:
+        wait_for(watcher, f"floor-{tag}", partitions, n, deadline_s, "the floor",
+                 alive=lambda: process.poll() is None)
+        took = time.monotonic() - started
+        cpu = cpu_seconds(process.pid)
+    except SystemExit:
+        logfile.flush()
+        log(open(os.path.join(work, "floor.log")).read()[-4000:])
+        raise
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return took, cpu
+
+
 def worker_pid(process, perf_out):
     if not perf_out:
         return process.pid
@@ -320,6 +372,8 @@ def main():
     parser.add_argument("--no-outcomes-topic", action="store_true",
                         help="leave the outcomes topic out: the worker then reads neither it nor the "
                              "hints topic, and no step waits for the learning read barrier")
+    parser.add_argument("--floor", default="", metavar="PATH",
+                        help="run the floor (examples/static_floor.rs, this binary) as a third side")
     parser.add_argument("--cached", type=int, default=0, metavar="D",
                         help="the cached path: D distinct trajectories, each sent N / D times, and a "
                              "loopback model that the first copy of each calls")
@@ -331,7 +385,7 @@ def main():
     warm_up(args.bootstrap, f"sh{os.getpid()}")
     for r in range(args.repeats):
         tag = f"sh{os.getpid()}r{r}"
-        topics = [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"dlq-{tag}"]
+        topics = [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"floor-{tag}", f"dlq-{tag}"]
         if not args.no_outcomes_topic:
             topics.append(f"outcomes-{tag}")
         create_topics(args.bootstrap, topics, parts)
@@ -356,14 +410,34 @@ def main():
         if model and model.requests < min(args.cached, n):
             raise SystemExit(f"the model was called {model.requests} times for {args.cached} distinct "
                              "trajectories: some hints were not the model's")
+        low = None
+        if args.floor:
+            hint = sample_hint(args.bootstrap, f"hints-{tag}", parts)
+            side = Side(args.broker_pid)
+            fl, fl_cpu = floor(args.floor, args.bootstrap, tag, n, parts, watcher, args.deadline_secs, hint)
+            low = (fl, fl_cpu, *side.end())
+            log(f"floor: {n / fl:,.0f} msg/s ({len(hint[0])}-byte outputs, {len(hint[1])} headers)")
         watcher.close()
-        rows.append((base, base_cpu, base_broker, base_busy, hs, hs_cpu, hs_broker, hs_busy))
-    print("| repeat | messages | passthrough s (CPU s; broker CPU s; machine busy) | passthrough msg/s "
-          "| hintstream s (CPU s; broker CPU s; machine busy) | hints/s | ratio |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for r, (base, base_cpu, base_broker, base_busy, hs, hs_cpu, hs_broker, hs_busy) in enumerate(rows):
-        print(f"| {r + 1} | {n:,} | {base:.2f} ({base_cpu:.1f}; {base_broker:.1f}; {base_busy:.0%}) | {n / base:,.0f} "
-              f"| {hs:.2f} ({hs_cpu:.1f}; {hs_broker:.1f}; {hs_busy:.0%}) | {n / hs:,.0f} | {base / hs:.2f} |")
+        rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low))
+    spans = "s (CPU s; broker CPU s; machine busy)"
+    head = f"| repeat | messages | passthrough {spans} | passthrough msg/s | hintstream {spans} | hints/s | ratio |"
+    rule = "|---:|---:|---:|---:|---:|---:|---:|"
+    if args.floor:
+        head += f" floor {spans} | floor ÷ passthrough | hintstream ÷ floor |"
+        rule += "---:|---:|---:|"
+    print(head)
+    print(rule)
+    for r, (pt, hs, low) in enumerate(rows):
+        line = (f"| {r + 1} | {n:,} | {cell(pt)} | {n / pt[0]:,.0f} | {cell(hs)} | {n / hs[0]:,.0f} "
+                f"| {pt[0] / hs[0]:.2f} |")
+        if low:
+            line += f" {cell(low)} | {pt[0] / low[0]:.2f} | {low[0] / hs[0]:.2f} |"
+        print(line)
+
+
+def cell(side):
+    took, cpu, broker, busy = side
+    return f"{took:.2f} ({cpu:.1f}; {broker:.1f}; {busy:.0%})"
 
 
 if __name__ == "__main__":
