@@ -606,7 +606,7 @@ impl StepOutput {
                 .chain(chunk_headers.iter().map(|(name, value)| (*name, value.as_str()))),
             ),
         };
-        parked.send(&self.producer, &outgoing, &self.lifecycle).await
+        parked.send(&self.producer, outgoing, &self.lifecycle).await
     }
 
     /// Sends the step's hint outcomes, after its last chunk, all at once,
@@ -638,7 +638,7 @@ impl StepOutput {
             })
             .collect();
         let sends = records
-            .iter()
+            .into_iter()
             .map(|record| parked.send(&self.producer, record, &self.lifecycle));
         let mut stopped = false;
         for (sent, outcome) in futures::future::join_all(sends).await.into_iter().zip(outcomes) {
@@ -675,7 +675,7 @@ impl StepOutput {
         let sent = parked
             .send(
                 &self.producer,
-                &Outgoing {
+                Outgoing {
                     topic: &self.metrics_topic,
                     key: Some(key.as_bytes()),
                     payload: Some(&metrics_json),

@@ -143,7 +143,7 @@ impl Settlement {
     pub async fn send(
         &self,
         producer: &StageProducer,
-        record: &Outgoing<'_>,
+        record: Outgoing<'_>,
         lifecycle: &Lifecycle,
     ) -> Result<(), SendError> {
         let Some(guarantee) = self.inputs.first().and_then(Taken::guarantee) else {
@@ -174,7 +174,7 @@ impl Settlement {
     pub async fn publish(
         self,
         producer: &StageProducer,
-        record: &Outgoing<'_>,
+        record: Outgoing<'_>,
         lifecycle: &Lifecycle,
         refused: impl FnOnce(&KafkaError) -> String,
     ) -> Published {

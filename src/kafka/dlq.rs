@@ -178,10 +178,10 @@ impl DeadLetters {
     /// Hands the dead letter's record to `register` instead of producing
     /// it (under exactly_once it joins the worker's transactions, see
     /// [`guarantee`](super::guarantee)), and counts it.
-    pub(crate) fn register_with(&self, letter: &DeadLetter<'_>, register: impl FnOnce(&Outgoing<'_>)) {
+    pub(crate) fn register_with(&self, letter: &DeadLetter<'_>, register: impl FnOnce(Outgoing<'_>)) {
         let reason = truncate(letter.reason, MAX_REASON_BYTES);
         let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
-        register(&self.record(letter, reason, self.max_payload, &partition, &offset));
+        register(self.record(letter, reason, self.max_payload, &partition, &offset));
         self.counted(letter, reason);
     }
 
@@ -205,7 +205,7 @@ impl DeadLetters {
     ) -> Result<(i32, i64), SendError> {
         let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
         let record = self.record(letter, reason, max_payload, &partition, &offset);
-        send(&self.producer, &record, lifecycle).await
+        send(&self.producer, record, lifecycle).await
     }
 
     /// The dead letter's record: its payload cut to `max_payload` bytes and

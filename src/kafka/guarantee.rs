@@ -117,7 +117,7 @@ impl Guarantee {
     pub(crate) async fn send_output(
         &self,
         producer: &StageProducer,
-        record: &Outgoing<'_>,
+        record: Outgoing<'_>,
         inputs: Vec<Ticket>,
         lifecycle: &Lifecycle,
     ) -> Result<(), SendError> {

@@ -33,7 +33,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// partition's offsets stay uncommitted until it succeeds.
 const STALL_WARNING: Duration = Duration::from_secs(60);
 
-/// One record to produce.
+/// One record to produce. The send takes it whole: its headers go into the
+/// first attempt as they are (with the `traceparent` added), not a copy.
 pub struct Outgoing<'a> {
     pub topic: &'a str,
     pub key: Option<&'a [u8]>,
@@ -79,7 +80,7 @@ pub fn is_permanent(e: &KafkaError) -> bool {
 /// header of its `produce` span unless `record.headers` has one.
 pub async fn send<C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
-    record: &Outgoing<'_>,
+    record: Outgoing<'_>,
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
     // Only the export needs it: a log line of a retry names its topic and
@@ -95,8 +96,14 @@ pub async fn send<C: ClientContext + 'static>(
             attempts = Empty,
         )
     });
-    let headers = telemetry::with_traceparent(record.headers.clone(), &span);
-    let result = send_with(producer, record, headers, lifecycle)
+    let Outgoing {
+        topic,
+        key,
+        payload,
+        headers,
+    } = record;
+    let headers = telemetry::with_traceparent(headers, &span);
+    let result = send_with(producer, (topic, key, payload), headers, lifecycle)
         .instrument(span.clone())
         .await;
     // The span's outcome fields are for the trace export: a log line
@@ -117,13 +124,17 @@ pub async fn send<C: ClientContext + 'static>(
     result
 }
 
+/// A record's topic, key and payload.
+type Parts<'a> = (&'a str, Option<&'a [u8]>, Option<&'a [u8]>);
+
 async fn send_with<C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
-    record: &Outgoing<'_>,
+    (topic, key, payload): Parts<'_>,
     headers: OwnedHeaders,
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
-    // Each attempt's record takes the headers; a failed one gives them back.
+    // Each attempt's record takes the headers; a failed one gives them back
+    // (they always come back: a record of ours has a `traceparent` at least).
     let mut headers = Some(headers);
     let mut backoff = Duration::from_millis(100);
     let started = Instant::now();
@@ -135,15 +146,14 @@ async fn send_with<C: ClientContext + 'static>(
         if attempts > 1 || telemetry::exporting() {
             tracing::Span::current().record("attempts", i64::from(attempts));
         }
-        let attempt_headers = headers.take().unwrap_or_else(|| {
-            telemetry::with_traceparent(record.headers.clone(), &tracing::Span::current())
-        });
-        let mut future: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(record.topic).headers(attempt_headers);
-        if let Some(key) = record.key {
+        let attempt_headers = headers
+            .take()
+            .unwrap_or_else(|| telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::current()));
+        let mut future: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(attempt_headers);
+        if let Some(key) = key {
             future = future.key(key);
         }
-        if let Some(payload) = record.payload {
+        if let Some(payload) = payload {
             future = future.payload(payload);
         }
         let result = tokio::select! {
@@ -154,7 +164,7 @@ async fn send_with<C: ClientContext + 'static>(
         let error = match result {
             Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
             Err((e, _)) if is_permanent(&e) => {
-                tracing::error!(topic = record.topic, key = %key_text(record.key), error = %e, "produce failed permanently");
+                tracing::error!(topic, key = %key_text(key), error = %e, "produce failed permanently");
                 return Err(SendError::Permanent(e));
             }
             Err((e, mut returned)) => {
@@ -165,14 +175,14 @@ async fn send_with<C: ClientContext + 'static>(
         let failing_for = started.elapsed();
         if failing_for >= STALL_WARNING {
             tracing::error!(
-                topic = record.topic, key = %key_text(record.key), error = %error, attempts,
+                topic, key = %key_text(key), error = %error, attempts,
                 failing_for_s = failing_for.as_secs(),
                 "produce keeps failing; the offsets of the input it was made from stay uncommitted until it \
                  succeeds: check that the brokers are reachable"
             );
         } else {
             tracing::warn!(
-                topic = record.topic, key = %key_text(record.key), error = %error, attempts,
+                topic, key = %key_text(key), error = %error, attempts,
                 retry_in_ms = backoff.as_millis() as u64,
                 "produce failed; retrying"
             );

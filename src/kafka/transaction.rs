@@ -155,9 +155,9 @@ impl Transactions {
 
     /// Holds `record` until the committable offset passed all of `inputs`.
     /// An output of a reset partition's input is dropped (it is redone).
-    pub(crate) fn register(&self, record: &Outgoing<'_>, inputs: Vec<Ticket>) {
+    pub(crate) fn register(&self, record: Outgoing<'_>, inputs: Vec<Ticket>) {
         // The record carries the trace of the span registering it.
-        let headers = telemetry::with_traceparent(record.headers.clone(), &tracing::Span::current());
+        let headers = telemetry::with_traceparent(record.headers, &tracing::Span::current());
         self.hold(Held {
             record: Some(Record {
                 topic: record.topic.to_string(),
