@@ -729,12 +729,15 @@ fn worker_identity() -> &'static str {
 
 /// The hook that re-splits the group's rate limits and budget after every
 /// rebalance: this worker takes the share of `input`'s `total` partitions
-/// it holds (at most all of them), logged when its rates change.
+/// it holds (at most all of them), logged when its rates change (at info
+/// when the stage calls a model, `calls_model`; otherwise the rates limit
+/// nothing, and the line is at debug).
 pub fn rate_share_hook(
     input: &str,
     total: usize,
     limits: GroupLimits,
     metrics: LedgerMetrics,
+    calls_model: bool,
 ) -> AssignmentHook {
     let input = input.to_string();
     Box::new(move |assignment| {
@@ -750,13 +753,23 @@ pub fn rate_share_hook(
         if !changed {
             return;
         }
-        tracing::info!(
-            partitions = held,
-            of = total,
-            requests_per_minute = requests,
-            tokens_per_minute = tokens,
-            "the group's LLM rate limits re-split"
-        );
+        macro_rules! resplit {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    partitions = held,
+                    of = total,
+                    requests_per_minute = requests,
+                    tokens_per_minute = tokens,
+                    "the group's LLM rate limits re-split"
+                )
+            };
+        }
+        if calls_model {
+            resplit!(tracing::Level::INFO);
+        } else {
+            resplit!(tracing::Level::DEBUG);
+        }
     })
 }
 

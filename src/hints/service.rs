@@ -527,6 +527,7 @@ impl HintStage {
             total,
             group_limits.clone(),
             ledger_metrics.clone(),
+            synth.has_model(),
         ));
         let ledger = Ledger::start(&config, group_limits, shell.producer.clone(), ledger_metrics).await?;
         let metrics_addr = shell.serve_metrics().await?;
