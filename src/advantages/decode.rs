@@ -216,6 +216,54 @@ mod tests {
     }
 
     #[test]
+    fn optional_columns_of_nulls_only_dictionary_encoded_with_no_values_decode() {
+        // pyarrow dictionary-encodes a column of nulls only with no values
+        // at all (`pa.array([None] * n).dictionary_encode()`): a step in
+        // which no row was hinted, written with categorical hint columns.
+        use std::sync::Arc;
+
+        use arrow_array::types::Int32Type;
+        use arrow_array::{
+            ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch,
+            StringArray,
+        };
+        let nulls = || -> ArrayRef {
+            Arc::new(
+                DictionaryArray::<Int32Type>::try_new(
+                    Int32Array::from(vec![None; 4]),
+                    Arc::new(StringArray::from(Vec::<&str>::new())),
+                )
+                .unwrap(),
+            )
+        };
+        let batch = RecordBatch::try_from_iter([
+            ("run_id", Arc::new(StringArray::from(vec!["r"; 4])) as ArrayRef),
+            ("step", Arc::new(Int64Array::from(vec![3; 4]))),
+            (
+                "instance_id",
+                Arc::new(StringArray::from(vec!["a", "a", "b", "b"])),
+            ),
+            (
+                "trajectory_id",
+                Arc::new(StringArray::from(vec!["t0", "t1", "t2", "t3"])),
+            ),
+            ("reward", Arc::new(Float64Array::from(vec![1.0, 0.0, 0.5, 0.0]))),
+            ("is_hinted", Arc::new(BooleanArray::from(vec![false; 4]))),
+            ("hint_category", nulls()),
+            ("hint_id", nulls()),
+        ])
+        .unwrap();
+        let bytes = ipc::encode_stream(&[batch]).unwrap();
+        let decoded = decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default());
+        let Ok(ScoredInput::Rows(rows)) = decoded else {
+            panic!("refused: {:?}", decoded.err());
+        };
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows.hint_category, vec![None; 4]);
+        assert!((0..4).all(|row| rows.hint_id(row).is_none()));
+    }
+
+    #[test]
     fn an_arrow_message_that_panics_the_decoder_is_rejected() {
         let bytes = include_bytes!("../../fuzz/regressions/decode_scored-arrow-slice-panic.bin");
         let Err(rejected) = decode_scored(bytes, &arrow_meta(TOPIC), DecodeLimits::default()) else {

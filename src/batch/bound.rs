@@ -11,7 +11,7 @@
 //! length.
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{AnyDictionaryArray, Array, RecordBatch};
 use arrow_schema::DataType;
 
 use super::BatchError;
@@ -100,14 +100,24 @@ fn views_len(views: &[u128], valid: impl Fn(usize) -> bool) -> u64 {
         .fold(0u64, |sum, (_, &view)| sum.saturating_add(u64::from(view as u32)))
 }
 
+/// A dictionary's keys as indices into its values (`normalized_keys`), or
+/// `None` when it has no values, where `normalized_keys` panics. pyarrow
+/// writes a dictionary-encoded column of nulls only so: every key null.
+/// (Keys out of range were refused by the decoder's validation already;
+/// `normalized_keys` would give them the last value.)
+pub(super) fn value_indices(dict: &dyn AnyDictionaryArray) -> Option<Vec<usize>> {
+    (!dict.values().is_empty()).then(|| dict.normalized_keys())
+}
+
 /// The bytes a dictionary's keys resolve to, summed as they are read (its
 /// values' lengths looked up; no length a row kept).
 fn dictionary_len(array: &dyn Array) -> Option<u64> {
     let dict = array.as_any_dictionary_opt()?;
     let values = element_lengths(dict.values().as_ref())?;
-    // Keys out of range were refused by the decoder's validation already
-    // (`normalized_keys` would count the last value for them).
-    let keys = dict.normalized_keys();
+    let Some(keys) = value_indices(dict) else {
+        // No values: every key is null, and names no bytes.
+        return Some(0);
+    };
     let len = |i: usize, &key: &usize| match array.is_valid(i) {
         true => values.get(key).copied().unwrap_or(0),
         false => 0,
@@ -156,9 +166,10 @@ fn element_lengths(array: &dyn Array) -> Option<Vec<u64>> {
         DataType::Dictionary(_, _) => {
             let dict = array.as_any_dictionary_opt()?;
             let values = element_lengths(dict.values().as_ref())?;
-            // Keys out of range were refused by the decoder's validation
-            // already (`normalized_keys` would give them the last value).
-            let keys = dict.normalized_keys();
+            let Some(keys) = value_indices(dict) else {
+                // No values: every key is null.
+                return Some(vec![0; n]);
+            };
             lengths(n, &|i| {
                 keys.get(i).and_then(|&k| values.get(k)).copied().unwrap_or(0)
             })
@@ -196,6 +207,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(decoded_len(&dict), 2 * (1 << 20) + 1);
+    }
+
+    #[test]
+    fn an_all_null_dictionary_with_no_values_counts_nothing() {
+        // What pyarrow writes for a dictionary-encoded column of nulls only
+        // (`pa.array([None, None]).dictionary_encode()`): no values at all.
+        let dict = DictionaryArray::<Int32Type>::try_new(
+            Int32Array::from(vec![None, None]),
+            Arc::new(StringArray::from(Vec::<&str>::new())),
+        )
+        .unwrap();
+        assert_eq!(decoded_len(&dict), 0);
+        assert_eq!(element_lengths(&dict), Some(vec![0, 0]));
     }
 
     #[test]

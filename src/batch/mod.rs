@@ -765,7 +765,12 @@ fn group_buffer(batch: &RecordBatch) -> Result<(arrow_buffer::ScalarBuffer<u32>,
     // Otherwise through a map of the (few) dictionary values.
     let values = map_strings(values.as_ref()).ok_or_else(wrong)?;
     let mut ids = Vec::with_capacity(dict.keys().len());
-    for (row, k) in dict.normalized_keys().into_iter().enumerate() {
+    // No values: no row can name one (the column has no nulls).
+    let keys = bound::value_indices(dict).unwrap_or_default();
+    if keys.len() < dict.keys().len() {
+        return Err(bad_key(0));
+    }
+    for (row, k) in keys.into_iter().enumerate() {
         ids.push(*values.ids.get(k).ok_or_else(|| bad_key(row))?);
     }
     Ok((ids.into(), values.n_groups))
