@@ -608,26 +608,30 @@ impl Intake {
     fn start_batch(&mut self) -> mpsc::UnboundedSender<MessageFuture> {
         let (sender, mut received) = mpsc::unbounded_channel::<MessageFuture>();
         let panics = self.panics.clone();
-        self.tasks.spawn(async move {
-            let mut running: FuturesUnordered<CatchUnwind<AssertUnwindSafe<MessageFuture>>> =
-                FuturesUnordered::new();
-            let mut open = true;
-            loop {
-                tokio::select! {
-                    biased;
-                    Some(done) = running.next(), if !running.is_empty() => {
-                        if let Err(panic) = done {
-                            panics.count(panic.as_ref());
+        // In the stage's span, as the loop is: a panic's line names its stage.
+        self.tasks.spawn(
+            async move {
+                let mut running: FuturesUnordered<CatchUnwind<AssertUnwindSafe<MessageFuture>>> =
+                    FuturesUnordered::new();
+                let mut open = true;
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(done) = running.next(), if !running.is_empty() => {
+                            if let Err(panic) = done {
+                                panics.count(panic.as_ref());
+                            }
                         }
+                        work = received.recv(), if open => match work {
+                            Some(work) => running.push(AssertUnwindSafe(work).catch_unwind()),
+                            None => open = false,
+                        },
+                        else => break,
                     }
-                    work = received.recv(), if open => match work {
-                        Some(work) => running.push(AssertUnwindSafe(work).catch_unwind()),
-                        None => open = false,
-                    },
-                    else => break,
                 }
             }
-        });
+            .in_current_span(),
+        );
         sender
     }
 
