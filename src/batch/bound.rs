@@ -11,9 +11,10 @@
 //! length.
 
 use arrow_array::cast::AsArray;
-use arrow_array::{AnyDictionaryArray, Array, RecordBatch};
+use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
 
+use super::dictionary::value_indices;
 use super::BatchError;
 
 /// The string columns [`ScoredRows::from_batch`](super::ScoredRows::from_batch)
@@ -98,15 +99,6 @@ fn views_len(views: &[u128], valid: impl Fn(usize) -> bool) -> u64 {
         .enumerate()
         .filter(|(i, _)| valid(*i))
         .fold(0u64, |sum, (_, &view)| sum.saturating_add(u64::from(view as u32)))
-}
-
-/// A dictionary's keys as indices into its values (`normalized_keys`), or
-/// `None` when it has no values, where `normalized_keys` panics. pyarrow
-/// writes a dictionary-encoded column of nulls only so: every key null.
-/// (Keys out of range were refused by the decoder's validation already;
-/// `normalized_keys` would give them the last value.)
-pub(super) fn value_indices(dict: &dyn AnyDictionaryArray) -> Option<Vec<usize>> {
-    (!dict.values().is_empty()).then(|| dict.normalized_keys())
 }
 
 /// The bytes a dictionary's keys resolve to, summed as they are read (its

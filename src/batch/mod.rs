@@ -7,6 +7,7 @@
 
 pub mod bound;
 pub mod chunk;
+mod dictionary;
 pub mod hostile;
 pub mod ipc;
 pub mod strings;
@@ -766,7 +767,7 @@ fn group_buffer(batch: &RecordBatch) -> Result<(arrow_buffer::ScalarBuffer<u32>,
     let values = map_strings(values.as_ref()).ok_or_else(wrong)?;
     let mut ids = Vec::with_capacity(dict.keys().len());
     // No values: no row can name one (the column has no nulls).
-    let keys = bound::value_indices(dict).unwrap_or_default();
+    let keys = dictionary::value_indices(dict).unwrap_or_default();
     if keys.len() < dict.keys().len() {
         return Err(bad_key(0));
     }
