@@ -142,6 +142,15 @@ pub struct Learner {
 }
 
 impl Learner {
+    /// Whether any hint may come from a model: an arm's chain (or one of its
+    /// levels'), or, with the implicit arm, a model a trainer may ask for
+    /// (`llm.allowed_models`).
+    pub fn calls_model(&self) -> bool {
+        let arm_calls =
+            |arm: &ArmRunner| arm.synth.has_model() || arm.leveled.iter().any(|(_, s)| s.has_model());
+        self.arms.iter().any(arm_calls) || (self.implicit && !self.allowed_models.is_empty())
+    }
+
     /// The arms (`[[hints.arms]]`, or the implicit one on `synth`), their
     /// synthesizers, and, when the outcomes topic exists (it must with
     /// arms), readers of the hints and outcomes topics.

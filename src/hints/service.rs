@@ -368,6 +368,18 @@ impl GroupHinter {
     }
 }
 
+/// Says so when the stage calls a model and no spend budget is set.
+fn warn_without_budget(llm: &crate::config::LlmConfig, calls_model: bool) {
+    if calls_model && llm.budget_usd_per_hour == 0.0 && llm.budget_tokens_per_hour == 0 {
+        tracing::warn!(
+            requests_per_minute = llm.requests_per_minute,
+            "no LLM spend budget is set (llm.budget_usd_per_hour, llm.budget_tokens_per_hour): \
+             whoever can write to the input topic decides what this stage spends, up to \
+             llm.requests_per_minute calls a minute"
+        );
+    }
+}
+
 /// The topics stage 1 reads and writes, as `topics create` makes them:
 /// the failed trajectories, the hints, its dead-letter topic, and (hints
 /// that learn, the group budget) the outcomes and the spend ledger.
@@ -504,17 +516,12 @@ impl HintStage {
                 synth.system_context().describe()
             );
         }
-        if synth.has_model() && llm.budget_usd_per_hour == 0.0 && llm.budget_tokens_per_hour == 0 {
-            tracing::warn!(
-                requests_per_minute = llm.requests_per_minute,
-                "no LLM spend budget is set (llm.budget_usd_per_hour, llm.budget_tokens_per_hour): \
-                 whoever can write to the input topic decides what this stage spends, up to \
-                 llm.requests_per_minute calls a minute"
-            );
-        }
         let learner = Learner::build(&config, env, synth.clone(), &mut shell.registry)
             .await
             .map_err(learn_error)?;
+        // An arm's chain calls a model too, whatever the stage's own.
+        let calls_model = learner.calls_model();
+        warn_without_budget(llm, calls_model);
         // The limits are the group's: the rates split by partitions held,
         // the budget counted over the group's spend ledger.
         let group_limits = synth.group_limits();
@@ -527,7 +534,7 @@ impl HintStage {
             total,
             group_limits.clone(),
             ledger_metrics.clone(),
-            synth.has_model(),
+            calls_model,
         ));
         let ledger = Ledger::start(&config, group_limits, shell.producer.clone(), ledger_metrics).await?;
         let metrics_addr = shell.serve_metrics().await?;

@@ -33,8 +33,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// partition's offsets stay uncommitted until it succeeds.
 const STALL_WARNING: Duration = Duration::from_secs(60);
 
-/// One record to produce. The send takes it whole: its headers go into the
-/// first attempt as they are (with the `traceparent` added), not a copy.
+/// One record to produce. [`send`] takes it whole: at least once, its
+/// headers go into the first attempt as they are (with the `traceparent`
+/// added), not a copy. (Under exactly_once the transactions hold it and
+/// copy the headers for each produce.)
 pub struct Outgoing<'a> {
     pub topic: &'a str,
     pub key: Option<&'a [u8]>,
@@ -134,7 +136,8 @@ async fn send_with<C: ClientContext + 'static>(
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
     // Each attempt's record takes the headers; a failed one gives them back
-    // (they always come back: a record of ours has a `traceparent` at least).
+    // (rdkafka returns them with the record, or a copy of a delivered one's,
+    // whenever it had any, and ours has a `traceparent` at least).
     let mut headers = Some(headers);
     let mut backoff = Duration::from_millis(100);
     let started = Instant::now();
@@ -146,9 +149,15 @@ async fn send_with<C: ClientContext + 'static>(
         if attempts > 1 || telemetry::exporting() {
             tracing::Span::current().record("attempts", i64::from(attempts));
         }
-        let attempt_headers = headers
-            .take()
-            .unwrap_or_else(|| telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::current()));
+        let attempt_headers = headers.take().unwrap_or_else(|| {
+            // Not reached with rdkafka 0.39 (see above); said, should an
+            // upgrade change it, since the record's other headers are gone.
+            tracing::error!(
+                topic, key = %key_text(key), attempts,
+                "a failed produce gave its headers back empty; retrying with a traceparent only"
+            );
+            telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::current())
+        });
         let mut future: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(attempt_headers);
         if let Some(key) = key {
             future = future.key(key);
