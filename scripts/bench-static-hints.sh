@@ -17,8 +17,9 @@
 #   --note TEXT   a line about the machine for the report
 #   --perf FILE   record the first repeat's worker with `perf record -e cpu-clock -g`
 #                 (the binary linked with its symbols kept)
-#   --hintstream PATH  run this binary instead of building one (the floor is
-#                 built only when missing)
+#   --hintstream PATH  run this binary instead of building one (the floor,
+#                 examples/static_floor.rs, is built in either case: cargo does
+#                 nothing when it is up to date)
 #   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
 #                 --no-outcomes-topic (the worker reads no topic back: no learning barrier)
 #                 --cached D (the cached path: D distinct trajectories, each sent N / D
@@ -61,9 +62,7 @@ scripts/kafka.sh install
 python=$(scripts/python-venv.sh)
 target="${CARGO_TARGET_DIR:-target}"
 floor="$target/release/examples/static_floor"
-if [ -z "$binary" ] || [ ! -x "$floor" ]; then
-  cargo build --release --example static_floor
-fi
+cargo build --release --example static_floor
 if [ -z "$binary" ]; then
   echo "bench-static-hints: building the release binary" >&2
   if [ -n "$perf_out" ]; then
@@ -94,7 +93,7 @@ took=$(( $(date +%s) - started ))
     *) echo "# Stage 1 static hints against a Python passthrough on Apache Kafka" ;;
   esac
   echo
-  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with local changes)')"
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo ' (with local changes)')"
   echo "- machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GB RAM; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)${note:+; $note}"
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1"
   echo "- command: \`scripts/bench-static-hints.sh ${args[*]-}\` ($took s)"
