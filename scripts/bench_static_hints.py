@@ -276,21 +276,31 @@ def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_
     command = [binary, "hints", "--config", config]
     if perf_out:
         command = ["perf", "record", "-e", "cpu-clock", "-F", "499", "-g", "-o", perf_out, "--"] + command
-    logfile = open(os.path.join(work, "hints.log"), "w")
+    # Under perf, the worker is timed and stopped, and perf writes its file
+    # as the worker exits.
+    return timed(command, os.path.join(work, "hints.log"), watcher, f"hints-{tag}", partitions, n,
+                 deadline_s, "hintstream hints", env=env, pid_of=lambda p: worker_pid(p, perf_out))
+
+
+def timed(command, logpath, watcher, topic, partitions, n, deadline_s, what, env=None,
+          pid_of=lambda process: process.pid):
+    """Runs `command` (its output to `logpath`) until `topic` holds N
+    messages, then stops it (SIGTERM to `pid_of` it); returns the seconds
+    from its start and the CPU seconds of `pid_of` it. On a failure, the
+    log's tail is printed."""
+    logfile = open(logpath, "w")
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_for(watcher, f"hints-{tag}", partitions, n, deadline_s, "hintstream hints",
-                 alive=lambda: process.poll() is None)
+        wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: process.poll() is None)
         took = time.monotonic() - started
-        cpu = cpu_seconds(worker_pid(process, perf_out))
+        cpu = cpu_seconds(pid_of(process))
     except SystemExit:
         logfile.flush()
-        log(open(os.path.join(work, "hints.log")).read()[-4000:])
+        log(open(logpath).read()[-4000:])
         raise
     finally:
-        # Under perf, the worker is stopped and perf writes its file as it exits.
-        os.kill(worker_pid(process, perf_out), signal.SIGTERM)
+        os.kill(pid_of(process), signal.SIGTERM)
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -329,25 +339,8 @@ def floor(binary, bootstrap, tag, n, partitions, watcher, deadline_s, hint):
             # Each hint's own in the worker: a fixed one of the same length here.
             text = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
         command += ["--header", f"{name}={text}"]
-    logfile = open(os.path.join(work, "floor.log"), "w")
-    started = time.monotonic()
-    process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT)
-    try:
-        wait_for(watcher, f"floor-{tag}", partitions, n, deadline_s, "the floor",
-                 alive=lambda: process.poll() is None)
-        took = time.monotonic() - started
-        cpu = cpu_seconds(process.pid)
-    except SystemExit:
-        logfile.flush()
-        log(open(os.path.join(work, "floor.log")).read()[-4000:])
-        raise
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    return took, cpu
+    return timed(command, os.path.join(work, "floor.log"), watcher, f"floor-{tag}", partitions, n,
+                 deadline_s, "the floor")
 
 
 def worker_pid(process, perf_out):
