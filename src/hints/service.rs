@@ -251,12 +251,9 @@ impl GroupHinter {
             return;
         }
         let span = hint_span(group_key, &members);
-        // Boxed: the hint's future is large (4 KiB), and would otherwise be
-        // copied into every future that awaits it. Boxed before it is
-        // instrumented, so that it is not moved (copied) once more first.
-        Box::pin(self.hint_group(group_key, trajectory, members))
-            .instrument(span)
-            .await;
+        // Boxed: the hint's future is large, and would otherwise be copied
+        // into every future that awaits it.
+        Box::pin(self.hint_group(group_key, trajectory, members).instrument(span)).await;
     }
 
     /// Writes the hint `plan` says for `trajectory` (read from `source`):
