@@ -40,10 +40,11 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
+use hintstream::kafka::produce::headers;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -143,12 +144,11 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let payload =
         std::fs::read(&args.payload).with_context(|| format!("reading {}", args.payload.display()))?;
-    let headers = args.headers.iter().fold(OwnedHeaders::new(), |h, (name, value)| {
-        h.insert(Header {
-            key: name,
-            value: Some(value),
-        })
-    });
+    let headers = headers(
+        args.headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str())),
+    );
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &args.bootstrap)
         .set("group.id", &args.group)
