@@ -8,45 +8,58 @@
 //!   (`--header`, the `traceparent` a fixed value of the same length), keyed
 //!   like the input;
 //! - an input's offset is stored only once its output and every output
-//!   produced before it were acknowledged (at-least-once, in order per
-//!   partition), and librdkafka commits the stored offsets on its timer;
+//!   made before it from its partition were acknowledged (at-least-once, in
+//!   order per partition), and librdkafka commits the stored offsets on its
+//!   timer;
 //! - the producer is idempotent with `acks=all` and `linger.ms=5`, the
 //!   consumer stores offsets itself, as the worker's do (the worker's other
 //!   settings, e.g. `message.timeout.ms`, cooperative rebalancing,
 //!   statistics, are left at librdkafka's defaults here); jemalloc, as the
 //!   worker's.
 //!
+//! It is built as cheaply as this crate's librdkafka allows, since a floor
+//! is only worth its name if little is left under it: one thread polls a
+//! `BaseConsumer` and a `BaseProducer`, and each delivery report comes back
+//! through the producer's context, with the input's partition and place in
+//! its opaque. (Round twelve's floor awaited an rdkafka `DeliveryFuture` a
+//! record, a oneshot channel and a boxed future each, on tokio; it spent
+//! 1.2-1.9 CPU s for 200,000 messages where this one spends 0.9-1.3:
+//! docs/BENCHMARKS.md, round thirteen.)
+//!
 //! What it leaves out is hintstream's own work: decoding and checking the
 //! trajectory, the hint's making and encoding, its cache, the tracker and
-//! the bounds (it takes input without a bound on what is in flight). So the
-//! floor's time against the plain passthrough is about what the broker and
-//! librdkafka cost for the worker's output, and hintstream's time against
-//! the floor about the worker's own work. Neither side's time waits for its
-//! commits: both are timed to N records on the output topic, so what the
-//! guarantee costs here is its bookkeeping (delivery reports, stores).
+//! the bounds (it takes input without a bound on what is in flight, save
+//! librdkafka's queue). So the floor's time against the plain passthrough
+//! is about what the broker and librdkafka cost for the worker's output,
+//! and hintstream's time against the floor about the worker's own work.
+//! Neither side's time waits for its commits: both are timed to N records
+//! on the output topic, so what the guarantee costs here is its bookkeeping
+//! (delivery reports, stores).
 //!
 //!     cargo build --release --example static_floor
 //!     target/release/examples/static_floor --bootstrap 127.0.0.1:9092 --group g \
 //!         --input in --output out --payload hint.json \
 //!         --header content-type=application/json --header traceparent=00-...
 //!
-//! Runs until stopped (SIGTERM or Ctrl-C); the script times it by its
-//! output topic's high watermarks.
+//! Runs until stopped (SIGTERM or Ctrl-C), then stores what was
+//! acknowledged; the script times it by its output topic's high
+//! watermarks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use futures::stream::FuturesOrdered;
-use futures::StreamExt;
 use hintstream::kafka::produce::headers;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 /// The worker's allocator (src/main.rs), so that the two allocate alike.
 #[global_allocator]
@@ -84,63 +97,122 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
     Ok((name.to_string(), value.to_string()))
 }
 
-/// An output in flight: its delivery, and the input it was made from.
-type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = (Result<(), String>, i32, i64)> + Send>>;
+/// The producer's context: the delivery reports since they were last
+/// taken, each an output's opaque (see [`Lanes::take`]) or why it failed.
+/// Only the polling thread runs the callback, so the lock is never
+/// contended.
+#[derive(Default)]
+struct Reports(Mutex<Vec<Result<usize, String>>>);
 
-fn in_flight(delivery: DeliveryFuture, partition: i32, offset: i64) -> InFlight {
-    Box::pin(async move {
-        let result = match delivery.await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err((e, _))) => Err(e.to_string()),
-            Err(_) => Err("the producer dropped the delivery".to_string()),
-        };
-        (result, partition, offset)
-    })
+impl ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let report = result.as_ref().map(|_| opaque).map_err(|(e, _)| e.to_string());
+        self.0.lock().expect("only the polling thread locks").push(report);
+    }
 }
 
-/// The inputs' offsets acknowledged and not yet stored, by partition.
-struct Stores<'a> {
-    consumer: &'a StreamConsumer,
-    topic: &'a str,
+/// The opaque's low bits hold the input partition, the rest its output's
+/// place among that partition's.
+const PARTITION_BITS: u32 = 16;
+
+/// One input partition's outputs in flight, in the order taken: each
+/// input's offset, and whether its output was acknowledged.
+#[derive(Default)]
+struct Lane {
+    /// The place of `pending[0]`.
+    first: usize,
+    pending: VecDeque<(i64, bool)>,
+}
+
+/// Every input partition's lane, and the offsets acknowledged in order and
+/// not yet stored.
+#[derive(Default)]
+struct Lanes {
+    lanes: BTreeMap<i32, Lane>,
     next: BTreeMap<i32, i64>,
     since: usize,
 }
 
-impl Stores<'_> {
-    /// One output (and every one before it) was acknowledged.
-    fn acknowledged(&mut self, partition: i32, offset: i64) {
-        self.next.insert(partition, offset + 1);
-        self.since += 1;
+impl Lanes {
+    /// Takes an input in flight: the opaque its output carries.
+    fn take(&mut self, partition: i32, offset: i64) -> usize {
+        let lane = self.lanes.entry(partition).or_default();
+        let place = lane.first + lane.pending.len();
+        lane.pending.push_back((offset, false));
+        (place << PARTITION_BITS) | partition as usize
     }
 
-    fn store(&mut self) -> Result<()> {
+    /// An output was acknowledged: its input, once every earlier one of its
+    /// partition's was too, may be stored.
+    fn acknowledged(&mut self, opaque: usize) {
+        let partition = (opaque & ((1 << PARTITION_BITS) - 1)) as i32;
+        let lane = self
+            .lanes
+            .get_mut(&partition)
+            .expect("an output's partition has a lane");
+        lane.pending[(opaque >> PARTITION_BITS) - lane.first].1 = true;
+        while let Some(&(offset, true)) = lane.pending.front() {
+            lane.pending.pop_front();
+            lane.first += 1;
+            self.next.insert(partition, offset + 1);
+            self.since += 1;
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.lanes.values().all(|lane| lane.pending.is_empty())
+    }
+
+    fn store(&mut self, consumer: &BaseConsumer, topic: &str) -> Result<()> {
         if self.next.is_empty() {
             return Ok(());
         }
         let mut tpl = TopicPartitionList::new();
         for (&partition, &next) in &self.next {
-            tpl.add_partition_offset(self.topic, partition, Offset::Offset(next))?;
+            tpl.add_partition_offset(topic, partition, Offset::Offset(next))?;
         }
-        self.consumer.store_offsets(&tpl)?;
+        consumer.store_offsets(&tpl)?;
         self.next.clear();
         self.since = 0;
         Ok(())
     }
 }
 
-/// Takes the oldest output's outcome: its input (and every one before it)
-/// may be stored.
-fn settle(outcome: (Result<(), String>, i32, i64), stores: &mut Stores<'_>) -> Result<()> {
-    let (result, partition, offset) = outcome;
-    if let Err(e) = result {
-        bail!("an output was not acknowledged: {e}");
-    }
-    stores.acknowledged(partition, offset);
-    Ok(())
+/// Set once SIGTERM or Ctrl-C arrives (on a thread of its own).
+fn stop_on_signal() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::spawn(move || {
+        runtime.block_on(async {
+            #[cfg(unix)]
+            {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("a SIGTERM handler");
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+        });
+        flag.store(true, Ordering::Relaxed);
+    });
+    Ok(stop)
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+/// Outputs produced between two polls of the producer (its delivery
+/// reports) while input keeps coming.
+const POLL_EVERY: usize = 256;
+
+fn main() -> Result<()> {
     let args = Args::parse();
     let payload =
         std::fs::read(&args.payload).with_context(|| format!("reading {}", args.payload.display()))?;
@@ -149,7 +221,7 @@ async fn main() -> Result<()> {
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str())),
     );
-    let consumer: StreamConsumer = ClientConfig::new()
+    let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &args.bootstrap)
         .set("group.id", &args.group)
         .set("auto.offset.reset", "earliest")
@@ -158,68 +230,64 @@ async fn main() -> Result<()> {
         .set("enable.auto.offset.store", "false")
         .create()?;
     consumer.subscribe(&[&args.input])?;
-    let producer: FutureProducer = ClientConfig::new()
+    let producer: BaseProducer<Reports> = ClientConfig::new()
         .set("bootstrap.servers", &args.bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
-        .create()?;
-    let mut pending: FuturesOrdered<InFlight> = FuturesOrdered::new();
-    let mut stores = Stores {
-        consumer: &consumer,
-        topic: &args.input,
-        next: BTreeMap::new(),
-        since: 0,
-    };
-    let stop = tokio::signal::ctrl_c();
-    tokio::pin!(stop);
-    #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        #[cfg(unix)]
-        let terminated = term.recv();
-        #[cfg(not(unix))]
-        let terminated = std::future::pending::<Option<()>>();
-        tokio::select! {
-            biased;
-            _ = &mut stop => break,
-            _ = terminated => break,
-            Some(outcome) = pending.next(), if !pending.is_empty() => {
-                settle(outcome, &mut stores)?;
-                if stores.since >= args.store_every || pending.is_empty() {
-                    stores.store()?;
-                }
+        .create_with_context(Reports::default())?;
+    let stop = stop_on_signal()?;
+    let mut lanes = Lanes::default();
+    let mut unpolled = 0;
+    while !stop.load(Ordering::Relaxed) {
+        // Waits only when nothing is left to poll the producer for.
+        let wait = if unpolled > 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(100)
+        };
+        match consumer.poll(wait) {
+            None => {
+                producer.poll(Duration::ZERO);
+                unpolled = 0;
             }
-            message = consumer.recv() => {
+            Some(message) => {
                 let message = message?;
-                let (partition, offset) = (message.partition(), message.offset());
-                let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&args.output)
-                    .payload(payload.as_slice())
-                    .headers(headers.clone());
+                let opaque = lanes.take(message.partition(), message.offset());
+                let mut record: BaseRecord<'_, [u8], [u8], usize> =
+                    BaseRecord::with_opaque_to(&args.output, opaque)
+                        .payload(payload.as_slice())
+                        .headers(headers.clone());
                 if let Some(key) = message.key() {
                     record = record.key(key);
                 }
                 loop {
-                    match producer.send_result(record) {
-                        Ok(delivery) => {
-                            pending.push_back(in_flight(delivery, partition, offset));
-                            break;
-                        }
+                    match producer.send(record) {
+                        Ok(()) => break,
                         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
-                            // The producer's queue is full: the oldest output's
-                            // acknowledgement makes room.
+                            // Delivery reports make room.
                             record = returned;
-                            let Some(outcome) = pending.next().await else {
-                                bail!("the producer's queue is full with nothing in flight");
-                            };
-                            settle(outcome, &mut stores)?;
+                            producer.poll(Duration::from_millis(10));
                         }
                         Err((e, _)) => bail!("producing to {}: {e}", args.output),
                     }
                 }
+                unpolled += 1;
+                if unpolled >= POLL_EVERY {
+                    producer.poll(Duration::ZERO);
+                    unpolled = 0;
+                }
             }
         }
+        let reports = std::mem::take(&mut *producer.context().0.lock().expect("only this thread locks"));
+        for report in reports {
+            let opaque = report.map_err(|e| anyhow!("an output was not acknowledged: {e}"))?;
+            lanes.acknowledged(opaque);
+        }
+        if lanes.since >= args.store_every || (lanes.since > 0 && lanes.idle()) {
+            lanes.store(&consumer, &args.input)?;
+        }
     }
-    stores.store()?;
+    lanes.store(&consumer, &args.input)?;
     Ok(())
 }
