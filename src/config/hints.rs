@@ -33,7 +33,8 @@ pub struct HintsConfig {
     /// member of its group without an LLM call (seconds).
     pub cache_ttl_secs: u64,
     /// Bytes of published hints kept to answer redelivered or late
-    /// members (`cache_ttl_secs`); the oldest go first.
+    /// members (`cache_ttl_secs`), counted as the memory they hold (each
+    /// hint's message, its encoding, its id); the oldest go first.
     pub cache_max_bytes: u64,
     /// The arms that compete for failed groups (`[[hints.arms]]`); none:
     /// one implicit arm, `default`, and everything behaves as without arms.

@@ -1,6 +1,7 @@
 //! The hint cache: every group costs at most one LLM call, whatever the
 //! redeliveries. Keyed by `hint_id` (the group key, prompt version and model
-//! chain), bounded in bytes with a time to live. A redelivered or late member
+//! chain), bounded in the bytes its hints hold in memory
+//! ([`CachedHint::weight`]) with a time to live. A redelivered or late member
 //! of a group whose hint is cached gets the same hint republished, with the
 //! same text; concurrent requests for one `hint_id` wait for a single
 //! synthesis.
@@ -30,9 +31,53 @@ impl CachedHint {
         if serde_json::to_writer(&mut payload, &hint).is_err() {
             payload.clear();
         }
+        // The cache keeps it: what it holds is its length, not the room
+        // made for the text (about twice the bytes of a static hint's).
+        payload.shrink_to_fit();
         CachedHint { hint, payload }
     }
+
+    /// The bytes it holds in memory as the cache keeps it under `id`: its
+    /// encoding, the message's text fields and the struct itself, the id
+    /// twice (the map's key and the eviction order) and what an entry of
+    /// each costs ([`ENTRY_OVERHEAD`]). It counts capacities, not lengths,
+    /// and leaves out the allocator's rounding.
+    pub fn weight(&self, id: &str) -> u64 {
+        let h = &self.hint;
+        let optional = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+        let text = [
+            &h.hint_id,
+            &h.run_id,
+            &h.instance_id,
+            &h.trajectory_id,
+            &h.hint,
+            &h.prompt_version,
+            &h.source.topic,
+            &h.created_at,
+            &h.arm,
+        ]
+        .iter()
+        .map(|s| s.capacity())
+        .sum::<usize>()
+            + optional(&h.model)
+            + optional(&h.failure_reason)
+            + h.refines
+                .iter()
+                .map(|r| r.capacity() + std::mem::size_of::<String>())
+                .sum::<usize>();
+        (self.payload.capacity() + text + std::mem::size_of::<Self>() + 2 * id.len() + ENTRY_OVERHEAD) as u64
+    }
 }
+
+/// What an entry costs the cache besides its hint and id: its `Arc`'s
+/// counts, the map's slot (key, entry, control byte, at its load factor)
+/// and the eviction order's slot.
+const ENTRY_OVERHEAD: usize = {
+    use std::mem::size_of;
+    2 * size_of::<usize>()
+        + (size_of::<String>() + size_of::<Entry>() + 1) * 8 / 7
+        + size_of::<(String, Instant)>()
+};
 
 /// A cached hint: when it was made (its time to live counts from then)
 /// and what it weighs against the bound.
@@ -68,7 +113,7 @@ impl State {
     /// Keeps `hint` for `id`, then lets the oldest go until the bound holds
     /// (a hint heavier than the whole bound is not kept).
     fn insert(&mut self, id: &str, hint: Arc<CachedHint>, max_bytes: u64) {
-        let bytes = (id.len() + hint.payload.len() + hint.hint.hint.len() + 256) as u64;
+        let bytes = hint.weight(id);
         self.remove(id);
         if bytes > max_bytes {
             return;
@@ -290,10 +335,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_cache_lets_its_oldest_hints_go_and_keeps_the_newest() {
-        let one = {
-            let h = hint("x");
-            ("h-000".len() + h.payload.len() + h.hint.hint.len() + 256) as u64
-        };
+        let one = hint("x").weight("h-000");
         let cache = HintCache::new(16 * one, Duration::from_secs(60));
         for i in 0..64 {
             cache.get_or_make(&format!("h-{i:03}"), async { hint("x") }).await;
@@ -306,6 +348,28 @@ mod tests {
         assert_eq!(state.bytes, 16 * one);
         assert!(state.order.len() <= 2 * state.hints.len() + 64);
         assert!(state.making.is_empty());
+    }
+
+    #[test]
+    fn a_kept_hint_weighs_what_it_holds() {
+        let plain = hint("x");
+        assert_eq!(
+            plain.payload.capacity(),
+            plain.payload.len(),
+            "no room kept past the encoding"
+        );
+        let base = plain.weight("id");
+        let floor = plain.payload.len() + plain.hint.created_at.len() + std::mem::size_of::<CachedHint>() + 4;
+        assert!(base as usize > floor, "{base} bytes for at least {floor}");
+        // Every text field counts, not only the hint's text and encoding.
+        let mut reason = hint("x");
+        reason.hint.failure_reason = Some("r".repeat(1000));
+        reason.hint.model = Some("m".repeat(100));
+        assert!(reason.weight("id") >= base + 1100);
+        assert_eq!(
+            plain.weight("a-longer-id"),
+            base + 2 * ("a-longer-id".len() - 2) as u64
+        );
     }
 
     #[tokio::test]
