@@ -21,10 +21,11 @@
 //! is only worth its name if little is left under it: one thread polls a
 //! `BaseConsumer` and a `BaseProducer`, and each delivery report comes back
 //! through the producer's context, with the input's partition and place in
-//! its opaque. (Round twelve's floor awaited an rdkafka `DeliveryFuture` a
-//! record, a oneshot channel and a boxed future each, on tokio; it spent
-//! 1.2-1.9 CPU s for 200,000 messages where this one spends 0.9-1.3:
-//! docs/BENCHMARKS.md, round thirteen.)
+//! its opaque; each poll serves every report waiting. (Round twelve's floor
+//! awaited an rdkafka `DeliveryFuture` a record, a oneshot channel and a
+//! boxed future each, on tokio; side by side it spent 1.2-1.9 CPU s for
+//! 200,000 messages where this design spent 0.9-1.3: docs/BENCHMARKS.md,
+//! "Round thirteen".)
 //!
 //! What it leaves out is hintstream's own work: decoding and checking the
 //! trajectory, the hint's making and encoding, its cache, the tracker and
@@ -139,11 +140,17 @@ struct Lanes {
 
 impl Lanes {
     /// Takes an input in flight: the opaque its output carries.
-    fn take(&mut self, partition: i32, offset: i64) -> usize {
+    fn take(&mut self, partition: i32, offset: i64) -> Result<usize> {
+        if !(0..1 << PARTITION_BITS).contains(&partition) {
+            bail!(
+                "input partition {partition}: the floor carries partitions below {}",
+                1 << PARTITION_BITS
+            );
+        }
         let lane = self.lanes.entry(partition).or_default();
         let place = lane.first + lane.pending.len();
         lane.pending.push_back((offset, false));
-        (place << PARTITION_BITS) | partition as usize
+        Ok((place << PARTITION_BITS) | partition as usize)
     }
 
     /// An output was acknowledged: its input, once every earlier one of its
@@ -212,6 +219,23 @@ fn stop_on_signal() -> Result<Arc<AtomicBool>> {
 /// reports) while input keeps coming.
 const POLL_EVERY: usize = 256;
 
+/// Serves every delivery report the producer has waiting (a poll with no
+/// timeout serves one event, a batch's reports for one partition) and
+/// applies them to `lanes`.
+fn settle(producer: &BaseProducer<Reports>, lanes: &mut Lanes) -> Result<()> {
+    loop {
+        producer.poll(Duration::ZERO);
+        let reports = std::mem::take(&mut *producer.context().0.lock().expect("only this thread locks"));
+        if reports.is_empty() {
+            return Ok(());
+        }
+        for report in reports {
+            let opaque = report.map_err(|e| anyhow!("an output was not acknowledged: {e}"))?;
+            lanes.acknowledged(opaque);
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let payload =
@@ -248,12 +272,12 @@ fn main() -> Result<()> {
         };
         match consumer.poll(wait) {
             None => {
-                producer.poll(Duration::ZERO);
+                settle(&producer, &mut lanes)?;
                 unpolled = 0;
             }
             Some(message) => {
                 let message = message?;
-                let opaque = lanes.take(message.partition(), message.offset());
+                let opaque = lanes.take(message.partition(), message.offset())?;
                 let mut record: BaseRecord<'_, [u8], [u8], usize> =
                     BaseRecord::with_opaque_to(&args.output, opaque)
                         .payload(payload.as_slice())
@@ -266,28 +290,32 @@ fn main() -> Result<()> {
                         Ok(()) => break,
                         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                             // Delivery reports make room.
+                            if stop.load(Ordering::Relaxed) {
+                                break;
+                            }
                             record = returned;
                             producer.poll(Duration::from_millis(10));
+                            settle(&producer, &mut lanes)?;
                         }
                         Err((e, _)) => bail!("producing to {}: {e}", args.output),
                     }
                 }
                 unpolled += 1;
                 if unpolled >= POLL_EVERY {
-                    producer.poll(Duration::ZERO);
+                    settle(&producer, &mut lanes)?;
                     unpolled = 0;
                 }
             }
-        }
-        let reports = std::mem::take(&mut *producer.context().0.lock().expect("only this thread locks"));
-        for report in reports {
-            let opaque = report.map_err(|e| anyhow!("an output was not acknowledged: {e}"))?;
-            lanes.acknowledged(opaque);
         }
         if lanes.since >= args.store_every || (lanes.since > 0 && lanes.idle()) {
             lanes.store(&consumer, &args.input)?;
         }
     }
+    // What is in flight is delivered (or not) within the flush's bound;
+    // what was acknowledged is stored.
+    let flushed = producer.flush(Duration::from_secs(10));
+    settle(&producer, &mut lanes)?;
     lanes.store(&consumer, &args.input)?;
+    flushed.context("flushing the floor's outputs at its stop")?;
     Ok(())
 }

@@ -98,7 +98,7 @@ took=$(( $(date +%s) - started ))
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1"
   echo "- command: \`scripts/bench-static-hints.sh ${args[*]-}\` ($took s)"
   echo "- floor: examples/static_floor.rs, the worker's output (a copy of one of its hints, with its headers) under"
-  echo "  its guarantee (offsets stored once every earlier output was acknowledged), no hint work"
+  echo "  its guarantee (an offset stored once every earlier output of its partition was acknowledged), no hint work"
   echo "- CPU s: the passthrough's Python process, the worker process, the floor's (librdkafka's threads included);"
   echo "  broker CPU s: the broker's JVM over the same span (each side's own traffic, group join included);"
   echo "  machine busy: the share of both cores busy over the side's span (/proc/stat)"

@@ -41,7 +41,9 @@ impl CachedHint {
     /// encoding, the message's text fields and the struct itself, the id
     /// twice (the map's key and the eviction order) and what an entry of
     /// each costs ([`ENTRY_OVERHEAD`]). It counts capacities, not lengths,
-    /// and leaves out the allocator's rounding.
+    /// and leaves out the allocator's rounding, the map's and the order's
+    /// room to grow, and the order's stale ids (see [`State::insert`]): a
+    /// full cache holds somewhat more than its bound.
     pub fn weight(&self, id: &str) -> u64 {
         let h = &self.hint;
         let optional = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
@@ -61,10 +63,8 @@ impl CachedHint {
         .sum::<usize>()
             + optional(&h.model)
             + optional(&h.failure_reason)
-            + h.refines
-                .iter()
-                .map(|r| r.capacity() + std::mem::size_of::<String>())
-                .sum::<usize>();
+            + h.refines.capacity() * std::mem::size_of::<String>()
+            + h.refines.iter().map(String::capacity).sum::<usize>();
         (self.payload.capacity() + text + std::mem::size_of::<Self>() + 2 * id.len() + ENTRY_OVERHEAD) as u64
     }
 }
