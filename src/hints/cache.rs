@@ -39,7 +39,7 @@ impl CachedHint {
 
     /// The bytes it holds in memory as the cache keeps it under `id`: its
     /// encoding, the message's text fields and the struct itself, the id
-    /// twice (the map's key and the eviction order) and what an entry of
+    /// once (the map's key and the eviction order share it) and what an entry of
     /// each costs ([`ENTRY_OVERHEAD`]). It counts capacities, not lengths,
     /// and leaves out the allocator's rounding, the map's and the order's
     /// room to grow, and the order's stale ids (see [`State::insert`]): a
@@ -65,18 +65,18 @@ impl CachedHint {
             + optional(&h.failure_reason)
             + h.refines.capacity() * std::mem::size_of::<String>()
             + h.refines.iter().map(String::capacity).sum::<usize>();
-        (self.payload.capacity() + text + std::mem::size_of::<Self>() + 2 * id.len() + ENTRY_OVERHEAD) as u64
+        (self.payload.capacity() + text + std::mem::size_of::<Self>() + id.len() + ENTRY_OVERHEAD) as u64
     }
 }
 
-/// What an entry costs the cache besides its hint and id: its `Arc`'s
-/// counts, the map's slot (key, entry, control byte, at its load factor)
+/// What an entry costs the cache besides its hint and id: its hint's and
+/// its id's `Arc` counts, the map's slot (key, entry, control byte, at its load factor)
 /// and the eviction order's slot.
 const ENTRY_OVERHEAD: usize = {
     use std::mem::size_of;
-    2 * size_of::<usize>()
-        + (size_of::<String>() + size_of::<Entry>() + 1) * 8 / 7
-        + size_of::<(String, Instant)>()
+    4 * size_of::<usize>()
+        + (size_of::<Arc<str>>() + size_of::<Entry>() + 1) * 8 / 7
+        + size_of::<(Arc<str>, Instant)>()
 };
 
 /// A cached hint: when it was made (its time to live counts from then)
@@ -92,15 +92,18 @@ struct Entry {
 /// moka's upkeep, which this replaced, was a tenth of stage 1's CPU).
 #[derive(Default)]
 struct State {
-    hints: HashMap<String, Entry>,
+    /// Keyed by the id the eviction order shares (one copy an entry).
+    hints: HashMap<Arc<str>, Entry>,
     /// Ids in the order their hints were made, for the oldest to go first;
     /// an id whose entry was replaced or removed since is skipped (its
     /// `made` differs).
-    order: VecDeque<(String, Instant)>,
+    order: VecDeque<(Arc<str>, Instant)>,
     bytes: u64,
     /// Ids whose hint is being made: the maker's end, dropped when its
     /// turn ends (kept or dropped), which wakes every caller waiting for it.
-    making: HashMap<String, watch::Sender<()>>,
+    /// Its sender is made by the first caller that waits: a hint nobody
+    /// waits for (nearly every one) costs no channel.
+    making: HashMap<String, Option<watch::Sender<()>>>,
 }
 
 impl State {
@@ -119,14 +122,15 @@ impl State {
             return;
         }
         let made = Instant::now();
-        self.hints.insert(id.to_string(), Entry { hint, made, bytes });
-        self.order.push_back((id.to_string(), made));
+        let id: Arc<str> = Arc::from(id);
+        self.hints.insert(id.clone(), Entry { hint, made, bytes });
+        self.order.push_back((id, made));
         self.bytes += bytes;
         while self.bytes > max_bytes {
             let Some((old, at)) = self.order.pop_front() else {
                 break;
             };
-            if self.hints.get(&old).is_some_and(|e| e.made == at) {
+            if self.hints.get(&*old).is_some_and(|e| e.made == at) {
                 self.remove(&old);
             }
         }
@@ -135,7 +139,7 @@ impl State {
         if self.order.len() > 2 * self.hints.len() + 64 {
             let hints = &self.hints;
             self.order
-                .retain(|(id, at)| hints.get(id).is_some_and(|e| e.made == *at));
+                .retain(|(id, at)| hints.get(&**id).is_some_and(|e| e.made == *at));
         }
     }
 }
@@ -154,10 +158,16 @@ pub struct HintCache {
 struct Making<'a> {
     cache: &'a HintCache,
     id: &'a str,
+    /// Cleared once the hint is kept (the turn ended with it, in the same
+    /// lock).
+    armed: bool,
 }
 
 impl Drop for Making<'_> {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         // Dropping the sender wakes every receiver, however late it waits.
         let ended = self.cache.state().making.remove(self.id);
         drop(ended);
@@ -196,10 +206,10 @@ impl HintCache {
             Some(_) => state.remove(id),
             None => {}
         }
-        match state.making.get(id) {
-            Some(maker) => Turn::Wait(maker.subscribe()),
+        match state.making.get_mut(id) {
+            Some(maker) => Turn::Wait(maker.get_or_insert_with(|| watch::Sender::new(())).subscribe()),
             None => {
-                state.making.insert(id.to_string(), watch::Sender::new(()));
+                state.making.insert(id.to_string(), None);
                 Turn::Make
             }
         }
@@ -225,14 +235,21 @@ impl HintCache {
                 }
             }
         }
-        let making = Making {
+        let mut making = Making {
             cache: self,
             id: hint_id,
+            armed: true,
         };
         let hint = Arc::new(make.await);
-        self.state().insert(hint_id, hint.clone(), self.max_bytes);
-        // Kept: the waiters find it.
-        drop(making);
+        let ended = {
+            let mut state = self.state();
+            state.insert(hint_id, hint.clone(), self.max_bytes);
+            // Kept, and the turn ends in the same lock: the waiters find it.
+            making.armed = false;
+            state.making.remove(hint_id)
+        };
+        // Outside the lock: the waiters wake.
+        drop(ended);
         (hint, false)
     }
 }
@@ -341,7 +358,7 @@ mod tests {
             cache.get_or_make(&format!("h-{i:03}"), async { hint("x") }).await;
         }
         let kept: Vec<usize> = (0..64)
-            .filter(|i| cache.state().hints.contains_key(&format!("h-{i:03}")))
+            .filter(|i| cache.state().hints.contains_key(format!("h-{i:03}").as_str()))
             .collect();
         assert_eq!(kept, (48..64).collect::<Vec<_>>(), "the 16 newest");
         let state = cache.state();
@@ -368,7 +385,7 @@ mod tests {
         assert!(reason.weight("id") >= base + 1100);
         assert_eq!(
             plain.weight("a-longer-id"),
-            base + 2 * ("a-longer-id".len() - 2) as u64
+            base + ("a-longer-id".len() - 2) as u64
         );
     }
 

@@ -3,6 +3,7 @@
 //! cost, the spend budget left, hedged requests, open groups, the hint
 //! cache, prompts fitted to context windows, and leaks by arm.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -44,6 +45,44 @@ pub struct HintMetrics {
     saturated: Family<Labels, Counter>,
     leaks: Family<Labels, Counter>,
     graded: Family<Labels, Counter>,
+    /// The series every hint counts into, looked up once each (see
+    /// [`series`]).
+    per_hint: PerHint,
+}
+
+/// Handles on the series of `hints`, `hint_latency` and `tokens` that
+/// every hint counts into, by category (in [`category_index`] order) and
+/// token direction (in [`DIRECTIONS`] order): made on first use, as the
+/// family would make them, so a series still appears only once counted.
+#[derive(Default)]
+struct PerHint {
+    hints: [OnceLock<Counter>; 3],
+    latency: [OnceLock<Histogram>; 3],
+    tokens: [OnceLock<Counter>; 4],
+}
+
+/// The `direction` label values of `tokens`.
+const DIRECTIONS: [&str; 4] = ["input", "output", "cache_read", "cache_write"];
+
+fn category_index(category: HintCategory) -> usize {
+    match category {
+        HintCategory::LlmSynthesized => 0,
+        HintCategory::StaticFallback => 1,
+        HintCategory::LlmFailedStaticFallback => 2,
+    }
+}
+
+/// `family`'s series of `label` = `value`, through `cell`: the family's
+/// lookup (a label vector, a hash, a lock) once, then a shared handle.
+/// Stage 1 counts several series a hint; at a static hint's few
+/// microseconds the lookups were a visible share of its CPU.
+fn series<'a, M: Clone>(
+    cell: &'a OnceLock<M>,
+    family: &Family<Labels, M, impl Fn() -> M>,
+    label: &'static str,
+    value: &str,
+) -> &'a M {
+    cell.get_or_init(|| family.get_or_create(&vec![(label, value.to_string())]).clone())
 }
 
 impl HintMetrics {
@@ -77,6 +116,7 @@ impl HintMetrics {
             saturated: Family::default(),
             leaks: Family::default(),
             graded: Family::default(),
+            per_hint: PerHint::default(),
         };
         registry.register("hints_published", "Hints published, by category", m.hints.clone());
         registry.register(
@@ -219,23 +259,24 @@ impl HintMetrics {
 
     /// A hint was synthesized (not answered from the cache).
     pub fn synthesized(&self, s: &Synthesis) {
-        self.hint_latency
-            .get_or_create(&vec![("category", s.category.as_str().to_string())])
-            .observe(s.latency_ms as f64 / 1e3);
-        self.tokens
-            .get_or_create(&vec![("direction", "input".into())])
-            .inc_by(s.usage.input_tokens);
-        self.tokens
-            .get_or_create(&vec![("direction", "output".into())])
-            .inc_by(s.usage.output_tokens);
-        for (direction, tokens) in [
-            ("cache_read", s.usage.cache_read_input_tokens),
-            ("cache_write", s.usage.cache_creation_input_tokens),
-        ] {
+        let category = category_index(s.category);
+        series(
+            &self.per_hint.latency[category],
+            &self.hint_latency,
+            "category",
+            s.category.as_str(),
+        )
+        .observe(s.latency_ms as f64 / 1e3);
+        let usage = &s.usage;
+        let counts = [
+            Some(usage.input_tokens),
+            Some(usage.output_tokens),
+            usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+        ];
+        for (i, tokens) in counts.into_iter().enumerate() {
             if let Some(tokens) = tokens {
-                self.tokens
-                    .get_or_create(&vec![("direction", direction.into())])
-                    .inc_by(tokens);
+                series(&self.per_hint.tokens[i], &self.tokens, "direction", DIRECTIONS[i]).inc_by(tokens);
             }
         }
         self.cost.inc_by(s.cost_usd);
@@ -244,9 +285,13 @@ impl HintMetrics {
 
     /// A hint was published (synthesized or from the cache).
     pub fn published(&self, category: HintCategory) {
-        self.hints
-            .get_or_create(&vec![("category", category.as_str().to_string())])
-            .inc();
+        series(
+            &self.per_hint.hints[category_index(category)],
+            &self.hints,
+            "category",
+            category.as_str(),
+        )
+        .inc();
     }
 
     /// The leak guard found a hint of `arm` repeating an expected value.
@@ -349,5 +394,71 @@ impl SynthObserver for HintMetrics {
             self.budget_tokens_left
                 .set(i64::try_from(tokens).unwrap_or(i64::MAX));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::Usage;
+
+    fn synthesis(category: HintCategory, usage: Usage) -> Synthesis {
+        Synthesis {
+            hint: "h".into(),
+            category,
+            model: None,
+            usage,
+            cost_usd: 0.0,
+            failure_reason: None,
+            latency_ms: 250,
+            hint_truncated: false,
+            cache_saved_usd: 0.0,
+            hedged: false,
+        }
+    }
+
+    /// The lines of `text` that start with `prefix`.
+    fn lines<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+
+    #[test]
+    fn each_hint_counts_into_its_own_series_made_on_first_use() {
+        let mut registry = Registry::default();
+        let m = HintMetrics::register(&mut registry, (false, false));
+        let before = crate::metrics::render(&registry);
+        assert!(lines(&before, "hints_published_total{").is_empty(), "{before}");
+        assert!(lines(&before, "llm_tokens_total{").is_empty(), "{before}");
+
+        let static_hint = synthesis(HintCategory::StaticFallback, Usage::default());
+        m.synthesized(&static_hint);
+        m.published(HintCategory::StaticFallback);
+        m.synthesized(&static_hint);
+        m.published(HintCategory::StaticFallback);
+        let model = Usage {
+            input_tokens: 100,
+            output_tokens: 7,
+            cache_read_input_tokens: Some(40),
+            cache_creation_input_tokens: None,
+        };
+        m.synthesized(&synthesis(HintCategory::LlmSynthesized, model));
+        m.published(HintCategory::LlmSynthesized);
+
+        let text = crate::metrics::render(&registry);
+        assert_eq!(lines(&text, "hints_published_total{").len(), 2, "{text}");
+        for line in [
+            "hints_published_total{category=\"static_fallback\"} 2",
+            "hints_published_total{category=\"llm_synthesized\"} 1",
+            "hint_seconds_count{category=\"static_fallback\"} 2",
+            "hint_seconds_count{category=\"llm_synthesized\"} 1",
+            "llm_tokens_total{direction=\"input\"} 100",
+            "llm_tokens_total{direction=\"output\"} 7",
+            "llm_tokens_total{direction=\"cache_read\"} 40",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+        }
+        // Never reported: no series, not a 0.
+        assert!(!text.contains("direction=\"cache_write\""), "{text}");
+        assert!(!text.contains("llm_failed_static_fallback"), "{text}");
     }
 }

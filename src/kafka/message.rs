@@ -145,7 +145,9 @@ impl Delivery {
 /// The unfinished part of a taken message.
 struct Pending {
     ticket: Ticket,
-    delivery: Delivery,
+    /// Shared by every message the loop took: one count a message, not a
+    /// clone of each handle in it.
+    delivery: Arc<Delivery>,
     /// Intake bounds (messages, bytes), released when the message ends.
     _holds: Vec<Hold>,
     /// Set while a reject is being sent: when the send is dropped midway,
@@ -184,7 +186,7 @@ impl Taken {
         payload: Vec<u8>,
         meta: RecordMeta,
         ticket: Ticket,
-        delivery: Delivery,
+        delivery: Arc<Delivery>,
         holds: Vec<Hold>,
     ) -> Self {
         Taken {

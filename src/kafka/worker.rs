@@ -338,7 +338,8 @@ struct Intake {
     /// rejected.
     _abandon_on_drop: AbandonOnDrop,
     tasks: JoinSet<()>,
-    delivery: Delivery,
+    /// Every taken message holds it (see [`Taken`]).
+    delivery: Arc<Delivery>,
     metrics: Arc<StageMetrics>,
     lifecycle: Lifecycle,
     drain_timeout: Duration,
@@ -368,7 +369,7 @@ impl Intake {
             tasks: JoinSet::new(),
             metrics: metrics.clone(),
             lifecycle: delivery.lifecycle.clone(),
-            delivery,
+            delivery: Arc::new(delivery),
             drain_timeout: options.drain_timeout,
             messages: Arc::new(Semaphore::new(options.max_in_flight.min(Semaphore::MAX_PERMITS))),
             bytes,

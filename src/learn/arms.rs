@@ -300,12 +300,18 @@ impl Arms {
 /// gets the same id whatever its refinement, and so its cached text.
 pub fn hint_id(group_key: &str, prompt_version: &str, chain_label: &str, arm: &str) -> String {
     use sha2::{Digest, Sha256};
-    let input = if arm == DEFAULT_ARM {
-        format!("{group_key}\u{0}{prompt_version}\u{0}{chain_label}")
-    } else {
-        format!("{group_key}\u{0}{prompt_version}\u{0}{chain_label}\u{0}{arm}")
-    };
-    let digest = Sha256::digest(input.as_bytes());
+    // The parts fed in turn, NUL between them: the digest of the joined
+    // text, without joining it (stage 1 makes an id for every message).
+    let mut hasher = Sha256::new()
+        .chain_update(group_key)
+        .chain_update([0])
+        .chain_update(prompt_version)
+        .chain_update([0])
+        .chain_update(chain_label);
+    if arm != DEFAULT_ARM {
+        hasher = hasher.chain_update([0]).chain_update(arm);
+    }
+    let digest = hasher.finalize();
     hex::encode(&digest[..16])
 }
 

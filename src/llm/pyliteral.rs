@@ -10,10 +10,13 @@ const MAX_DEPTH: usize = 32;
 /// returns its items as strings: strings as their value, other items as their
 /// literal text (nested lists rendered back in Python syntax).
 pub fn parse_list(text: &str) -> Option<Vec<String>> {
-    let mut p = Parser {
-        chars: text.trim().chars().collect(),
-        pos: 0,
-    };
+    let text = text.trim();
+    // Sized once (a char per byte at most): collected from `chars()`, whose
+    // size hint is a quarter of the bytes, the vector grew a copy at a time,
+    // on every message of stage 1.
+    let mut chars = Vec::with_capacity(text.len());
+    chars.extend(text.chars());
+    let mut p = Parser { chars, pos: 0 };
     let Item::List(items) = p.list(0)? else {
         return None;
     };

@@ -99,14 +99,30 @@ impl TraceParent {
     }
 }
 
+/// The length of a version-00 `traceparent` value.
+const VALUE_LEN: usize = 55;
+
+impl TraceParent {
+    /// The header value, `00-<trace id>-<span id>-<flags>` in lowercase hex,
+    /// written without the formatter: every output of both stages carries
+    /// one.
+    fn value(&self) -> [u8; VALUE_LEN] {
+        let mut out = [b'-'; VALUE_LEN];
+        out[..2].copy_from_slice(b"00");
+        // The slices are exactly twice their inputs' lengths: these cannot fail.
+        let _ = hex::encode_to_slice(self.trace_id.to_be_bytes(), &mut out[3..35]);
+        let _ = hex::encode_to_slice(self.span_id.to_be_bytes(), &mut out[36..52]);
+        let _ = hex::encode_to_slice([self.flags], &mut out[53..55]);
+        out
+    }
+}
+
 /// The header value, `00-<trace id>-<span id>-<flags>`.
 impl std::fmt::Display for TraceParent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "00-{:032x}-{:016x}-{:02x}",
-            self.trace_id, self.span_id, self.flags
-        )
+        let value = self.value();
+        // ASCII by construction.
+        f.write_str(std::str::from_utf8(&value).map_err(|_| std::fmt::Error)?)
     }
 }
 
@@ -176,10 +192,10 @@ pub fn with_traceparent(headers: OwnedHeaders, span: &Span) -> OwnedHeaders {
     if headers.iter().any(|h| h.key == TRACEPARENT_HEADER) {
         return headers;
     }
-    let value = outgoing(span).to_string();
+    let value = outgoing(span).value();
     headers.insert(Header {
         key: TRACEPARENT_HEADER,
-        value: Some(&value),
+        value: Some(&value[..]),
     })
 }
 
@@ -197,6 +213,28 @@ mod tests {
         assert!(parent.sampled());
         assert_eq!(parent.to_string(), EXAMPLE);
         assert_eq!(parent.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+
+    #[test]
+    fn writes_every_digit_zero_padded() {
+        let small = TraceParent {
+            trace_id: 1,
+            span_id: 0xa,
+            flags: 0,
+        };
+        assert_eq!(
+            small.to_string(),
+            "00-00000000000000000000000000000001-000000000000000a-00"
+        );
+        let all = TraceParent {
+            trace_id: u128::MAX,
+            span_id: u64::MAX,
+            flags: 0xff,
+        };
+        assert_eq!(
+            all.to_string(),
+            format!("00-{:032x}-{:016x}-{:02x}", u128::MAX, u64::MAX, 0xff)
+        );
     }
 
     #[test]
