@@ -47,32 +47,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8] = b"oversize_threshold:0\0";
 
-/// librdkafka's C code allocates with glibc's malloc, not jemalloc. glibc
-/// serves a request over its mmap threshold (128 KiB until its own
-/// adjustment raises it) with a mapping of its own, given back at `free`,
-/// and gives a heap's free top back past its trim threshold: a broker
-/// thread's buffer for a fetch response could then be new memory, faulted
-/// in and zeroed page by page as the socket filled it. In 2 of 5 profiles of
-/// stage 1's static-hint path (`scripts/bench-static-hints.sh`) that zeroing
-/// took 8-25% of the broker thread's samples; at most 2.5% in 3 with glibc's
-/// thresholds fixed (docs/BENCHMARKS.md, round fourteen). A fixed threshold of 32
-/// MiB (the most glibc's own adjustment reaches) keeps such buffers in the
-/// heaps, reused from one fetch to the next. Called first, before any other
-/// thread or client exists.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn keep_librdkafka_buffers() {
-    const MMAP_THRESHOLD: libc::c_int = 32 << 20;
-    // SAFETY: mallopt sets a parameter of glibc's allocator, before any
-    // other thread exists. A refused value (0 returned) leaves glibc's
-    // default, which is slower, not wrong.
-    let _ = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn keep_librdkafka_buffers() {}
-
 fn main() -> ExitCode {
-    keep_librdkafka_buffers();
     let cli = Cli::parse();
     // The reference is the code's, whatever the config in effect.
     if let Command::Config {

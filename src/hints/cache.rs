@@ -376,7 +376,7 @@ mod tests {
             "no room kept past the encoding"
         );
         let base = plain.weight("id");
-        let floor = plain.payload.len() + plain.hint.created_at.len() + std::mem::size_of::<CachedHint>() + 4;
+        let floor = plain.payload.len() + plain.hint.created_at.len() + std::mem::size_of::<CachedHint>() + 2;
         assert!(base as usize > floor, "{base} bytes for at least {floor}");
         // Every text field counts, not only the hint's text and encoding.
         let mut reason = hint("x");

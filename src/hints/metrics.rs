@@ -443,13 +443,20 @@ mod tests {
         };
         m.synthesized(&synthesis(HintCategory::LlmSynthesized, model));
         m.published(HintCategory::LlmSynthesized);
+        let failed = synthesis(HintCategory::LlmFailedStaticFallback, Usage::default());
+        for _ in 0..3 {
+            m.synthesized(&failed);
+            m.published(HintCategory::LlmFailedStaticFallback);
+        }
 
         let text = crate::metrics::render(&registry);
-        assert_eq!(lines(&text, "hints_published_total{").len(), 2, "{text}");
+        assert_eq!(lines(&text, "hints_published_total{").len(), 3, "{text}");
         for line in [
             "hints_published_total{category=\"static_fallback\"} 2",
             "hints_published_total{category=\"llm_synthesized\"} 1",
+            "hints_published_total{category=\"llm_failed_static_fallback\"} 3",
             "hint_seconds_count{category=\"static_fallback\"} 2",
+            "hint_seconds_count{category=\"llm_failed_static_fallback\"} 3",
             "hint_seconds_count{category=\"llm_synthesized\"} 1",
             "llm_tokens_total{direction=\"input\"} 100",
             "llm_tokens_total{direction=\"output\"} 7",
@@ -459,6 +466,5 @@ mod tests {
         }
         // Never reported: no series, not a 0.
         assert!(!text.contains("direction=\"cache_write\""), "{text}");
-        assert!(!text.contains("llm_failed_static_fallback"), "{text}");
     }
 }

@@ -417,7 +417,8 @@ mod tests {
         assert_ne!(a, hint_id("r/3/i", "v2", "m", "b"));
         assert_ne!(a, hint_id("r/3/i", "v2", "m", DEFAULT_ARM));
         assert_eq!(a, hint_id("r/3/i", "v2", "m", "a"));
-        assert_eq!(a.len(), 32);
+        // Pinned: SHA-256 of "group\0prompt version\0chain\0arm", 16 bytes in hex.
+        assert_eq!(a, "73ee18167dd60774f4c3878fb82dc67d");
     }
 
     #[test]
