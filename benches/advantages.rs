@@ -23,6 +23,11 @@
 //! - `output_batch`: the advantages batch a step publishes, built from its
 //!   rows and advantages (`advantages_batch`);
 //! - `free_rows`: a step's rows freed.
+//! - `gathered/join_then_map`, `gathered/join_with_groups`: a step's parts
+//!   (one per input message of the decode above) put together and their
+//!   group ids mapped, one after the other (`GatheredRows::join`, then
+//!   `DenseGroups::from_strings`) and beside each other on rayon's pool
+//!   (`GatheredRows::join_with_groups`, what a step's compute does).
 //!
 //! grpo runs at 10k, 100k and 1M rows, the other estimators at 1M. With
 //! `--features cuda` on a machine with a GPU, the CUDA kernel too.
@@ -31,6 +36,7 @@
 //!     cargo bench --bench advantages -- 'kernel_1t/grpo'   (one group)
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hintstream::advantages::assemble::GatheredRows;
 use hintstream::advantages::compute::advantages_batch;
 use hintstream::advantages::decode::{arrow_meta, decode_scored, ScoredInput};
 use hintstream::advantages::{compute_batch, compute_step};
@@ -176,6 +182,30 @@ fn step_io(
     });
     g.bench_with_input(BenchmarkId::new("free_rows", n), data, |b, data| {
         b.iter_batched(|| data.clone(), drop, criterion::BatchSize::LargeInput)
+    });
+    let parts: Vec<ScoredRows> = messages
+        .chunks
+        .iter()
+        .map(|chunk| data.take(&chunk.rows.clone().collect::<Vec<_>>()))
+        .collect();
+    let gathered = || GatheredRows::in_order(parts.clone());
+    g.bench_function(BenchmarkId::new("gathered/join_then_map", n), |b| {
+        b.iter_batched(
+            gathered,
+            |rows| {
+                let rows = rows.join();
+                let groups = DenseGroups::from_strings(rows.instance_id.iter());
+                (rows, groups)
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    g.bench_function(BenchmarkId::new("gathered/join_with_groups", n), |b| {
+        b.iter_batched(
+            gathered,
+            GatheredRows::join_with_groups,
+            criterion::BatchSize::LargeInput,
+        )
     });
 }
 

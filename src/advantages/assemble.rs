@@ -19,7 +19,8 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
-use crate::batch::ScoredRows;
+use crate::batch::{ScoredRows, Strings};
+use crate::normalize::groups::{DenseGroups, LowBitClashes};
 
 /// Where a message sat: (partition, offset). Rows are put back in this order.
 pub type Position = (i32, i64);
@@ -44,12 +45,13 @@ pub struct PendingStep<P> {
     /// `parts`, for the duplicates check.
     ///
     /// The check waits until the step may be complete (its `step_end` is in
-    /// and it holds at least that many rows): the hashes are then sorted,
-    /// and only rows of equal hashes compare their ids
-    /// ([`PendingStep::drop_duplicates`]). A table that every row looked
-    /// its id up in as it arrived cost a 1M-row step ~50-100 ms of the
-    /// intake's one thread (a cache miss a row in a table of 16 MB); the
-    /// sort takes ~20 ms, once.
+    /// and it holds at least that many rows): the hashes that clash with
+    /// another in their low bits are then sorted, and only rows of equal
+    /// hashes compare their ids ([`PendingStep::drop_duplicates`]). A table
+    /// that every row looked its id up in as it arrived cost a 1M-row step
+    /// ~50-100 ms of the intake's one thread (a cache miss a row in a table
+    /// of 16 MB); sorting every hash with its row, 55-60 ms once; the
+    /// clashes, 10-15 ms.
     hashes: Vec<u64>,
     /// The ids as a table, once a check found the step short of its
     /// `step_end` count (duplicates were dropped): each id's hash and where
@@ -103,17 +105,24 @@ impl<P> PendingStep<P> {
     }
 
     /// Drops every row whose `trajectory_id` a row before it has (the first
-    /// to arrive stays), by sorting the rows' hashes and comparing the ids
-    /// of equal ones. Returns the bytes the dropped rows held.
+    /// to arrive stays): the rows whose hashes clash in a bit array of 8 bits
+    /// a row (at most 1 MiB: [`LowBitClashes`]) are sorted by hash, and the
+    /// ids of equal hashes compared. At 1M rows about 6% clash. Returns the
+    /// bytes the dropped rows held.
     fn drop_duplicates(&mut self) -> usize {
+        // On the consume loop's thread: rayon's pool may be busy with the
+        // kernel of a step before this one.
+        let clashes = LowBitClashes::of(&self.hashes, 8, 1 << 23);
+        if !clashes.any() {
+            return 0;
+        }
         let mut order: Vec<(u64, u32)> = self
             .hashes
             .iter()
             .enumerate()
+            .filter(|(_, &hash)| clashes.contains(hash))
             .map(|(row, &hash)| (hash, u32::try_from(row).expect("fewer than 2^32 rows a step")))
             .collect();
-        // On the consume loop's thread: rayon's pool may be busy with the
-        // kernel of a step before this one.
         order.sort_unstable();
         let starts: Vec<usize> = self
             .parts
@@ -240,6 +249,11 @@ pub struct GatheredRows {
 }
 
 impl GatheredRows {
+    /// Rows gathered in `parts`, in input order already.
+    pub fn in_order(parts: Vec<ScoredRows>) -> Self {
+        GatheredRows { parts, order: None }
+    }
+
     /// The rows in input order, in one [`ScoredRows`].
     pub fn join(self) -> ScoredRows {
         let mut parts = self.parts.into_iter();
@@ -255,6 +269,38 @@ impl GatheredRows {
             None => rows,
             Some(order) => rows.take(&order),
         }
+    }
+
+    /// [`Self::join`], and the rows' group ids mapped to dense ones
+    /// ([`DenseGroups::from_strings`] of the joined `instance_id`, the same
+    /// ids). On rayon's pool, the ids are mapped from the parts while the
+    /// other columns are put together: at 1M rows each takes tens of ms,
+    /// and a machine of two cores does both at once. Rows that must be put
+    /// back in input order are joined first, then mapped.
+    pub fn join_with_groups(mut self) -> (ScoredRows, DenseGroups) {
+        if self.order.is_some() || self.parts.len() < 2 {
+            let rows = self.join();
+            let groups = DenseGroups::from_strings(rows.instance_id.iter());
+            return (rows, groups);
+        }
+        let ids: Vec<Strings> = self
+            .parts
+            .iter_mut()
+            .map(|part| std::mem::take(&mut part.instance_id))
+            .collect();
+        let (mut rows, (instance_id, groups)) = rayon::join(
+            move || self.join(),
+            move || {
+                let count = ids.iter().map(Strings::len).sum();
+                let groups = DenseGroups::from_counted_strings(ids.iter().flat_map(Strings::iter), count);
+                let bytes = ids.iter().map(Strings::text_len).sum();
+                let mut joined = Strings::with_capacity(count, bytes);
+                ids.iter().for_each(|column| joined.append(column));
+                (joined, groups)
+            },
+        );
+        rows.instance_id = instance_id;
+        (rows, groups)
     }
 }
 
@@ -725,6 +771,49 @@ mod tests {
     }
 
     #[test]
+    fn duplicates_among_many_rows_whose_hashes_clash_are_dropped_exactly() {
+        // Enough rows that many distinct ids clash in the bit array; every
+        // 997th row of the later messages repeats an id of the first.
+        let first: Vec<String> = (0..30_000).map(|i| format!("t{i}")).collect();
+        let later = |from: usize| -> Vec<String> {
+            (from..from + 20_000)
+                .map(|i| {
+                    if i % 997 == 0 {
+                        format!("t{}", i % 30_000)
+                    } else {
+                        format!("t{i}")
+                    }
+                })
+                .collect()
+        };
+        let (second, third) = (later(30_000), later(50_000));
+        let number = |id: &String| id[1..].parse::<usize>().expect("ids are t<number>");
+        let planted = second
+            .iter()
+            .chain(&third)
+            .filter(|id| number(id) < 30_000)
+            .count();
+        assert!(planted > 30, "{planted} duplicates planted");
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        for (offset, ids) in [&first, &second, &third].into_iter().enumerate() {
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            a.add_rows(rows("r", 1, &ids), (0, offset as i64), offset as u32, 0, now);
+        }
+        let distinct = 70_000 - planted;
+        let StepStatus::Complete(step) = a.end("r", 1, distinct as i64, (0, 3, 0), now) else {
+            panic!("{distinct} distinct rows complete the step");
+        };
+        assert_eq!(step.duplicates, planted);
+        let (rows, _) = step.into_rows();
+        let expected: Vec<&String> = first
+            .iter()
+            .chain(second.iter().chain(&third).filter(|id| number(id) >= 30_000))
+            .collect();
+        assert_eq!(rows.trajectory_id, expected);
+    }
+
+    #[test]
     fn a_step_short_of_its_count_once_its_duplicates_went_takes_later_rows_one_lookup_each() {
         let mut a: StepAssembler<u32> = StepAssembler::new();
         let now = Instant::now();
@@ -856,6 +945,43 @@ mod tests {
             assert_eq!(rows.trajectory_id, ids, "offsets {offsets:?}");
             let instances: Vec<String> = expected.iter().map(|i| format!("g{}", i % 3)).collect();
             assert_eq!(rows.instance_id, instances, "offsets {offsets:?}");
+        }
+    }
+
+    #[test]
+    fn groups_mapped_beside_the_join_are_the_joined_rows_groups() {
+        // Three parts (two when the small messages share one), in input
+        // order and not; group ids whose first appearances are not sorted.
+        let part = |range: std::ops::Range<usize>| {
+            let ids: Vec<String> = range.clone().map(|i| format!("t{i}")).collect();
+            let mut r = rows("r", 1, &ids.iter().map(String::as_str).collect::<Vec<_>>());
+            r.instance_id = range.map(|i| format!("g{}", (i * 7919) % 101)).collect();
+            r
+        };
+        let big = PART_ROWS + 10;
+        let spans = [0..big, big..2 * big, 2 * big..2 * big + 3];
+        for offsets in [[10, 11, 12], [12, 11, 10], [10, 12, 11]] {
+            let step = || {
+                let mut a: StepAssembler<u32> = StepAssembler::new();
+                let now = Instant::now();
+                for (i, span) in spans.iter().enumerate() {
+                    a.add_rows(part(span.clone()), (0, offsets[i]), i as u32, 0, now);
+                }
+                let end = a.end("r", 1, (2 * big + 3) as i64, (0, 13, 0), now);
+                let StepStatus::Complete(step) = end else {
+                    panic!("every row is in");
+                };
+                step.into_gathered().0
+            };
+            let joined = step().join();
+            let (rows, groups) = step().join_with_groups();
+            assert_eq!(rows, joined, "offsets {offsets:?}");
+            assert_eq!(
+                groups,
+                DenseGroups::from_strings(joined.instance_id.iter()),
+                "offsets {offsets:?}"
+            );
+            assert_eq!(groups.n_groups, 101, "offsets {offsets:?}");
         }
     }
 

@@ -102,6 +102,19 @@ pub fn compute_step(
     device: Device,
 ) -> Result<StepResult, ComputeError> {
     let groups = DenseGroups::from_strings(rows.instance_id.iter());
+    compute_grouped(rows, groups, options, device)
+}
+
+/// [`compute_step`] with the rows' `instance_id` groups mapped already
+/// (`DenseGroups::from_strings` of them: see
+/// `GatheredRows::join_with_groups`).
+pub fn compute_grouped(
+    rows: ScoredRows,
+    groups: DenseGroups,
+    options: &AdvantageOptions,
+    device: Device,
+) -> Result<StepResult, ComputeError> {
+    debug_assert_eq!(groups.ids.len(), rows.len());
     let (advantages, ran) = if options.estimator == Estimator::ReinforcePp {
         kernel(&rows, &ungrouped(rows.len()), options, device, |i| i)?
     } else {

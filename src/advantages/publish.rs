@@ -35,7 +35,7 @@ use thiserror::Error;
 use tokio::task::{JoinError, JoinHandle};
 
 use super::assemble::{GatheredRows, PendingStep};
-use super::compute::{advantages_rows_batch, check_finite, compute_step, ComputeError, StepResult};
+use super::compute::{advantages_rows_batch, check_finite, compute_grouped, ComputeError, StepResult};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::outcomes::hint_outcomes;
@@ -357,7 +357,10 @@ impl StepOutput {
         // Number crunching leaves the async workers.
         let span = tracing::info_span!("compute");
         let result = tokio::task::spawn_blocking(move || {
-            span.in_scope(|| compute_step(rows.join(), &options, device))
+            span.in_scope(|| {
+                let (rows, groups) = rows.join_with_groups();
+                compute_grouped(rows, groups, &options, device)
+            })
         })
         .await
         .map_err(|source| Unpublished::ComputePanicked {
