@@ -9,14 +9,22 @@ use arrow_ipc::writer::StreamWriter;
 use arrow_schema::ArrowError;
 
 /// Room for a stream's framing besides its arrays' bytes: the schema
-/// message, each batch's header, each buffer's padding and the
-/// end-of-stream marker (a few KB for a schema of a dozen columns).
-const STREAM_FRAMING: usize = 8192;
+/// message and the end-of-stream marker, and for each batch its header and
+/// each buffer's padding (a few KB for a schema of a dozen columns).
+const STREAM_FRAMING: usize = 4096;
+const BATCH_FRAMING: usize = 4096;
+
+/// The most an output is sized for at once; a larger stream grows from it.
+/// The bytes a column's rows take are an estimate: a view column counts the
+/// whole of every data buffer it holds, which for a batch decoded from a
+/// message can be the message's whole body.
+const MAX_PRESIZED: usize = 64 << 20;
 
 /// Encodes batches (all of one schema) as one IPC stream. The output is
-/// sized once, from the bytes the batches' rows take (a slice's, not its
-/// parent's buffers): grown by doubling, a 900 KB chunk was copied once
-/// more in pieces on the way, each new piece's pages faulted in.
+/// sized once, from the bytes the batches' rows take (a slice's own rows,
+/// not its parent's buffers, except for view columns), up to
+/// [`MAX_PRESIZED`]: grown by doubling, a 900 KB chunk was copied once more
+/// in pieces on the way, each new piece's pages faulted in.
 pub fn encode_stream(batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
     let Some(first) = batches.first() else {
         return Err(ArrowError::InvalidArgumentError("no batch to encode".into()));
@@ -25,8 +33,9 @@ pub fn encode_stream(batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
         .iter()
         .flat_map(RecordBatch::columns)
         .map(|column| column.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum();
-    let mut out = Vec::with_capacity(arrays + STREAM_FRAMING);
+        .fold(0, usize::saturating_add);
+    let framing = STREAM_FRAMING + BATCH_FRAMING * batches.len();
+    let mut out = Vec::with_capacity(arrays.saturating_add(framing).min(MAX_PRESIZED));
     let mut writer = StreamWriter::try_new(&mut out, &first.schema())?;
     for batch in batches {
         writer.write(batch)?;
@@ -201,7 +210,7 @@ mod tests {
             assert_eq!(decode_stream(&stream).unwrap(), vec![batch], "{name}");
             let room = stream.capacity() - stream.len();
             assert!(
-                room <= STREAM_FRAMING,
+                room <= STREAM_FRAMING + BATCH_FRAMING,
                 "{name}: {room} bytes to spare past {}",
                 stream.len()
             );

@@ -780,7 +780,7 @@ fn group_buffer(batch: &RecordBatch) -> Result<(arrow_buffer::ScalarBuffer<u32>,
 /// Whether the values of a string array all differ; `None` when it holds no
 /// strings.
 fn distinct_strings(array: &dyn Array) -> Option<bool> {
-    use crate::normalize::groups::all_distinct;
+    use crate::normalize::clashes::all_distinct;
     match array.data_type() {
         DataType::Utf8 => Some(all_distinct(
             array.as_string::<i32>().iter().map(Option::unwrap_or_default),

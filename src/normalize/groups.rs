@@ -18,14 +18,6 @@ impl DenseGroups {
     pub fn from_strings<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
         let iter = values.into_iter();
         let rows = iter.size_hint().0;
-        Self::from_counted_strings(iter, rows)
-    }
-
-    /// [`Self::from_strings`] for values whose iterator does not know its
-    /// length (columns chained one after another): `rows` of them are
-    /// expected, which sizes the map and the ids once.
-    pub fn from_counted_strings<'a>(values: impl IntoIterator<Item = &'a str>, rows: usize) -> Self {
-        let iter = values.into_iter();
         let mut map = StringIds::with_capacity(rows / 4 + 1);
         let mut ids = Vec::with_capacity(rows);
         ids.extend(iter.map(|v| map.id(v)));
@@ -145,101 +137,9 @@ impl StringIds {
     }
 }
 
-/// Whether all `values` differ. Each value is hashed once; a bit array of
-/// about 16 bits a value, at most 2^21 bits (small enough for the L2 cache),
-/// finds the few values whose low hash bits meet another's
-/// ([`LowBitClashes`]), and only those are compared, by full hash and then
-/// by string. About 4× faster than inserting every value into a hash set,
-/// which is what the dictionary of a dictionary-encoded column costs before
-/// its keys can serve as group ids.
-pub fn all_distinct<'a, I>(values: I) -> bool
-where
-    I: IntoIterator<Item = &'a str>,
-    I::IntoIter: Clone,
-{
-    let iter = values.into_iter();
-    let hasher = foldhash::fast::RandomState::default();
-    let hashes: Vec<u64> = iter.clone().map(|v| hasher.hash_one(v.as_bytes())).collect();
-    let clashes = LowBitClashes::of(&hashes, 16, 1 << 21);
-    if !clashes.any() {
-        return true;
-    }
-    // The values whose low bits clash, by full hash; equal full hashes are
-    // settled by the strings.
-    let mut suspects: Vec<(u64, &'a str)> = hashes
-        .iter()
-        .zip(iter)
-        .filter(|(&h, _)| clashes.contains(h))
-        .map(|(&h, v)| (h, v))
-        .collect();
-    suspects.sort_unstable();
-    !suspects.windows(2).any(|w| w[0] == w[1])
-}
-
-/// Which of a set of hashes share their low bits with another of the set:
-/// a bit array a slot, marked when a second hash lands in it. Equal hashes
-/// always clash, so what does not clash is distinct; the few that do are
-/// left for an exact check. A pass over the hashes into a bit array that
-/// stays in cache: at 1M hashes, 10-15 ms against 55-60 ms for sorting all
-/// of them with their rows (`PendingStep::drop_duplicates`).
-pub struct LowBitClashes {
-    mask: usize,
-    clash: Vec<u64>,
-    any: bool,
-}
-
-impl LowBitClashes {
-    /// The clashes among `hashes` in a bit array of about `bits_per_hash`
-    /// bits a hash (a power of two), at most `max_bits`: the more bits, the
-    /// fewer clashes that are not equal hashes.
-    pub fn of(hashes: &[u64], bits_per_hash: usize, max_bits: usize) -> Self {
-        let bits = hashes
-            .len()
-            .saturating_mul(bits_per_hash)
-            .next_power_of_two()
-            .clamp(64, max_bits.next_power_of_two().max(64));
-        let mask = bits - 1;
-        let mut seen = vec![0u64; bits / 64];
-        let mut clash = vec![0u64; bits / 64];
-        let mut any = false;
-        for &h in hashes {
-            let slot = (h as usize) & mask;
-            let (word, bit) = (slot / 64, 1u64 << (slot % 64));
-            if seen[word] & bit != 0 {
-                clash[word] |= bit;
-                any = true;
-            }
-            seen[word] |= bit;
-        }
-        LowBitClashes { mask, clash, any }
-    }
-
-    /// Whether any two hashes clash (none: all differ).
-    pub fn any(&self) -> bool {
-        self.any
-    }
-
-    /// Whether `hash`, one of the set, shares its slot with another.
-    pub fn contains(&self, hash: u64) -> bool {
-        let slot = (hash as usize) & self.mask;
-        self.clash[slot / 64] & (1 << (slot % 64)) != 0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn equal_hashes_always_clash_and_lone_slots_never_do() {
-        let clashes = LowBitClashes::of(&[7, 9, 7, 64 + 9, 3], 8, 64);
-        assert!(clashes.any());
-        assert!(clashes.contains(7), "equal hashes");
-        assert!(clashes.contains(9) && clashes.contains(64 + 9), "equal low bits");
-        assert!(!clashes.contains(3));
-        assert!(!LowBitClashes::of(&[1, 2, 3], 8, 1 << 23).any());
-        assert!(!LowBitClashes::of(&[], 8, 1 << 23).any());
-    }
 
     #[test]
     fn maps_equal_strings_to_equal_ids_in_first_seen_order() {
@@ -255,16 +155,6 @@ mod tests {
         input.extend(words.iter().map(String::as_str));
         let g = DenseGroups::from_strings(input.iter().copied());
         assert_eq!(&g.ids[..6], &[0, 1, 2, 0, 3, 2]);
-        assert!(!all_distinct(input.iter().copied()));
-        assert!(all_distinct(["", "a", "ab", "ba", "abc"]));
-        assert!(!all_distinct(["x", "y", "x"]));
-        // Enough values that low hash bits clash, with and without a
-        // repeated one.
-        let many: Vec<String> = (0..20_000).map(|i| format!("task-{i}")).collect();
-        assert!(all_distinct(many.iter().map(String::as_str)));
-        let mut repeated = many.clone();
-        repeated.push("task-12345".into());
-        assert!(!all_distinct(repeated.iter().map(String::as_str)));
         assert_eq!(g.n_groups, 4 + 1700);
         // Same id exactly when same string, checked pairwise on a sample.
         for i in (0..input.len()).step_by(7) {

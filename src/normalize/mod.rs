@@ -67,6 +67,7 @@
 //! flag is their only addition.
 
 pub mod batch;
+pub mod clashes;
 pub mod cpu;
 pub mod estimator;
 pub mod finite;
