@@ -26,8 +26,9 @@
 //! - `gathered/join_then_map`, `gathered/join_with_groups`: a step's parts
 //!   (one per input message of the decode above) put together and their
 //!   group ids mapped, one after the other (`GatheredRows::join`, then
-//!   `DenseGroups::from_strings`) and beside each other on rayon's pool
-//!   (`GatheredRows::join_with_groups`, what a step's compute does; a
+//!   `DenseGroups::from_strings`) and beside each other, the ids on a
+//!   thread of their own (`GatheredRows::join_with_groups`, what a step's
+//!   compute does; a
 //!   step of one message, as 10,000 rows are, takes the first way in both).
 //!
 //! grpo runs at 10k, 100k and 1M rows, the other estimators at 1M. With

@@ -9,9 +9,10 @@ use arrow_ipc::writer::StreamWriter;
 use arrow_schema::ArrowError;
 
 /// Room for a stream's framing besides its arrays' bytes: the schema
-/// message and the end-of-stream marker, and for each batch its header and
-/// each buffer's padding (a few KB for a schema of a dozen columns).
+/// message and the end-of-stream marker.
 const STREAM_FRAMING: usize = 4096;
+/// And for each batch: its header and each buffer's padding (a few KB for a
+/// schema of a dozen columns).
 const BATCH_FRAMING: usize = 4096;
 
 /// The most an output is sized for at once; a larger stream grows from it.
