@@ -28,8 +28,8 @@
 //!   group ids mapped, one after the other (`GatheredRows::join`, then
 //!   `DenseGroups::from_strings`) and beside each other, the ids on a
 //!   thread of their own (`GatheredRows::join_with_groups`, what a step's
-//!   compute does; a
-//!   step of one message, as 10,000 rows are, takes the first way in both).
+//!   compute does; a step of one message, as 10,000 rows are, takes the
+//!   first way in both).
 //!
 //! grpo runs at 10k, 100k and 1M rows, the other estimators at 1M. With
 //! `--features cuda` on a machine with a GPU, the CUDA kernel too.

@@ -97,12 +97,7 @@ impl TraceParent {
             flags: context.trace_flags().to_u8(),
         })
     }
-}
 
-/// The length of a version-00 `traceparent` value.
-const VALUE_LEN: usize = 55;
-
-impl TraceParent {
     /// The header value, `00-<trace id>-<span id>-<flags>` in lowercase hex,
     /// written without the formatter: every output of both stages carries
     /// one.
@@ -116,6 +111,9 @@ impl TraceParent {
         out
     }
 }
+
+/// The length of a version-00 `traceparent` value.
+const VALUE_LEN: usize = 55;
 
 /// The header value, `00-<trace id>-<span id>-<flags>`.
 impl std::fmt::Display for TraceParent {
