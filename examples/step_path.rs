@@ -118,9 +118,10 @@ struct Args {
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Output messages the echo keeps in the producer at once: the worker's
-    /// `CHUNKS_IN_FLIGHT` (8) by default, 1 for one acknowledgement after
-    /// another (the worker's sending before 2026-12-02).
-    #[arg(long, default_value_t = 8)]
+    /// chunks in flight by default (`kafka::IDEMPOTENT_IN_FLIGHT`, 5; 8
+    /// before 2026-12-04), 1 for one acknowledgement after another (the
+    /// worker's sending before 2026-12-02).
+    #[arg(long, default_value_t = hintstream::kafka::IDEMPOTENT_IN_FLIGHT)]
     echo_in_flight: usize,
     /// Untimed steps of each size and format before the timed ones,
     /// through hintstream and the echo in turn.
@@ -213,7 +214,19 @@ fn step_end(step: i64, count: usize) -> Result<Vec<u8>> {
     }))?)
 }
 
-/// Produces `messages` (up to [`PRODUCE_WINDOW`] in flight), then the
+/// Messages of a step in the producer at once: a step's Arrow chunks as
+/// the Python client sends them, as many as the idempotent producer sends
+/// at once (more spin its broker thread: `kafka::IDEMPOTENT_IN_FLIGHT`);
+/// JSON rows [`PRODUCE_WINDOW`].
+fn window(messages: &[Input]) -> usize {
+    if messages.iter().any(|m| m.chunk.is_some()) {
+        hintstream::kafka::IDEMPOTENT_IN_FLIGHT
+    } else {
+        PRODUCE_WINDOW
+    }
+}
+
+/// Produces `messages` (up to [`window`] in flight), then the
 /// `step_end` once they are all acknowledged. Returns when the `step_end`
 /// is acknowledged.
 async fn produce_step(
@@ -245,7 +258,7 @@ async fn produce_step(
                 }
                 producer.send(record, Duration::from_secs(60))
             })
-            .buffer_unordered(PRODUCE_WINDOW);
+            .buffer_unordered(window(messages));
         while let Some(sent) = sends.next().await {
             sent.map_err(|(e, _)| format!("producing to {topic}: {e}"))?;
             if let Some(bar) = &bar {

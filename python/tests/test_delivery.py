@@ -70,3 +70,40 @@ def test_bad_input_is_refused_before_publishing(broker, make_client) -> None:
     with pytest.raises(ValueError):
         rows = [{"instance_id": "g", "trajectory_id": "same", "reward": 0.0, "is_hinted": False}] * 2
         client.publish_scored("r", 1, rows)
+
+
+class _Outstanding:
+    """The client's producer, recording how many messages it held each time
+    one was handed over."""
+
+    def __init__(self, producer) -> None:
+        self._producer = producer
+        self.held: list = []
+
+    def produce(self, *args, **kwargs):
+        self.held.append(len(self._producer))
+        return self._producer.produce(*args, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def __getattr__(self, name: str):
+        return getattr(self._producer, name)
+
+
+def test_a_steps_chunks_go_a_few_at_a_time(broker, make_client) -> None:
+    from hintstream.client import IDEMPOTENT_IN_FLIGHT
+
+    topics = unique_topics("window")
+    make_topics(broker.bootstrap, topics, 1)
+    client = make_client(broker.bootstrap, topics)
+    recorder = _Outstanding(client._producer)
+    client._producer = recorder
+    rows = [{"instance_id": f"g{i // 4}", "trajectory_id": f"trajectory-{i:06d}", "reward": 0.5, "is_hinted": False} for i in range(20_000)]
+    assert client.publish_scored("r", 1, rows, arrow=True, timeout=30, max_message_bytes=32_768) == len(rows)
+    chunks = len(recorder.held) - 1  # the step_end after them
+    assert chunks > 3 * IDEMPOTENT_IN_FLIGHT, chunks
+    # Never more than the idempotent producer sends at once (more spin its
+    # broker thread), and every chunk and the step_end delivered.
+    assert max(recorder.held) < IDEMPOTENT_IN_FLIGHT, recorder.held
+    assert len(recorder) == 0

@@ -48,7 +48,7 @@ use crate::batch::{ipc, BatchError, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
-use crate::kafka::{Outgoing, SendError, Settlement, StageProducer, Taken};
+use crate::kafka::{Outgoing, SendError, Settlement, StageProducer, Taken, IDEMPOTENT_IN_FLIGHT};
 use crate::messages::{step_key, HintOutcome};
 use crate::normalize::{AdvantageOptions, Device, HintedWeight, Ran};
 
@@ -57,10 +57,22 @@ pub const DEVICE_HEADER: &str = "hintstream.device";
 
 /// A step's chunks in the producer at once. Each waits for its own
 /// acknowledgement (a produce request's round trip, `linger.ms` included);
-/// a few at a time fill the connection instead (librdkafka sends up to five
-/// requests in flight to a broker with the idempotent producer), while the
-/// bytes not yet handed over stay bounded.
-const CHUNKS_IN_FLIGHT: usize = 8;
+/// a few at a time fill the connection instead, while the bytes not yet
+/// handed over stay bounded.
+///
+/// At most [`IDEMPOTENT_IN_FLIGHT`] (5): librdkafka's idempotent producer
+/// keeps no more than that many messages of a partition in flight. Past
+/// it, a chunk handed over waits in the producer's queue as a batch ready
+/// to go, and librdkafka's broker thread polls for it without sleeping
+/// until an acknowledgement frees a place. At 8 chunks that was half a core
+/// while a 1M-row step's 100 chunks went out (`poll` with no timeout 60,000
+/// times in 20 s), a quarter of the worker's CPU for the step, taken from
+/// the broker on a machine of two cores (docs/BENCHMARKS.md, round sixteen).
+const CHUNKS_IN_FLIGHT: usize = IDEMPOTENT_IN_FLIGHT;
+const _: () = assert!(
+    CHUNKS_IN_FLIGHT <= IDEMPOTENT_IN_FLIGHT,
+    "more chunks than the idempotent producer sends at once spin its broker thread"
+);
 
 /// At most the first 64 characters of an id, for a reason text (dead-letter
 /// reasons are cut at 1 KiB: a huge id must not push the advice out).

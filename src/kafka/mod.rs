@@ -50,7 +50,7 @@ pub use partition::Partition;
 pub use produce::{send, Outgoing, SendError};
 pub use producers::{
     create_dlq_producer, create_producer, create_stage_producer, create_transactional_producer,
-    OutputContext, StageProducer,
+    OutputContext, StageProducer, IDEMPOTENT_IN_FLIGHT,
 };
 pub use settings::{base_config, client_config};
 pub use tail::{TailError, TopicTail};

@@ -20,6 +20,14 @@ use crate::health::Signal;
 /// (librdkafka's default is 300 s).
 const MESSAGE_TIMEOUT_MS: &str = "30000";
 
+/// Messages of one partition that librdkafka's idempotent producer keeps
+/// in flight to the broker at most (`RD_KAFKA_IDEMP_MAX_INFLIGHT`: it counts
+/// messages, not requests). Past it, a batch ready to go waits, and the
+/// broker thread polls for it without sleeping until an acknowledgement
+/// frees a place: a sender of large messages keeps at most this many in
+/// the producer.
+pub const IDEMPOTENT_IN_FLIGHT: usize = 5;
+
 /// An idempotent producer: acks from all in-sync replicas and no reordering
 /// or duplication by the producer's own retries, so per-key order holds.
 pub fn create_producer(config: &Config) -> KafkaResult<FutureProducer> {

@@ -51,6 +51,15 @@ from .wire import Topics
 
 log = logging.getLogger("hintstream")
 
+#: Messages of one partition that librdkafka's idempotent producer keeps in
+#: flight at most (``RD_KAFKA_IDEMP_MAX_INFLIGHT``; it counts messages, not
+#: requests). A batch ready past it waits, and librdkafka's broker thread
+#: polls for it without sleeping until an acknowledgement frees a place:
+#: handing a step's 100 chunks over at once kept half a core busy for the
+#: whole publish (the worker's own chunks go the same way: its
+#: ``kafka::IDEMPOTENT_IN_FLIGHT``).
+IDEMPOTENT_IN_FLIGHT = 5
+
 T = TypeVar("T")
 
 #: Producer errors that no retry fixes: publishing fails at once.
@@ -514,7 +523,10 @@ class TrainerClient:
         elif not arrow:
             items.extend((key, wire.json_bytes(m), None) for m in messages)
         items.append((key, wire.json_bytes(wire.step_end(run_id, step, len(messages))), None))
-        self._produce_all(self.topics.scored, items, timeout)
+        # A step's chunks (up to max_message_bytes each) go a few at a time:
+        # see IDEMPOTENT_IN_FLIGHT.
+        window = IDEMPOTENT_IN_FLIGHT if arrow else None
+        self._produce_all(self.topics.scored, items, timeout, window)
         return len(messages)
 
     def report_hint_outcomes(self, rows: Iterable[Mapping[str, Any]], *, success_threshold: float = 0.0, timeout: float = 30.0) -> int:
@@ -525,7 +537,17 @@ class TrainerClient:
         self._produce_all(self.topics.outcomes, items, timeout)
         return len(items)
 
-    def _produce_all(self, topic: str, items: Sequence[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]], timeout: float) -> None:
+    def _produce_all(
+        self,
+        topic: str,
+        items: Sequence[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]],
+        timeout: float,
+        window: Optional[int] = None,
+    ) -> None:
+        """Produces ``items`` to ``topic`` and waits for every delivery, all
+        within ``timeout``. ``window``: at most that many messages in the
+        producer (queued or awaiting their acknowledgement) when the next is
+        handed over; ``None``: no bound but the producer's queue."""
         self._check_open()
         failures: List[Tuple[str, Optional[bytes], KafkaError]] = []
 
@@ -537,6 +559,13 @@ class TrainerClient:
             deadline = time.monotonic() + max(0.0, timeout)
             try:
                 for key, value, headers in items:
+                    while window is not None and len(self._producer) >= window and not failures:
+                        self._raise_producer_fatal()
+                        if time.monotonic() >= deadline:
+                            break
+                        self._producer.poll(0.05)
+                    if failures or (window is not None and len(self._producer) >= window):
+                        break  # a failure, or the window still full at the deadline: reported below
                     while True:
                         self._raise_producer_fatal()
                         try:
