@@ -431,7 +431,12 @@ impl StepOutput {
             };
             let template = built(0..rows.len().min(1))?;
             let strings = [&rows.run_id, &rows.trajectory_id, &rows.instance_id];
-            let variable = |row: usize| strings.iter().map(|column| column[row].len()).sum();
+            let variable = |range: Range<usize>| {
+                strings
+                    .iter()
+                    .map(|column| column.text_len_of(range.clone()))
+                    .sum()
+            };
             match plan_unbuilt(&template, rows.len(), variable, room).map_err(Unpublished::EncodeChunks)? {
                 Some(ranges) => Ok(StepChunks::Planned {
                     result: for_chunks.clone(),

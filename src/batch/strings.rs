@@ -43,6 +43,17 @@ impl Strings {
         self.text.len()
     }
 
+    /// Bytes of text in the rows of `rows` (a difference of two ends).
+    ///
+    /// # Panics
+    /// When `rows` runs past the last row.
+    pub fn text_len_of(&self, rows: std::ops::Range<usize>) -> usize {
+        if rows.is_empty() {
+            return 0;
+        }
+        self.ends[rows.end - 1] - self.start(rows.start)
+    }
+
     /// Bytes held, room included.
     pub fn capacity_bytes(&self) -> usize {
         self.text.capacity() + self.ends.capacity() * std::mem::size_of::<usize>()
@@ -197,6 +208,20 @@ impl<S: AsRef<str>> PartialEq<Vec<S>> for Strings {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_text_of_a_range_of_rows_is_a_difference_of_ends() {
+        let mut s = Strings::default();
+        for v in ["ab", "", "cde", "f"] {
+            s.push(v);
+        }
+        for start in 0..=4 {
+            for end in start..=4 {
+                let expected: usize = (start..end).map(|row| s[row].len()).sum();
+                assert_eq!(s.text_len_of(start..end), expected, "{start}..{end}");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
