@@ -831,7 +831,7 @@ mod tests {
         }
         assert!(cut > 1000, "the cases cut runs: {cut}");
         assert_eq!(longest_runs(0, |_| true), Some(vec![]));
-        assert_eq!(longest_runs(5, |_| true), Some(vec![0..5]));
+        assert_eq!(longest_runs(5, |_| true), Some(vec![Range { start: 0, end: 5 }]));
         assert_eq!(
             longest_runs(5, |r| r.len() <= 1),
             Some((0..5).map(|i| i..i + 1).collect())
