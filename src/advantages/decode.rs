@@ -7,6 +7,8 @@
 //! whole decoding runs under a panic guard, so that a message that panics
 //! any of it is dead-lettered and never takes the worker down.
 
+use bytes::Bytes;
+
 use crate::batch::{bound, ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::LimitsConfig;
 use crate::kafka::{RecordMeta, Rejected};
@@ -57,23 +59,45 @@ pub fn decode_scored_bounded(
     limits: DecodeLimits,
     max_decoded_bytes: usize,
 ) -> Result<ScoredInput, Rejected> {
+    decode_guarded(bytes, None, meta, limits, max_decoded_bytes)
+}
+
+/// [`decode_scored_bounded`] of a message's shared bytes: an Arrow stream
+/// is read in place where it can be ([`ipc::decode_shared`]), not copied
+/// first. What is accepted and refused is the same.
+pub fn decode_scored_shared(
+    payload: &Bytes,
+    meta: &RecordMeta,
+    limits: DecodeLimits,
+    max_decoded_bytes: usize,
+) -> Result<ScoredInput, Rejected> {
+    decode_guarded(payload, Some(payload), meta, limits, max_decoded_bytes)
+}
+
+fn decode_guarded(
+    bytes: &[u8],
+    shared: Option<&Bytes>,
+    meta: &RecordMeta,
+    limits: DecodeLimits,
+    max_decoded_bytes: usize,
+) -> Result<ScoredInput, Rejected> {
     let arrow = meta.header("content-type") == Some(ARROW_STREAM_CONTENT_TYPE.as_bytes())
         || bytes.starts_with(&[0xff, 0xff, 0xff, 0xff]);
     // Decoding only reads `bytes` and builds new values: nothing is left
     // half-changed when it unwinds.
-    std::panic::catch_unwind(|| decode_unguarded(bytes, arrow, limits, max_decoded_bytes)).unwrap_or_else(
-        |panic| {
+    std::panic::catch_unwind(|| decode_unguarded(bytes, shared, arrow, limits, max_decoded_bytes))
+        .unwrap_or_else(|panic| {
             let what = panic_text(panic.as_ref()).unwrap_or("panic");
             Err(Rejected {
                 kind: if arrow { "bad_arrow" } else { "decode_panic" },
                 reason: format!("decoding the message panicked: {what}"),
             })
-        },
-    )
+        })
 }
 
 fn decode_unguarded(
     bytes: &[u8],
+    shared: Option<&Bytes>,
     arrow: bool,
     limits: DecodeLimits,
     max_decoded_bytes: usize,
@@ -100,8 +124,11 @@ fn decode_unguarded(
         .into());
     }
     let reject = |kind: &'static str, reason: String| Rejected { kind, reason };
-    let batches = ipc::decode_stream(bytes)
-        .map_err(|e| reject("bad_arrow", format!("not an Arrow IPC stream: {e}")))?;
+    let batches = match shared {
+        Some(shared) => ipc::decode_shared(shared),
+        None => ipc::decode_stream(bytes),
+    }
+    .map_err(|e| reject("bad_arrow", format!("not an Arrow IPC stream: {e}")))?;
     bound::check_decoded_size(&batches, max_decoded_bytes).map_err(|e| reject(e.kind(), e.to_string()))?;
     let rows = ScoredRows::from_batches(&batches).map_err(|e| reject(e.kind(), e.to_string()))?;
     if rows.is_empty() {

@@ -7,10 +7,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tracing::Instrument;
 
 use super::assemble::{PendingStep, StepAssembler, StepStatus};
-use super::decode::{decode_scored_bounded, ScoredInput};
+use super::decode::{decode_scored_shared, ScoredInput};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::publish::StepOutput;
@@ -197,8 +198,8 @@ impl Stage for StepPublisher {
     // Most messages only join their step: `settle` is then done at once.
     const FIRST_POLL_IN_LOOP: bool = true;
 
-    fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
-        decode_scored_bounded(payload, meta, self.limits, self.max_decoded_bytes)
+    fn decode(&self, payload: &Bytes, meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
+        decode_scored_shared(payload, meta, self.limits, self.max_decoded_bytes)
     }
 
     fn handle(self: &Arc<Self>, work: Work<ScoredInput>) -> impl Future<Output = ()> + Send + 'static {

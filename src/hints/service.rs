@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tracing::field::Empty;
 use tracing::Instrument;
 
@@ -455,7 +456,7 @@ impl Stage for GroupHinter {
     /// thread's wakeup each would cost more.
     const TASK_PER_BATCH: bool = true;
 
-    fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Arrival, Rejected> {
+    fn decode(&self, payload: &Bytes, meta: &RecordMeta) -> Result<Arrival, Rejected> {
         decode_arrival(payload, meta, self.limits)
     }
 

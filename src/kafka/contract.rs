@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use rdkafka::error::KafkaError;
 
 use super::message::{RecordMeta, Rejected, Taken};
@@ -67,7 +68,9 @@ pub trait Stage {
     const TASK_PER_BATCH: bool = false;
 
     /// The stage's input, or why the message can never be processed.
-    fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<Self::Input, Rejected>;
+    /// `payload` is the message's one copy, shared: what is decoded may
+    /// keep parts of it without copying them (Arrow buffers).
+    fn decode(&self, payload: &Bytes, meta: &RecordMeta) -> Result<Self::Input, Rejected>;
 
     /// Takes one input; the returned future finishes its message.
     fn handle(self: &Arc<Self>, work: Work<Self::Input>) -> impl Future<Output = ()> + Send + 'static;
@@ -211,7 +214,7 @@ where
 {
     type Input = T;
 
-    fn decode(&self, payload: &[u8], meta: &RecordMeta) -> Result<T, Rejected> {
+    fn decode(&self, payload: &Bytes, meta: &RecordMeta) -> Result<T, Rejected> {
         (self.decode)(payload, meta)
     }
 

@@ -13,6 +13,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::commit::{Committer, Ticket};
@@ -176,14 +178,14 @@ impl Pending {
 
 /// One message taken off the input topic. See the module docs.
 pub struct Taken {
-    payload: Vec<u8>,
+    payload: Bytes,
     meta: RecordMeta,
     pending: Option<Pending>,
 }
 
 impl Taken {
     pub(crate) fn new(
-        payload: Vec<u8>,
+        payload: Bytes,
         meta: RecordMeta,
         ticket: Ticket,
         delivery: Arc<Delivery>,

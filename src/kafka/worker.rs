@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::future::CatchUnwind;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -71,7 +72,7 @@ type MessageFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// A message taken in its slot and copied out of the consumer's buffer,
 /// before its bytes are held.
 struct Received {
-    payload: Vec<u8>,
+    payload: Bytes,
     meta: RecordMeta,
     slot: OwnedSemaphorePermit,
 }
@@ -324,7 +325,7 @@ struct ByteBound {
 
 /// A message taken within the bounds, not yet dispatched.
 struct Next {
-    payload: Vec<u8>,
+    payload: Bytes,
     meta: RecordMeta,
     holds: Vec<Hold>,
 }
@@ -513,7 +514,9 @@ impl Intake {
         self.summary.received += 1;
         self.metrics.received();
         let meta = RecordMeta::of(&message);
-        let payload = message.payload().unwrap_or_default().to_vec();
+        // One copy, shared from here on: a stage may decode Arrow buffers
+        // straight from it (stage 2's), and a dead letter sends it back.
+        let payload = Bytes::from(message.payload().unwrap_or_default().to_vec());
         Received { payload, meta, slot }
     }
 

@@ -74,7 +74,7 @@ impl<const IN_LOOP: bool, const BATCH: bool> Stage for PanicsOnBoom<IN_LOOP, BAT
     const FIRST_POLL_IN_LOOP: bool = IN_LOOP;
     const TASK_PER_BATCH: bool = BATCH;
 
-    fn decode(&self, payload: &[u8], _: &RecordMeta) -> Result<String, Rejected> {
+    fn decode(&self, payload: &bytes::Bytes, _: &RecordMeta) -> Result<String, Rejected> {
         Ok(String::from_utf8_lossy(payload).into_owned())
     }
 

@@ -312,7 +312,7 @@ impl Stage for AcksInBatches {
     type Input = ();
     const TASK_PER_BATCH: bool = true;
 
-    fn decode(&self, _: &[u8], _: &RecordMeta) -> Result<(), Rejected> {
+    fn decode(&self, _: &bytes::Bytes, _: &RecordMeta) -> Result<(), Rejected> {
         Ok(())
     }
 
