@@ -9,6 +9,7 @@ import pytest
 
 from harness import Kafka, make_topics, unique_topics
 from hintstream import DeliveryError, failed_trajectory
+from hintstream.client import IDEMPOTENT_IN_FLIGHT
 from hintstream.wire import Topics
 
 
@@ -46,6 +47,15 @@ def test_broker_gone(make_client) -> None:
         assert e.value.undelivered or e.value.failures
         with pytest.raises(DeliveryError):
             client.publish_scored("r", 1, [{"instance_id": "g", "trajectory_id": "t", "reward": 0.0, "is_hinted": False}], timeout=2)
+        # A step's chunks held at the window until the deadline: the ones
+        # never handed over count as undelivered, and nothing waits longer.
+        rows = [{"instance_id": f"g{i // 4}", "trajectory_id": f"t{i:06d}", "reward": 0.0, "is_hinted": False} for i in range(5_000)]
+        started = time.monotonic()
+        with pytest.raises(DeliveryError) as e:
+            client.publish_scored("r", 2, rows, arrow=True, timeout=2, max_message_bytes=16_384)
+        assert time.monotonic() - started < 5
+        assert e.value.undelivered > IDEMPOTENT_IN_FLIGHT, e.value
+        assert "never handed to the producer" in str(e.value)
     finally:
         kafka.kill()
 
@@ -92,8 +102,6 @@ class _Outstanding:
 
 
 def test_a_steps_chunks_go_a_few_at_a_time(broker, make_client) -> None:
-    from hintstream.client import IDEMPOTENT_IN_FLIGHT
-
     topics = unique_topics("window")
     make_topics(broker.bootstrap, topics, 1)
     client = make_client(broker.bootstrap, topics)
@@ -106,4 +114,6 @@ def test_a_steps_chunks_go_a_few_at_a_time(broker, make_client) -> None:
     # Never more than the idempotent producer sends at once (more spin its
     # broker thread), and every chunk and the step_end delivered.
     assert max(recorder.held) < IDEMPOTENT_IN_FLIGHT, recorder.held
+    # and the window is used (linger.ms keeps the first ones queued).
+    assert IDEMPOTENT_IN_FLIGHT - 1 in recorder.held, recorder.held
     assert len(recorder) == 0

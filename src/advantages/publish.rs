@@ -61,13 +61,16 @@ pub const DEVICE_HEADER: &str = "hintstream.device";
 /// handed over stay bounded.
 ///
 /// At most [`IDEMPOTENT_IN_FLIGHT`] (5): librdkafka's idempotent producer
-/// keeps no more than that many messages of a partition in flight. Past
-/// it, a chunk handed over waits in the producer's queue as a batch ready
-/// to go, and librdkafka's broker thread polls for it without sleeping
-/// until an acknowledgement frees a place. At 8 chunks that was half a core
-/// while a 1M-row step's 100 chunks went out (`poll` with no timeout 60,000
+/// sends no new request for a partition while that many of its messages
+/// are in flight, and a chunk is a request of its own. Past it, a chunk
+/// handed over waits in the producer's queue as a batch ready to go, and
+/// librdkafka's broker thread polls for it without sleeping until an
+/// acknowledgement frees a place. At 8 chunks that was half a core while a
+/// 1M-row step's 100 chunks went out (`poll` with a timeout of 0, 60,000
 /// times in 20 s), a quarter of the worker's CPU for the step, taken from
-/// the broker on a machine of two cores (docs/BENCHMARKS.md, round sixteen).
+/// the broker on a machine of two cores (docs/BENCHMARKS.md, round
+/// sixteen). The bound is a step's: two steps published at once whose keys
+/// share a partition still put up to twice as many there.
 const CHUNKS_IN_FLIGHT: usize = IDEMPOTENT_IN_FLIGHT;
 const _: () = assert!(
     CHUNKS_IN_FLIGHT <= IDEMPOTENT_IN_FLIGHT,

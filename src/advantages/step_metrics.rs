@@ -79,6 +79,51 @@ impl<'a> From<&'a AdvantagesConfig> for MetricOptions<'a> {
     }
 }
 
+/// A step's rows counted: per group, (raw rows, hinted rows); the hinted
+/// rows; and the hinted rows in all and by category.
+struct Tallies {
+    groups: Vec<(Tally, Tally)>,
+    hinted_rows: Vec<usize>,
+    hinted: Tally,
+    llm: Tally,
+    fallback: Tally,
+}
+
+impl Tallies {
+    /// One pass over every row (a random access a row into a table of 32
+    /// bytes a group), then the hinted rows' categories on their own.
+    fn of(rows: &ScoredRows, dense: &DenseGroups, success_threshold: f64) -> Self {
+        let success = |i: usize| rows.reward[i] > success_threshold;
+        let mut groups: Vec<(Tally, Tally)> = (0..dense.n_groups).map(|_| Default::default()).collect();
+        for i in 0..rows.len() {
+            let entry = &mut groups[dense.ids[i] as usize];
+            let tally = if rows.is_hinted[i] {
+                &mut entry.1
+            } else {
+                &mut entry.0
+            };
+            tally.add(success(i));
+        }
+        let hinted_rows: Vec<usize> = (0..rows.len()).filter(|&i| rows.is_hinted[i]).collect();
+        let (mut hinted, mut llm, mut fallback) = (Tally::default(), Tally::default(), Tally::default());
+        for &i in &hinted_rows {
+            hinted.add(success(i));
+            match rows.hint_category[i].as_deref() {
+                Some(c) if c == HintCategory::LlmSynthesized.as_str() => llm.add(success(i)),
+                Some(c) if c.ends_with("fallback") => fallback.add(success(i)),
+                _ => {}
+            }
+        }
+        Tallies {
+            groups,
+            hinted_rows,
+            hinted,
+            llm,
+            fallback,
+        }
+    }
+}
+
 /// Computes the step's metrics (see the module docs for each one). `dense`:
 /// the rows' `instance_id` groups, a dense id a row ([`StepResult::groups`]).
 ///
@@ -89,32 +134,13 @@ pub fn step_metrics(
     advantages: &Advantages,
     options: &MetricOptions<'_>,
 ) -> StepMetrics {
-    let success = |i: usize| rows.reward[i] > options.success_threshold;
-    let mut hinted = Tally::default();
-    let mut llm = Tally::default();
-    let mut fallback = Tally::default();
-    // Per group: (raw tally, hinted tally). One pass over every row (a
-    // random access a row into a table of 32 bytes a group), then the
-    // hinted rows' categories on their own.
-    let mut groups: Vec<(Tally, Tally)> = (0..dense.n_groups).map(|_| Default::default()).collect();
-    for i in 0..rows.len() {
-        let entry = &mut groups[dense.ids[i] as usize];
-        let tally = if rows.is_hinted[i] {
-            &mut entry.1
-        } else {
-            &mut entry.0
-        };
-        tally.add(success(i));
-    }
-    let hinted_rows: Vec<usize> = (0..rows.len()).filter(|&i| rows.is_hinted[i]).collect();
-    for &i in &hinted_rows {
-        hinted.add(success(i));
-        match rows.hint_category[i].as_deref() {
-            Some(c) if c == HintCategory::LlmSynthesized.as_str() => llm.add(success(i)),
-            Some(c) if c.ends_with("fallback") => fallback.add(success(i)),
-            _ => {}
-        }
-    }
+    let Tallies {
+        groups,
+        hinted_rows,
+        hinted,
+        llm,
+        fallback,
+    } = Tallies::of(rows, dense, options.success_threshold);
 
     let mut m = StepMetrics::new();
     if hinted.count > 0 {

@@ -208,20 +208,6 @@ impl<S: AsRef<str>> PartialEq<Vec<S>> for Strings {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_text_of_a_range_of_rows_is_a_difference_of_ends() {
-        let mut s = Strings::default();
-        for v in ["ab", "", "cde", "f"] {
-            s.push(v);
-        }
-        for start in 0..=4 {
-            for end in start..=4 {
-                let expected: usize = (start..end).map(|row| s[row].len()).sum();
-                assert_eq!(s.text_len_of(start..end), expected, "{start}..{end}");
-            }
-        }
-    }
-
     use super::*;
 
     #[test]
@@ -250,5 +236,19 @@ mod tests {
         let mut b: Strings = vec!["w"].into();
         b.extend_from_arrow(&sliced);
         assert_eq!(b, ["w", "yy", "zzz"]);
+    }
+
+    #[test]
+    fn the_text_of_a_range_of_rows_is_a_difference_of_ends() {
+        let mut s = Strings::default();
+        for v in ["ab", "", "cde", "f"] {
+            s.push(v);
+        }
+        for start in 0..=4 {
+            for end in start..=4 {
+                let expected: usize = (start..end).map(|row| s[row].len()).sum();
+                assert_eq!(s.text_len_of(start..end), expected, "{start}..{end}");
+            }
+        }
     }
 }

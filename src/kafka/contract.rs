@@ -69,7 +69,9 @@ pub trait Stage {
 
     /// The stage's input, or why the message can never be processed.
     /// `payload` is the message's one copy, shared: what is decoded may
-    /// keep parts of it without copying them (Arrow buffers).
+    /// slice it without copying (Arrow buffers), but must not keep those
+    /// slices past the message's [`Taken`] (the byte bound counts the
+    /// payload only while it is held).
     fn decode(&self, payload: &Bytes, meta: &RecordMeta) -> Result<Self::Input, Rejected>;
 
     /// Takes one input; the returned future finishes its message.

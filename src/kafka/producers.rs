@@ -20,12 +20,13 @@ use crate::health::Signal;
 /// (librdkafka's default is 300 s).
 const MESSAGE_TIMEOUT_MS: &str = "30000";
 
-/// Messages of one partition that librdkafka's idempotent producer keeps
-/// in flight to the broker at most (`RD_KAFKA_IDEMP_MAX_INFLIGHT`: it counts
-/// messages, not requests). Past it, a batch ready to go waits, and the
-/// broker thread polls for it without sleeping until an acknowledgement
-/// frees a place: a sender of large messages keeps at most this many in
-/// the producer.
+/// librdkafka's idempotent producer sends no new request for a partition
+/// while this many of its messages or more are in flight
+/// (`RD_KAFKA_IDEMP_MAX_INFLIGHT`; it counts messages, each batch adding
+/// its own). A batch ready meanwhile waits, and the broker thread polls for
+/// it without sleeping until an acknowledgement frees a place. A sender of
+/// large messages (one request each, as a step's chunks of about 900 KB
+/// against `batch.size`'s 1 MB) keeps at most this many in the producer.
 pub const IDEMPOTENT_IN_FLIGHT: usize = 5;
 
 /// An idempotent producer: acks from all in-sync replicas and no reordering

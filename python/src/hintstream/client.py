@@ -51,12 +51,14 @@ from .wire import Topics
 
 log = logging.getLogger("hintstream")
 
-#: Messages of one partition that librdkafka's idempotent producer keeps in
-#: flight at most (``RD_KAFKA_IDEMP_MAX_INFLIGHT``; it counts messages, not
-#: requests). A batch ready past it waits, and librdkafka's broker thread
-#: polls for it without sleeping until an acknowledgement frees a place:
-#: handing a step's 100 chunks over at once kept half a core busy for the
-#: whole publish (the worker's own chunks go the same way: its
+#: librdkafka's idempotent producer sends no new request for a partition
+#: while this many of its messages or more are in flight
+#: (``RD_KAFKA_IDEMP_MAX_INFLIGHT``). A batch ready meanwhile waits, and
+#: librdkafka's broker thread polls for it without sleeping until an
+#: acknowledgement frees a place. A step's chunks (one request each, at about
+#: 900 KB against ``batch.size``'s 1 MB) therefore go at most this many at a
+#: time: handing a step's 100 chunks over at once kept half a core busy for
+#: the whole publish (the worker's own chunks go the same way: its
 #: ``kafka::IDEMPOTENT_IN_FLIGHT``).
 IDEMPOTENT_IN_FLIGHT = 5
 
@@ -545,9 +547,14 @@ class TrainerClient:
         window: Optional[int] = None,
     ) -> None:
         """Produces ``items`` to ``topic`` and waits for every delivery, all
-        within ``timeout``. ``window``: at most that many messages in the
+        within ``timeout``. ``window``: fewer than that many messages in the
         producer (queued or awaiting their acknowledgement) when the next is
-        handed over; ``None``: no bound but the producer's queue."""
+        handed over, so at most that many after; ``None``: no bound but the
+        producer's queue. A window still full at the deadline raises
+        :class:`DeliveryError`, counting the items never handed over as
+        undelivered."""
+        if window is not None and window < 1:
+            raise ValueError(f"window must be at least 1, not {window}")
         self._check_open()
         failures: List[Tuple[str, Optional[bytes], KafkaError]] = []
 
@@ -558,14 +565,21 @@ class TrainerClient:
         with self._publish_lock:
             deadline = time.monotonic() + max(0.0, timeout)
             try:
-                for key, value, headers in items:
+                for handed, (key, value, headers) in enumerate(items):
                     while window is not None and len(self._producer) >= window and not failures:
                         self._raise_producer_fatal()
                         if time.monotonic() >= deadline:
-                            break
+                            never = len(items) - handed
+                            queued = len(self._producer)
+                            raise DeliveryError(
+                                f"publishing {len(items)} messages to {topic!r}: {queued} still undelivered and {never} "
+                                f"never handed to the producer after {timeout:g} s (broker unreachable or topic missing?)",
+                                list(failures),
+                                queued + never,
+                            )
                         self._producer.poll(0.05)
-                    if failures or (window is not None and len(self._producer) >= window):
-                        break  # a failure, or the window still full at the deadline: reported below
+                    if failures:
+                        break
                     while True:
                         self._raise_producer_fatal()
                         try:
