@@ -78,7 +78,7 @@ impl Strings {
         self.get(0)
     }
 
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + Clone + '_ {
         (0..self.len()).map(|row| &self[row])
     }
 

@@ -13,10 +13,28 @@ pub struct DenseGroups {
 }
 
 impl DenseGroups {
-    /// Maps string ids; equal strings get equal ids. Each string is hashed
-    /// once and nothing is allocated per row: see [`StringIds`].
-    pub fn from_strings<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
+    /// Maps string ids; equal strings get equal ids. Strings are first told
+    /// apart by a 64-bit hash (`by_hash`), then every row is checked
+    /// against its group's first string; should two strings share a hash,
+    /// the check fails and they are mapped again, exactly, by their bytes
+    /// ([`StringIds`]).
+    pub fn from_strings<'a, I>(values: I) -> Self
+    where
+        I: IntoIterator<Item = &'a str>,
+        I::IntoIter: Clone,
+    {
+        Self::from_strings_with(values, &foldhash::fast::RandomState::default())
+    }
+
+    fn from_strings_with<'a, I>(values: I, hasher: &impl BuildHasher) -> Self
+    where
+        I: IntoIterator<Item = &'a str>,
+        I::IntoIter: Clone,
+    {
         let iter = values.into_iter();
+        if let Some(groups) = by_hash(iter.clone(), hasher) {
+            return groups;
+        }
         let rows = iter.size_hint().0;
         let mut map = StringIds::with_capacity(rows / 4 + 1);
         let mut ids = Vec::with_capacity(rows);
@@ -37,7 +55,134 @@ impl DenseGroups {
     }
 }
 
-/// Strings to dense ids in order of first appearance.
+/// Rows whose table slots (then whose groups' first strings) are asked for
+/// before any of them is read: see [`by_hash`].
+const AHEAD: usize = 16;
+
+/// A slot of [`by_hash`]'s table: a string's 64-bit hash and its id, or
+/// `EMPTY`.
+#[derive(Clone, Copy)]
+struct Slot {
+    hash: u64,
+    id: u32,
+}
+
+const EMPTY: u32 = u32::MAX;
+
+/// Dense ids by 64-bit hash: `None` when two different strings share one
+/// (the caller then maps by bytes), or past `u32::MAX - 1` groups.
+///
+/// A map of a million strings into a table of 100,000s is a cache miss a
+/// row. As [`StringIds`] walks it (its control bytes, its slot, the id's
+/// entry, the id's bytes: each read waiting for the one before), it is the
+/// longest part of a 1M-row step's compute. Here the table holds the hash
+/// beside the id, so a row's lookup is one read, and the reads of [`AHEAD`]
+/// rows are asked for at once (a prefetch each) before the first is used.
+/// The check that follows, each row compared with the first string of its
+/// group (kept in an arena), is prefetched the same way.
+/// `cargo bench --bench advantages -- id_mapping/1000000` (125,000 groups
+/// of 8, rows shuffled): 60 ms → 41 ms on one core.
+fn by_hash<'a>(
+    values: impl Iterator<Item = &'a str> + Clone,
+    hasher: &impl BuildHasher,
+) -> Option<DenseGroups> {
+    let mut rows = values.clone();
+    let expected = rows.size_hint().0;
+    let mut capacity = (expected / 4 + 1).next_power_of_two().max(AHEAD) * 2;
+    let mut slots = vec![Slot { hash: 0, id: EMPTY }; capacity];
+    let mut ids: Vec<u32> = Vec::with_capacity(expected);
+    // The first string of each group, back to back, and where each ends.
+    let mut arena: Vec<u8> = Vec::new();
+    let mut ends: Vec<usize> = Vec::new();
+    let mut batch: [(u64, &str); AHEAD] = [(0, ""); AHEAD];
+    loop {
+        let mut taken = 0;
+        for (at, value) in batch.iter_mut().zip(rows.by_ref()) {
+            let hash = hasher.hash_one(value.as_bytes());
+            prefetch(&slots[hash as usize & (capacity - 1)]);
+            *at = (hash, value);
+            taken += 1;
+        }
+        for &(hash, value) in &batch[..taken] {
+            let mut i = hash as usize & (capacity - 1);
+            let id = loop {
+                let slot = slots[i];
+                if slot.id == EMPTY {
+                    let id = u32::try_from(ends.len()).ok().filter(|&id| id != EMPTY)?;
+                    slots[i] = Slot { hash, id };
+                    arena.extend_from_slice(value.as_bytes());
+                    ends.push(arena.len());
+                    break id;
+                }
+                if slot.hash == hash {
+                    break slot.id;
+                }
+                i = (i + 1) & (capacity - 1);
+            };
+            ids.push(id);
+            // At most half full: linear probing stays a read or two.
+            if ends.len() * 2 > capacity {
+                capacity *= 2;
+                slots = grown(&slots, capacity);
+            }
+        }
+        if taken < AHEAD {
+            break;
+        }
+    }
+    let first = |id: u32| {
+        let id = id as usize;
+        let start = if id == 0 { 0 } else { ends[id - 1] };
+        &arena[start..ends[id]]
+    };
+    let mut values = values;
+    for batch in ids.chunks(AHEAD) {
+        for &id in batch {
+            prefetch(first(id).as_ptr());
+        }
+        for (&id, value) in batch.iter().zip(values.by_ref()) {
+            if first(id) != value.as_bytes() {
+                return None;
+            }
+        }
+    }
+    Some(DenseGroups {
+        ids,
+        n_groups: ends.len(),
+    })
+}
+
+/// `slots` moved into a table of `capacity` (a power of two).
+fn grown(slots: &[Slot], capacity: usize) -> Vec<Slot> {
+    let mut table = vec![Slot { hash: 0, id: EMPTY }; capacity];
+    for slot in slots.iter().filter(|slot| slot.id != EMPTY) {
+        let mut i = slot.hash as usize & (capacity - 1);
+        while table[i].id != EMPTY {
+            i = (i + 1) & (capacity - 1);
+        }
+        table[i] = *slot;
+    }
+    table
+}
+
+/// Asks the CPU for the cache line at `at` ahead of its use. A hint only:
+/// nothing is read into the program and no address faults. A no-op off
+/// x86-64, whose prefetch is the only one stable Rust offers.
+#[inline(always)]
+fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` reads no memory the program sees and never
+    // faults, whatever the address; it needs SSE, which every x86-64 has.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
+/// Strings to dense ids in order of first appearance, by their bytes: what
+/// [`DenseGroups::from_strings`] falls back on when two strings share a
+/// 64-bit hash.
 ///
 /// The table holds ids only; each id's bytes are copied once into a compact
 /// arena, with 8 bytes of metadata (32 bits of its hash, where its bytes
@@ -162,5 +307,87 @@ mod tests {
                 assert_eq!(g.ids[i] == g.ids[j], input[i] == input[j], "{i} {j}");
             }
         }
+    }
+
+    /// The map by bytes alone, as the check's fallback makes it.
+    fn by_bytes(values: &[&str]) -> DenseGroups {
+        let mut map = StringIds::with_capacity(1);
+        let ids = values.iter().map(|v| map.id(v)).collect();
+        DenseGroups {
+            ids,
+            n_groups: map.len(),
+        }
+    }
+
+    #[test]
+    fn the_hash_path_maps_as_the_bytes_do_through_its_growth() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for (rows, groups) in [
+            (0, 1),
+            (1, 1),
+            (15, 3),
+            (16, 16),
+            (17, 5),
+            (1000, 999),
+            (50_000, 6_000),
+        ] {
+            let names: Vec<String> = (0..groups)
+                .map(|g| match g % 4 {
+                    0 => "x".repeat(g % 70),
+                    1 => format!("swe-task-{g:08}"),
+                    2 => format!("{}-{g}", "long".repeat(20)),
+                    _ => format!("é{g}"),
+                })
+                .collect();
+            let values: Vec<&str> = (0..rows)
+                .map(|_| names[rng.random_range(0..groups)].as_str())
+                .collect();
+            let want = by_bytes(&values);
+            let hasher = foldhash::fast::RandomState::default();
+            // Known to the iterator's size or not (the table then grows
+            // from its smallest).
+            let known = by_hash(values.iter().copied(), &hasher);
+            let unknown = by_hash(values.iter().copied().filter(|_| true), &hasher);
+            assert_eq!(known.as_ref(), Some(&want), "{rows} rows");
+            assert_eq!(unknown.as_ref(), Some(&want), "{rows} rows");
+            assert_eq!(DenseGroups::from_strings(values.iter().copied()), want);
+        }
+    }
+
+    /// Hashes everything to one value.
+    struct OneHash;
+
+    impl BuildHasher for OneHash {
+        type Hasher = OneHasher;
+        fn build_hasher(&self) -> OneHasher {
+            OneHasher
+        }
+    }
+
+    struct OneHasher;
+
+    impl std::hash::Hasher for OneHasher {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    #[test]
+    fn strings_that_share_a_hash_are_told_apart_by_their_bytes() {
+        let values = ["b", "a", "b", "c", "a"];
+        assert_eq!(by_hash(values.iter().copied(), &OneHash), None);
+        let g = DenseGroups::from_strings_with(values, &OneHash);
+        assert_eq!(g.ids, vec![0, 1, 0, 2, 1]);
+        assert_eq!(g.n_groups, 3);
+        // One string alone has no other to clash with.
+        assert_eq!(
+            by_hash(["z", "z"].into_iter(), &OneHash),
+            Some(DenseGroups {
+                ids: vec![0, 0],
+                n_groups: 1
+            })
+        );
     }
 }
