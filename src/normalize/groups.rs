@@ -70,7 +70,8 @@ struct Slot {
 const EMPTY: u32 = u32::MAX;
 
 /// Dense ids by 64-bit hash: `None` when two different strings share one
-/// (the caller then maps by bytes), or past `u32::MAX - 1` groups.
+/// (the caller then maps by bytes), or when a new group's id would be
+/// `EMPTY` (`u32::MAX`: the map by bytes, given it, panics a group later).
 ///
 /// A map of a million strings into a table of 100,000s is a cache miss a
 /// row. As [`StringIds`] walks it (its control bytes, its slot, the id's
@@ -182,7 +183,7 @@ fn prefetch<T>(at: *const T) {
 
 /// Strings to dense ids in order of first appearance, by their bytes: what
 /// [`DenseGroups::from_strings`] falls back on when two strings share a
-/// 64-bit hash.
+/// 64-bit hash (or at 2^32 - 1 groups).
 ///
 /// The table holds ids only; each id's bytes are copied once into a compact
 /// arena, with 8 bytes of metadata (32 bits of its hash, where its bytes
@@ -372,6 +373,44 @@ mod tests {
             7
         }
         fn write(&mut self, _: &[u8]) {}
+    }
+
+    /// Hashes each string to its own value, all alike in their low 32 bits:
+    /// every string starts probing at one slot.
+    struct LowBitsAlike;
+
+    impl BuildHasher for LowBitsAlike {
+        type Hasher = Fnv;
+        fn build_hasher(&self) -> Fnv {
+            Fnv(0xcbf2_9ce4_8422_2325)
+        }
+    }
+
+    struct Fnv(u64);
+
+    impl std::hash::Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            (self.0 << 32) | 31
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+
+    #[test]
+    fn strings_whose_slots_collide_probe_on_through_growth_and_the_tables_end() {
+        let names: Vec<String> = (0..100).map(|g| format!("group-{g}")).collect();
+        let values: Vec<&str> = (0..300).map(|row| names[(row * 7) % 100].as_str()).collect();
+        let want = by_bytes(&values);
+        assert_eq!(want.n_groups, 100);
+        // From the smallest table (32 slots: the probes from slot 31 wrap
+        // at once), grown three times, and from one sized for the rows.
+        let unknown = by_hash(values.iter().copied().filter(|_| true), &LowBitsAlike);
+        let known = by_hash(values.iter().copied(), &LowBitsAlike);
+        assert_eq!(unknown, Some(want.clone()));
+        assert_eq!(known, Some(want));
     }
 
     #[test]
