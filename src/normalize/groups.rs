@@ -32,17 +32,7 @@ impl DenseGroups {
         I::IntoIter: Clone,
     {
         let iter = values.into_iter();
-        if let Some(groups) = by_hash(iter.clone(), hasher) {
-            return groups;
-        }
-        let rows = iter.size_hint().0;
-        let mut map = StringIds::with_capacity(rows / 4 + 1);
-        let mut ids = Vec::with_capacity(rows);
-        ids.extend(iter.map(|v| map.id(v)));
-        DenseGroups {
-            ids,
-            n_groups: map.len(),
-        }
+        by_hash(iter.clone(), hasher).unwrap_or_else(|| by_bytes(iter))
     }
 
     /// Uses dictionary keys as they are; `dictionary_len` values exist. Keys
@@ -52,6 +42,19 @@ impl DenseGroups {
             ids: keys.into_iter().collect(),
             n_groups: dictionary_len,
         }
+    }
+}
+
+/// Dense ids by the strings' bytes ([`StringIds`]): exact whatever the
+/// hashes, and [`DenseGroups::from_strings`]' fallback.
+fn by_bytes<'a>(values: impl Iterator<Item = &'a str>) -> DenseGroups {
+    let rows = values.size_hint().0;
+    let mut map = StringIds::with_capacity(rows / 4 + 1);
+    let mut ids = Vec::with_capacity(rows);
+    ids.extend(values.map(|v| map.id(v)));
+    DenseGroups {
+        ids,
+        n_groups: map.len(),
     }
 }
 
@@ -68,6 +71,9 @@ struct Slot {
 }
 
 const EMPTY: u32 = u32::MAX;
+
+/// A slot that holds no string.
+const VACANT: Slot = Slot { hash: 0, id: EMPTY };
 
 /// Dense ids by 64-bit hash: `None` when two different strings share one
 /// (the caller then maps by bytes), or when a new group's id would be
@@ -90,7 +96,7 @@ fn by_hash<'a>(
     let mut rows = values.clone();
     let expected = rows.size_hint().0;
     let mut capacity = (expected / 4 + 1).next_power_of_two().max(AHEAD) * 2;
-    let mut slots = vec![Slot { hash: 0, id: EMPTY }; capacity];
+    let mut slots = vec![VACANT; capacity];
     let mut ids: Vec<u32> = Vec::with_capacity(expected);
     // The first string of each group, back to back, and where each ends.
     let mut arena: Vec<u8> = Vec::new();
@@ -155,7 +161,7 @@ fn by_hash<'a>(
 
 /// `slots` moved into a table of `capacity` (a power of two).
 fn grown(slots: &[Slot], capacity: usize) -> Vec<Slot> {
-    let mut table = vec![Slot { hash: 0, id: EMPTY }; capacity];
+    let mut table = vec![VACANT; capacity];
     for slot in slots.iter().filter(|slot| slot.id != EMPTY) {
         let mut i = slot.hash as usize & (capacity - 1);
         while table[i].id != EMPTY {
@@ -310,16 +316,6 @@ mod tests {
         }
     }
 
-    /// The map by bytes alone, as the check's fallback makes it.
-    fn by_bytes(values: &[&str]) -> DenseGroups {
-        let mut map = StringIds::with_capacity(1);
-        let ids = values.iter().map(|v| map.id(v)).collect();
-        DenseGroups {
-            ids,
-            n_groups: map.len(),
-        }
-    }
-
     #[test]
     fn the_hash_path_maps_as_the_bytes_do_through_its_growth() {
         use rand::{Rng, SeedableRng};
@@ -344,7 +340,7 @@ mod tests {
             let values: Vec<&str> = (0..rows)
                 .map(|_| names[rng.random_range(0..groups)].as_str())
                 .collect();
-            let want = by_bytes(&values);
+            let want = by_bytes(values.iter().copied());
             let hasher = foldhash::fast::RandomState::default();
             // Known to the iterator's size or not (the table then grows
             // from its smallest).
@@ -403,7 +399,7 @@ mod tests {
     fn strings_whose_slots_collide_probe_on_through_growth_and_the_tables_end() {
         let names: Vec<String> = (0..100).map(|g| format!("group-{g}")).collect();
         let values: Vec<&str> = (0..300).map(|row| names[(row * 7) % 100].as_str()).collect();
-        let want = by_bytes(&values);
+        let want = by_bytes(values.iter().copied());
         assert_eq!(want.n_groups, 100);
         // From the smallest table (32 slots: the probes from slot 31 wrap
         // at once), grown three times, and from one sized for the rows.
