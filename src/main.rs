@@ -21,33 +21,48 @@ use hintstream::stage::StageError;
 use hintstream::stages;
 use hintstream::tools::{produce, record, replay};
 
+mod allocator;
+
 /// jemalloc instead of glibc's malloc. Stage 2 takes each message with a
 /// short-lived task (~8.6 KB) and keeps a few small objects of it until its
 /// step is published; glibc carves those objects out of the freed task
 /// blocks, so every message left a hole: 8.7 GB resident for a 1M-row JSON
 /// step (heaptrack on 100k rows: 160 MB live heap, 980 MB resident); with
 /// jemalloc 1.6 GB. Its size classes keep
-/// them apart (measured in docs/BENCHMARKS.md, "Steps of any size").
+/// them apart (measured in docs/BENCHMARKS.md, "Steps of any size"). Its
+/// large zeroed blocks are zeroed by writing (see
+/// [`allocator::ZeroByWriting`]).
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOCATOR: allocator::ZeroByWriting<tikv_jemallocator::Jemalloc> =
+    allocator::ZeroByWriting(tikv_jemallocator::Jemalloc);
 
 /// jemalloc's options, read once at start-up (`_RJEM_MALLOC_CONF` in the
-/// environment adds to them). `oversize_threshold:0`: allocations of 8 MiB
-/// and more (a large step's columns, its id hashes, its chunks' sources)
-/// come from the ordinary arenas, whose freed pages are kept for reuse for
-/// `dirty_decay_ms` (10 s) before they go back to the system, instead of a
-/// separate arena that gives them back at once: every 1M-row step then
-/// faulted its ~400 MB in again, page by page. Measured with
-/// `scripts/bench-step-path.sh --rows 1000000` (docs/BENCHMARKS.md, round
-/// ten): compute 60-86 ms instead of 102-110, for a higher peak RSS while
-/// steps follow each other (pages of the last step held for the next).
+/// environment adds to them and overrides them). They keep the pages a
+/// step freed for the next step (see [`allocator`]):
+/// - `oversize_threshold:0`: allocations of 8 MiB and more (a large step's
+///   columns, its id hashes, its chunks' sources) come from the ordinary
+///   arenas instead of a separate one that gives them back to the system at
+///   once (docs/BENCHMARKS.md, round ten: compute 60-86 ms instead of
+///   102-110);
+/// - `muzzy_decay_ms:-1`: freed pages that have decayed are handed back
+///   lazily (`MADV_FREE`: the system takes them when it needs the memory)
+///   and never forcibly. With the default (0) a step's freed pages went back
+///   before the next step, which faulted them in again one by one;
+/// - `narenas:1`: one arena for every thread. A step's blocks are freed on
+///   other threads than the ones that made them (the consume loop takes the
+///   messages, the compute frees them), and a step's group ids are mapped on
+///   a thread made for the step: with an arena a thread, such a thread
+///   faulted all its memory in at every step (24 MB: 5,900 faults each
+///   time, in a test program), with one arena it reuses the last step's.
+///   Small blocks still come from each thread's own cache.
 #[cfg(not(target_env = "msvc"))]
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"oversize_threshold:0\0";
+pub static malloc_conf: &[u8] = b"oversize_threshold:0,muzzy_decay_ms:-1,narenas:1\0";
 
 fn main() -> ExitCode {
+    allocator::tune_glibc_malloc();
     let cli = Cli::parse();
     // The reference is the code's, whatever the config in effect.
     if let Command::Config {
