@@ -15,19 +15,23 @@
 use std::alloc::{GlobalAlloc, Layout};
 
 /// Sizes from which a zeroed allocation is zeroed by writing zeros
-/// ([`ZeroByWriting`]); smaller ones come from jemalloc's slabs, whose
-/// zeroing is a write already.
-const WRITE_ZEROS_FROM: usize = 64 * 1024;
+/// ([`ZeroByWriting`]): jemalloc's "large" blocks. Smaller ones come from
+/// its slabs (up to 14 KiB), which it zeroes by writing itself.
+const WRITE_ZEROS_FROM: usize = 16 * 1024;
 
 /// jemalloc, whose zeroed allocations of [`WRITE_ZEROS_FROM`] bytes and more
-/// are written with zeros here. jemalloc zeroes reused pages by handing
-/// them back to the system (`MADV_DONTNEED`) so that they come back zeroed,
-/// which faults every page in again: a 1M-row step's three advantage
-/// columns (`vec![0.0; n]`, 24 MB, about 5,900 pages) were faulted in again
-/// at every step (the kernel's `fill` in the profile). Writing the
-/// zeros touches pages that are resident already. A fresh mapping's pages
-/// are faulted in by the writing instead of by their first use: the same
-/// faults, earlier.
+/// are written with zeros here. jemalloc zeroes a reused large block (past
+/// its thread cache's 32 KiB) by handing its pages back to the system
+/// (`MADV_DONTNEED`) so that they come back zeroed, which faults every page
+/// in again: a 1M-row step's three advantage columns (`vec![0.0; n]`,
+/// 24 MB, about 5,900 pages) were faulted in again at every step (the
+/// kernel's `fill` in the profile). Writing the zeros touches pages that are
+/// resident already.
+///
+/// The cost: jemalloc skips the zeroing of pages fresh from the system
+/// (they are zero), and this writes them all the same. They are faulted in
+/// by the writing instead of by their first use, and become resident at
+/// once: a zeroed block used only in part takes its whole size in memory.
 pub struct ZeroByWriting<A>(pub A);
 
 // SAFETY: every call is `A`'s, with the same layout; `alloc_zeroed` returns
@@ -60,25 +64,33 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ZeroByWriting<A> {
 
 /// glibc malloc's options for librdkafka's buffers (a fetched batch, a copy
 /// of each produced message): blocks up to 32 MiB come from its heaps, and
-/// a heap keeps up to 256 MiB of free memory at its top, instead of
-/// thresholds that move with what was freed last and give a step's buffers
-/// back to the system between steps. Called first thing in `main`, before
-/// librdkafka starts a thread.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn tune_glibc_malloc() {
+/// the main heap keeps up to 256 MiB of free memory at its top. By default
+/// both thresholds start low (128 KiB) and only rise, to the largest mapped
+/// block freed (the trim threshold to twice that), so a step's buffers went
+/// back to the system between steps until they did. The other heaps (at
+/// most 64 MiB each, one per thread that allocates, up to 8 a core) are
+/// then never trimmed at their top, only unmapped when empty: glibc keeps
+/// at most each one's peak. Returns whether glibc took both. Called first
+/// thing in `main`, before librdkafka starts a thread (`mallopt` is not
+/// thread-safe).
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+pub fn tune_glibc_malloc() -> bool {
     const MMAP_THRESHOLD: libc::c_int = 32 * 1024 * 1024;
     const TRIM_THRESHOLD: libc::c_int = 256 * 1024 * 1024;
-    // SAFETY: mallopt only sets malloc's parameters; no thread allocates
-    // with glibc's malloc yet.
+    // SAFETY: mallopt only sets malloc's parameters; no other thread runs
+    // yet.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+        let mmap = libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        let trim = libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+        mmap == 1 && trim == 1
     }
 }
 
 /// Elsewhere the system's malloc keeps its defaults.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn tune_glibc_malloc() {}
+#[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
+pub fn tune_glibc_malloc() -> bool {
+    true
+}
 
 #[cfg(test)]
 mod tests {
@@ -109,6 +121,26 @@ mod tests {
             let layout = Layout::from_size_align(size, 64).expect("a layout");
             let bytes = zeroed_after_reuse(layout, 0xAB);
             assert!(bytes.iter().all(|&b| b == 0), "size {size}");
+        }
+    }
+
+    /// Over jemalloc, the binary's allocator: a large block freed dirty and
+    /// asked for again zeroed.
+    #[cfg(not(target_env = "msvc"))]
+    #[test]
+    fn over_jemalloc_a_reused_large_block_comes_back_zeroed() {
+        let a = ZeroByWriting(tikv_jemallocator::Jemalloc);
+        for size in [WRITE_ZEROS_FROM, 1 << 20, 24 << 20] {
+            let layout = Layout::from_size_align(size, 8).expect("a layout");
+            unsafe {
+                let dirty = a.alloc(layout);
+                std::ptr::write_bytes(dirty, 0xEF, size);
+                a.dealloc(dirty, layout);
+                let zeroed = a.alloc_zeroed(layout);
+                let bytes = std::slice::from_raw_parts(zeroed, size);
+                assert!(bytes.iter().all(|&b| b == 0), "size {size}");
+                a.dealloc(zeroed, layout);
+            }
         }
     }
 

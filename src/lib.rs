@@ -5,7 +5,7 @@
 //!
 //! The modules follow the pipeline, from the wire inwards, in layers: a
 //! module imports only from its own layer or below (messages, normalize,
-//! jsonl < config < batch, learn < metrics, health, telemetry < kafka <
+//! jsonl, allocator < config < batch, learn < metrics, health, telemetry < kafka <
 //! stage < hints, llm, advantages < tools, eval, quickstart < cli), with no
 //! circle; `tests/it/contract/layout.rs` checks it, and that this map and
 //! the book's layout chapter (docs/layout.md) name every module.
@@ -65,6 +65,8 @@
 //!   `topics create` read.
 //! - [`quickstart`]: the whole pipeline in one process on sample data.
 //! - [`jsonl`]: the line loop of every JSONL reader.
+//! - [`allocator`]: the binary's allocators (jemalloc's zeroed blocks, glibc
+//!   malloc's thresholds for librdkafka), which keep a step's pages for the next.
 //! - [`cli`]: the command-line surface of the `hintstream` binary.
 
 pub mod messages;
@@ -86,6 +88,7 @@ pub mod health;
 pub mod metrics;
 pub mod telemetry;
 
+pub mod allocator;
 pub mod eval;
 pub mod jsonl;
 pub mod quickstart;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use hintstream::advantages::offline;
+use hintstream::allocator;
 use hintstream::cli::{AdvantagesAction, Cli, Command, ConfigAction, TopicsAction};
 use hintstream::config::{Config, NormalizeFlags};
 use hintstream::eval::{self, EvalConfig, EvalOptions};
@@ -20,8 +21,6 @@ use hintstream::llm::synth::LlmEnv;
 use hintstream::stage::StageError;
 use hintstream::stages;
 use hintstream::tools::{produce, record, replay};
-
-mod allocator;
 
 /// jemalloc instead of glibc's malloc. Stage 2 takes each message with a
 /// short-lived task (~8.6 KB) and keeps a few small objects of it until its
@@ -40,29 +39,33 @@ static ALLOCATOR: allocator::ZeroByWriting<tikv_jemallocator::Jemalloc> =
 /// jemalloc's options, read once at start-up (`_RJEM_MALLOC_CONF` in the
 /// environment adds to them and overrides them). They keep the pages a
 /// step freed for the next step (see [`allocator`]):
-/// - `oversize_threshold:0`: allocations of 8 MiB and more (a large step's
-///   columns, its id hashes, its chunks' sources) come from the ordinary
-///   arenas instead of a separate one that gives them back to the system at
-///   once (docs/BENCHMARKS.md, round ten: compute 60-86 ms instead of
-///   102-110);
-/// - `muzzy_decay_ms:-1`: freed pages that have decayed are handed back
-///   lazily (`MADV_FREE`: the system takes them when it needs the memory)
-///   and never forcibly. With the default (0) a step's freed pages went back
-///   before the next step, which faulted them in again one by one;
-/// - `narenas:1`: one arena for every thread. A step's blocks are freed on
-///   other threads than the ones that made them (the consume loop takes the
-///   messages, the compute frees them), and a step's group ids are mapped on
-///   a thread made for the step: with an arena a thread, such a thread
-///   faulted all its memory in at every step (24 MB: 5,900 faults each
-///   time, in a test program), with one arena it reuses the last step's.
-///   Small blocks still come from each thread's own cache.
+/// - `narenas:1`: one arena for every thread (each keeps its own cache of
+///   small blocks). When a thread ends and its arena is left without one,
+///   jemalloc hands all that arena's free pages back, whatever its decay
+///   times; a step's group ids are mapped on a thread made for the step,
+///   which had an arena of its own and faulted all its memory in again at
+///   every step (24 MB: 5,900 faults each time, in a test program). The
+///   main thread holds the one arena for good;
+/// - `muzzy_decay_ms:-1`: jemalloc hands a freed block of 8 MiB or more
+///   (after merging with its free neighbours) back to the system at once,
+///   unless a decay time is -1. With it, freed pages wait `dirty_decay_ms`
+///   (10 s) unused, then go back lazily (`MADV_FREE`: the system takes them
+///   when it needs the memory), never forcibly;
+/// - `background_thread:true`: that decay runs on jemalloc's own thread, so
+///   a worker left idle after a step still lets its pages go after 10 s
+///   (without it, decay runs only while the worker allocates);
+/// - `oversize_threshold:0`: no separate arena for blocks of 8 MiB and more
+///   (a large step's columns, its id hashes, its chunks' sources), which
+///   would hand them back at once (docs/BENCHMARKS.md, round ten: compute
+///   60-86 ms instead of 102-110).
 #[cfg(not(target_env = "msvc"))]
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"oversize_threshold:0,muzzy_decay_ms:-1,narenas:1\0";
+pub static malloc_conf: &[u8] = b"oversize_threshold:0,muzzy_decay_ms:-1,narenas:1,background_thread:true\0";
 
 fn main() -> ExitCode {
-    allocator::tune_glibc_malloc();
+    // Before librdkafka's threads; glibc keeps its defaults if it refuses.
+    let _ = allocator::tune_glibc_malloc();
     let cli = Cli::parse();
     // The reference is the code's, whatever the config in effect.
     if let Command::Config {

@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 /// side (llm) beside them, which only stage 1 and the eval use; the tools,
 /// eval and the quick start drive stages; the CLI on top.
 const LAYERS: &[&[&str]] = &[
-    &["messages", "normalize", "jsonl"],
+    // allocator: the binary's allocators; it imports nothing of the crate.
+    &["messages", "normalize", "jsonl", "allocator"],
     &["config"],
     &["batch", "learn"],
     &["metrics", "health", "telemetry", "lifecycle", "endpoint"],
