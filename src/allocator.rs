@@ -70,38 +70,39 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for ZeroByWriting<A> {
 /// back to the system between steps until they did. The other heaps (at
 /// most 64 MiB each, one per thread that allocates, up to 8 a core) are
 /// then never trimmed at their top, only unmapped when empty: glibc keeps
-/// at most each one's peak. Returns whether glibc took both. Called first
-/// thing in `main`, before librdkafka starts a thread (`mallopt` is not
-/// thread-safe).
+/// at most each one's peak. Called first thing in `main`, before
+/// librdkafka starts a thread (`mallopt` is not thread-safe).
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
-pub fn tune_glibc_malloc() -> bool {
+pub fn tune_glibc_malloc() {
     const MMAP_THRESHOLD: libc::c_int = 32 * 1024 * 1024;
     const TRIM_THRESHOLD: libc::c_int = 256 * 1024 * 1024;
     // SAFETY: mallopt only sets malloc's parameters; no other thread runs
     // yet.
-    unsafe {
-        let mmap = libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-        let trim = libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
-        mmap == 1 && trim == 1
-    }
+    let (mmap, trim) = unsafe {
+        (
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        )
+    };
+    // Both within glibc's limits on 64-bit; should it refuse one anyway,
+    // that threshold keeps its default.
+    debug_assert_eq!((mmap, trim), (1, 1), "glibc refused a malloc threshold");
 }
 
 /// Elsewhere the system's malloc keeps its defaults.
 #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
-pub fn tune_glibc_malloc() -> bool {
-    true
-}
+pub fn tune_glibc_malloc() {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::alloc::System;
 
-    /// Writes `byte` over a fresh block of `layout`, frees it, then asks
-    /// for a zeroed block of the same layout: the allocator reuses the
-    /// freed memory for it (same size, no other thread in between).
-    fn zeroed_after_reuse(layout: Layout, byte: u8) -> Vec<u8> {
-        let a = ZeroByWriting(System);
+    /// Writes `byte` over a fresh block of `layout` from `a`, frees it,
+    /// then asks for a zeroed block of the same layout: the allocator
+    /// reuses the freed memory for it (same size, no other thread in
+    /// between).
+    fn zeroed_after_reuse<A: GlobalAlloc>(a: &ZeroByWriting<A>, layout: Layout, byte: u8) -> Vec<u8> {
         unsafe {
             let dirty = a.alloc(layout);
             assert!(!dirty.is_null());
@@ -119,7 +120,7 @@ mod tests {
     fn a_zeroed_block_is_zeroed_whatever_its_size_and_memory_before() {
         for size in [1, 4096, WRITE_ZEROS_FROM - 1, WRITE_ZEROS_FROM, 1 << 20, 24 << 20] {
             let layout = Layout::from_size_align(size, 64).expect("a layout");
-            let bytes = zeroed_after_reuse(layout, 0xAB);
+            let bytes = zeroed_after_reuse(&ZeroByWriting(System), layout, 0xAB);
             assert!(bytes.iter().all(|&b| b == 0), "size {size}");
         }
     }
@@ -132,15 +133,8 @@ mod tests {
         let a = ZeroByWriting(tikv_jemallocator::Jemalloc);
         for size in [WRITE_ZEROS_FROM, 1 << 20, 24 << 20] {
             let layout = Layout::from_size_align(size, 8).expect("a layout");
-            unsafe {
-                let dirty = a.alloc(layout);
-                std::ptr::write_bytes(dirty, 0xEF, size);
-                a.dealloc(dirty, layout);
-                let zeroed = a.alloc_zeroed(layout);
-                let bytes = std::slice::from_raw_parts(zeroed, size);
-                assert!(bytes.iter().all(|&b| b == 0), "size {size}");
-                a.dealloc(zeroed, layout);
-            }
+            let bytes = zeroed_after_reuse(&a, layout, 0xEF);
+            assert!(bytes.iter().all(|&b| b == 0), "size {size}");
         }
     }
 

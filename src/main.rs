@@ -64,8 +64,8 @@ static ALLOCATOR: allocator::ZeroByWriting<tikv_jemallocator::Jemalloc> =
 pub static malloc_conf: &[u8] = b"oversize_threshold:0,muzzy_decay_ms:-1,narenas:1,background_thread:true\0";
 
 fn main() -> ExitCode {
-    // Before librdkafka's threads; glibc keeps its defaults if it refuses.
-    let _ = allocator::tune_glibc_malloc();
+    // Before librdkafka's threads.
+    allocator::tune_glibc_malloc();
     let cli = Cli::parse();
     // The reference is the code's, whatever the config in effect.
     if let Command::Config {
