@@ -20,6 +20,9 @@
 //! - `decode_arrow`: a step's Arrow input, cut into messages under 900,000
 //!   bytes as a trainer sends it, decoded into rows (`decode_scored`) and
 //!   put together (`ScoredRows::extend`), as stage 2's intake does;
+//! - `decode_json` (10,000 rows): the same step as a trainer's JSON rows,
+//!   one `scored_rollout` a message, each decoded (`decode_scored`) and
+//!   put together as stage 2's intake does a message at a time;
 //! - `output_batch`: the advantages batch a step publishes, built from its
 //!   rows and advantages (`advantages_batch`);
 //! - `free_rows`: a step's rows freed.
@@ -45,7 +48,7 @@ use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::chunk::encode_chunks;
 use hintstream::batch::synthetic::synthetic_step;
 use hintstream::batch::ScoredRows;
-use hintstream::messages::DecodeLimits;
+use hintstream::messages::{DecodeLimits, ScoredMessage, ScoredRollout};
 use hintstream::normalize::{
     self, cpu, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight,
 };
@@ -177,6 +180,26 @@ fn step_io(
             rows
         })
     });
+    if n <= 10_000 {
+        let json = json_rows(data);
+        let meta = arrow_meta("rl.rollouts.scored");
+        let meta = hintstream::kafka::RecordMeta {
+            headers: Vec::new(),
+            ..meta
+        };
+        g.bench_with_input(BenchmarkId::new("decode_json", n), &json, |b, json| {
+            b.iter(|| {
+                let mut rows = ScoredRows::default();
+                for payload in json {
+                    match decode_scored(payload, &meta, DecodeLimits::default()) {
+                        Ok(ScoredInput::Rows(part)) => rows.extend(*part),
+                        _ => panic!("a JSON row decodes to rows"),
+                    }
+                }
+                rows
+            })
+        });
+    }
     let result =
         compute_step(data.clone(), &AdvantageOptions::default(), Device::Cpu).expect("the step computes");
     g.bench_with_input(BenchmarkId::new("output_batch", n), &result, |b, result| {
@@ -209,6 +232,29 @@ fn step_io(
             criterion::BatchSize::LargeInput,
         )
     });
+}
+
+/// `data`'s rows as a trainer's JSON messages, one `scored_rollout` each.
+fn json_rows(data: &ScoredRows) -> Vec<Vec<u8>> {
+    (0..data.len())
+        .map(|i| {
+            let row = ScoredMessage::ScoredRollout(ScoredRollout {
+                schema_version: 1,
+                run_id: data.run_id[i].to_string(),
+                step: data.step[i],
+                instance_id: data.instance_id[i].to_string(),
+                trajectory_id: data.trajectory_id[i].to_string(),
+                reward: data.reward[i],
+                is_hinted: data.is_hinted[i],
+                hint_category: data.hint_category[i].clone(),
+                hint_id: None,
+                response_length: None,
+                logprob_hinted: None,
+                logprob_unhinted: None,
+            });
+            serde_json::to_vec(&row).expect("a row encodes")
+        })
+        .collect()
 }
 
 criterion_group!(advantage_benches, benches);

@@ -133,7 +133,7 @@ impl Settlement {
     /// Binds `inputs` together (see the type's docs).
     pub fn new(inputs: Vec<Taken>) -> Self {
         if let Some(guarantee) = inputs.first().and_then(Taken::guarantee) {
-            guarantee.bind(inputs.iter().filter_map(Taken::ticket).collect());
+            guarantee.bind(inputs.iter().filter_map(Taken::ticket));
         }
         Settlement { inputs }
     }
@@ -155,7 +155,7 @@ impl Settlement {
             // Every input finished already: nothing is owed.
             return Ok(());
         };
-        let tickets = self.inputs.iter().filter_map(Taken::ticket).collect();
+        let tickets = self.inputs.iter().filter_map(Taken::ticket);
         guarantee.send_output(producer, record, tickets, lifecycle).await
     }
 

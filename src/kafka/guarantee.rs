@@ -104,26 +104,28 @@ impl Guarantee {
     }
 
     /// Inputs that finish together: under exactly_once no commit passes
-    /// some of them but not the others.
-    pub(crate) fn bind(&self, inputs: Vec<Ticket>) {
+    /// some of them but not the others. At least once they are not read
+    /// (a step of 100,000 JSON rows collected its tickets for each of its
+    /// chunks: 5% of the worker's CPU).
+    pub(crate) fn bind(&self, inputs: impl IntoIterator<Item = Ticket>) {
         if let Guarantee::ExactlyOnce(t) = self {
-            t.bind(inputs);
+            t.bind(inputs.into_iter().collect());
         }
     }
 
     /// An output made from `inputs`: produced until acknowledged, or under
     /// exactly_once held until their offsets are passed and then committed
-    /// with them (this returns at once).
+    /// with them (this returns at once). `inputs` are read only then.
     pub(crate) async fn send_output(
         &self,
         producer: &StageProducer,
         record: Outgoing<'_>,
-        inputs: Vec<Ticket>,
+        inputs: impl IntoIterator<Item = Ticket>,
         lifecycle: &Lifecycle,
     ) -> Result<(), SendError> {
         match self {
             Guarantee::ExactlyOnce(t) => {
-                t.register(record, inputs);
+                t.register(record, inputs.into_iter().collect());
                 Ok(())
             }
             Guarantee::AtLeastOnce => send(producer, record, lifecycle).await.map(|_| ()),
