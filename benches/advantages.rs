@@ -192,8 +192,8 @@ fn step_io(
                 let mut rows = ScoredRows::default();
                 for payload in json {
                     match decode_scored(payload, &meta, DecodeLimits::default()) {
-                        Ok(ScoredInput::Rows(part)) => rows.extend(*part),
-                        _ => panic!("a JSON row decodes to rows"),
+                        Ok(ScoredInput::Row(row)) => rows.push(&row),
+                        _ => panic!("a JSON row decodes to a row"),
                     }
                 }
                 rows

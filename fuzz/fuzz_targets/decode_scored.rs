@@ -25,9 +25,9 @@ fuzz_target!(init: {
         ..arrow.clone()
     };
     for meta in [&plain, &arrow] {
-        if let Ok(ScoredInput::Rows(rows)) = decode_scored(data, meta, limits) {
+        if let Some(rows) = decode_scored(data, meta, limits).ok().and_then(ScoredInput::into_rows) {
             let n = rows.len();
-            if let Ok(step) = compute_step(*rows, &AdvantageOptions::default(), Device::Cpu) {
+            if let Ok(step) = compute_step(rows, &AdvantageOptions::default(), Device::Cpu) {
                 assert_eq!(step.advantages.advantage.len(), n);
             }
         }

@@ -20,6 +20,7 @@ use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use crate::batch::{ScoredRows, Strings};
+use crate::messages::ScoredRollout;
 use crate::normalize::clashes::LowBitClashes;
 use crate::normalize::groups::DenseGroups;
 
@@ -449,6 +450,106 @@ fn row_bytes(rows: &ScoredRows, row: usize) -> usize {
     strings + category + ROW_NUMBER_BYTES
 }
 
+/// Bytes a JSON row adds to its part: what [`row_bytes`] gives back for it.
+fn rollout_bytes(row: &ScoredRollout) -> usize {
+    const END: usize = std::mem::size_of::<usize>();
+    let strings: usize = [&row.run_id, &row.instance_id, &row.trajectory_id]
+        .iter()
+        .map(|value| value.len() + END)
+        .sum();
+    strings + category_bytes(&row.hint_category) + ROW_NUMBER_BYTES
+}
+
+/// The rows one message brought, all of one (run_id, step): an Arrow
+/// batch's, or one JSON row, put into its step's last part as it is (a
+/// batch of one row of its own was a dozen allocations, a fifth of a JSON
+/// row's way through the consume loop).
+pub enum Incoming {
+    Rows(ScoredRows),
+    Row(Box<ScoredRollout>),
+}
+
+impl From<ScoredRows> for Incoming {
+    fn from(rows: ScoredRows) -> Self {
+        Incoming::Rows(rows)
+    }
+}
+
+impl Incoming {
+    fn len(&self) -> usize {
+        match self {
+            Incoming::Rows(rows) => rows.len(),
+            Incoming::Row(_) => 1,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first row's run and step (every row's).
+    ///
+    /// # Panics
+    /// When there is no row.
+    fn step(&self) -> (&str, i64) {
+        match self {
+            Incoming::Rows(rows) => (&rows.run_id[0], rows.step[0]),
+            Incoming::Row(row) => (&row.run_id, row.step),
+        }
+    }
+
+    /// Row `row`'s `trajectory_id`.
+    fn trajectory_id(&self, row: usize) -> &str {
+        match self {
+            Incoming::Rows(rows) => &rows.trajectory_id[row],
+            Incoming::Row(one) if row == 0 => &one.trajectory_id,
+            Incoming::Row(_) => panic!("row {row} of one JSON row"),
+        }
+    }
+
+    fn trajectory_ids(&self) -> impl Iterator<Item = &str> {
+        (0..self.len()).map(|row| self.trajectory_id(row))
+    }
+
+    /// Bytes it holds: [`rows_footprint`] of a batch, a JSON row's own.
+    fn footprint(&self) -> usize {
+        match self {
+            Incoming::Rows(rows) => rows_footprint(rows),
+            Incoming::Row(row) => rollout_bytes(row),
+        }
+    }
+
+    /// The rows at `keep`, in that order.
+    fn keep(self, keep: &[usize]) -> Incoming {
+        if keep.len() == self.len() {
+            return self;
+        }
+        match self {
+            Incoming::Rows(rows) => Incoming::Rows(rows.take(keep)),
+            // Fewer than its one row: none.
+            Incoming::Row(_) => Incoming::Rows(ScoredRows::default()),
+        }
+    }
+
+    fn append_to(self, part: &mut ScoredRows) {
+        match self {
+            Incoming::Rows(rows) => part.extend(rows),
+            Incoming::Row(row) => part.push(&row),
+        }
+    }
+
+    fn into_rows(self) -> ScoredRows {
+        match self {
+            Incoming::Rows(rows) => rows,
+            Incoming::Row(row) => {
+                let mut rows = ScoredRows::default();
+                rows.push(&row);
+                rows
+            }
+        }
+    }
+}
+
 impl<P> StepAssembler<P> {
     pub fn new() -> Self {
         Self::default()
@@ -464,15 +565,16 @@ impl<P> StepAssembler<P> {
     /// When `rows` is empty (the caller checks).
     pub fn add_rows(
         &mut self,
-        rows: ScoredRows,
+        rows: impl Into<Incoming>,
         position: Position,
         parked: P,
         message_bytes: usize,
         now: Instant,
     ) -> StepStatus<P> {
+        let rows: Incoming = rows.into();
         assert!(!rows.is_empty(), "add_rows takes at least one row");
-        let run_id = rows.run_id[0].to_string();
-        let step_no = rows.step[0];
+        let (run_id, step_no) = rows.step();
+        let run_id = run_id.to_string();
         let key = (run_id.clone(), step_no);
         if let Some(first) = self.completed.late(&key) {
             return StepStatus::AlreadyPublished(LateMessage {
@@ -503,20 +605,20 @@ impl<P> StepAssembler<P> {
         let (hashes, hasher, parts) = (&mut step.hashes, &step.hasher, &step.parts);
         let (rows, ids) = match step.ids.as_mut() {
             None => {
-                hashes.extend(rows.trajectory_id.iter().map(|id| hasher.hash_one(id)));
+                hashes.extend(rows.trajectory_ids().map(|id| hasher.hash_one(id)));
                 let ids = rows.len() * HASH_BYTES;
                 (rows, ids)
             }
             Some(table) => {
                 let id_at = |keep: &[usize], (_, p, r): (u64, u32, u32)| -> &str {
                     match (r as usize).checked_sub(base) {
-                        Some(new) if p == part => &rows.trajectory_id[keep[new]],
+                        Some(new) if p == part => rows.trajectory_id(keep[new]),
                         _ => &parts[p as usize].trajectory_id[r as usize],
                     }
                 };
                 let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
                 table.reserve(rows.len(), |&(hash, ..)| hash);
-                for (i, id) in rows.trajectory_id.iter().enumerate() {
+                for (i, id) in rows.trajectory_ids().enumerate() {
                     let hash = hasher.hash_one(id);
                     let seen = table
                         .find(hash, |&e| e.0 == hash && id_at(&keep, e) == id)
@@ -530,15 +632,10 @@ impl<P> StepAssembler<P> {
                 }
                 let ids = keep.len() * (ID_SLOT_BYTES + HASH_BYTES);
                 step.duplicates += rows.len() - keep.len();
-                let rows = if keep.len() == rows.len() {
-                    rows
-                } else {
-                    rows.take(&keep)
-                };
-                (rows, ids)
+                (rows.keep(&keep), ids)
             }
         };
-        let added = message_bytes + rows_footprint(&rows) + ids;
+        let added = message_bytes + rows.footprint() + ids;
         step.bytes += added;
         self.bytes += added;
         if !rows.is_empty() {
@@ -546,8 +643,8 @@ impl<P> StepAssembler<P> {
             // Every kept row's hash is in already.
             step.messages.push((position, step.hashes.len() - rows.len()));
             match step.parts.get_mut(at) {
-                Some(last) => last.extend(rows),
-                None => step.parts.push(rows),
+                Some(last) => rows.append_to(last),
+                None => step.parts.push(rows.into_rows()),
             }
         }
         step.parked.push(parked);
@@ -851,6 +948,80 @@ mod tests {
         let (rows, parked) = step.into_rows();
         assert_eq!(rows.trajectory_id, ["a", "b", "c"]);
         assert_eq!(parked.len(), 6);
+    }
+
+    /// One JSON row of `rows`' shape, as the decoder hands it on.
+    fn json_row(run: &str, step: i64, id: &str) -> Incoming {
+        let one = rows(run, step, &[id]);
+        Incoming::Row(Box::new(crate::messages::ScoredRollout {
+            schema_version: 1,
+            run_id: one.run_id[0].to_string(),
+            step,
+            instance_id: one.instance_id[0].to_string(),
+            trajectory_id: id.into(),
+            reward: one.reward[0],
+            is_hinted: false,
+            hint_category: None,
+            hint_id: None,
+            response_length: None,
+            logprob_hinted: None,
+            logprob_unhinted: None,
+        }))
+    }
+
+    #[test]
+    fn json_rows_are_put_in_as_batches_of_one_are() {
+        // The step_end comes third: the fourth row starts the check (two
+        // duplicates go), and the rows after it are looked up as they come.
+        let ids = ["a", "b", "a", "b", "c", "a", "d"];
+        let assemble = |json: bool| {
+            let mut a: StepAssembler<u32> = StepAssembler::new();
+            let now = Instant::now();
+            for (offset, id) in ids.iter().enumerate() {
+                let incoming = if json {
+                    json_row("r", 1, id)
+                } else {
+                    rows("r", 1, &[id]).into()
+                };
+                match a.add_rows(incoming, (0, offset as i64), offset as u32, 0, now) {
+                    StepStatus::Pending => {}
+                    StepStatus::Complete(step) => return (offset, step.duplicates, step.into_rows()),
+                    _ => panic!("one step of one partition"),
+                }
+                if offset == 2 {
+                    assert!(matches!(a.end("r", 1, 4, (0, 100, 0), now), StepStatus::Pending));
+                }
+            }
+            panic!("four distinct rows complete the step");
+        };
+        let (at, duplicates, (rows, parked)) = assemble(true);
+        assert_eq!((at, duplicates), (6, 3));
+        assert_eq!(rows.trajectory_id, ["a", "b", "c", "d"]);
+        assert_eq!(parked.len(), 8);
+        assert_eq!(assemble(false), (at, duplicates, (rows, parked)));
+    }
+
+    #[test]
+    fn a_json_row_dropped_as_a_duplicate_gives_back_what_it_took() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        a.add_rows(json_row("r", 1, "a"), (0, 0), 0, 0, now);
+        let once = a.bytes();
+        a.add_rows(json_row("r", 1, "a"), (0, 1), 1, 0, now);
+        let twice = a.bytes();
+        let category = std::mem::size_of::<String>();
+        let row = "r".len() + "g".len() + "a".len() + 3 * 8 + category + 17;
+        assert_eq!(twice - once, row + HASH_BYTES);
+        // Checked one row short: the duplicate's bytes go, the id table's come.
+        assert!(matches!(a.end("r", 1, 2, (0, 2, 0), now), StepStatus::Pending));
+        assert_eq!(a.bytes(), once + ID_SLOT_BYTES);
+        let StepStatus::Complete(step) = a.add_rows(json_row("r", 1, "b"), (0, 3), 3, 0, now) else {
+            panic!("the second distinct row completes the step");
+        };
+        assert_eq!(
+            (step.duplicates, step.into_rows().0.trajectory_id),
+            (1, Strings::from(vec!["a", "b"]))
+        );
     }
 
     #[test]

@@ -13,17 +13,35 @@ use crate::batch::{bound, ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::LimitsConfig;
 use crate::kafka::{RecordMeta, Rejected};
 use crate::messages::decode::panic_text;
-use crate::messages::{decode, DecodeLimits, ScoredMessage};
+use crate::messages::{decode, DecodeLimits, ScoredMessage, ScoredRollout};
 
 /// One decoded message of `rl.rollouts.scored`.
 pub enum ScoredInput {
-    /// Rows of one (run_id, step): one JSON row or one Arrow batch.
+    /// Rows of one (run_id, step): one Arrow batch.
     Rows(Box<ScoredRows>),
+    /// One JSON row.
+    Row(Box<ScoredRollout>),
     End {
         run_id: String,
         step: i64,
         count: i64,
     },
+}
+
+impl ScoredInput {
+    /// The rows it brings, a JSON row as a batch of one; `None` for a
+    /// `step_end`.
+    pub fn into_rows(self) -> Option<ScoredRows> {
+        match self {
+            ScoredInput::Rows(rows) => Some(*rows),
+            ScoredInput::Row(row) => {
+                let mut rows = ScoredRows::default();
+                rows.push(&row);
+                Some(rows)
+            }
+            ScoredInput::End { .. } => None,
+        }
+    }
 }
 
 /// What decoding needs to know of a message of `topic` that its headers
@@ -104,11 +122,7 @@ fn decode_unguarded(
 ) -> Result<ScoredInput, Rejected> {
     if !arrow {
         return match decode::<ScoredMessage>(bytes, limits)? {
-            ScoredMessage::ScoredRollout(row) => {
-                let mut rows = ScoredRows::default();
-                rows.push(&row);
-                Ok(ScoredInput::Rows(Box::new(rows)))
-            }
+            ScoredMessage::ScoredRollout(row) => Ok(ScoredInput::Row(Box::new(row))),
             ScoredMessage::StepEnd(end) => Ok(ScoredInput::End {
                 run_id: end.run_id,
                 step: end.step,

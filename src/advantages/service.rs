@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::assemble::{PendingStep, StepAssembler, StepStatus};
+use super::assemble::{Incoming, PendingStep, StepAssembler, StepStatus};
 use super::decode::{decode_scored_shared, ScoredInput};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
@@ -78,6 +78,7 @@ impl StepPublisher {
         let now = Instant::now();
         let status = match input {
             ScoredInput::Rows(rows) => assembler.add_rows(*rows, position, message, bytes, now),
+            ScoredInput::Row(row) => assembler.add_rows(Incoming::Row(row), position, message, bytes, now),
             ScoredInput::End { run_id, step, count } => {
                 assembler.end(&run_id, step, count, (position.0, message, bytes), now)
             }

@@ -147,8 +147,8 @@ pub fn read_scored(path: &Path, limits: DecodeLimits) -> Result<ScoredInputFile,
             None => Err("empty".to_string()),
             Some(bytes) => decode_scored(&bytes, &meta, limits).map_err(|r| r.kind.to_string()),
         };
-        match decoded {
-            Ok(ScoredInput::Rows(rows)) if !rows.is_empty() => {
+        match decoded.map(ScoredInput::into_rows) {
+            Ok(Some(rows)) if !rows.is_empty() => {
                 let key = (rows.run_id[0].to_string(), rows.step[0]);
                 let (i, seen) = index.entry(key).or_insert_with(|| {
                     input.steps.push(ScoredRows::default());
@@ -158,7 +158,7 @@ pub fn read_scored(path: &Path, limits: DecodeLimits) -> Result<ScoredInputFile,
                     .filter(|&r| seen.insert(rows.trajectory_id[r].to_string()))
                     .collect();
                 let rows = if fresh.len() == rows.len() {
-                    *rows
+                    rows
                 } else {
                     rows.take(&fresh)
                 };
