@@ -465,13 +465,13 @@ fn rollout_bytes(row: &ScoredRollout) -> usize {
 /// batch of one row of its own was a dozen allocations, a fifth of a JSON
 /// row's way through the consume loop).
 pub enum Incoming {
-    Rows(ScoredRows),
+    Rows(Box<ScoredRows>),
     Row(Box<ScoredRollout>),
 }
 
 impl From<ScoredRows> for Incoming {
     fn from(rows: ScoredRows) -> Self {
-        Incoming::Rows(rows)
+        Incoming::Rows(Box::new(rows))
     }
 }
 
@@ -525,22 +525,22 @@ impl Incoming {
             return self;
         }
         match self {
-            Incoming::Rows(rows) => Incoming::Rows(rows.take(keep)),
+            Incoming::Rows(rows) => rows.take(keep).into(),
             // Fewer than its one row: none.
-            Incoming::Row(_) => Incoming::Rows(ScoredRows::default()),
+            Incoming::Row(_) => ScoredRows::default().into(),
         }
     }
 
     fn append_to(self, part: &mut ScoredRows) {
         match self {
-            Incoming::Rows(rows) => part.extend(rows),
+            Incoming::Rows(rows) => part.extend(*rows),
             Incoming::Row(row) => part.push(&row),
         }
     }
 
     fn into_rows(self) -> ScoredRows {
         match self {
-            Incoming::Rows(rows) => rows,
+            Incoming::Rows(rows) => *rows,
             Incoming::Row(row) => {
                 let mut rows = ScoredRows::default();
                 rows.push(&row);

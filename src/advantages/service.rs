@@ -77,7 +77,9 @@ impl StepPublisher {
         let mut assembler = self.assembler();
         let now = Instant::now();
         let status = match input {
-            ScoredInput::Rows(rows) => assembler.add_rows(*rows, position, message, bytes, now),
+            ScoredInput::Rows(rows) => {
+                assembler.add_rows(Incoming::Rows(rows), position, message, bytes, now)
+            }
             ScoredInput::Row(row) => assembler.add_rows(Incoming::Row(row), position, message, bytes, now),
             ScoredInput::End { run_id, step, count } => {
                 assembler.end(&run_id, step, count, (position.0, message, bytes), now)
