@@ -220,9 +220,12 @@ impl Transactions {
         self.state().held.len()
     }
 
-    /// Resolves when an abort asks the loop to rewind.
+    /// Resolves while an abort asks the loop to rewind: at once when one
+    /// does, else at the next. A wake stored by an abort whose rewind is
+    /// done already (the loop saw its flag before it waited) is used up
+    /// here, never taken for a new request.
     pub(crate) async fn rewind_requested(&self) {
-        self.0.rewind.notified().await
+        raised(&self.0.rewind, || self.is_rewinding()).await
     }
 
     pub(crate) fn is_rewinding(&self) -> bool {
@@ -485,4 +488,51 @@ impl Transactions {
 enum Failure {
     Abort(String),
     Fatal(String),
+}
+
+/// Resolves once `flag` reads true, waking at each of `notify`'s wakes to
+/// read it again: a wake stored when the flag had fallen already is used up
+/// and waited past.
+async fn raised(notify: &Notify, flag: impl Fn() -> bool) {
+    loop {
+        if flag() {
+            return;
+        }
+        notify.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures::FutureExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_stored_for_a_rewind_done_already_is_not_a_new_request() {
+        let (notify, rewinding) = (Notify::new(), AtomicBool::new(false));
+        let flag = || rewinding.load(Ordering::SeqCst);
+        // An abort: the flag, then the wake, stored with no one waiting.
+        rewinding.store(true, Ordering::SeqCst);
+        notify.notify_one();
+        // The loop rewound, seeing the flag, without waiting on the wake.
+        rewinding.store(false, Ordering::SeqCst);
+        let mut wait = Box::pin(raised(&notify, flag));
+        assert!(
+            wait.as_mut().now_or_never().is_none(),
+            "the stale wake is no request"
+        );
+        // The next abort is one.
+        rewinding.store(true, Ordering::SeqCst);
+        notify.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .expect("the next abort's wake is seen");
+        assert!(
+            raised(&notify, flag).now_or_never().is_some(),
+            "raised already: at once"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Messages of `rl.rollouts.scored`: one `scored_rollout` per rollout of a
 //! step, then one `step_end` that says how many rows the step has.
 
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::decode::{rules, DecodeError, Validate};
@@ -139,23 +140,49 @@ impl Validate for ScoredMessage {
     }
 }
 
-/// The variant a [`ScoredMessage`]'s `type` names.
+/// The variant a [`ScoredMessage`]'s `type` names: a string only, read as
+/// the derived reading reads its tag (an identifier, not an enum).
 #[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(field_identifier, rename_all = "snake_case")]
 enum ScoredType {
     ScoredRollout,
     StepEnd,
 }
 
+/// The keys [`EitherScored`] reads; any other is [`Field::Other`].
+#[derive(Clone, Copy, Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum Field {
+    #[serde(rename = "type")]
+    Kind,
+    SchemaVersion,
+    RunId,
+    Step,
+    InstanceId,
+    TrajectoryId,
+    Reward,
+    IsHinted,
+    HintCategory,
+    HintId,
+    ResponseLength,
+    LogprobHinted,
+    LogprobUnhinted,
+    Count,
+    #[serde(other)]
+    Other,
+}
+
 /// The fields of both [`ScoredMessage`]s, read in one pass with nothing
 /// buffered ([`ScoredMessage::read_direct`]). Each is read as its variant
-/// reads it, so when this accepts a message and it has its variant's
-/// fields, the derived reading accepts it and reads the same value; what
+/// reads it, and a value under any other key is read through (its numbers,
+/// escapes and depth checked) as the derived reading's buffer reads it,
+/// not skipped: so when this accepts a message and it has its variant's
+/// fields, the derived reading accepts it and reads the same value. What
 /// this refuses (a field of the other variant of another type, a field
-/// missing or null) goes to the derived reading, which has the last word.
-#[derive(Deserialize)]
+/// missing or null, a key twice) goes to the derived reading, which has the
+/// last word.
+#[derive(Default)]
 struct EitherScored {
-    #[serde(rename = "type")]
     kind: Option<ScoredType>,
     schema_version: Option<i64>,
     run_id: Option<String>,
@@ -170,6 +197,104 @@ struct EitherScored {
     logprob_hinted: Option<f64>,
     logprob_unhinted: Option<f64>,
     count: Option<i64>,
+}
+
+impl<'de> Deserialize<'de> for EitherScored {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(EitherVisitor)
+    }
+}
+
+struct EitherVisitor;
+
+impl<'de> Visitor<'de> for EitherVisitor {
+    type Value = EitherScored;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a scored_rollout or step_end object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EitherScored, A::Error> {
+        /// `value` into `slot`, once: a key twice is refused.
+        fn once<T, E: de::Error>(slot: &mut Option<T>, seen: &mut bool, value: Option<T>) -> Result<(), E> {
+            if std::mem::replace(seen, true) {
+                return Err(E::custom("a key twice"));
+            }
+            *slot = value;
+            Ok(())
+        }
+        let mut out = EitherScored::default();
+        let mut seen = [false; 14];
+        while let Some(field) = map.next_key::<Field>()? {
+            let at = field as usize;
+            match field {
+                Field::Kind => once(&mut out.kind, &mut seen[at], Some(map.next_value()?))?,
+                Field::SchemaVersion => once(&mut out.schema_version, &mut seen[at], map.next_value()?)?,
+                Field::RunId => once(&mut out.run_id, &mut seen[at], map.next_value()?)?,
+                Field::Step => once(&mut out.step, &mut seen[at], map.next_value()?)?,
+                Field::InstanceId => once(&mut out.instance_id, &mut seen[at], map.next_value()?)?,
+                Field::TrajectoryId => once(&mut out.trajectory_id, &mut seen[at], map.next_value()?)?,
+                Field::Reward => once(&mut out.reward, &mut seen[at], map.next_value()?)?,
+                Field::IsHinted => once(&mut out.is_hinted, &mut seen[at], map.next_value()?)?,
+                Field::HintCategory => once(&mut out.hint_category, &mut seen[at], map.next_value()?)?,
+                Field::HintId => once(&mut out.hint_id, &mut seen[at], map.next_value()?)?,
+                Field::ResponseLength => once(&mut out.response_length, &mut seen[at], map.next_value()?)?,
+                Field::LogprobHinted => once(&mut out.logprob_hinted, &mut seen[at], map.next_value()?)?,
+                Field::LogprobUnhinted => once(&mut out.logprob_unhinted, &mut seen[at], map.next_value()?)?,
+                Field::Count => once(&mut out.count, &mut seen[at], map.next_value()?)?,
+                Field::Other => {
+                    map.next_value::<ReadThrough>()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Any JSON value, read through and dropped: its numbers in range, its
+/// escapes whole, its depth within the parser's, as serde's buffer for a
+/// tagged enum reads it (`IgnoredAny` checks none of these).
+struct ReadThrough;
+
+impl<'de> Deserialize<'de> for ReadThrough {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ReadThrough)
+    }
+}
+
+impl<'de> Visitor<'de> for ReadThrough {
+    type Value = ReadThrough;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<ReadThrough>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        while map.next_entry::<ReadThrough, ReadThrough>()?.is_some() {}
+        Ok(self)
+    }
 }
 
 impl EitherScored {
@@ -237,8 +362,27 @@ mod tests {
             text("scored_rollout"),
             text("step_end"),
             text("scored"),
+            text("step\\u005fend"),
             "null".into(),
             "1".into(),
+            "{\"scored_rollout\":null}".into(),
+            "{\"step_end\":null}".into(),
+        ];
+        // Under keys neither variant reads: values the parser refuses (a
+        // number out of range, a lone surrogate, nesting past its limit)
+        // and values it takes.
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let extra: Vec<String> = vec![
+            "{\"a\":[1]}".into(),
+            "null".into(),
+            "1e400".into(),
+            "-1e400".into(),
+            "1".repeat(400),
+            text("\\ud800"),
+            text("\\ud83d\\ude00"),
+            deep(100),
+            deep(200),
+            "{\"k\":\"\\udfff\"}".into(),
         ];
         let fields: Vec<(&str, Vec<String>)> = vec![
             ("type", types.to_vec()),
@@ -255,7 +399,8 @@ mod tests {
             ("logprob_hinted", floats.iter().map(|v| v.to_string()).collect()),
             ("logprob_unhinted", floats.iter().map(|v| v.to_string()).collect()),
             ("count", ints.iter().map(|v| v.to_string()).collect()),
-            ("extra", vec!["{\"a\":[1]}".into(), "null".into()]),
+            ("extra", extra.clone()),
+            ("chat_history", extra),
         ];
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let (mut one_pass, mut derived_read) = (0, 0);
