@@ -808,23 +808,28 @@ impl<P> StepAssembler<P> {
 mod tests {
     use super::*;
 
+    /// A row of `run`'s step `step`, of group `g`, with trajectory `id`.
+    fn rollout(run: &str, step: i64, id: &str) -> ScoredRollout {
+        ScoredRollout {
+            schema_version: 1,
+            run_id: run.into(),
+            step,
+            instance_id: "g".into(),
+            trajectory_id: id.into(),
+            reward: 1.0,
+            is_hinted: false,
+            hint_category: None,
+            hint_id: None,
+            response_length: None,
+            logprob_hinted: None,
+            logprob_unhinted: None,
+        }
+    }
+
     fn rows(run: &str, step: i64, ids: &[&str]) -> ScoredRows {
         let mut r = ScoredRows::default();
         for id in ids {
-            r.push(&crate::messages::ScoredRollout {
-                schema_version: 1,
-                run_id: run.into(),
-                step,
-                instance_id: "g".into(),
-                trajectory_id: (*id).into(),
-                reward: 1.0,
-                is_hinted: false,
-                hint_category: None,
-                hint_id: None,
-                response_length: None,
-                logprob_hinted: None,
-                logprob_unhinted: None,
-            });
+            r.push(&rollout(run, step, id));
         }
         r
     }
@@ -950,23 +955,9 @@ mod tests {
         assert_eq!(parked.len(), 6);
     }
 
-    /// One JSON row of `rows`' shape, as the decoder hands it on.
+    /// One JSON row, as the decoder hands it on.
     fn json_row(run: &str, step: i64, id: &str) -> Incoming {
-        let one = rows(run, step, &[id]);
-        Incoming::Row(Box::new(crate::messages::ScoredRollout {
-            schema_version: 1,
-            run_id: one.run_id[0].to_string(),
-            step,
-            instance_id: one.instance_id[0].to_string(),
-            trajectory_id: id.into(),
-            reward: one.reward[0],
-            is_hinted: false,
-            hint_category: None,
-            hint_id: None,
-            response_length: None,
-            logprob_hinted: None,
-            logprob_unhinted: None,
-        }))
+        Incoming::Row(Box::new(rollout(run, step, id)))
     }
 
     #[test]
