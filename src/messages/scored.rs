@@ -329,15 +329,10 @@ impl EitherScored {
 mod tests {
     use super::*;
 
-    /// Messages made at random from every field of both variants, each
-    /// absent, null, well typed or of another type, some twice, with
-    /// unknown keys: wherever the one-pass reading accepts one, the derived
-    /// reading reads the same message, and `read_direct` agrees with the
-    /// derived reading on every one.
-    #[test]
-    fn the_one_pass_reading_reads_what_the_derived_one_reads() {
-        use rand::seq::IndexedRandom;
-        use rand::{Rng, SeedableRng};
+    /// Every field of both variants with values for it, well typed first,
+    /// and two keys neither reads with values the parser refuses (a number
+    /// out of range, a lone surrogate, nesting past its limit) and takes.
+    fn scored_fields() -> Vec<(&'static str, Vec<String>)> {
         let text = |v: &str| format!("\"{v}\"");
         let strings = [
             text("r-1"),
@@ -384,7 +379,7 @@ mod tests {
             deep(200),
             "{\"k\":\"\\udfff\"}".into(),
         ];
-        let fields: Vec<(&str, Vec<String>)> = vec![
+        vec![
             ("type", types.to_vec()),
             ("schema_version", ints.iter().map(|v| v.to_string()).collect()),
             ("run_id", strings.to_vec()),
@@ -401,32 +396,51 @@ mod tests {
             ("count", ints.iter().map(|v| v.to_string()).collect()),
             ("extra", extra.clone()),
             ("chat_history", extra),
-        ];
+        ]
+    }
+
+    /// A message of `fields`, each mostly well typed, mostly there, now and
+    /// then twice, in any order; its `type` half the time `step_end`.
+    fn random_message(rng: &mut rand::rngs::StdRng, fields: &[(&str, Vec<String>)]) -> String {
+        use rand::seq::IndexedRandom;
+        use rand::Rng;
+        let mut members = Vec::new();
+        for (key, values) in fields {
+            // Mostly well formed, so that both readings accept many.
+            let value = if rng.random_bool(0.85) {
+                &values[0]
+            } else {
+                values.choose(rng).unwrap()
+            };
+            if *key == "type" || rng.random_bool(0.9) {
+                members.push(format!("\"{key}\":{value}"));
+            }
+            if rng.random_bool(0.01) {
+                members.push(format!("\"{key}\":{}", values.choose(rng).unwrap()));
+            }
+        }
+        if rng.random_bool(0.5) {
+            members.retain(|m| !m.starts_with("\"type\""));
+            members.insert(0, "\"type\":\"step_end\"".to_string());
+        }
+        let last = members.len() - 1;
+        members.swap(rng.random_range(0..=last), last);
+        format!("{{{}}}", members.join(","))
+    }
+
+    /// Messages made at random from every field of both variants, each
+    /// absent, null, well typed or of another type, some twice, with
+    /// unknown keys: wherever the one-pass reading accepts one, the derived
+    /// reading reads the same message, and `read_direct` agrees with the
+    /// derived reading on every one.
+    #[test]
+    fn the_one_pass_reading_reads_what_the_derived_one_reads() {
+        use rand::SeedableRng;
+        let fields = scored_fields();
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let (mut one_pass, mut derived_read) = (0, 0);
         for _ in 0..40_000 {
-            let mut members = Vec::new();
-            for (key, values) in &fields {
-                // Mostly well formed, so that both readings accept many.
-                let value = if rng.random_bool(0.85) {
-                    &values[0]
-                } else {
-                    values.choose(&mut rng).unwrap()
-                };
-                if *key == "type" || rng.random_bool(0.9) {
-                    members.push(format!("\"{key}\":{value}"));
-                }
-                if rng.random_bool(0.01) {
-                    members.push(format!("\"{key}\":{}", values.choose(&mut rng).unwrap()));
-                }
-            }
-            if rng.random_bool(0.5) {
-                members.retain(|m| !m.starts_with("\"type\""));
-                members.insert(0, format!("\"type\":{}", text("step_end")));
-            }
-            let last = members.len() - 1;
-            members.swap(rng.random_range(0..=last), last);
-            let json = format!("{{{}}}", members.join(","));
+            let json = random_message(&mut rng, &fields);
             let derived = serde_json::from_str::<ScoredMessage>(&json).ok();
             derived_read += usize::from(derived.is_some());
             if let Some(read) = serde_json::from_str::<EitherScored>(&json)
