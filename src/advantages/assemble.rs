@@ -441,23 +441,25 @@ pub fn rows_footprint(rows: &ScoredRows) -> usize {
 /// Bytes row `row` of `rows` adds to [`rows_footprint`] (its strings and
 /// where they end, its category, its numbers), as a dropped row gives back.
 fn row_bytes(rows: &ScoredRows, row: usize) -> usize {
+    let strings = [
+        &rows.run_id[row],
+        &rows.instance_id[row],
+        &rows.trajectory_id[row],
+    ];
+    one_row_bytes(strings, rows.hint_category.get(row).map_or(0, category_bytes))
+}
+
+/// Bytes one row's three strings (and where each ends), its category's
+/// `category` bytes and its numbers take.
+fn one_row_bytes(strings: [&str; 3], category: usize) -> usize {
     const END: usize = std::mem::size_of::<usize>();
-    let strings: usize = [&rows.run_id, &rows.instance_id, &rows.trajectory_id]
-        .iter()
-        .map(|column| column[row].len() + END)
-        .sum();
-    let category = rows.hint_category.get(row).map_or(0, category_bytes);
-    strings + category + ROW_NUMBER_BYTES
+    strings.iter().map(|value| value.len() + END).sum::<usize>() + category + ROW_NUMBER_BYTES
 }
 
 /// Bytes a JSON row adds to its part: what [`row_bytes`] gives back for it.
 fn rollout_bytes(row: &ScoredRollout) -> usize {
-    const END: usize = std::mem::size_of::<usize>();
-    let strings: usize = [&row.run_id, &row.instance_id, &row.trajectory_id]
-        .iter()
-        .map(|value| value.len() + END)
-        .sum();
-    strings + category_bytes(&row.hint_category) + ROW_NUMBER_BYTES
+    let strings: [&str; 3] = [&row.run_id, &row.instance_id, &row.trajectory_id];
+    one_row_bytes(strings, category_bytes(&row.hint_category))
 }
 
 /// The rows one message brought, all of one (run_id, step): an Arrow
@@ -541,11 +543,7 @@ impl Incoming {
     fn into_rows(self) -> ScoredRows {
         match self {
             Incoming::Rows(rows) => *rows,
-            Incoming::Row(row) => {
-                let mut rows = ScoredRows::default();
-                rows.push(&row);
-                rows
-            }
+            Incoming::Row(row) => ScoredRows::from_row(&row),
         }
     }
 }

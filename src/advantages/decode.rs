@@ -34,11 +34,7 @@ impl ScoredInput {
     pub fn into_rows(self) -> Option<ScoredRows> {
         match self {
             ScoredInput::Rows(rows) => Some(*rows),
-            ScoredInput::Row(row) => {
-                let mut rows = ScoredRows::default();
-                rows.push(&row);
-                Some(rows)
-            }
+            ScoredInput::Row(row) => Some(ScoredRows::from_row(&row)),
             ScoredInput::End { .. } => None,
         }
     }

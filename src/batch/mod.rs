@@ -220,6 +220,13 @@ impl ScoredRows {
         !self.logprob_hinted.is_empty() || !self.logprob_unhinted.is_empty()
     }
 
+    /// One row, as a batch of its own.
+    pub fn from_row(row: &ScoredRollout) -> Self {
+        let mut rows = ScoredRows::default();
+        rows.push(row);
+        rows
+    }
+
     /// Appends one row. A `response_length` outside 1..=u32::MAX (which
     /// [`ScoredRollout`]'s validation rejects) is stored as 1.
     pub fn push(&mut self, row: &ScoredRollout) {

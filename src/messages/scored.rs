@@ -224,7 +224,8 @@ impl<'de> Visitor<'de> for EitherVisitor {
             Ok(())
         }
         let mut out = EitherScored::default();
-        let mut seen = [false; 14];
+        // A mark for each key read (`Other` is the last variant).
+        let mut seen = [false; Field::Other as usize];
         while let Some(field) = map.next_key::<Field>()? {
             let at = field as usize;
             match field {
