@@ -23,10 +23,10 @@ impl DenseGroups {
         I: IntoIterator<Item = &'a str>,
         I::IntoIter: Clone,
     {
-        Self::from_strings_with(values, &foldhash::fast::RandomState::default())
+        Self::from_strings_with(values, foldhash::fast::RandomState::default())
     }
 
-    fn from_strings_with<'a, I>(values: I, hasher: &impl BuildHasher) -> Self
+    fn from_strings_with<'a, I>(values: I, hasher: impl BuildHasher) -> Self
     where
         I: IntoIterator<Item = &'a str>,
         I::IntoIter: Clone,
@@ -78,6 +78,17 @@ const VACANT: Slot = Slot { hash: 0, id: EMPTY };
 /// Dense ids by 64-bit hash: `None` when two different strings share one
 /// (the caller then maps by bytes), or when a new group's id would be
 /// `EMPTY` (`u32::MAX`: the map by bytes, given it, panics a group later).
+/// [`HashedGroups`] over all of `values` at once.
+fn by_hash<'a, S: BuildHasher>(values: impl Iterator<Item = &'a str>, hasher: S) -> Option<DenseGroups> {
+    let expected = values.size_hint().0;
+    let mut groups = HashedGroups::with_hasher(expected, hasher);
+    groups.extend(values);
+    groups.finish()
+}
+
+/// Dense ids by 64-bit hash, mapped as the strings come (a step's parts as
+/// its messages bring them, or a whole column at once: [`by_hash`]), each
+/// row checked as it is mapped.
 ///
 /// A map of a million strings into a table of 100,000s is a cache miss a
 /// row. As [`StringIds`] walks it (its control bytes, its slot, the id's
@@ -85,78 +96,165 @@ const VACANT: Slot = Slot { hash: 0, id: EMPTY };
 /// longest part of a 1M-row step's compute. Here the table holds the hash
 /// beside the id, so a row's lookup is one read, and the reads of [`AHEAD`]
 /// rows are asked for at once (a prefetch each) before the first is used.
-/// The check that follows, each row compared with the first string of its
-/// group (kept in an arena), is prefetched the same way.
+/// Each row is then compared with the first string of its group (kept in
+/// an arena), prefetched the same way: two strings that share a hash fail
+/// the comparison, and the map gives up ([`HashedGroups::finish`] is then
+/// `None`, and what it held is freed).
 /// `cargo bench --bench advantages -- id_mapping/1000000` (125,000 groups
 /// of 8, rows shuffled): 60 ms → 41 ms on one core.
-fn by_hash<'a>(
-    values: impl Iterator<Item = &'a str> + Clone,
-    hasher: &impl BuildHasher,
-) -> Option<DenseGroups> {
-    let mut rows = values.clone();
-    let expected = rows.size_hint().0;
-    let mut capacity = (expected / 4 + 1).next_power_of_two().max(AHEAD) * 2;
-    let mut slots = vec![VACANT; capacity];
-    let mut ids: Vec<u32> = Vec::with_capacity(expected);
-    // The first string of each group, back to back, and where each ends.
-    let mut arena: Vec<u8> = Vec::new();
-    let mut ends: Vec<usize> = Vec::new();
-    let mut batch: [(u64, &str); AHEAD] = [(0, ""); AHEAD];
-    loop {
-        let mut taken = 0;
-        for (at, value) in batch.iter_mut().zip(rows.by_ref()) {
-            let hash = hasher.hash_one(value.as_bytes());
-            prefetch(&slots[hash as usize & (capacity - 1)]);
-            *at = (hash, value);
-            taken += 1;
+pub struct HashedGroups<S = foldhash::fast::RandomState> {
+    hasher: S,
+    /// A power of two, at most half full.
+    slots: Vec<Slot>,
+    ids: Vec<u32>,
+    /// The first string of each group, back to back, and where each ends.
+    arena: Vec<u8>,
+    ends: Vec<usize>,
+    /// Two strings shared a hash, or the ids ran out: the map gave up.
+    failed: bool,
+}
+
+impl HashedGroups {
+    /// An empty map, holding nothing until its first rows.
+    pub fn new() -> Self {
+        HashedGroups {
+            hasher: foldhash::fast::RandomState::default(),
+            slots: Vec::new(),
+            ids: Vec::new(),
+            arena: Vec::new(),
+            ends: Vec::new(),
+            failed: false,
         }
-        for &(hash, value) in &batch[..taken] {
-            let mut i = hash as usize & (capacity - 1);
-            let id = loop {
-                let slot = slots[i];
-                if slot.id == EMPTY {
-                    let id = u32::try_from(ends.len()).ok().filter(|&id| id != EMPTY)?;
-                    slots[i] = Slot { hash, id };
-                    arena.extend_from_slice(value.as_bytes());
-                    ends.push(arena.len());
-                    break id;
-                }
-                if slot.hash == hash {
-                    break slot.id;
-                }
-                i = (i + 1) & (capacity - 1);
+    }
+}
+
+impl Default for HashedGroups {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: BuildHasher> HashedGroups<S> {
+    /// A map sized for about `rows` rows (a quarter as many groups); its
+    /// table is at least [`AHEAD`] * 2 slots, the smallest [`Self::extend`]
+    /// starts from.
+    fn with_hasher(rows: usize, hasher: S) -> Self {
+        let capacity = (rows / 4 + 1).next_power_of_two().max(AHEAD) * 2;
+        HashedGroups {
+            hasher,
+            slots: vec![VACANT; capacity],
+            ids: Vec::with_capacity(rows),
+            arena: Vec::new(),
+            ends: Vec::new(),
+            failed: false,
+        }
+    }
+
+    /// Rows mapped so far (none once the map gave up).
+    pub fn rows(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Bytes it holds (capacities).
+    pub fn footprint(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.ids.capacity() * std::mem::size_of::<u32>()
+            + self.arena.capacity()
+            + self.ends.capacity() * std::mem::size_of::<usize>()
+    }
+
+    /// Maps `values`, the rows after those mapped already.
+    pub fn extend<'a>(&mut self, mut values: impl Iterator<Item = &'a str>) {
+        if self.slots.is_empty() && !self.failed {
+            self.slots = vec![VACANT; AHEAD * 2];
+        }
+        let mut batch: [(u64, &str); AHEAD] = [(0, ""); AHEAD];
+        while !self.failed {
+            let mut taken = 0;
+            for (at, value) in batch.iter_mut().zip(values.by_ref()) {
+                let hash = self.hasher.hash_one(value.as_bytes());
+                prefetch(&self.slots[hash as usize & (self.slots.len() - 1)]);
+                *at = (hash, value);
+                taken += 1;
+            }
+            if !self.map_and_check(&batch[..taken]) {
+                self.give_up();
+            }
+            if taken < AHEAD {
+                break;
+            }
+        }
+    }
+
+    /// Maps a batch of rows (their hashes' slots asked for already), then
+    /// checks each against its group's first string. `false` when a new
+    /// group's id would be `EMPTY`, or a row is not its group's string.
+    fn map_and_check(&mut self, batch: &[(u64, &str)]) -> bool {
+        let first_row = self.ids.len();
+        for &(hash, value) in batch {
+            let Some(id) = self.id_of(hash, value) else {
+                return false;
             };
-            ids.push(id);
-            // At most half full: linear probing stays a read or two.
-            if ends.len() * 2 > capacity {
-                capacity *= 2;
-                slots = grown(&slots, capacity);
-            }
+            self.ids.push(id);
         }
-        if taken < AHEAD {
-            break;
+        let mapped = &self.ids[first_row..];
+        for &id in mapped {
+            prefetch(self.first(id).as_ptr());
+        }
+        mapped
+            .iter()
+            .zip(batch)
+            .all(|(&id, (_, value))| self.first(id) == value.as_bytes())
+    }
+
+    /// The id of the string of `hash` (a new one, with `value` its first
+    /// string, when the hash is new); `None` when a new id would be `EMPTY`.
+    fn id_of(&mut self, hash: u64, value: &str) -> Option<u32> {
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        loop {
+            let slot = self.slots[i];
+            if slot.id == EMPTY {
+                let id = u32::try_from(self.ends.len()).ok().filter(|&id| id != EMPTY)?;
+                self.slots[i] = Slot { hash, id };
+                self.arena.extend_from_slice(value.as_bytes());
+                self.ends.push(self.arena.len());
+                // At most half full: linear probing stays a read or two.
+                if self.ends.len() * 2 > self.slots.len() {
+                    self.slots = grown(&self.slots, self.slots.len() * 2);
+                }
+                return Some(id);
+            }
+            if slot.hash == hash {
+                return Some(slot.id);
+            }
+            i = (i + 1) & mask;
         }
     }
-    let first = |id: u32| {
+
+    /// The first string of group `id`.
+    fn first(&self, id: u32) -> &[u8] {
         let id = id as usize;
-        let start = if id == 0 { 0 } else { ends[id - 1] };
-        &arena[start..ends[id]]
-    };
-    let mut values = values;
-    for batch in ids.chunks(AHEAD) {
-        for &id in batch {
-            prefetch(first(id).as_ptr());
-        }
-        for (&id, value) in batch.iter().zip(values.by_ref()) {
-            if first(id) != value.as_bytes() {
-                return None;
-            }
-        }
+        let start = if id == 0 { 0 } else { self.ends[id - 1] };
+        &self.arena[start..self.ends[id]]
     }
-    Some(DenseGroups {
-        ids,
-        n_groups: ends.len(),
-    })
+
+    /// Gives up: frees what it holds, and maps nothing more.
+    fn give_up(&mut self) {
+        self.failed = true;
+        self.slots = Vec::new();
+        self.ids = Vec::new();
+        self.arena = Vec::new();
+        self.ends = Vec::new();
+    }
+
+    /// The dense ids of the rows mapped; `None` when the map gave up.
+    pub fn finish(self) -> Option<DenseGroups> {
+        (!self.failed).then_some(DenseGroups {
+            ids: self.ids,
+            n_groups: self.ends.len(),
+        })
+    }
 }
 
 /// `slots` moved into a table of `capacity` (a power of two).
@@ -344,12 +442,49 @@ mod tests {
             let hasher = foldhash::fast::RandomState::default();
             // Known to the iterator's size or not (the table then grows
             // from its smallest).
-            let known = by_hash(values.iter().copied(), &hasher);
-            let unknown = by_hash(values.iter().copied().filter(|_| true), &hasher);
+            let known = by_hash(values.iter().copied(), hasher.clone());
+            let unknown = by_hash(values.iter().copied().filter(|_| true), hasher.clone());
             assert_eq!(known.as_ref(), Some(&want), "{rows} rows");
             assert_eq!(unknown.as_ref(), Some(&want), "{rows} rows");
             assert_eq!(DenseGroups::from_strings(values.iter().copied()), want);
         }
+    }
+
+    #[test]
+    fn rows_mapped_a_part_at_a_time_map_as_the_whole_column_does() {
+        let names: Vec<String> = (0..700).map(|g| format!("task-{g}")).collect();
+        let values: Vec<&str> = (0..5000)
+            .map(|row| names[(row * 31 + row / 9) % 700].as_str())
+            .collect();
+        let want = by_bytes(values.iter().copied());
+        // Parts of every size around a batch of AHEAD, and empty ones.
+        let mut groups = HashedGroups::new();
+        let mut at = 0;
+        for size in [0, 1, AHEAD - 1, AHEAD, AHEAD + 1, 0, 3, 1000]
+            .into_iter()
+            .cycle()
+        {
+            let end = (at + size).min(values.len());
+            groups.extend(values[at..end].iter().copied());
+            assert_eq!(groups.rows(), end);
+            at = end;
+            if at == values.len() {
+                break;
+            }
+        }
+        assert_eq!(groups.finish(), Some(want));
+    }
+
+    #[test]
+    fn a_part_whose_string_shares_a_hash_with_an_earlier_parts_gives_up() {
+        let mut groups = HashedGroups::with_hasher(0, OneHash);
+        groups.extend(["a", "a"].into_iter());
+        assert_eq!(groups.rows(), 2);
+        groups.extend(["a", "b", "a"].into_iter());
+        assert_eq!(groups.rows(), 0, "freed once it gave up");
+        assert_eq!(groups.footprint(), 0);
+        groups.extend(["a"].into_iter());
+        assert_eq!(groups.finish(), None);
     }
 
     /// Hashes everything to one value.
@@ -403,8 +538,8 @@ mod tests {
         assert_eq!(want.n_groups, 100);
         // From the smallest table (32 slots: the probes from slot 31 wrap
         // at once), grown three times, and from one sized for the rows.
-        let unknown = by_hash(values.iter().copied().filter(|_| true), &LowBitsAlike);
-        let known = by_hash(values.iter().copied(), &LowBitsAlike);
+        let unknown = by_hash(values.iter().copied().filter(|_| true), LowBitsAlike);
+        let known = by_hash(values.iter().copied(), LowBitsAlike);
         assert_eq!(unknown, Some(want.clone()));
         assert_eq!(known, Some(want));
     }
@@ -412,13 +547,13 @@ mod tests {
     #[test]
     fn strings_that_share_a_hash_are_told_apart_by_their_bytes() {
         let values = ["b", "a", "b", "c", "a"];
-        assert_eq!(by_hash(values.iter().copied(), &OneHash), None);
-        let g = DenseGroups::from_strings_with(values, &OneHash);
+        assert_eq!(by_hash(values.iter().copied(), OneHash), None);
+        let g = DenseGroups::from_strings_with(values, OneHash);
         assert_eq!(g.ids, vec![0, 1, 0, 2, 1]);
         assert_eq!(g.n_groups, 3);
         // One string alone has no other to clash with.
         assert_eq!(
-            by_hash(["z", "z"].into_iter(), &OneHash),
+            by_hash(["z", "z"].into_iter(), OneHash),
             Some(DenseGroups {
                 ids: vec![0, 0],
                 n_groups: 1
