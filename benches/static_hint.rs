@@ -44,7 +44,7 @@ const STATIC_CHAIN: &str = "static";
 
 fn meta() -> RecordMeta {
     RecordMeta {
-        topic: "in".to_string(),
+        topic: "in".into(),
         partition: 3,
         offset: 12_345,
         key: Some(b"bench/12/task-00012345".to_vec()),

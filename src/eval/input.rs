@@ -57,7 +57,7 @@ fn record_of(line: &str, path: &str, number: usize) -> (Option<Vec<u8>>, RecordM
                 .map(|h| (h.key, h.value.bytes.unwrap_or_default()))
                 .collect();
             let meta = RecordMeta {
-                topic: m.topic,
+                topic: m.topic.into(),
                 partition: m.partition,
                 offset: m.offset,
                 key: m.key.bytes,
@@ -68,7 +68,7 @@ fn record_of(line: &str, path: &str, number: usize) -> (Option<Vec<u8>>, RecordM
         Err(_) => (
             Some(line.as_bytes().to_vec()),
             RecordMeta {
-                topic: path.to_string(),
+                topic: path.into(),
                 partition: 0,
                 offset: number as i64,
                 key: None,

@@ -54,7 +54,7 @@ pub fn build_hint(
         cost_usd: s.cost_usd,
         failure_reason: s.failure_reason,
         source: HintSource {
-            topic: source.topic.clone(),
+            topic: source.topic.to_string(),
             partition: source.partition,
             offset: source.offset,
         },

@@ -29,10 +29,28 @@ use crate::metrics::StageMetrics;
 /// The kind of a message dropped unfinished by its handler.
 pub const HANDLER_PANIC: &str = "handler_panic";
 
+/// The name of the topic the last message came from, shared by the
+/// messages after it from the same topic: a message's metadata holds its
+/// topic without a copy of its own (a worker reads one topic).
+#[derive(Debug, Default)]
+pub(crate) struct TopicNames {
+    last: Option<Arc<str>>,
+}
+
+impl TopicNames {
+    pub(crate) fn name(&mut self, topic: &str) -> Arc<str> {
+        match &self.last {
+            Some(last) if **last == *topic => last.clone(),
+            _ => self.last.insert(Arc::from(topic)).clone(),
+        }
+    }
+}
+
 /// Where a record came from, detached from the consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMeta {
-    pub topic: String,
+    /// Shared by the messages of a partition (see [`TopicNames`]).
+    pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
     pub key: Option<Vec<u8>>,
@@ -40,7 +58,8 @@ pub struct RecordMeta {
 }
 
 impl RecordMeta {
-    pub(crate) fn of(message: &BorrowedMessage<'_>) -> Self {
+    /// `message`'s metadata, its topic's name taken from `topics`.
+    pub(crate) fn of(message: &BorrowedMessage<'_>, topics: &mut TopicNames) -> Self {
         let headers = message
             .headers()
             .map(|h| {
@@ -50,7 +69,7 @@ impl RecordMeta {
             })
             .unwrap_or_default();
         RecordMeta {
-            topic: message.topic().to_string(),
+            topic: topics.name(message.topic()),
             partition: message.partition(),
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),
@@ -339,5 +358,21 @@ impl Drop for Taken {
         runtime.spawn(tracing::Instrument::in_current_span(async move {
             copy.reject(kind, &reason).await
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_of_one_topic_share_its_name() {
+        let mut topics = TopicNames::default();
+        let first = topics.name("in");
+        assert!(Arc::ptr_eq(&first, &topics.name("in")), "no copy a message");
+        let other = topics.name("other");
+        assert_eq!(&*other, "other");
+        assert_eq!(&*topics.name("in"), "in");
+        assert!(!Arc::ptr_eq(&first, &topics.name("in")), "the last topic only");
     }
 }

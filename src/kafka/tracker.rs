@@ -35,9 +35,14 @@ pub struct Ticket {
 /// finishing a message cost a push and a binary search, where a
 /// `BTreeSet` cost an insert and a removal (a node's allocation now and
 /// then, 4% of a JSON row's way through the consume loop with the map's
-/// `SipHash` of the topic). An offset taken out of order (never, in
-/// practice: a partition is reset before it is read again) is put in its
-/// place.
+/// `SipHash` of the topic). The finished ones behind an unfinished one go
+/// once they outnumber the unfinished (see [`InFlight::remove`]). An offset
+/// taken out of order (never, in practice: a partition is reset before it
+/// is read again) is put in its place.
+/// Finished offsets [`InFlight`] keeps beyond twice the unfinished ones
+/// before it lets them go.
+const COMPACT_SLACK: usize = 1024;
+
 #[derive(Debug, Default)]
 struct InFlight {
     /// Ascending; the first, when any, is unfinished.
@@ -80,6 +85,17 @@ impl InFlight {
         self.unfinished -= 1;
         while self.taken.front().is_some_and(|&(_, finished)| finished) {
             self.taken.pop_front();
+        }
+        // Finished offsets behind one held long (a step's first message,
+        // parked until the step completes) would otherwise pile up with
+        // every message after it: they go once they outnumber the
+        // unfinished ones, so what is kept stays within twice the bound on
+        // messages in flight.
+        if self.taken.len() > 2 * self.unfinished + COMPACT_SLACK {
+            self.taken.retain(|&(_, finished)| !finished);
+            if self.taken.capacity() > 4 * self.taken.len() + COMPACT_SLACK {
+                self.taken.shrink_to(2 * self.taken.len());
+            }
         }
         true
     }
@@ -442,6 +458,31 @@ mod tests {
                 "round {round}: {probe}"
             );
         }
+    }
+
+    #[test]
+    fn finished_offsets_behind_one_held_long_do_not_pile_up() {
+        let mut in_flight = InFlight::default();
+        // Offset 0 is held (a step's first message, parked) while a million
+        // after it come and finish.
+        in_flight.insert(0);
+        for offset in 1..1_000_000 {
+            in_flight.insert(offset);
+            assert!(in_flight.remove(offset));
+        }
+        assert!(
+            in_flight.taken.len() <= 2 + COMPACT_SLACK,
+            "{} kept",
+            in_flight.taken.len()
+        );
+        assert!(in_flight.taken.capacity() <= 4 * (2 + COMPACT_SLACK) + COMPACT_SLACK);
+        assert_eq!((in_flight.first(), in_flight.len()), (Some(0), 1));
+        // Finished and let go: not in flight, and taken again, it is.
+        assert!(!in_flight.contains(5) && !in_flight.remove(5));
+        in_flight.insert(5);
+        assert!(in_flight.contains(5));
+        assert!(in_flight.remove(0));
+        assert_eq!(in_flight.first(), Some(5));
     }
 
     #[test]

@@ -35,7 +35,7 @@ use super::dlq::DeadLetters;
 use super::guarantee::{Guarantee, TransactionalProducer};
 use super::hold::Hold;
 use super::membership::out_of_group_limit;
-use super::message::{Delivery, RecordMeta, Rejected, Taken};
+use super::message::{Delivery, RecordMeta, Rejected, Taken, TopicNames};
 use super::partition::Partition;
 use super::tracker::OffsetTracker;
 use super::transaction::Transactions;
@@ -354,6 +354,8 @@ struct Intake {
     waiting: Option<Received>,
     /// Messages [`Intake::take`] took in a row without waiting.
     ready_streak: usize,
+    /// The input topic's name, shared by the messages' metadata.
+    topics: TopicNames,
 }
 
 impl Intake {
@@ -383,6 +385,7 @@ impl Intake {
             },
             waiting: None,
             ready_streak: 0,
+            topics: TopicNames::default(),
         }
     }
 
@@ -530,7 +533,7 @@ impl Intake {
     fn receive(&mut self, message: BorrowedMessage<'_>, slot: OwnedSemaphorePermit) -> Received {
         self.summary.received += 1;
         self.metrics.received();
-        let meta = RecordMeta::of(&message);
+        let meta = RecordMeta::of(&message, &mut self.topics);
         // One copy, shared from here on: a stage may decode Arrow buffers
         // straight from it (stage 2's), and a dead letter sends it back.
         let payload = Bytes::from(message.payload().unwrap_or_default().to_vec());
