@@ -49,7 +49,7 @@ impl TopicNames {
 /// Where a record came from, detached from the consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMeta {
-    /// Shared by the messages of a partition (see [`TopicNames`]).
+    /// Shared by the messages of its topic (the intake's `TopicNames`).
     pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,

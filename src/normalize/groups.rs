@@ -87,14 +87,14 @@ fn by_hash<'a, S: BuildHasher>(values: impl Iterator<Item = &'a str>, hasher: S)
 }
 
 /// Dense ids by 64-bit hash, mapped as the strings come (a step's parts as
-/// its messages bring them, or a whole column at once: [`by_hash`]), each
+/// its messages bring them, or a whole column at once: `by_hash`), each
 /// row checked as it is mapped.
 ///
 /// A map of a million strings into a table of 100,000s is a cache miss a
 /// row. As [`StringIds`] walks it (its control bytes, its slot, the id's
 /// entry, the id's bytes: each read waiting for the one before), it is the
 /// longest part of a 1M-row step's compute. Here the table holds the hash
-/// beside the id, so a row's lookup is one read, and the reads of [`AHEAD`]
+/// beside the id, so a row's lookup is one read, and the reads of `AHEAD`
 /// rows are asked for at once (a prefetch each) before the first is used.
 /// Each row is then compared with the first string of its group (kept in
 /// an arena), prefetched the same way: two strings that share a hash fail
