@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use hashbrown::hash_map::EntryRef;
 use hashbrown::{Equivalent, HashMap};
 
 use tokio_util::sync::CancellationToken;
@@ -136,6 +137,13 @@ impl Equivalent<(Arc<str>, i32)> for Key<'_> {
     }
 }
 
+/// A new partition's key.
+impl From<&Key<'_>> for (Arc<str>, i32) {
+    fn from(key: &Key<'_>) -> Self {
+        (Arc::from(key.0), key.1)
+    }
+}
+
 impl Ticket {
     fn key(&self) -> Key<'_> {
         Key(&self.topic, self.partition)
@@ -195,14 +203,7 @@ impl OffsetTracker {
     /// Records that `offset` was taken and is now in flight. The token is
     /// cancelled when the partition is revoked and its drain ends.
     pub fn begin(&mut self, topic: &str, partition: i32, offset: i64) -> (Ticket, CancellationToken) {
-        let (key, state) = match self.partitions.get_key_value_mut(&Key(topic, partition)) {
-            Some((key, state)) => (key.0.clone(), state),
-            None => {
-                let key: Arc<str> = Arc::from(topic);
-                let state = self.partitions.entry((key.clone(), partition)).or_default();
-                (key, state)
-            }
-        };
+        let (key, state) = self.state(topic, partition);
         state.in_flight.insert(offset);
         state.next_after_seen = Some(state.next_after_seen.map_or(offset + 1, |n| n.max(offset + 1)));
         let ticket = Ticket {
@@ -224,8 +225,7 @@ impl OffsetTracker {
 
     /// Marks a revoked partition as draining.
     pub fn mark_revoking(&mut self, topic: &str, partition: i32) {
-        let key = self.key(topic, partition);
-        self.partitions.entry(key).or_default().revoking = true;
+        self.state(topic, partition).1.revoking = true;
     }
 
     /// Messages with live work on the given partition: in flight and not
@@ -275,17 +275,15 @@ impl OffsetTracker {
     pub fn reset(&mut self, topic: &str, partition: i32) {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
-        let key = self.key(topic, partition);
-        let old = self.partitions.insert(
-            key,
+        let (_, state) = self.state(topic, partition);
+        let old = std::mem::replace(
+            state,
             PartitionState {
                 epoch,
                 ..PartitionState::default()
             },
         );
-        if let Some(old) = old {
-            old.work.cancel();
-        }
+        old.work.cancel();
     }
 
     /// The offset that may be committed now: every offset below it finished.
@@ -339,12 +337,16 @@ impl OffsetTracker {
             .sum()
     }
 
-    fn key(&self, topic: &str, partition: i32) -> (Arc<str>, i32) {
-        // Reuse the interned topic name when the partition is known.
-        self.partitions
-            .get_key_value(&Key(topic, partition))
-            .map(|(key, _)| key.clone())
-            .unwrap_or_else(|| (Arc::from(topic), partition))
+    /// The state of `topic`'s `partition`, a new one when it is not known,
+    /// and the topic's name as its key holds it (one lookup, and a copy of
+    /// the name only for a new partition).
+    fn state(&mut self, topic: &str, partition: i32) -> (Arc<str>, &mut PartitionState) {
+        let entry = match self.partitions.entry_ref(&Key(topic, partition)) {
+            EntryRef::Occupied(entry) => entry,
+            EntryRef::Vacant(entry) => entry.insert_entry(PartitionState::default()),
+        };
+        let topic = entry.key().0.clone();
+        (topic, entry.into_mut())
     }
 }
 

@@ -117,14 +117,7 @@ pub struct HashedGroups<S = foldhash::fast::RandomState> {
 impl HashedGroups {
     /// An empty map, holding nothing until its first rows.
     pub fn new() -> Self {
-        HashedGroups {
-            hasher: foldhash::fast::RandomState::default(),
-            slots: Vec::new(),
-            ids: Vec::new(),
-            arena: Vec::new(),
-            ends: Vec::new(),
-            failed: false,
-        }
+        Self::empty(foldhash::fast::RandomState::default())
     }
 }
 
@@ -135,18 +128,27 @@ impl Default for HashedGroups {
 }
 
 impl<S: BuildHasher> HashedGroups<S> {
+    /// An empty map that holds nothing yet.
+    fn empty(hasher: S) -> Self {
+        HashedGroups {
+            hasher,
+            slots: Vec::new(),
+            ids: Vec::new(),
+            arena: Vec::new(),
+            ends: Vec::new(),
+            failed: false,
+        }
+    }
+
     /// A map sized for about `rows` rows (a quarter as many groups); its
     /// table is at least [`AHEAD`] * 2 slots, the smallest [`Self::extend`]
     /// starts from.
     fn with_hasher(rows: usize, hasher: S) -> Self {
         let capacity = (rows / 4 + 1).next_power_of_two().max(AHEAD) * 2;
         HashedGroups {
-            hasher,
             slots: vec![VACANT; capacity],
             ids: Vec::with_capacity(rows),
-            arena: Vec::new(),
-            ends: Vec::new(),
-            failed: false,
+            ..Self::empty(hasher)
         }
     }
 
