@@ -23,6 +23,9 @@
 //! - `decode_json` (10,000 rows): the same step as a trainer's JSON rows,
 //!   one `scored_rollout` a message, each decoded (`decode_scored`) and
 //!   put together as stage 2's intake does a message at a time;
+//! - `assemble_json` (10,000 and 100,000 rows): the rows of those JSON
+//!   messages, decoded, put into a step a message at a time
+//!   (`StepAssembler::add_rows`, then `end`), after a step before it;
 //! - `output_batch`: the advantages batch a step publishes, built from its
 //!   rows and advantages (`advantages_batch`);
 //! - `free_rows`: a step's rows freed.
@@ -40,8 +43,11 @@
 //!     cargo bench --bench advantages
 //!     cargo bench --bench advantages -- 'kernel_1t/grpo'   (one group)
 
+use std::time::Instant;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hintstream::advantages::assemble::GatheredRows;
+
+use hintstream::advantages::assemble::{GatheredRows, Incoming, StepAssembler, StepStatus};
 use hintstream::advantages::compute::advantages_batch;
 use hintstream::advantages::decode::{arrow_meta, decode_scored, ScoredInput};
 use hintstream::advantages::{compute_batch, compute_step};
@@ -180,6 +186,9 @@ fn step_io(
             rows
         })
     });
+    if n <= 100_000 {
+        assemble_json(g, n, data);
+    }
     if n <= 10_000 {
         let json = json_rows(data);
         let meta = arrow_meta("rl.rollouts.scored");
@@ -236,25 +245,75 @@ fn step_io(
 
 /// `data`'s rows as a trainer's JSON messages, one `scored_rollout` each.
 fn json_rows(data: &ScoredRows) -> Vec<Vec<u8>> {
+    rollouts(data)
+        .into_iter()
+        .map(|row| serde_json::to_vec(&ScoredMessage::ScoredRollout(row)).expect("a row encodes"))
+        .collect()
+}
+
+/// The step's rows as a trainer's `scored_rollout`s.
+fn rollouts(data: &ScoredRows) -> Vec<ScoredRollout> {
     (0..data.len())
-        .map(|i| {
-            let row = ScoredMessage::ScoredRollout(ScoredRollout {
-                schema_version: 1,
-                run_id: data.run_id[i].to_string(),
-                step: data.step[i],
-                instance_id: data.instance_id[i].to_string(),
-                trajectory_id: data.trajectory_id[i].to_string(),
-                reward: data.reward[i],
-                is_hinted: data.is_hinted[i],
-                hint_category: data.hint_category[i].clone(),
-                hint_id: None,
-                response_length: None,
-                logprob_hinted: None,
-                logprob_unhinted: None,
-            });
-            serde_json::to_vec(&row).expect("a row encodes")
+        .map(|i| ScoredRollout {
+            schema_version: 1,
+            run_id: data.run_id[i].to_string(),
+            step: data.step[i],
+            instance_id: data.instance_id[i].to_string(),
+            trajectory_id: data.trajectory_id[i].to_string(),
+            reward: data.reward[i],
+            is_hinted: data.is_hinted[i],
+            hint_category: data.hint_category[i].clone(),
+            hint_id: None,
+            response_length: None,
+            logprob_hinted: None,
+            logprob_unhinted: None,
         })
         .collect()
+}
+
+/// `assemble_json`: the step's rows, decoded, through the assembler a JSON
+/// row a message as the consume loop puts them in (`StepAssembler::add_rows`,
+/// then the step's `step_end`), the step before it completed in the same
+/// assembler (as a trainer's steps follow each other). The rows' strings are
+/// copied for each step outside the timing, as the decode makes them.
+fn assemble_json(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    n: usize,
+    data: &ScoredRows,
+) {
+    let template = rollouts(data);
+    let run = template[0].run_id.clone();
+    let step = std::cell::Cell::new(0i64);
+    let mut assembler: StepAssembler<()> = StepAssembler::new();
+    g.bench_function(BenchmarkId::new("assemble_json", n), |b| {
+        b.iter_batched(
+            || {
+                step.set(step.get() + 1);
+                let messages: Vec<Incoming> = template
+                    .iter()
+                    .map(|row| {
+                        Incoming::Row(Box::new(ScoredRollout {
+                            step: step.get(),
+                            ..row.clone()
+                        }))
+                    })
+                    .collect();
+                messages
+            },
+            |messages| {
+                let now = Instant::now();
+                for (offset, row) in messages.into_iter().enumerate() {
+                    let status = assembler.add_rows(row, (0, offset as i64), (), 200, now);
+                    assert!(matches!(status, StepStatus::Pending));
+                }
+                match assembler.end(&run, step.get(), n as i64, (0, (), 100), now) {
+                    StepStatus::Complete(step) => step,
+                    _ => panic!("the step completes"),
+                }
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
 }
 
 criterion_group!(advantage_benches, benches);

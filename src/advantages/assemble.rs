@@ -15,9 +15,12 @@
 //! once, never a new pending step that would hold its partition's commits
 //! until `step_timeout`.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::BuildHasher;
+use std::collections::{BTreeSet, VecDeque};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::time::{Duration, Instant};
+
+use hashbrown::hash_map::EntryRef;
+use hashbrown::{Equivalent, HashMap};
 
 use crate::batch::{ScoredRows, Strings};
 use crate::messages::ScoredRollout;
@@ -26,6 +29,32 @@ use crate::normalize::groups::{DenseGroups, HashedGroups};
 
 /// Where a message sat: (partition, offset). Rows are put back in this order.
 pub type Position = (i32, i64);
+
+/// A step's key: its `run_id` and step number.
+type StepKey = (String, i64);
+
+/// A step's key as a message holds it: the maps keyed by [`StepKey`] are
+/// asked by it, with no copy of the `run_id` a message (it hashes as the
+/// tuple does). Their hasher stays SipHash: the `run_id`s come from the
+/// input topic's writers.
+#[derive(Hash, Clone, Copy)]
+struct StepRef<'a>(&'a str, i64);
+
+impl Equivalent<StepKey> for StepRef<'_> {
+    fn equivalent(&self, key: &StepKey) -> bool {
+        self.1 == key.1 && self.0 == key.0
+    }
+}
+
+/// A new step's key.
+impl From<&StepRef<'_>> for StepKey {
+    fn from(key: &StepRef<'_>) -> Self {
+        (key.0.to_string(), key.1)
+    }
+}
+
+/// Steps by key.
+type ByStep<V> = HashMap<StepKey, V, RandomState>;
 
 /// Rows of one (run_id, step) gathered so far, with the messages they came
 /// in (`P`: the stage keeps each message's bytes and its unfinished offset).
@@ -79,27 +108,132 @@ pub struct PendingStep<P> {
     pub bytes: usize,
     /// Input partitions its messages came from.
     partitions: BTreeSet<i32>,
+    /// Rows the step before it had ([`StepSizes`]; 0 when it started
+    /// beside another): a part begun by a JSON row gets room for as many,
+    /// up to [`PART_ROWS`], where it grew row by row.
+    room: usize,
+}
+
+/// How a message ended its step ([`PendingStep::verdict`]).
+enum Verdict {
+    Complete,
+    Overfull,
+    MixedPartitions,
+}
+
+/// A completed step's sizes. The next step, when no other is pending as it
+/// starts, begins with room for as many (rows, messages, parts, its group
+/// map): a trainer's steps are alike, and growing to them cost a 1M-row step
+/// about 6% of its CPU (its map rehashed as it doubled, its columns copied)
+/// and a step of JSON rows its reallocations. The room is never more than
+/// one step's, the map's counts with the step's bytes from the start, and a
+/// step that started beside another gets none.
+#[derive(Clone, Copy, Default)]
+struct StepSizes {
+    rows: usize,
+    messages: usize,
+    parked: usize,
+    parts: usize,
+    /// Its map's groups and their first strings' bytes, when it had one.
+    groups: Option<(usize, usize)>,
+}
+
+impl StepSizes {
+    fn of<P>(step: &PendingStep<P>) -> Self {
+        StepSizes {
+            rows: step.hashes.len(),
+            messages: step.messages.len(),
+            parked: step.parked.len(),
+            parts: step.parts.len(),
+            groups: step.groups.as_ref().map(HashedGroups::room),
+        }
+    }
+}
+
+/// The pending step of `key`, opened if it has none: with room for the last
+/// completed step's sizes when no other step is pending ([`StepSizes`]), its
+/// bytes counted in `held`. `Err(first)` when `key` completed already
+/// ([`CompletedSteps::late`]); a pending step never has, since a step is
+/// remembered as completed only once it is no longer pending, and none
+/// opens while it is remembered.
+fn open<'s, P>(
+    steps: &'s mut ByStep<PendingStep<P>>,
+    completed: &mut CompletedSteps,
+    held: &mut usize,
+    key: StepRef<'_>,
+    now: Instant,
+) -> Result<&'s mut PendingStep<P>, bool> {
+    let alone = steps.is_empty();
+    match steps.entry_ref(&key) {
+        EntryRef::Occupied(step) => Ok(step.into_mut()),
+        EntryRef::Vacant(new) => {
+            if let Some(first) = completed.late(key) {
+                return Err(first);
+            }
+            let room = completed.sizes.as_ref().filter(|_| alone);
+            let step = new.insert(PendingStep::new(key.0, key.1, now, room));
+            *held += step.bytes;
+            Ok(step)
+        }
+    }
 }
 
 impl<P> PendingStep<P> {
-    fn new(run_id: &str, step: i64, now: Instant) -> Self {
+    /// A step with room for `room` (none when it is `None`: see [`open`]).
+    fn new(run_id: &str, step: i64, now: Instant, room: Option<&StepSizes>) -> Self {
+        let room = room.copied().unwrap_or_default();
+        let groups = match room.groups {
+            Some((groups, text)) if room.rows > 0 => HashedGroups::with_room(room.rows, groups, text),
+            _ => HashedGroups::new(),
+        };
         PendingStep {
             run_id: run_id.to_string(),
             step,
             expected: None,
-            parts: Vec::new(),
-            messages: Vec::new(),
+            parts: Vec::with_capacity(room.parts),
+            messages: Vec::with_capacity(room.messages),
             ordered: true,
-            hashes: Vec::new(),
+            hashes: Vec::with_capacity(room.rows),
             ids: None,
             hasher: foldhash::fast::RandomState::default(),
-            groups: Some(HashedGroups::new()),
+            bytes: groups.footprint(),
+            groups: Some(groups),
             duplicates: 0,
-            parked: Vec::new(),
+            parked: Vec::with_capacity(room.parked),
             first_seen: now,
-            bytes: 0,
             partitions: BTreeSet::new(),
+            room: room.rows,
         }
+    }
+
+    /// Whether a message left the step to be ended, and its key then: its
+    /// messages came from more than one partition, or its `step_end` is in
+    /// and it holds that many distinct rows (complete) or more (overfull).
+    /// Once it may be complete, its duplicates are dropped first (then,
+    /// should it fall short, its ids are indexed for the rows still to
+    /// come); `held`, the assembler's bytes, follows the step's.
+    fn verdict(&mut self, held: &mut usize) -> Option<(Verdict, StepKey)> {
+        let verdict = if self.partitions.len() > 1 {
+            Verdict::MixedPartitions
+        } else {
+            let expected = self.expected?;
+            if self.row_count() as i64 >= expected && self.ids.is_none() {
+                let freed = self.drop_duplicates();
+                self.bytes = self.bytes.saturating_sub(freed);
+                *held = held.saturating_sub(freed);
+                if (self.row_count() as i64) < expected {
+                    let index = self.index_ids();
+                    self.bytes += index;
+                    *held += index;
+                }
+            }
+            match (self.row_count() as i64).cmp(&expected) {
+                std::cmp::Ordering::Less => return None,
+                std::cmp::Ordering::Equal => Verdict::Complete,
+                std::cmp::Ordering::Greater => Verdict::Overfull,
+            }
+        };
+        Some((verdict, (self.run_id.clone(), self.step)))
     }
 
     /// Rows held: distinct once the step was checked against its
@@ -410,12 +544,14 @@ pub const COMPLETED_STEPS_REMEMBERED: usize = 4096;
 /// the partitions its messages came from.
 #[derive(Default)]
 struct CompletedSteps {
-    late: HashMap<(String, i64), (u64, BTreeSet<i32>)>,
-    order: VecDeque<(String, i64)>,
+    late: ByStep<(u64, BTreeSet<i32>)>,
+    order: VecDeque<StepKey>,
+    /// The last one's sizes.
+    sizes: Option<StepSizes>,
 }
 
 impl CompletedSteps {
-    fn insert(&mut self, key: (String, i64), partitions: BTreeSet<i32>) {
+    fn insert(&mut self, key: StepKey, partitions: BTreeSet<i32>) {
         if self.late.insert(key.clone(), (0, partitions)).is_none() {
             self.order.push_back(key);
         }
@@ -427,8 +563,8 @@ impl CompletedSteps {
     }
 
     /// Counts a late message of `key`; `Some(first)` when `key` completed.
-    fn late(&mut self, key: &(String, i64)) -> Option<bool> {
-        let (seen, _) = self.late.get_mut(key)?;
+    fn late(&mut self, key: StepRef<'_>) -> Option<bool> {
+        let (seen, _) = self.late.get_mut(&key)?;
         *seen += 1;
         Some(*seen == 1)
     }
@@ -444,7 +580,7 @@ impl CompletedSteps {
 
 /// Steps in flight, of any number of runs.
 pub struct StepAssembler<P> {
-    steps: HashMap<(String, i64), PendingStep<P>>,
+    steps: ByStep<PendingStep<P>>,
     bytes: usize,
     completed: CompletedSteps,
 }
@@ -452,7 +588,7 @@ pub struct StepAssembler<P> {
 impl<P> Default for StepAssembler<P> {
     fn default() -> Self {
         StepAssembler {
-            steps: HashMap::new(),
+            steps: ByStep::default(),
             bytes: 0,
             completed: CompletedSteps::default(),
         }
@@ -603,10 +739,16 @@ impl Incoming {
         }
     }
 
-    fn into_rows(self) -> ScoredRows {
+    /// A new part of these rows; a JSON row's has room for `room` more
+    /// like it.
+    fn into_part(self, room: usize) -> ScoredRows {
         match self {
             Incoming::Rows(rows) => *rows,
-            Incoming::Row(row) => ScoredRows::from_row(&row),
+            Incoming::Row(row) => {
+                let mut part = ScoredRows::from_row(&row);
+                part.reserve_alike(room);
+                part
+            }
         }
     }
 }
@@ -635,21 +777,19 @@ impl<P> StepAssembler<P> {
         let rows: Incoming = rows.into();
         assert!(!rows.is_empty(), "add_rows takes at least one row");
         let (run_id, step_no) = rows.step();
-        let run_id = run_id.to_string();
-        let key = (run_id.clone(), step_no);
-        if let Some(first) = self.completed.late(&key) {
-            return StepStatus::AlreadyPublished(LateMessage {
-                run_id,
-                step: step_no,
-                parked,
-                rows: rows.len(),
-                first,
-            });
-        }
-        let step = self
-            .steps
-            .entry(key.clone())
-            .or_insert_with(|| PendingStep::new(&run_id, step_no, now));
+        let key = StepRef(run_id, step_no);
+        let step = match open(&mut self.steps, &mut self.completed, &mut self.bytes, key, now) {
+            Ok(step) => step,
+            Err(first) => {
+                return StepStatus::AlreadyPublished(LateMessage {
+                    run_id: run_id.to_string(),
+                    step: step_no,
+                    parked,
+                    rows: rows.len(),
+                    first,
+                })
+            }
+        };
         step.partitions.insert(position.0);
         // Each row's id hash is kept (its bytes count too). Once the step
         // has an id table, only the rows not in it are kept, and each goes
@@ -708,16 +848,15 @@ impl<P> StepAssembler<P> {
             step.messages.push((position, step.hashes.len() - rows.len()));
             match step.parts.get_mut(at) {
                 Some(last) => rows.append_to(last),
-                None => step.parts.push(rows.into_rows()),
+                None => {
+                    let room = step.room.saturating_sub(step.hashes.len()).min(PART_ROWS - 1);
+                    step.parts.push(rows.into_part(room));
+                }
             }
         }
         step.parked.push(parked);
-        if step.partitions.len() > 1 {
-            return self
-                .remove(&key)
-                .map_or(StepStatus::Pending, StepStatus::MixedPartitions);
-        }
-        self.check(key)
+        let verdict = step.verdict(&mut self.bytes);
+        self.conclude(verdict)
     }
 
     /// Records a step's `step_end`, which came from `partition`.
@@ -729,34 +868,29 @@ impl<P> StepAssembler<P> {
         (partition, parked, message_bytes): (i32, P, usize),
         now: Instant,
     ) -> StepStatus<P> {
-        let key = (run_id.to_string(), step_no);
-        if let Some(first) = self.completed.late(&key) {
-            return StepStatus::AlreadyPublished(LateMessage {
-                run_id: run_id.to_string(),
-                step: step_no,
-                parked,
-                rows: 0,
-                first,
-            });
-        }
-        let step = self
-            .steps
-            .entry(key.clone())
-            .or_insert_with(|| PendingStep::new(run_id, step_no, now));
+        let key = StepRef(run_id, step_no);
+        let step = match open(&mut self.steps, &mut self.completed, &mut self.bytes, key, now) {
+            Ok(step) => step,
+            Err(first) => {
+                return StepStatus::AlreadyPublished(LateMessage {
+                    run_id: run_id.to_string(),
+                    step: step_no,
+                    parked,
+                    rows: 0,
+                    first,
+                })
+            }
+        };
         step.expected = Some(count);
         step.partitions.insert(partition);
         step.bytes += message_bytes;
         self.bytes += message_bytes;
         step.parked.push(parked);
-        if step.partitions.len() > 1 {
-            return self
-                .remove(&key)
-                .map_or(StepStatus::Pending, StepStatus::MixedPartitions);
-        }
-        self.check(key)
+        let verdict = step.verdict(&mut self.bytes);
+        self.conclude(verdict)
     }
 
-    fn remove(&mut self, key: &(String, i64)) -> Option<PendingStep<P>> {
+    fn remove(&mut self, key: &StepKey) -> Option<PendingStep<P>> {
         let step = self.steps.remove(key)?;
         self.bytes -= step.bytes;
         Some(step)
@@ -789,7 +923,7 @@ impl<P> StepAssembler<P> {
     /// at the partition's new owner). A step's messages all come from one
     /// partition ([`StepStatus::MixedPartitions`] otherwise).
     pub fn release(&mut self, partitions: &[i32]) -> Vec<PendingStep<P>> {
-        let keys: Vec<(String, i64)> = self
+        let keys: Vec<StepKey> = self
             .steps
             .iter()
             .filter(|(_, s)| partitions.iter().any(|p| s.partitions.contains(p)))
@@ -806,50 +940,30 @@ impl<P> StepAssembler<P> {
         self.completed.forget(partitions);
     }
 
-    /// Whether the step of `key` is complete (or overfull): once its
-    /// `step_end` is in and it holds as many rows, its duplicates are
-    /// dropped first (then, should it fall short, its ids are indexed for
-    /// the rows still to come).
-    fn check(&mut self, key: (String, i64)) -> StepStatus<P> {
-        if let Some(step) = self.steps.get_mut(&key) {
-            let may_be_complete = step
-                .expected
-                .is_some_and(|expected| step.row_count() as i64 >= expected);
-            if may_be_complete && step.ids.is_none() {
-                let freed = step.drop_duplicates();
-                step.bytes = step.bytes.saturating_sub(freed);
-                self.bytes = self.bytes.saturating_sub(freed);
-                if step
-                    .expected
-                    .is_some_and(|expected| (step.row_count() as i64) < expected)
-                {
-                    let held = step.index_ids();
-                    step.bytes += held;
-                    self.bytes += held;
-                }
+    /// Ends the step a message found complete, overfull or of mixed
+    /// partitions ([`PendingStep::verdict`]); a complete one is remembered,
+    /// for its late messages, with its sizes, for the next step's room.
+    fn conclude(&mut self, verdict: Option<(Verdict, StepKey)>) -> StepStatus<P> {
+        let Some((verdict, key)) = verdict else {
+            return StepStatus::Pending;
+        };
+        let Some(step) = self.remove(&key) else {
+            return StepStatus::Pending;
+        };
+        match verdict {
+            Verdict::MixedPartitions => StepStatus::MixedPartitions(step),
+            Verdict::Overfull => StepStatus::Overfull(step),
+            Verdict::Complete => {
+                self.completed.insert(key, step.partitions.clone());
+                self.completed.sizes = Some(StepSizes::of(&step));
+                StepStatus::Complete(step)
             }
-        }
-        let state = self
-            .steps
-            .get(&key)
-            .and_then(|s| s.expected.map(|expected| (s.row_count() as i64).cmp(&expected)));
-        match state {
-            Some(std::cmp::Ordering::Equal) => {
-                let step = self.remove(&key);
-                let partitions = step.as_ref().map(|s| s.partitions.clone()).unwrap_or_default();
-                self.completed.insert(key, partitions);
-                step.map_or(StepStatus::Pending, StepStatus::Complete)
-            }
-            Some(std::cmp::Ordering::Greater) => self
-                .remove(&key)
-                .map_or(StepStatus::Pending, StepStatus::Overfull),
-            _ => StepStatus::Pending,
         }
     }
 
     /// Removes and returns the steps first seen more than `timeout` ago.
     pub fn expired(&mut self, now: Instant, timeout: Duration) -> Vec<PendingStep<P>> {
-        let keys: Vec<(String, i64)> = self
+        let keys: Vec<StepKey> = self
             .steps
             .iter()
             .filter(|(_, s)| now.duration_since(s.first_seen) >= timeout)
@@ -1240,6 +1354,64 @@ mod tests {
             assert_eq!(groups, DenseGroups::from_strings(joined.instance_id.iter()));
             assert_eq!(groups.n_groups, 4);
         }
+    }
+
+    #[test]
+    fn a_step_after_one_completed_starts_with_its_room_and_gives_it_all_back() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        let row = |step: i64, i: usize| {
+            let mut row = rollout("r", step, &format!("t{i}"));
+            row.instance_id = format!("g{}", i / 2);
+            Incoming::Row(Box::new(row))
+        };
+        let mut offset = 0;
+        let mut send = |a: &mut StepAssembler<u32>, step: i64, rows: usize| {
+            for i in 0..rows {
+                offset += 1;
+                a.add_rows(row(step, i), (0, offset), 0, 5, now);
+            }
+            offset += 1;
+            a.end("r", step, rows as i64, (0, 0, 0), now)
+        };
+        assert!(matches!(send(&mut a, 1, 50), StepStatus::Complete(_)));
+        // The next step's first row: room for the first step's sizes, its
+        // map's counted.
+        a.add_rows(row(2, 0), (0, 100), 0, 5, now);
+        let step = &a.steps[&("r".to_string(), 2)];
+        assert!(step.hashes.capacity() >= 50 && step.messages.capacity() >= 50);
+        assert!(step.parked.capacity() >= 51);
+        assert!(step.parts[0].trajectory_id.len() == 1 && step.parts[0].reward.capacity() >= 50);
+        let map = step.groups.as_ref().expect("in order").footprint();
+        assert!(map > HashedGroups::with_room(1, 1, 2).footprint(), "{map}");
+        assert_eq!(a.bytes(), step.bytes);
+        assert!(a.bytes() >= map + 5);
+        // The step completes as any other, its ids mapped as they came, and
+        // gives back all it held.
+        for i in 1..50 {
+            a.add_rows(row(2, i), (0, 100 + i as i64), 0, 5, now);
+        }
+        let StepStatus::Complete(step) = a.end("r", 2, 50, (0, 200, 0), now) else {
+            panic!("every row is in");
+        };
+        assert_eq!(a.bytes(), 0);
+        let (gathered, _) = step.into_gathered();
+        let joined = step_rows(&gathered).join();
+        let (rows, groups) = gathered.join_with_groups();
+        assert_eq!(rows, joined);
+        assert_eq!(groups, DenseGroups::from_strings(joined.instance_id.iter()));
+        assert_eq!(groups.n_groups, 25);
+        // A step that starts beside another gets no room.
+        a.add_rows(rows_of("q", 1), (0, 300), 0, 5, now);
+        a.add_rows(row(3, 0), (0, 301), 0, 5, now);
+        let step = &a.steps[&("r".to_string(), 3)];
+        assert!(step.hashes.capacity() < 50, "{}", step.hashes.capacity());
+        assert_eq!(step.groups.as_ref().map(|g| g.room()), Some((1, 2)));
+    }
+
+    /// One row of `run`'s step 1.
+    fn rows_of(run: &str, step: i64) -> ScoredRows {
+        rows(run, step, &["x"])
     }
 
     /// A copy of `gathered`'s parts and order.

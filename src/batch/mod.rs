@@ -278,6 +278,20 @@ impl ScoredRows {
         self.hint_category.reserve(additional);
     }
 
+    /// Room for `more` rows like those it holds: as long strings, on
+    /// average, and the columns every row fills.
+    pub fn reserve_alike(&mut self, more: usize) {
+        let held = self.len().max(1);
+        for column in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id] {
+            let bytes = column.text_len().div_ceil(held) * more;
+            column.reserve(more, bytes);
+        }
+        self.step.reserve(more);
+        self.reward.reserve(more);
+        self.is_hinted.reserve(more);
+        self.hint_category.reserve(more);
+    }
+
     /// Appends every row of `other`.
     pub fn extend(&mut self, other: ScoredRows) {
         if !other.hint_id.is_empty() {

@@ -42,7 +42,7 @@ impl Committer {
 
     /// Records a message as taken (in flight). The token is cancelled when
     /// its partition is revoked and the drain ends.
-    pub fn begin(&self, topic: &str, partition: i32, offset: i64) -> (Ticket, CancellationToken) {
+    pub fn begin(&self, topic: &str, partition: i32, offset: i64) -> (Ticket, Arc<CancellationToken>) {
         let mut tracker = lock(&self.tracker);
         let taken = tracker.begin(topic, partition, offset);
         self.metrics.set_in_flight(tracker.in_flight());
@@ -70,17 +70,33 @@ impl Committer {
     /// when it advanced. The store happens under the tracker's lock, so stored
     /// offsets never go backwards.
     pub fn finish(&self, ticket: Ticket) {
+        self.finish_all([ticket]);
+    }
+
+    /// [`Committer::finish`] for messages that finish together (a step's):
+    /// the tracker locked once, and each partition's offset stored once, at
+    /// the furthest it advanced. A step of 100,000 JSON rows stored it
+    /// 100,000 times (a list built and librdkafka's partition looked up
+    /// each time: about 11% of the worker's CPU).
+    pub fn finish_all(&self, tickets: impl IntoIterator<Item = Ticket>) {
         let mut tracker = lock(&self.tracker);
-        let next = tracker.finish(&ticket);
+        let advanced = tracker.finish_all(tickets);
         self.metrics.set_in_flight(tracker.in_flight());
-        let Some(next) = next else {
+        if advanced.is_empty() {
             return;
-        };
+        }
         // The loop closed the consumer: nothing can be stored any more, and
-        // the message is redelivered to the next owner.
+        // the messages are redelivered to the next owner.
         let Some(consumer) = self.consumer.upgrade() else {
             return;
         };
+        for (ticket, next) in advanced {
+            self.store(&consumer, &ticket, next);
+        }
+    }
+
+    /// Stores `next` as `ticket`'s partition's offset to commit.
+    fn store(&self, consumer: &StageConsumer, ticket: &Ticket, next: i64) {
         let mut tpl = TopicPartitionList::new();
         if let Err(e) = tpl.add_partition_offset(&ticket.topic, ticket.partition, Offset::Offset(next)) {
             self.metrics.store_failed();

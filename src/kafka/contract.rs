@@ -161,9 +161,7 @@ impl Settlement {
 
     /// Every output was sent: the inputs' offsets may commit.
     pub fn ack(self) {
-        for input in self.inputs {
-            input.ack();
-        }
+        Taken::ack_all(self.inputs);
     }
 
     /// The inputs can never be processed: each is dead-lettered with `kind`

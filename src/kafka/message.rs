@@ -248,6 +248,37 @@ impl Taken {
         }
     }
 
+    /// [`Taken::ack`] for messages that finish together (a step's inputs):
+    /// their offsets finished at once ([`Committer::finish_all`]).
+    ///
+    /// [`Committer::finish_all`]: super::commit::Committer::finish_all
+    pub(crate) fn ack_all(inputs: Vec<Taken>) {
+        let mut tickets = Vec::with_capacity(inputs.len());
+        let mut pending = inputs
+            .into_iter()
+            .filter_map(|mut taken| taken.pending.take())
+            .peekable();
+        let Some(delivery) = pending.peek().map(|first| first.delivery.clone()) else {
+            return;
+        };
+        for Pending {
+            ticket,
+            delivery: own,
+            _holds,
+            ..
+        } in pending
+        {
+            own.guarantee.keep(&ticket, _holds);
+            // One worker's messages share its delivery.
+            if Arc::ptr_eq(&own, &delivery) {
+                tickets.push(ticket);
+            } else {
+                own.committer.finish(ticket);
+            }
+        }
+        delivery.committer.finish_all(tickets);
+    }
+
     /// The guarantee it is delivered under, while unfinished.
     pub(crate) fn guarantee(&self) -> Option<&Guarantee> {
         Some(&self.pending.as_ref()?.delivery.guarantee)

@@ -704,6 +704,17 @@ impl Intake {
                 let task = telemetry::scope(
                     input_trace,
                     async move {
+                        // A handler of one row mostly ends at its first
+                        // poll: only one that does not waits on its
+                        // partition's token (a waiter put in under the
+                        // token's lock).
+                        if work_token.is_cancelled() {
+                            return;
+                        }
+                        let mut work = work;
+                        if futures::poll!(&mut work).is_ready() {
+                            return;
+                        }
                         tokio::select! {
                             _ = work_token.cancelled() => {}
                             _ = work => {}

@@ -81,7 +81,8 @@ const VACANT: Slot = Slot { hash: 0, id: EMPTY };
 /// [`HashedGroups`] over all of `values` at once.
 fn by_hash<'a, S: BuildHasher>(values: impl Iterator<Item = &'a str>, hasher: S) -> Option<DenseGroups> {
     let expected = values.size_hint().0;
-    let mut groups = HashedGroups::with_hasher(expected, hasher);
+    // A quarter as many groups, as GRPO's groups of several rollouts give.
+    let mut groups = HashedGroups::with_hasher(expected, expected / 4, 0, hasher);
     groups.extend(values);
     groups.finish()
 }
@@ -119,6 +120,13 @@ impl HashedGroups {
     pub fn new() -> Self {
         Self::empty(foldhash::fast::RandomState::default())
     }
+
+    /// A map with room for `rows` rows of `groups` groups whose first
+    /// strings take `text` bytes ([`HashedGroups::room`] of a map as
+    /// large): it grows no table and copies no column up to them.
+    pub fn with_room(rows: usize, groups: usize, text: usize) -> Self {
+        Self::with_hasher(rows, groups, text, foldhash::fast::RandomState::default())
+    }
 }
 
 impl Default for HashedGroups {
@@ -140,16 +148,24 @@ impl<S: BuildHasher> HashedGroups<S> {
         }
     }
 
-    /// A map sized for about `rows` rows (a quarter as many groups); its
-    /// table is at least [`AHEAD`] * 2 slots, the smallest [`Self::extend`]
-    /// starts from.
-    fn with_hasher(rows: usize, hasher: S) -> Self {
-        let capacity = (rows / 4 + 1).next_power_of_two().max(AHEAD) * 2;
+    /// A map with room for `rows` rows of `groups` groups whose first
+    /// strings take `text` bytes; its table is at least [`AHEAD`] * 2
+    /// slots, the smallest [`Self::extend`] starts from.
+    fn with_hasher(rows: usize, groups: usize, text: usize, hasher: S) -> Self {
+        let capacity = (groups + 1).next_power_of_two().max(AHEAD) * 2;
         HashedGroups {
             slots: vec![VACANT; capacity],
             ids: Vec::with_capacity(rows),
+            arena: Vec::with_capacity(text),
+            ends: Vec::with_capacity(groups),
             ..Self::empty(hasher)
         }
+    }
+
+    /// What it holds, as [`HashedGroups::with_room`] takes it: its groups
+    /// and their first strings' bytes.
+    pub fn room(&self) -> (usize, usize) {
+        (self.ends.len(), self.arena.len())
     }
 
     /// Rows mapped so far (none once the map gave up).
@@ -479,7 +495,7 @@ mod tests {
 
     #[test]
     fn a_part_whose_string_shares_a_hash_with_an_earlier_parts_gives_up() {
-        let mut groups = HashedGroups::with_hasher(0, OneHash);
+        let mut groups = HashedGroups::with_hasher(0, 0, 0, OneHash);
         groups.extend(["a", "a"].into_iter());
         assert_eq!(groups.rows(), 2);
         groups.extend(["a", "b", "a"].into_iter());
