@@ -125,9 +125,12 @@ enum Verdict {
 /// starts, begins with room for as many (rows, messages, parts, its group
 /// map): a trainer's steps are alike, and growing to them cost a 1M-row step
 /// about 6% of its CPU (its map rehashed as it doubled, its columns copied)
-/// and a step of JSON rows its reallocations. The room is never more than
-/// one step's, the map's counts with the step's bytes from the start, and a
-/// step that started beside another gets none.
+/// and a step of JSON rows its reallocations. The map's room counts with
+/// the step's bytes from the start. Its lists' room does not (a message's
+/// share of them is in the bytes it is counted by, as it comes): it is at
+/// most one completed step's lists, one step at a time (a step that starts
+/// beside another gets none), in pages the allocator keeps for the next
+/// step anyway (`crate::allocator`).
 #[derive(Clone, Copy, Default)]
 struct StepSizes {
     rows: usize,
@@ -608,6 +611,14 @@ const HASH_BYTES: usize = std::mem::size_of::<u64>();
 /// they arrive (its parts are put together once, after its `step_end`).
 const PART_ROWS: usize = 4096;
 
+/// The most bytes a string of a JSON row's part is given room for
+/// ([`Incoming::into_part`]): a trainer's ids are tens of bytes, and a part
+/// begun by a row of long ids must not reserve thousands of times their
+/// length, uncounted (a part's room is not counted against
+/// `advantages.max_in_flight_bytes`; at this bound it is at most
+/// 3 * 4,095 * 128 bytes, about 1.5 MB).
+const ROOM_TEXT_A_ROW: usize = 128;
+
 /// Bytes a row's numbers take in a batch of decoded rows (its step, its
 /// reward, its hinted flag).
 const ROW_NUMBER_BYTES: usize = 8 + 8 + 1;
@@ -746,7 +757,7 @@ impl Incoming {
             Incoming::Rows(rows) => *rows,
             Incoming::Row(row) => {
                 let mut part = ScoredRows::from_row(&row);
-                part.reserve_alike(room);
+                part.reserve_alike(room, ROOM_TEXT_A_ROW);
                 part
             }
         }
@@ -1407,6 +1418,34 @@ mod tests {
         let step = &a.steps[&("r".to_string(), 3)];
         assert!(step.hashes.capacity() < 50, "{}", step.hashes.capacity());
         assert_eq!(step.groups.as_ref().map(|g| g.room()), Some((1, 2)));
+    }
+
+    #[test]
+    fn a_part_begun_by_a_row_of_long_ids_gets_room_for_short_ones_only() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        for i in 0..PART_ROWS + 4 {
+            a.add_rows(json_row("r", 1, &format!("t{i}")), (0, i as i64), 0, 5, now);
+        }
+        let rows = (PART_ROWS + 4) as i64;
+        assert!(matches!(
+            a.end("r", 1, rows, (0, 0, 0), now),
+            StepStatus::Complete(_)
+        ));
+        // The next step's first row has an id of 256 KiB: room for 4,095
+        // more as long would be 1 GiB, uncounted.
+        let long = "x".repeat(256 * 1024);
+        a.add_rows(json_row("r", 2, &long), (0, 9_000), 0, 5, now);
+        let part = &a.steps[&("r".to_string(), 2)].parts[0];
+        let room = part.trajectory_id.capacity_bytes();
+        assert!(
+            room <= long.len() + (PART_ROWS - 1) * (ROOM_TEXT_A_ROW + 8) + 4096,
+            "{room}"
+        );
+        assert!(
+            part.reward.capacity() >= PART_ROWS,
+            "room for the rows all the same"
+        );
     }
 
     /// One row of `run`'s step 1.

@@ -279,11 +279,12 @@ impl ScoredRows {
     }
 
     /// Room for `more` rows like those it holds: as long strings, on
-    /// average, and the columns every row fills.
-    pub fn reserve_alike(&mut self, more: usize) {
+    /// average, up to `most_text` bytes a string, and the columns every row
+    /// fills.
+    pub fn reserve_alike(&mut self, more: usize, most_text: usize) {
         let held = self.len().max(1);
         for column in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id] {
-            let bytes = column.text_len().div_ceil(held) * more;
+            let bytes = column.text_len().div_ceil(held).min(most_text) * more;
             column.reserve(more, bytes);
         }
         self.step.reserve(more);
