@@ -253,22 +253,7 @@ fn json_rows(data: &ScoredRows) -> Vec<Vec<u8>> {
 
 /// The step's rows as a trainer's `scored_rollout`s.
 fn rollouts(data: &ScoredRows) -> Vec<ScoredRollout> {
-    (0..data.len())
-        .map(|i| ScoredRollout {
-            schema_version: 1,
-            run_id: data.run_id[i].to_string(),
-            step: data.step[i],
-            instance_id: data.instance_id[i].to_string(),
-            trajectory_id: data.trajectory_id[i].to_string(),
-            reward: data.reward[i],
-            is_hinted: data.is_hinted[i],
-            hint_category: data.hint_category[i].clone(),
-            hint_id: None,
-            response_length: None,
-            logprob_hinted: None,
-            logprob_unhinted: None,
-        })
-        .collect()
+    (0..data.len()).map(|i| data.rollout(i)).collect()
 }
 
 /// `assemble_json`: the step's rows, decoded, through the assembler a JSON

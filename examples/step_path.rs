@@ -64,7 +64,7 @@ use hintstream::kafka::admin::{create_topics, TopicOutcome};
 use hintstream::kafka::client_config;
 use hintstream::kafka::produce::headers;
 use hintstream::kafka::{base_config, create_producer};
-use hintstream::messages::{step_key, ScoredMessage, ScoredRollout, StepEnd};
+use hintstream::messages::{step_key, ScoredMessage, StepEnd};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -169,20 +169,8 @@ fn encode_input(rows: &mut ScoredRows, step: i64, format: Format) -> Result<Vec<
     match format {
         Format::Json => (0..rows.len())
             .map(|i| {
-                let row = ScoredMessage::ScoredRollout(ScoredRollout {
-                    schema_version: 1,
-                    run_id: rows.run_id[i].to_string(),
-                    step,
-                    instance_id: rows.instance_id[i].to_string(),
-                    trajectory_id: rows.trajectory_id[i].to_string(),
-                    reward: rows.reward[i],
-                    is_hinted: rows.is_hinted[i],
-                    hint_category: rows.hint_category[i].clone(),
-                    hint_id: None,
-                    response_length: None,
-                    logprob_hinted: None,
-                    logprob_unhinted: None,
-                });
+                // Synthetic rows: no hint ids, lengths or logprobs.
+                let row = ScoredMessage::ScoredRollout(rows.rollout(i));
                 Ok(Input {
                     payload: serde_json::to_vec(&row)?,
                     chunk: None,

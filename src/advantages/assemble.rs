@@ -537,6 +537,19 @@ pub struct LateMessage<P> {
     pub first: bool,
 }
 
+impl<P> LateMessage<P> {
+    /// A message of `rows` rows of the step of `key`, completed already.
+    fn of(key: StepRef<'_>, parked: P, rows: usize, first: bool) -> StepStatus<P> {
+        StepStatus::AlreadyPublished(LateMessage {
+            run_id: key.0.to_string(),
+            step: key.1,
+            parked,
+            rows,
+            first,
+        })
+    }
+}
+
 /// How many completed steps the assembler remembers, to recognise their
 /// late messages; the oldest is forgotten first. A remembered step costs
 /// its run_id and ~64 bytes; a late message of a forgotten step waits out
@@ -791,15 +804,7 @@ impl<P> StepAssembler<P> {
         let key = StepRef(run_id, step_no);
         let step = match open(&mut self.steps, &mut self.completed, &mut self.bytes, key, now) {
             Ok(step) => step,
-            Err(first) => {
-                return StepStatus::AlreadyPublished(LateMessage {
-                    run_id: run_id.to_string(),
-                    step: step_no,
-                    parked,
-                    rows: rows.len(),
-                    first,
-                })
-            }
+            Err(first) => return LateMessage::of(key, parked, rows.len(), first),
         };
         step.partitions.insert(position.0);
         // Each row's id hash is kept (its bytes count too). Once the step
@@ -882,15 +887,7 @@ impl<P> StepAssembler<P> {
         let key = StepRef(run_id, step_no);
         let step = match open(&mut self.steps, &mut self.completed, &mut self.bytes, key, now) {
             Ok(step) => step,
-            Err(first) => {
-                return StepStatus::AlreadyPublished(LateMessage {
-                    run_id: run_id.to_string(),
-                    step: step_no,
-                    parked,
-                    rows: 0,
-                    first,
-                })
-            }
+            Err(first) => return LateMessage::of(key, parked, 0, first),
         };
         step.expected = Some(count);
         step.partitions.insert(partition);
@@ -999,20 +996,7 @@ mod tests {
 
     /// A row of `run`'s step `step`, of group `g`, with trajectory `id`.
     fn rollout(run: &str, step: i64, id: &str) -> ScoredRollout {
-        ScoredRollout {
-            schema_version: 1,
-            run_id: run.into(),
-            step,
-            instance_id: "g".into(),
-            trajectory_id: id.into(),
-            reward: 1.0,
-            is_hinted: false,
-            hint_category: None,
-            hint_id: None,
-            response_length: None,
-            logprob_hinted: None,
-            logprob_unhinted: None,
-        }
+        ScoredRollout::unhinted(run, step, "g", id, 1.0)
     }
 
     fn rows(run: &str, step: i64, ids: &[&str]) -> ScoredRows {

@@ -227,6 +227,27 @@ impl ScoredRows {
         rows
     }
 
+    /// Row `row` as the `scored_rollout` [`ScoredRows::push`] takes: a
+    /// response length of 1 (as a row without one is stored) comes back as
+    /// none.
+    pub fn rollout(&self, row: usize) -> ScoredRollout {
+        let short = |column: &[Option<f64>]| column.get(row).copied().flatten();
+        ScoredRollout {
+            schema_version: i64::from(crate::messages::SCHEMA_VERSION),
+            run_id: self.run_id[row].to_string(),
+            step: self.step[row],
+            instance_id: self.instance_id[row].to_string(),
+            trajectory_id: self.trajectory_id[row].to_string(),
+            reward: self.reward[row],
+            is_hinted: self.is_hinted[row],
+            hint_category: self.hint_category[row].clone(),
+            hint_id: self.hint_id(row).map(str::to_string),
+            response_length: Some(self.response_length(row)).filter(|&l| l > 1).map(i64::from),
+            logprob_hinted: short(&self.logprob_hinted),
+            logprob_unhinted: short(&self.logprob_unhinted),
+        }
+    }
+
     /// Appends one row. A `response_length` outside 1..=u32::MAX (which
     /// [`ScoredRollout`]'s validation rejects) is stored as 1.
     pub fn push(&mut self, row: &ScoredRollout) {
@@ -972,6 +993,40 @@ fn booleans(batch: &RecordBatch, name: &'static str) -> Result<Vec<bool>, BatchE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rollout_pushed_comes_back_as_it_went_in() {
+        let base = ScoredRollout::unhinted("run", 3, "g", "t", 0.5);
+        let rollouts = [
+            base.clone(),
+            ScoredRollout {
+                trajectory_id: "u".into(),
+                is_hinted: true,
+                hint_category: Some("plan".into()),
+                hint_id: Some("h1".into()),
+                response_length: Some(7),
+                logprob_hinted: Some(-1.5),
+                logprob_unhinted: Some(-2.5),
+                ..base.clone()
+            },
+            ScoredRollout {
+                trajectory_id: "v".into(),
+                logprob_unhinted: Some(-0.5),
+                ..base.clone()
+            },
+        ];
+        let mut rows = ScoredRows::default();
+        rollouts.iter().for_each(|r| rows.push(r));
+        for (i, want) in rollouts.iter().enumerate() {
+            assert_eq!(&rows.rollout(i), want);
+        }
+        // A length of 1 is stored as none is.
+        rows.push(&ScoredRollout {
+            response_length: Some(1),
+            ..base.clone()
+        });
+        assert_eq!(rows.rollout(3), base);
+    }
 
     fn batch(instance: ArrayRef, reward: ArrayRef, hinted: ArrayRef) -> RecordBatch {
         RecordBatch::try_from_iter([

@@ -190,20 +190,13 @@ mod tests {
         use crate::tools::recorded::{Bytes, RecordedHeader};
         let mut rows = ScoredRows::default();
         for i in 0..3_000 {
-            rows.push(&crate::messages::ScoredRollout {
-                schema_version: 1,
-                run_id: "r".into(),
-                step: 4,
-                instance_id: format!("g{}", i / 8),
-                trajectory_id: format!("t{i}"),
-                reward: f64::from(i % 3),
-                is_hinted: false,
-                hint_category: None,
-                hint_id: None,
-                response_length: None,
-                logprob_hinted: None,
-                logprob_unhinted: None,
-            });
+            rows.push(&crate::messages::ScoredRollout::unhinted(
+                "r",
+                4,
+                &format!("g{}", i / 8),
+                &format!("t{i}"),
+                f64::from(i % 3),
+            ));
         }
         let chunks = encode_chunks(&rows.to_batch().unwrap(), 16 * 1024).unwrap();
         assert!(chunks.len() > 2);

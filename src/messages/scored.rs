@@ -76,6 +76,28 @@ pub enum ScoredMessage {
     StepEnd(StepEnd),
 }
 
+impl ScoredRollout {
+    /// An unhinted rollout with none of the optional fields, of the
+    /// current schema: a test's or a tool's row (struct update syntax sets
+    /// the rest).
+    pub fn unhinted(run_id: &str, step: i64, instance_id: &str, trajectory_id: &str, reward: f64) -> Self {
+        ScoredRollout {
+            schema_version: i64::from(SCHEMA_VERSION),
+            run_id: run_id.into(),
+            step,
+            instance_id: instance_id.into(),
+            trajectory_id: trajectory_id.into(),
+            reward,
+            is_hinted: false,
+            hint_category: None,
+            hint_id: None,
+            response_length: None,
+            logprob_hinted: None,
+            logprob_unhinted: None,
+        }
+    }
+}
+
 impl Validate for ScoredRollout {
     fn validate(&self) -> Result<(), DecodeError> {
         rules::schema_version(self.schema_version, SCHEMA_VERSION)?;

@@ -35,20 +35,7 @@ struct Input {
 }
 
 fn rollout(step: i64, instance: &str, id: &str, reward: f64) -> ScoredRollout {
-    ScoredRollout {
-        schema_version: 1,
-        run_id: "run-b".into(),
-        step,
-        instance_id: instance.into(),
-        trajectory_id: id.into(),
-        reward,
-        is_hinted: false,
-        hint_category: None,
-        hint_id: None,
-        response_length: None,
-        logprob_hinted: None,
-        logprob_unhinted: None,
-    }
+    ScoredRollout::unhinted("run-b", step, instance, id, reward)
 }
 
 fn row_json(r: &ScoredRollout) -> serde_json::Value {

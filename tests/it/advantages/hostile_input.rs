@@ -29,20 +29,7 @@ const MAX_PEAK_RSS_MB: u64 = 1024;
 const RUN: &str = "run-h";
 
 fn row(step: i64, id: &str, reward: f64) -> Vec<u8> {
-    let row = ScoredRollout {
-        schema_version: 1,
-        run_id: RUN.into(),
-        step,
-        instance_id: "g".into(),
-        trajectory_id: id.into(),
-        reward,
-        is_hinted: false,
-        hint_category: None,
-        hint_id: None,
-        response_length: None,
-        logprob_hinted: None,
-        logprob_unhinted: None,
-    };
+    let row = ScoredRollout::unhinted(RUN, step, "g", id, reward);
     let mut v = serde_json::to_value(row).unwrap();
     v["type"] = "scored_rollout".into();
     serde_json::to_vec(&v).unwrap()
