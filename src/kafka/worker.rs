@@ -25,6 +25,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::commit::Committer;
@@ -701,27 +702,7 @@ impl Intake {
                     input,
                     message: taken,
                 }));
-                let task = telemetry::scope(
-                    input_trace,
-                    async move {
-                        // A handler of one row mostly ends at its first
-                        // poll: only one that does not waits on its
-                        // partition's token (a waiter put in under the
-                        // token's lock).
-                        if work_token.is_cancelled() {
-                            return;
-                        }
-                        let mut work = work;
-                        if futures::poll!(&mut work).is_ready() {
-                            return;
-                        }
-                        tokio::select! {
-                            _ = work_token.cancelled() => {}
-                            _ = work => {}
-                        }
-                    }
-                    .instrument(span),
-                );
+                let task = telemetry::scope(input_trace, until_cancelled(work, work_token).instrument(span));
                 (Box::pin(task), true)
             }
             Err(rejected) => {
@@ -1007,5 +988,77 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
             std::future::pending::<()>().await;
         }
         tracing::info!("SIGINT received");
+    }
+}
+
+/// A message's handler `work`, run until it ends or its partition's drain
+/// ends (`token`). A handler of one row mostly ends at its first poll: only
+/// one that does not waits on the token (a waiter put in under the token's
+/// lock). One that does not is polled again only at the task's next poll,
+/// never twice in one: the consume loop polls a stage 2 message once itself
+/// (`dispatch`), and a second poll at once ran past the handler's
+/// `yield_now`, a step's publishing, on the loop.
+async fn until_cancelled(mut work: MessageFuture, token: Arc<CancellationToken>) {
+    if token.is_cancelled() {
+        return;
+    }
+    if futures::poll!(&mut work).is_ready() {
+        return;
+    }
+    let mut cancelled = std::pin::pin!(token.cancelled());
+    let mut polled = true;
+    std::future::poll_fn(|cx| {
+        if cancelled.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(());
+        }
+        if std::mem::take(&mut polled) {
+            return std::task::Poll::Pending;
+        }
+        work.as_mut().poll(cx)
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::{until_cancelled, MessageFuture};
+
+    /// A handler that yields once, then counts its end.
+    fn yields_once(ended: &Arc<AtomicUsize>) -> MessageFuture {
+        let ended = ended.clone();
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            ended.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    #[tokio::test]
+    async fn a_handler_is_polled_once_a_poll_and_stops_when_its_partition_drained() {
+        let ended = Arc::new(AtomicUsize::new(0));
+        let token = Arc::new(CancellationToken::new());
+        let mut task = Box::pin(until_cancelled(yields_once(&ended), token.clone()));
+        let mut here = Context::from_waker(Waker::noop());
+        // The loop's own poll: the handler runs to its yield, no further.
+        assert!(task.as_mut().poll(&mut here).is_pending());
+        assert_eq!(ended.load(Ordering::SeqCst), 0, "past its yield in the same poll");
+        // The task's next poll runs it on.
+        task.await;
+        assert_eq!(ended.load(Ordering::SeqCst), 1);
+        // Cancelled before its first poll: never run; after: dropped.
+        token.cancel();
+        until_cancelled(yields_once(&ended), token.clone()).await;
+        let fresh = Arc::new(CancellationToken::new());
+        let mut task = Box::pin(until_cancelled(yields_once(&ended), fresh.clone()));
+        assert!(task.as_mut().poll(&mut here).is_pending());
+        fresh.cancel();
+        assert_eq!(task.as_mut().poll(&mut here), Poll::Ready(()));
+        assert_eq!(ended.load(Ordering::SeqCst), 1);
     }
 }
