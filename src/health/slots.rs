@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::idle::Activity;
@@ -146,13 +147,21 @@ impl Held {
     /// (every one is asked only when the idlest have some), else idle
     /// longest.
     fn least_active(&self) -> Option<u64> {
-        let mut by_idle: Vec<(&u64, &Holder)> = self.by_id.iter().collect();
-        by_idle.sort_by_key(|(_, h)| h.activity.last_active());
+        // Each holder's time read once: its connection moves bytes on
+        // another thread meanwhile, and a sort whose keys change under it
+        // panics ("does not correctly implement a total order"; seen in
+        // `healthz_and_readyz_answer_while_idle_connections_hold_every_slot`).
+        let mut by_idle: Vec<(Instant, u64, &Holder)> = self
+            .by_id
+            .iter()
+            .map(|(&id, h)| (h.activity.last_active(), id, h))
+            .collect();
+        by_idle.sort_by_key(|&(last_active, ..)| last_active);
         by_idle
             .iter()
-            .find(|(_, h)| !h.has_unread())
+            .find(|(.., h)| !h.has_unread())
             .or(by_idle.first())
-            .map(|(id, _)| **id)
+            .map(|&(_, id, _)| id)
     }
 }
 

@@ -1005,6 +1005,8 @@ async fn until_cancelled(mut work: MessageFuture, token: Arc<CancellationToken>)
     if futures::poll!(&mut work).is_ready() {
         return;
     }
+    // Skipping `work` at the first call below is sound only because it
+    // comes in the same poll as the one above: nothing may await between.
     let mut cancelled = std::pin::pin!(token.cancelled());
     let mut polled = true;
     std::future::poll_fn(|cx| {
