@@ -1397,7 +1397,7 @@ mod tests {
         assert_eq!(groups, DenseGroups::from_strings(joined.instance_id.iter()));
         assert_eq!(groups.n_groups, 25);
         // A step that starts beside another gets no room.
-        a.add_rows(rows_of("q", 1), (0, 300), 0, 5, now);
+        a.add_rows(one_row("q", 1), (0, 300), 0, 5, now);
         a.add_rows(row(3, 0), (0, 301), 0, 5, now);
         let step = &a.steps[&("r".to_string(), 3)];
         assert!(step.hashes.capacity() < 50, "{}", step.hashes.capacity());
@@ -1432,8 +1432,9 @@ mod tests {
         );
     }
 
-    /// One row of `run`'s step 1.
-    fn rows_of(run: &str, step: i64) -> ScoredRows {
+    /// One row of `run`'s step `step` ([`rows`], where a binding of that
+    /// name hides it).
+    fn one_row(run: &str, step: i64) -> ScoredRows {
         rows(run, step, &["x"])
     }
 

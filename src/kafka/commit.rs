@@ -5,7 +5,7 @@
 //! (`enable.auto.offset.store=false`); librdkafka commits the stored offsets on
 //! its timer, on revoke and on close. No other module stores offsets.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -70,7 +70,9 @@ impl Committer {
     /// when it advanced. The store happens under the tracker's lock, so stored
     /// offsets never go backwards.
     pub fn finish(&self, ticket: Ticket) {
-        self.finish_all([ticket]);
+        let mut tracker = lock(&self.tracker);
+        let next = tracker.finish(&ticket);
+        self.store_advanced(tracker, next.map(|next| (ticket, next)));
     }
 
     /// [`Committer::finish`] for messages that finish together (a step's):
@@ -81,8 +83,20 @@ impl Committer {
     pub fn finish_all(&self, tickets: impl IntoIterator<Item = Ticket>) {
         let mut tracker = lock(&self.tracker);
         let advanced = tracker.finish_all(tickets);
+        self.store_advanced(tracker, advanced);
+    }
+
+    /// After finishing: the in-flight gauge, then each partition's offset
+    /// that `advanced`, stored while `tracker` is still locked (one message
+    /// finished alone builds no list for it).
+    fn store_advanced(
+        &self,
+        tracker: MutexGuard<'_, OffsetTracker>,
+        advanced: impl IntoIterator<Item = (Ticket, i64)>,
+    ) {
         self.metrics.set_in_flight(tracker.in_flight());
-        if advanced.is_empty() {
+        let mut advanced = advanced.into_iter().peekable();
+        if advanced.peek().is_none() {
             return;
         }
         // The loop closed the consumer: nothing can be stored any more, and
@@ -93,6 +107,7 @@ impl Committer {
         for (ticket, next) in advanced {
             self.store(&consumer, &ticket, next);
         }
+        drop(tracker);
     }
 
     /// Stores `next` as `ticket`'s partition's offset to commit.

@@ -184,6 +184,13 @@ impl Pending {
     /// Finishes the message: under exactly_once its intake holds stay with
     /// the worker's transactions until a commit passes its offset.
     fn finish(self) {
+        let (delivery, ticket) = self.keep();
+        delivery.committer.finish(ticket);
+    }
+
+    /// Hands its intake holds to its guarantee ([`Pending::finish`] before
+    /// the offset): its delivery and ticket, to finish.
+    fn keep(self) -> (Arc<Delivery>, Ticket) {
         let Pending {
             ticket,
             delivery,
@@ -191,7 +198,7 @@ impl Pending {
             ..
         } = self;
         delivery.guarantee.keep(&ticket, _holds);
-        delivery.committer.finish(ticket);
+        (delivery, ticket)
     }
 }
 
@@ -261,14 +268,7 @@ impl Taken {
         let Some(delivery) = pending.peek().map(|first| first.delivery.clone()) else {
             return;
         };
-        for Pending {
-            ticket,
-            delivery: own,
-            _holds,
-            ..
-        } in pending
-        {
-            own.guarantee.keep(&ticket, _holds);
+        for (own, ticket) in pending.map(Pending::keep) {
             // One worker's messages share its delivery.
             if Arc::ptr_eq(&own, &delivery) {
                 tickets.push(ticket);
