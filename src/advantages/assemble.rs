@@ -153,6 +153,29 @@ impl StepSizes {
     }
 }
 
+/// When a step opening now was first seen: an instant given, or [`Now`].
+pub trait OpenedAt {
+    fn instant(self) -> Instant;
+}
+
+impl OpenedAt for Instant {
+    fn instant(self) -> Instant {
+        self
+    }
+}
+
+/// The clock, read only when a step opens: most messages join a step that
+/// is open already, and a read a message was about 1% of stage 2's intake
+/// of JSON rows.
+#[derive(Debug, Clone, Copy)]
+pub struct Now;
+
+impl OpenedAt for Now {
+    fn instant(self) -> Instant {
+        Instant::now()
+    }
+}
+
 /// The pending step of `key`, opened if it has none: with room for the last
 /// completed step's sizes when no other step is pending ([`StepSizes`]), its
 /// bytes counted in `held`. `Err(first)` when `key` completed already
@@ -164,7 +187,7 @@ fn open<'s, P>(
     completed: &mut CompletedSteps,
     held: &mut usize,
     key: StepRef<'_>,
-    now: Instant,
+    now: impl OpenedAt,
 ) -> Result<&'s mut PendingStep<P>, bool> {
     let alone = steps.is_empty();
     match steps.entry_ref(&key) {
@@ -174,7 +197,7 @@ fn open<'s, P>(
                 return Err(first);
             }
             let room = completed.sizes.as_ref().filter(|_| alone);
-            let step = new.insert(PendingStep::new(key.0, key.1, now, room));
+            let step = new.insert(PendingStep::new(key.0, key.1, now.instant(), room));
             *held += step.bytes;
             Ok(step)
         }
@@ -796,7 +819,7 @@ impl<P> StepAssembler<P> {
         position: Position,
         parked: P,
         message_bytes: usize,
-        now: Instant,
+        now: impl OpenedAt,
     ) -> StepStatus<P> {
         let rows: Incoming = rows.into();
         assert!(!rows.is_empty(), "add_rows takes at least one row");
@@ -882,7 +905,7 @@ impl<P> StepAssembler<P> {
         step_no: i64,
         count: i64,
         (partition, parked, message_bytes): (i32, P, usize),
-        now: Instant,
+        now: impl OpenedAt,
     ) -> StepStatus<P> {
         let key = StepRef(run_id, step_no);
         let step = match open(&mut self.steps, &mut self.completed, &mut self.bytes, key, now) {

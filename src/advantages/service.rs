@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::assemble::{Incoming, PendingStep, StepAssembler, StepStatus};
+use super::assemble::{Incoming, Now, PendingStep, StepAssembler, StepStatus};
 use super::decode::{decode_scored_shared, ScoredInput};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
@@ -75,7 +75,7 @@ impl StepPublisher {
         let position = (message.meta().partition, message.meta().offset);
         let bytes = message.footprint() + PARKED_MESSAGE_OVERHEAD;
         let mut assembler = self.assembler();
-        let now = Instant::now();
+        let now = Now;
         let status = match input {
             ScoredInput::Rows(rows) => {
                 assembler.add_rows(Incoming::Rows(rows), position, message, bytes, now)

@@ -304,10 +304,9 @@ impl GroupHinter {
         let members = Settlement::new(members);
         let best = &members.inputs()[0];
         let plan = self.learner.plan(&trajectory).await;
-        let source: RecordMeta = best.meta().clone();
         // Boxed: the cache passes the future through several of its own,
         // and each would copy it whole.
-        let make = Box::pin(self.make_hint(&plan, &trajectory, &source));
+        let make = Box::pin(self.make_hint(&plan, &trajectory, best.meta()));
         let (cached, from_cache) = self.cache.get_or_make(&plan.hint_id, make).await;
         let hint = &cached.hint;
         if from_cache {

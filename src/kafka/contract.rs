@@ -34,9 +34,12 @@ pub struct Work<T> {
 /// - `handle` takes a decoded input with its message. It is called in
 ///   message order on the loop itself, so what it does before returning is
 ///   ordered; the future it returns runs as a task of its own, cancelled
-///   when the message's partition is revoked and its drain ends.
+///   when the message's partition is revoked and its drain ends. For a
+///   batch stage ([`Stage::TASK_PER_BATCH`]) both `decode` and `handle`
+///   are called in the batch's task: in message order within a batch, and
+///   batches run side by side.
 /// - `on_revoke` is called when partitions are revoked, before they drain.
-pub trait Stage {
+pub trait Stage: Send + Sync + 'static {
     /// What `decode` makes of a payload.
     type Input: Send + 'static;
 
@@ -62,9 +65,11 @@ pub trait Stage {
     /// [`MAX_BATCH`](super::worker::MAX_BATCH)) in one task instead of one
     /// task each: for a stage whose messages are many and cheap (stage 1's
     /// static or cached hints), a message then costs no task of its own and
-    /// no wakeup of another thread. Each message is still decoded and
-    /// handled in order, finishes, is cancelled with its partition and is
-    /// dead-lettered on a panic on its own; a slow one holds up no other.
+    /// no wakeup of another thread. Each message is decoded in that task,
+    /// not in the loop (whose one thread then only takes messages), and is
+    /// still decoded and handled in order, finishes, is cancelled with its
+    /// partition and is dead-lettered on a panic on its own; a slow one
+    /// holds up no other.
     const TASK_PER_BATCH: bool = false;
 
     /// The stage's input, or why the message can never be processed.
@@ -208,8 +213,8 @@ pub(crate) struct Closures<D, H> {
 impl<T, D, H, F> Stage for Closures<D, H>
 where
     T: Send + 'static,
-    D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected>,
-    H: Fn(Work<T>) -> F,
+    D: Fn(&[u8], &RecordMeta) -> Result<T, Rejected> + Send + Sync + 'static,
+    H: Fn(Work<T>) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
     type Input = T;

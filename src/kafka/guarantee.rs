@@ -18,7 +18,7 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 
 use super::dlq::{DeadLetter, DeadLetters};
-use super::hold::Hold;
+use super::hold::Holds;
 use super::partition::Partition;
 use super::produce::{send, Outgoing, SendError};
 use super::producers::StageProducer;
@@ -97,7 +97,7 @@ impl Guarantee {
 
     /// A finished input's intake holds: under exactly_once they stay until
     /// a commit passes its offset; otherwise they go now.
-    pub(crate) fn keep(&self, ticket: &Ticket, holds: Vec<Hold>) {
+    pub(crate) fn keep(&self, ticket: &Ticket, holds: Holds) {
         if let Guarantee::ExactlyOnce(t) = self {
             t.keep(ticket, holds);
         }

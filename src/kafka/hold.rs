@@ -8,43 +8,64 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::metrics::StageMetrics;
 
-/// An intake bound a message holds (a message slot, or its bytes) until it
-/// ends. Byte holds keep the in-flight bytes gauge current as they go.
+/// What a taken message holds of the intake's bounds: its message slot
+/// and, under a byte bound, its bytes; held until it ends (under
+/// exactly_once, until a commit passes its offset). One value, not a list:
+/// a message has at most these two.
+pub struct Holds {
+    _slot: OwnedSemaphorePermit,
+    _bytes: Option<Hold>,
+}
+
+impl Holds {
+    pub fn new(slot: OwnedSemaphorePermit, bytes: Option<Hold>) -> Self {
+        Holds {
+            _slot: slot,
+            _bytes: bytes,
+        }
+    }
+}
+
+/// The bytes held now under a byte bound, and the gauge that shows them:
+/// shared by every [`Hold`] of one bound.
+pub struct HeldBytes {
+    bytes: AtomicUsize,
+    metrics: Arc<StageMetrics>,
+}
+
+impl HeldBytes {
+    pub fn new(metrics: Arc<StageMetrics>) -> Arc<Self> {
+        Arc::new(HeldBytes {
+            bytes: AtomicUsize::new(0),
+            metrics,
+        })
+    }
+}
+
+/// A message's bytes of the byte bound, until it ends. The in-flight bytes
+/// gauge is kept current as holds come and go.
 pub struct Hold {
     _permit: OwnedSemaphorePermit,
-    bytes: Option<(usize, Arc<AtomicUsize>, Arc<StageMetrics>)>,
+    bytes: usize,
+    held: Arc<HeldBytes>,
 }
 
 impl Hold {
-    /// A message slot.
-    pub fn slot(permit: OwnedSemaphorePermit) -> Self {
-        Hold {
-            _permit: permit,
-            bytes: None,
-        }
-    }
-
     /// `bytes` of the byte bound; `held` sums what every hold has.
-    pub fn bytes(
-        permit: OwnedSemaphorePermit,
-        bytes: usize,
-        held: Arc<AtomicUsize>,
-        metrics: Arc<StageMetrics>,
-    ) -> Self {
-        let now = held.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        metrics.set_in_flight_bytes(now);
+    pub fn bytes(permit: OwnedSemaphorePermit, bytes: usize, held: Arc<HeldBytes>) -> Self {
+        let now = held.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        held.metrics.set_in_flight_bytes(now);
         Hold {
             _permit: permit,
-            bytes: Some((bytes, held, metrics)),
+            bytes,
+            held,
         }
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        if let Some((bytes, held, metrics)) = &self.bytes {
-            let now = held.fetch_sub(*bytes, Ordering::Relaxed) - bytes;
-            metrics.set_in_flight_bytes(now);
-        }
+        let now = self.held.bytes.fetch_sub(self.bytes, Ordering::Relaxed) - self.bytes;
+        self.held.metrics.set_in_flight_bytes(now);
     }
 }

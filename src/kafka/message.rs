@@ -20,7 +20,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use super::commit::{Committer, Ticket};
 use super::dlq::{DeadLetter, DeadLetters};
 use super::guarantee::Guarantee;
-use super::hold::Hold;
+use super::hold::Holds;
 use super::produce::SendError;
 use crate::health::Lifecycle;
 use crate::messages::DecodeError;
@@ -170,7 +170,7 @@ struct Pending {
     /// clone of each handle in it.
     delivery: Arc<Delivery>,
     /// Intake bounds (messages, bytes), released when the message ends.
-    _holds: Vec<Hold>,
+    _holds: Holds,
     /// Set while a reject is being sent: when the send is dropped midway,
     /// the handle is rejected again with the same kind and reason (or
     /// abandoned, on a revoke or at shutdown), so its offset never sticks.
@@ -215,7 +215,7 @@ impl Taken {
         meta: RecordMeta,
         ticket: Ticket,
         delivery: Arc<Delivery>,
-        holds: Vec<Hold>,
+        holds: Holds,
     ) -> Self {
         Taken {
             payload,
@@ -231,6 +231,11 @@ impl Taken {
     }
 
     pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The payload's one shared copy, as [`Stage::decode`](super::Stage::decode) takes it.
+    pub(crate) fn shared_payload(&self) -> &Bytes {
         &self.payload
     }
 

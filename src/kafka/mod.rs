@@ -44,7 +44,7 @@ pub use contract::{Published, Settlement, Stage, Work, OUTPUT_REJECTED};
 pub use dlq::{DeadLetter, DeadLetters, DlqHeaders};
 pub use embedded::EmbeddedBroker;
 pub use guarantee::{Guarantee, TransactionalProducer};
-pub use hold::Hold;
+pub use hold::{Hold, Holds};
 pub use message::{Delivery, RecordMeta, Rejected, Taken, HANDLER_PANIC};
 pub use partition::Partition;
 pub use produce::{send, Outgoing, SendError};

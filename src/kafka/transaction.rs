@@ -48,7 +48,7 @@ use tokio::sync::Notify;
 
 use super::ending::{sort, Calls, End, Ending, Sorted, Step};
 use super::held::{select, Held, Record};
-use super::hold::Hold;
+use super::hold::Holds;
 use super::partition::Partition;
 use super::produce::{is_permanent, Outgoing};
 use super::producers::StageProducer;
@@ -66,7 +66,7 @@ struct State {
     held: Vec<Held>,
     /// The intake holds of finished inputs, by partition and offset, kept
     /// until a commit passes them.
-    holds: HashMap<Partition, BTreeMap<i64, Vec<Hold>>>,
+    holds: HashMap<Partition, BTreeMap<i64, Holds>>,
     /// The offsets committed by this worker, by partition (the next offset
     /// to consume).
     committed: HashMap<Partition, i64>,
@@ -186,7 +186,7 @@ impl Transactions {
     }
 
     /// Keeps a finished input's intake holds until a commit passes it.
-    pub(crate) fn keep(&self, ticket: &Ticket, holds: Vec<Hold>) {
+    pub(crate) fn keep(&self, ticket: &Ticket, holds: Holds) {
         let tracker = lock(&self.0.tracker);
         if !tracker.is_current(ticket) {
             return;

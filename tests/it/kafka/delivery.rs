@@ -150,17 +150,24 @@ async fn a_handler_that_panics_in_the_consume_loop_dead_letters_its_message_and_
     a_panicking_handler_case::<true, false>().await;
 }
 
-async fn a_panicking_handler_case<const IN_LOOP: bool, const BATCH: bool>() {
+/// A config for the shared broker, and an input topic named after `name`
+/// with its `<topic>.dlq`, created, holding `payloads` (key "k", in turn).
+async fn input_with(name: &str, payloads: impl IntoIterator<Item = String>) -> (Config, String, String) {
     let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
-    let topic = common::unique("panic-in");
+    let topic = common::unique(name);
     let dlq = format!("{topic}.dlq");
     common::create_topics(&config, &[&topic, &dlq], 1).await;
     let producer = hintstream::kafka::create_producer(&config).unwrap();
-    for i in 0..10 {
-        let payload = if i == 4 { "boom".to_string() } else { i.to_string() };
+    for payload in payloads {
         common::send(&producer, &topic, "k", payload.as_bytes()).await;
     }
+    (config, topic, dlq)
+}
+
+async fn a_panicking_handler_case<const IN_LOOP: bool, const BATCH: bool>() {
+    let payloads = (0..10).map(|i| if i == 4 { "boom".to_string() } else { i.to_string() });
+    let (config, topic, dlq) = input_with("panic-in", payloads).await;
     let group = common::unique("panic-group");
     let options = RunOptions {
         max_in_flight: 4,
@@ -194,6 +201,140 @@ async fn a_panicking_handler_case<const IN_LOOP: bool, const BATCH: bool>() {
     assert_eq!(letters[0].value_bytes(), Some(&b"boom"[..]));
     let committed = common::committed_offsets(&config, &group, &topic, 1).await;
     assert_eq!(committed.get(&0), Some(&10), "offsets past the panic commit");
+}
+
+/// The task each message was decoded in and the one it was handled in, by
+/// offset.
+type TaskIds = Arc<std::sync::Mutex<HashMap<i64, (Option<tokio::task::Id>, Option<tokio::task::Id>)>>>;
+
+/// A stage that notes the task it decodes and handles each message in,
+/// rejects the input "bad" and panics decoding "boom"; `BATCH` as
+/// [`Stage::TASK_PER_BATCH`].
+struct NotesTasks<const BATCH: bool> {
+    tasks: TaskIds,
+}
+
+impl<const BATCH: bool> Stage for NotesTasks<BATCH> {
+    type Input = ();
+    const TASK_PER_BATCH: bool = BATCH;
+
+    fn decode(&self, payload: &bytes::Bytes, meta: &RecordMeta) -> Result<(), Rejected> {
+        self.tasks.lock().unwrap().entry(meta.offset).or_default().0 = tokio::task::try_id();
+        if payload.as_ref() == b"boom" {
+            panic!("the decoder choked");
+        }
+        if payload.as_ref() == b"bad" {
+            return Err(Rejected {
+                kind: "bad_input",
+                reason: "the test's bad input".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn handle(self: &Arc<Self>, work: Work<()>) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let tasks = self.tasks.clone();
+        async move {
+            let offset = work.message.offset();
+            tasks.lock().unwrap().entry(offset).or_default().1 = tokio::task::try_id();
+            work.message.ack();
+        }
+    }
+}
+
+/// A batch stage's messages are decoded in the task that handles them, not
+/// in the consume loop (whose one thread then only takes messages); a
+/// stage of a task a message decodes in the loop. What the decoder rejects
+/// is dead-lettered and counted in the run's summary either way; a batch
+/// stage's decoder that panics dead-letters its message alone
+/// (`handler_panic`), and the offsets after it commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_stage_decodes_in_its_task_and_dead_letters_what_it_rejects() {
+    decode_task_case::<true>().await;
+    decode_task_case::<false>().await;
+}
+
+async fn decode_task_case<const BATCH: bool>() {
+    let payloads = (0..20).map(|i| match i {
+        7 => "bad".to_string(),
+        // In the loop, a decoder's panic is the stage's own.
+        12 if BATCH => "boom".to_string(),
+        _ => i.to_string(),
+    });
+    let (config, topic, dlq) = input_with("decode-task-in", payloads).await;
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let options = RunOptions {
+        max_in_flight: 64,
+        max_in_flight_bytes: Some(1 << 20),
+        drain_timeout: Duration::from_secs(5),
+    };
+    let group = common::unique("decode-task-group");
+    let stage_loop = StageLoop::create(&config, &group, &topic, &dlq, metrics.clone(), options).unwrap();
+    let tasks = TaskIds::default();
+    let stage = Arc::new(NotesTasks::<BATCH> { tasks: tasks.clone() });
+    let running = common::spawn_stage(move |stop| stage_loop.run_stage(stage, stop));
+    let handled = || {
+        tasks
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|(_, h)| h.is_some())
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let panicked = u64::from(BATCH);
+    while handled() < 19 - panicked as usize
+        || metrics.dead_letter_count("bad_input") < 1
+        || metrics.dead_letter_count(HANDLER_PANIC) < panicked
+    {
+        assert!(
+            Instant::now() < deadline,
+            "batch {BATCH}: {:?}",
+            tasks.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let summary = running.stop().await;
+    assert_eq!(summary.rejected, 1, "batch {BATCH}: {summary:?}");
+    assert_eq!(summary.panicked, panicked, "batch {BATCH}: {summary:?}");
+    let tasks = tasks.lock().unwrap().clone();
+    assert_eq!(tasks.len(), 20, "batch {BATCH}: every message decoded once");
+    for (offset, (decoded, handled)) in tasks.iter() {
+        if *offset == 7 || (BATCH && *offset == 12) {
+            assert!(handled.is_none(), "offset {offset}: not handled");
+            continue;
+        }
+        let (decoded, handled) = (decoded.expect("decoded in a task"), handled.expect("handled"));
+        if BATCH {
+            assert_eq!(
+                decoded, handled,
+                "offset {offset}: decoded in the task that handled it"
+            );
+        } else {
+            assert_ne!(
+                decoded, handled,
+                "offset {offset}: decoded in the loop, handled in a task of its own"
+            );
+        }
+    }
+    let letters = common::read_topic(&config, &dlq).await;
+    let mut values: Vec<_> = letters
+        .iter()
+        .map(|l| l.value_bytes().unwrap_or_default().to_vec())
+        .collect();
+    values.sort();
+    let expected: Vec<&[u8]> = if BATCH {
+        vec![b"bad", b"boom"]
+    } else {
+        vec![b"bad"]
+    };
+    assert_eq!(values, expected, "batch {BATCH}");
+    let committed = common::committed_offsets(&config, &group, &topic, 1).await;
+    assert_eq!(
+        committed.get(&0),
+        Some(&20),
+        "batch {BATCH}: the offsets past them commit"
+    );
 }
 
 /// Messages fetched together whose bytes do not all fit the in-flight byte
