@@ -124,11 +124,11 @@ fn run_panics_on_boom<const IN_LOOP: bool, const BATCH: bool>(
     (metrics, acked, running)
 }
 
-/// Waits, at most 60 s, until `done` says so.
-async fn wait_until(done: impl Fn() -> bool, acked: &Acked) {
+/// Waits, at most 60 s, until `done` says so; a timeout shows `state`.
+async fn wait_until<T: std::fmt::Debug>(done: impl Fn() -> bool, state: &std::sync::Mutex<T>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
-        assert!(Instant::now() < deadline, "acked {:?}", acked.lock().unwrap());
+        assert!(Instant::now() < deadline, "{:?}", state.lock().unwrap());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -281,19 +281,16 @@ async fn decode_task_case<const BATCH: bool>() {
             .filter(|(_, h)| h.is_some())
             .count()
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
     let panicked = u64::from(BATCH);
-    while handled() < 19 - panicked as usize
-        || metrics.dead_letter_count("bad_input") < 1
-        || metrics.dead_letter_count(HANDLER_PANIC) < panicked
-    {
-        assert!(
-            Instant::now() < deadline,
-            "batch {BATCH}: {:?}",
-            tasks.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        || {
+            handled() >= 19 - panicked as usize
+                && metrics.dead_letter_count("bad_input") >= 1
+                && metrics.dead_letter_count(HANDLER_PANIC) >= panicked
+        },
+        &tasks,
+    )
+    .await;
     let summary = running.stop().await;
     assert_eq!(summary.rejected, 1, "batch {BATCH}: {summary:?}");
     assert_eq!(summary.panicked, panicked, "batch {BATCH}: {summary:?}");
