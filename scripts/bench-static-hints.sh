@@ -20,6 +20,11 @@
 #   --hintstream PATH  run this binary instead of building one (the floor,
 #                 examples/static_floor.rs, is built in either case: cargo does
 #                 nothing when it is up to date)
+#   --broker-cpus LIST  pin the broker's JVM, every thread, to these CPUs
+#                 (taskset's list: 0, 0-3, 0,2)
+#   --side-cpus LIST    run the harness, and so each side (the passthrough, the
+#                 worker, the floor), on these CPUs; with --broker-cpus on
+#                 others, no side shares a core with the broker
 #   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
 #                 --no-outcomes-topic (the worker reads no topic back: no learning barrier)
 #                 --cached D (the cached path: D distinct trajectories, each sent N / D
@@ -32,6 +37,8 @@ out="${CARGO_TARGET_DIR:-target}/bench/static-hints.md"
 note=""
 perf_out=""
 binary=""
+broker_cpus=""
+side_cpus=""
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,7 +46,9 @@ while [ $# -gt 0 ]; do
     --note) note=$2; shift 2 ;;
     --perf) perf_out=$2; shift 2 ;;
     --hintstream) binary=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --broker-cpus) broker_cpus=$2; shift 2 ;;
+    --side-cpus) side_cpus=$2; shift 2 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -58,6 +67,10 @@ free_port() {
   return 1
 }
 
+if [ -n "$broker_cpus$side_cpus" ] && ! command -v taskset >/dev/null; then
+  echo "bench-static-hints: --broker-cpus and --side-cpus need taskset (util-linux)" >&2
+  exit 2
+fi
 scripts/kafka.sh install
 python=$(scripts/python-venv.sh)
 target="${CARGO_TARGET_DIR:-target}"
@@ -83,7 +96,11 @@ mkdir -p "$(dirname "$out")"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date +%s)
 broker_pid=$(cat "${KAFKA_STATE_DIR:-${TMPDIR:-/tmp}/hintstream-kafka}/node-$port/pid")
-"$python" scripts/bench_static_hints.py --bootstrap "127.0.0.1:$port" --hintstream "$binary" \
+if [ -n "$broker_cpus" ]; then
+  # Every thread the JVM has; the threads it starts later inherit it.
+  taskset -a -p -c "$broker_cpus" "$broker_pid" >/dev/null
+fi
+${side_cpus:+taskset -c "$side_cpus"} "$python" scripts/bench_static_hints.py --bootstrap "127.0.0.1:$port" --hintstream "$binary" \
   --broker-pid "$broker_pid" --floor "$floor" \
   ${perf_out:+--perf "$perf_out"} ${args[@]+"${args[@]}"} >"$tables"
 took=$(( $(date +%s) - started ))
@@ -96,12 +113,13 @@ took=$(( $(date +%s) - started ))
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo ' (with local changes)')"
   echo "- machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GB RAM; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)${note:+; $note}"
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1"
-  echo "- command: \`scripts/bench-static-hints.sh ${args[*]-}\` ($took s)"
+  echo "- CPUs: the broker on ${broker_cpus:-any}, the sides on ${side_cpus:-any}"
+  echo "- command: \`scripts/bench-static-hints.sh ${broker_cpus:+--broker-cpus $broker_cpus }${side_cpus:+--side-cpus $side_cpus }${args[*]-}\` ($took s)"
   echo "- floor: examples/static_floor.rs, the worker's output (a copy of one of its hints, with its headers) under"
   echo "  its guarantee (an offset stored once every earlier output of its partition was acknowledged), no hint work"
   echo "- CPU s: the passthrough's Python process, the worker process, the floor's (librdkafka's threads included);"
   echo "  broker CPU s: the broker's JVM over the same span (each side's own traffic, group join included);"
-  echo "  machine busy: the share of both cores busy over the side's span (/proc/stat)"
+  echo "  machine busy: the share of every core busy over the side's span (/proc/stat)"
   echo
   cat "$tables"
 } >"$out"

@@ -17,6 +17,10 @@
 #                 DIR/hintstream-PID.data (give a binary with its symbols kept:
 #                 `cargo rustc --release --bin hintstream -- -C strip=none`;
 #                 PERF_FREQ sets the sampling rate, 499 Hz by default)
+#   --broker-cpus LIST  pin the broker's JVM, every thread, to these CPUs
+#                 (taskset's list: 0, 0-3, 0,2)
+#   --side-cpus LIST    run the example, and so the trainer's side, the echo
+#                 and the worker, on these CPUs
 #   EXAMPLE ARGS  passed to the example, e.g. --rows 16000,64000 --repeats 3
 #                 --formats json,arrow --json-max-rows 64000 --no-baseline
 set -euo pipefail
@@ -26,6 +30,8 @@ out="${CARGO_TARGET_DIR:-target}/bench/step-path.md"
 note=""
 binary=""
 perf_dir=""
+broker_cpus=""
+side_cpus=""
 example_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,7 +39,9 @@ while [ $# -gt 0 ]; do
     --note) note=$2; shift 2 ;;
     --hintstream) binary=$2; shift 2 ;;
     --perf) perf_dir=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --broker-cpus) broker_cpus=$2; shift 2 ;;
+    --side-cpus) side_cpus=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
@@ -53,6 +61,10 @@ free_port() {
   return 1
 }
 
+if [ -n "$broker_cpus$side_cpus" ] && ! command -v taskset >/dev/null; then
+  echo "bench-step-path: --broker-cpus and --side-cpus need taskset (util-linux)" >&2
+  exit 2
+fi
 scripts/kafka.sh install
 target="${CARGO_TARGET_DIR:-target}"
 if [ -z "$binary" ] || [ ! -x "$target/release/examples/step_path" ]; then
@@ -75,9 +87,13 @@ if [ -n "$perf_dir" ]; then
   binary=$wrapper
 fi
 scripts/kafka.sh start "$port" >/dev/null
+if [ -n "$broker_cpus" ]; then
+  # Every thread the JVM has; the threads it starts later inherit it.
+  taskset -a -p -c "$broker_cpus" "$(cat "${KAFKA_STATE_DIR:-${TMPDIR:-/tmp}/hintstream-kafka}/node-$port/pid")" >/dev/null
+fi
 
 mkdir -p "$(dirname "$out")"
-command=("$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$binary" ${example_args[@]+"${example_args[@]}"})
+command=(${side_cpus:+taskset -c "$side_cpus"} "$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$binary" ${example_args[@]+"${example_args[@]}"})
 started=$(date +%s)
 "${command[@]}" >"$tables"
 took=$(( $(date +%s) - started ))
@@ -92,7 +108,8 @@ fi
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src examples || echo ' (with local changes)')"
   echo "- machine: $(nproc) vCPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/Mem:/ {print $2}') GB RAM, GPU: $gpu${note:+; $note}"
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1; topics of 1 partition"
-  echo "- command: \`scripts/bench-step-path.sh ${example_args[*]-}\` ($took s)"
+  echo "- CPUs: the broker on ${broker_cpus:-any}, the example and the worker on ${side_cpus:-any}"
+  echo "- command: \`scripts/bench-step-path.sh ${broker_cpus:+--broker-cpus $broker_cpus }${side_cpus:+--side-cpus $side_cpus }${example_args[*]-}\` ($took s)"
   echo
   cat "$tables"
 } >"$out"
