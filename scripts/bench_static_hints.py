@@ -12,7 +12,11 @@ the moment its output topic holds N messages (high watermarks polled every
 Before the first side, a throwaway consumer group commits an offset: the
 broker's first group creates its offsets topic and loads its coordinator
 (3-4 s on a fresh node), which would otherwise be timed in whichever side
-ran first (the passthrough, until 2026-12-03).
+ran first (the passthrough, until 2026-12-03). The warm-up's producer is
+idempotent: the broker's first producer id is refused while its coordinator
+loads ("Coordinator load in progress"), and librdkafka asks again 500 ms
+later, which the worker, the first idempotent producer otherwise, paid
+(until 2026-12-05).
 
 With `--cached D`, the cached path instead: the N inputs are D distinct
 trajectories, each sent N / D times (message i is trajectory i mod D), and
@@ -20,7 +24,9 @@ the worker has a model, a loopback Anthropic Messages server in this
 process: the first of each trajectory's copies costs one model call, every
 later copy (a redelivery or a late member, to the worker) is answered from
 the hint cache. With a model the worker's readers run (the hints and
-outcomes topics read back), as they do in a trainer's run.
+outcomes topics read back), as they do in a trainer's run. The table then
+also says when the model answered its last call and how quickly the cache
+served the rest.
 """
 
 import argparse
@@ -73,10 +79,17 @@ class ModelServer:
 
     def __init__(self):
         self.requests = 0
+        # When the last request was answered (time.monotonic()).
+        self.last_answer = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # An answer's headers and body go out in two writes; with Nagle's
+            # algorithm the body waited for the client's delayed ACK of the
+            # headers, 40 ms an answer (until 2026-12-05: 1,000 calls at
+            # llm.concurrency 20 took 2-3 s of the run).
+            disable_nagle_algorithm = True
 
             def do_GET(self):
                 # The stage's start-up probe asks for the model list.
@@ -98,6 +111,7 @@ class ModelServer:
                 self.send_header("content-length", str(len(ModelServer.REPLY)))
                 self.end_headers()
                 self.wfile.write(ModelServer.REPLY)
+                server.last_answer = time.monotonic()
 
             def log_message(self, *args):
                 pass
@@ -115,11 +129,13 @@ class ModelServer:
 
 def warm_up(bootstrap, tag):
     """Creates the broker's offsets topic and loads its group coordinator
-    (one group's first commit), so that neither side pays for it."""
+    (one group's first commit), and has the broker hand out its first
+    producer id (an idempotent producer's), so that neither side pays for
+    them."""
     started = time.monotonic()
     topic = f"warm-{tag}"
     create_topics(bootstrap, [topic], 1)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     producer.produce(topic, b"warm")
     if producer.flush(60):
         raise SystemExit("warm-up: the broker did not acknowledge a message in 60 s")
@@ -166,10 +182,14 @@ def count(watcher, topic, partitions):
     return total
 
 
-def wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: True):
+def wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: True, progress=None):
+    """Polls `topic` until it holds N messages; each (time, count) polled
+    goes into `progress` when given."""
     deadline = time.monotonic() + deadline_s
     while True:
         have = count(watcher, topic, partitions)
+        if progress is not None:
+            progress.append((time.monotonic(), have))
         if have >= n:
             return
         if not alive():
@@ -265,7 +285,7 @@ requests_per_minute = 0
 """
 
 
-def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_out, model):
+def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_out, model, progress):
     work = tempfile.mkdtemp(prefix="bench-static-hints-")
     config = os.path.join(work, "hintstream.toml")
     with open(config, "w") as f:
@@ -279,11 +299,12 @@ def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_
     # Under perf, the worker is timed and stopped, and perf writes its file
     # as the worker exits.
     return timed(command, os.path.join(work, "hints.log"), watcher, f"hints-{tag}", partitions, n,
-                 deadline_s, "hintstream hints", env=env, pid_of=lambda p: worker_pid(p, perf_out))
+                 deadline_s, "hintstream hints", env=env, pid_of=lambda p: worker_pid(p, perf_out),
+                 progress=progress)
 
 
 def timed(command, logpath, watcher, topic, partitions, n, deadline_s, what, env=None,
-          pid_of=lambda process: process.pid):
+          pid_of=lambda process: process.pid, progress=None):
     """Runs `command` (its output to `logpath`) until `topic` holds N
     messages, then stops it (SIGTERM to `pid_of` it); returns the seconds
     from its start and the CPU seconds of `pid_of` it. On a failure, the
@@ -292,7 +313,8 @@ def timed(command, logpath, watcher, topic, partitions, n, deadline_s, what, env
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: process.poll() is None)
+        wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: process.poll() is None,
+                 progress=progress)
         took = time.monotonic() - started
         cpu = cpu_seconds(pid_of(process))
     except SystemExit:
@@ -391,9 +413,10 @@ def main():
         log(f"passthrough: {n / base:,.0f} msg/s")
         model = ModelServer() if args.cached else None
         side = Side(args.broker_pid)
+        progress = []
         try:
             hs, hs_cpu = hintstream(args.hintstream, args.bootstrap, tag, n, parts, watcher,
-                                    args.deadline_secs, args.perf if r == 0 else "", model)
+                                    args.deadline_secs, args.perf if r == 0 else "", model, progress)
         finally:
             if model:
                 model.close()
@@ -411,21 +434,47 @@ def main():
             low = (fl, fl_cpu, *side.end())
             log(f"floor: {n / fl:,.0f} msg/s ({len(hint[0])}-byte outputs, {len(hint[1])} headers)")
         watcher.close()
-        rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low))
+        after = after_model(progress, model.last_answer) if model else None
+        rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low, after))
     spans = "s (CPU s; broker CPU s; machine busy)"
     head = f"| repeat | messages | passthrough {spans} | passthrough msg/s | hintstream {spans} | hints/s | ratio |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
     if args.floor:
         head += f" floor {spans} | floor ÷ passthrough | hintstream ÷ floor |"
         rule += "---:|---:|---:|"
+    if args.cached:
+        head += " the model's last answer, s (hints out) | hints/s after it | after it ÷ passthrough |"
+        rule += "---:|---:|---:|"
     print(head)
     print(rule)
-    for r, (pt, hs, low) in enumerate(rows):
+    for r, (pt, hs, low, after) in enumerate(rows):
         line = (f"| {r + 1} | {n:,} | {cell(pt)} | {n / pt[0]:,.0f} | {cell(hs)} | {n / hs[0]:,.0f} "
                 f"| {pt[0] / hs[0]:.2f} |")
         if low:
             line += f" {cell(low)} | {pt[0] / low[0]:.2f} | {low[0] / hs[0]:.2f} |"
+        if after:
+            at, out, rate = after
+            line += f" {at:.2f} ({out:,}) | {rate:,.0f} | {rate / (n / pt[0]):.2f} |"
+        elif args.cached:
+            line += " - | - | - |"
         print(line)
+    if args.cached:
+        print("\nThe model's last answer: seconds from the worker's start until the loopback model answered its "
+              "last call, and the hints on the output topic then; after it every hint comes from the cache, and "
+              "its rate (to N hints) is set against the passthrough's msg/s.")
+
+
+def after_model(progress, last_answer):
+    """(seconds from the worker's start to the model's last answer, hints out
+    then, hints/s from then to N) from the side's polled (time, count)s;
+    None when the model never answered or the last answer came after N."""
+    if last_answer is None or len(progress) < 2:
+        return None
+    started, (ended, total) = progress[0][0], progress[-1]
+    at = next(((t, have) for t, have in progress if t >= last_answer), None)
+    if at is None or ended <= at[0]:
+        return None
+    return at[0] - started, at[1], (total - at[1]) / (ended - at[0])
 
 
 def cell(side):

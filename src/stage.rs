@@ -15,15 +15,15 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::Producer;
 use thiserror::Error;
 
 use crate::config::{Config, ConfigError, StageConfig};
 use crate::health::{Lifecycle, Readiness, Signal};
 use crate::kafka::dlq::dlq_message_max_bytes;
 use crate::kafka::{
-    check_cluster, create_stage_producer, create_transactional_producer, AssignmentHook, ConnectError,
-    Delivery, RunOptions, RunSummary, Stage, StageLoop, StageProducer, TransactionalProducer, Under,
+    check_cluster, connect_output, create_stage_producer, create_transactional_producer, AssignmentHook,
+    ConnectError, Delivery, RunOptions, RunSummary, Stage, StageLoop, StageProducer, TransactionalProducer,
+    Under,
 };
 use crate::metrics::StageMetrics;
 
@@ -226,13 +226,11 @@ impl StageShell {
             under,
         )?;
         // Connected now, rather than at its first statistics: a metadata
-        // request through it answers.
+        // request through it answers (and its producer id is asked for).
         let client = producer.clone();
         let output = stage.output_topic.clone();
         let within = Duration::from_secs(config.connect_timeout_secs);
-        let asked = tokio::task::spawn_blocking(move || {
-            client.client().fetch_metadata(Some(&output), within).is_ok()
-        });
+        let asked = tokio::task::spawn_blocking(move || connect_output(&client, &output, within));
         if asked.await.unwrap_or(false) {
             connected.hold();
         }

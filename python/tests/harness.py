@@ -197,6 +197,9 @@ class _LlmHandler(BaseHTTPRequestHandler):
     server: "LlmServer"
     # Keep-alive, as real APIs do: clients reuse their connections.
     protocol_version = "HTTP/1.1"
+    # The headers and the body are two writes: with Nagle's algorithm the
+    # body waits for the client's delayed ACK, 40 ms an answer.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass

@@ -4,11 +4,12 @@
 //! worker's transactional producer. Idempotent, `acks=all`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::KafkaResult;
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::statistics::Statistics;
 
 use super::settings::{apply, client_brokers, ensure_statistics};
@@ -126,6 +127,34 @@ pub fn create_transactional_producer(
             config.kafka.transaction_timeout_ms.to_string(),
         );
     client.create_with_context(OutputContext { connected })
+}
+
+/// How long [`connect_output`]'s questions for the producer id may take in
+/// all: they only speed it up (librdkafka's own timer asks 500 ms after the
+/// producer is made), so a start does not wait on them longer than this.
+const PRODUCER_ID_QUESTIONS: Duration = Duration::from_secs(1);
+
+/// Asks `topic`'s metadata through `producer`: whether a broker answered
+/// within `within`. Blocking (a start-up step; the caller runs it off the
+/// runtime). Then, within [`PRODUCER_ID_QUESTIONS`], partition 0's offsets,
+/// which connects the broker that leads it, and the metadata again, so that
+/// an idempotent producer asks for its producer id at once: librdkafka asks
+/// when a metadata answer comes while a broker other than a bootstrap one
+/// is up, and otherwise on a 500 ms timer; a producer without its id
+/// connects no other broker of its own. About one start in three held its
+/// first outputs back that long (docs/BENCHMARKS.md, round twenty-three).
+/// What these two answer, or their timeout, changes nothing else.
+pub fn connect_output<C: ClientContext>(producer: &FutureProducer<C>, topic: &str, within: Duration) -> bool {
+    let client = producer.client();
+    if client.fetch_metadata(Some(topic), within).is_err() {
+        return false;
+    }
+    let deadline = Instant::now() + PRODUCER_ID_QUESTIONS;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    if client.fetch_watermarks(topic, 0, left()).is_ok() {
+        let _ = client.fetch_metadata(Some(topic), left());
+    }
+    true
 }
 
 /// The stage's output producer: [`create_producer`]'s settings, with
