@@ -311,6 +311,9 @@ def timed(command, logpath, watcher, topic, partitions, n, deadline_s, what, env
     log's tail is printed."""
     logfile = open(logpath, "w")
     started = time.monotonic()
+    if progress is not None:
+        # Nothing is out before the launch: the count the others start from.
+        progress.append((started, 0))
     process = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for(watcher, topic, partitions, n, deadline_s, what, alive=lambda: process.poll() is None,
@@ -459,22 +462,24 @@ def main():
             line += " - | - | - |"
         print(line)
     if args.cached:
-        print("\nThe model's last answer: seconds from the worker's start until the loopback model answered its "
-              "last call, and the hints on the output topic then; after it every hint comes from the cache, and "
-              "its rate (to N hints) is set against the passthrough's msg/s.")
+        print("\nThe model's last answer: seconds from the worker's launch until the loopback model answered its "
+              "last call, and the hints on the output topic at the first count after it (counts about every "
+              "20 ms); after it every hint comes from the cache, and its rate (to N hints) is set against the "
+              "passthrough's msg/s.")
 
 
 def after_model(progress, last_answer):
-    """(seconds from the worker's start to the model's last answer, hints out
-    then, hints/s from then to N) from the side's polled (time, count)s;
-    None when the model never answered or the last answer came after N."""
+    """(seconds from the worker's launch to the model's last answer, hints
+    out at the first count after it, hints/s from then to N) from the side's
+    (time, count)s, the first of them its launch; None when the model never
+    answered or the last answer came after N."""
     if last_answer is None or len(progress) < 2:
         return None
     started, (ended, total) = progress[0][0], progress[-1]
     at = next(((t, have) for t, have in progress if t >= last_answer), None)
     if at is None or ended <= at[0]:
         return None
-    return at[0] - started, at[1], (total - at[1]) / (ended - at[0])
+    return last_answer - started, at[1], (total - at[1]) / (ended - at[0])
 
 
 def cell(side):

@@ -136,14 +136,19 @@ const PRODUCER_ID_QUESTIONS: Duration = Duration::from_secs(1);
 
 /// Asks `topic`'s metadata through `producer`: whether a broker answered
 /// within `within`. Blocking (a start-up step; the caller runs it off the
-/// runtime). Then, within [`PRODUCER_ID_QUESTIONS`], partition 0's offsets,
-/// which connects the broker that leads it, and the metadata again, so that
-/// an idempotent producer asks for its producer id at once: librdkafka asks
-/// when a metadata answer comes while a broker other than a bootstrap one
-/// is up, and otherwise on a 500 ms timer; a producer without its id
-/// connects no other broker of its own. About one start in three held its
-/// first outputs back that long (docs/BENCHMARKS.md, round twenty-three).
-/// What these two answer, or their timeout, changes nothing else.
+/// runtime). Then, within [`PRODUCER_ID_QUESTIONS`], partition 0's
+/// offsets, which connects the broker that leads it, and the metadata
+/// again, so that the (idempotent) producer asks for its producer id at
+/// once.
+///
+/// librdkafka asks for the id when it reads a metadata answer while a
+/// broker it learned from metadata is up, and otherwise on a 500 ms timer.
+/// The first answer retires the bootstrap broker before the question is
+/// asked, and the producer's own attempt to connect another broker does
+/// nothing while the bootstrap one still counts as up. So about one start
+/// in three had no broker to ask and held its first outputs back until the
+/// timer (docs/BENCHMARKS.md, round twenty-three). What the two later
+/// questions answer, or their timeout, changes nothing else.
 pub fn connect_output<C: ClientContext>(producer: &FutureProducer<C>, topic: &str, within: Duration) -> bool {
     let client = producer.client();
     if client.fetch_metadata(Some(topic), within).is_err() {
@@ -151,9 +156,8 @@ pub fn connect_output<C: ClientContext>(producer: &FutureProducer<C>, topic: &st
     }
     let deadline = Instant::now() + PRODUCER_ID_QUESTIONS;
     let left = || deadline.saturating_duration_since(Instant::now());
-    if client.fetch_watermarks(topic, 0, left()).is_ok() {
-        let _ = client.fetch_metadata(Some(topic), left());
-    }
+    let _ = client.fetch_watermarks(topic, 0, left());
+    let _ = client.fetch_metadata(Some(topic), left());
     true
 }
 
