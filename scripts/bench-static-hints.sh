@@ -97,8 +97,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date +%s)
 broker_pid=$(cat "${KAFKA_STATE_DIR:-${TMPDIR:-/tmp}/hintstream-kafka}/node-$port/pid")
 if [ -n "$broker_cpus" ]; then
-  # Every thread the JVM has; the threads it starts later inherit it.
-  taskset -a -p -c "$broker_cpus" "$broker_pid" >/dev/null
+  scripts/kafka.sh pin "$port" "$broker_cpus"
 fi
 ${side_cpus:+taskset -c "$side_cpus"} "$python" scripts/bench_static_hints.py --bootstrap "127.0.0.1:$port" --hintstream "$binary" \
   --broker-pid "$broker_pid" --floor "$floor" \

@@ -88,8 +88,7 @@ if [ -n "$perf_dir" ]; then
 fi
 scripts/kafka.sh start "$port" >/dev/null
 if [ -n "$broker_cpus" ]; then
-  # Every thread the JVM has; the threads it starts later inherit it.
-  taskset -a -p -c "$broker_cpus" "$(cat "${KAFKA_STATE_DIR:-${TMPDIR:-/tmp}/hintstream-kafka}/node-$port/pid")" >/dev/null
+  scripts/kafka.sh pin "$port" "$broker_cpus"
 fi
 
 mkdir -p "$(dirname "$out")"

@@ -8,6 +8,8 @@
 #   scripts/kafka.sh start [PORT]         start a fresh node on PORT (default 9092; controller on PORT+1),
 #                                         wait until it answers metadata, print its bootstrap servers
 #   scripts/kafka.sh stop [PORT]          stop that node (SIGTERM, SIGKILL after 30 s) and delete its data (its log stays)
+#   scripts/kafka.sh pin PORT CPUS        pin that node's JVM, every thread (and those it starts later), to CPUS
+#                                         (taskset's list: 0, 0-3, 0,2), for benchmarks
 #   scripts/kafka.sh cluster start        start a fresh three-node cluster (nodes 1..3), print its bootstrap servers
 #   scripts/kafka.sh cluster stop         stop all three
 #   scripts/kafka.sh cluster kill N       SIGKILL node N
@@ -270,7 +272,7 @@ cluster() {
       say "cluster node $2 is back on 127.0.0.1:$(node_port "$2")"
       cluster_bootstrap
       ;;
-    *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
   esac
 }
 
@@ -279,6 +281,7 @@ case "${1:-}" in
   libs) install; echo "$LIBS" ;;
   start) start "${2:-9092}" ;;
   stop) stop "${2:-9092}" ;;
+  pin) taskset -a -p -c "${3:?scripts/kafka.sh pin PORT CPUS}" "$(cat "$STATE/node-${2:?scripts/kafka.sh pin PORT CPUS}/pid")" >/dev/null ;;
   cluster) shift; cluster "$@" ;;
-  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac
