@@ -14,12 +14,14 @@ pub struct Arrival {
     pub group_key: String,
     /// How many trajectories of the group to expect.
     pub expected: usize,
-    pub trajectory: FailedTrajectory,
+    /// Boxed: it is about 300 bytes, and it passes through the futures
+    /// of a message's handling (each would hold it again, and copy it).
+    pub trajectory: Box<FailedTrajectory>,
 }
 
 /// Decodes and validates a payload of the input topic.
 pub fn decode_arrival(bytes: &[u8], _meta: &RecordMeta, limits: DecodeLimits) -> Result<Arrival, Rejected> {
-    let trajectory = decode::<FailedTrajectory>(bytes, limits)?;
+    let trajectory = Box::new(decode::<FailedTrajectory>(bytes, limits)?);
     Ok(Arrival {
         group_key: trajectory.group_key(),
         expected: usize::try_from(trajectory.group_size).unwrap_or(usize::MAX),

@@ -212,7 +212,14 @@ impl Learner {
     /// trajectory), after the step's read barrier.
     pub async fn plan(&self, t: &FailedTrajectory) -> HintPlan {
         self.barrier(&t.run_id, t.step).await;
-        *self.latest_run.lock().unwrap_or_else(|p| p.into_inner()) = Some(t.run_id.clone());
+        {
+            // Set only when it changes: a run's id copied a message was
+            // an allocation and a free for nothing.
+            let mut latest = self.latest_run.lock().unwrap_or_else(|p| p.into_inner());
+            if latest.as_deref() != Some(t.run_id.as_str()) {
+                *latest = Some(t.run_id.clone());
+            }
+        }
         let (choice, refinement, level) = {
             let mut state = self.state();
             // The run being hinted keeps its tally, whatever others write.

@@ -59,7 +59,7 @@ struct Member {
     reward: f64,
     message: Taken,
     /// Decoded when it arrived; kept only while it is the group's best.
-    trajectory: Option<FailedTrajectory>,
+    trajectory: Option<Box<FailedTrajectory>>,
 }
 
 impl Ranked for Member {
@@ -136,7 +136,9 @@ impl GroupHinter {
 
     /// Joins an arrival to its group; the group's leader waits for the rest
     /// (or the group wait), then hints the gathered group.
-    async fn gather(&self, work: Work<Arrival>) {
+    /// (It owns its `Arc`, so that [`Stage::handle`] returns this future
+    /// as it is: wrapped in a block of its own, the work was held twice.)
+    async fn gather(self: Arc<Self>, work: Work<Arrival>) {
         let Work { input, message } = work;
         let Arrival {
             group_key,
@@ -186,7 +188,7 @@ impl GroupHinter {
             return;
         };
         let mut guard = LeaderGuard {
-            hinter: self,
+            hinter: &self,
             key: &key,
             armed: true,
         };
@@ -238,7 +240,7 @@ impl GroupHinter {
         &self,
         group_key: &str,
         best_reward: f64,
-        trajectory: FailedTrajectory,
+        trajectory: Box<FailedTrajectory>,
         members: Vec<Taken>,
     ) {
         if best_reward > self.reward_threshold {
@@ -298,7 +300,7 @@ impl GroupHinter {
 
     /// Publishes the hint of a gathered group from `trajectory`, its best
     /// (`members[0]`), and finishes every member.
-    async fn hint_group(&self, group_key: &str, trajectory: FailedTrajectory, members: Vec<Taken>) {
+    async fn hint_group(&self, group_key: &str, trajectory: Box<FailedTrajectory>, members: Vec<Taken>) {
         // Under exactly_once the group's members commit together, whatever
         // becomes of them.
         let members = Settlement::new(members);
@@ -460,8 +462,7 @@ impl Stage for GroupHinter {
     }
 
     fn handle(self: &Arc<Self>, work: Work<Arrival>) -> impl Future<Output = ()> + Send + 'static {
-        let hinter = self.clone();
-        async move { hinter.gather(work).await }
+        self.clone().gather(work)
     }
 
     /// A revoked partition's groups still gathering members cannot complete

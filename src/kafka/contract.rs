@@ -193,8 +193,10 @@ impl Settlement {
             }
             Err(SendError::Permanent(e)) => {
                 let reason = refused(&e);
+                // Boxed: a dead letter's future is about 2.5 KB, and
+                // inline it would size every publish's.
                 for input in self.inputs {
-                    input.reject(OUTPUT_REJECTED, &reason).await;
+                    Box::pin(input.reject(OUTPUT_REJECTED, &reason)).await;
                 }
                 Published::Rejected(e)
             }

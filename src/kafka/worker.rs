@@ -777,7 +777,9 @@ impl Intake {
                     }
                     Err(why) => {
                         rejected.fetch_add(1, Ordering::Relaxed);
-                        taken.reject(why.kind, &why.reason).await;
+                        // Boxed: a dead letter's future is about 2.5 KB,
+                        // and inline it would size every message's.
+                        Box::pin(taken.reject(why.kind, &why.reason)).await;
                     }
                 }
             };

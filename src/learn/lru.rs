@@ -24,7 +24,10 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         }
     }
 
-    pub fn get(&self, key: &K) -> Option<&V> {
+    pub fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
         self.entries.get(key).map(|(_, v)| v)
     }
 

@@ -142,7 +142,7 @@ impl LearnState {
     }
 
     fn report(&self, run_id: &str, step: Option<i64>) -> RunReport {
-        let tally = self.runs.get(&run_id.to_string());
+        let tally = self.runs.get(run_id);
         let in_scope = |s: i64| step.is_none_or(|want| want == s);
         let sum_arm = |name: &str| -> Cell {
             let mut total = Cell::default();

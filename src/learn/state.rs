@@ -347,7 +347,7 @@ impl LearnState {
     /// The posteriors from every outcome known now, weighed by the
     /// half-life from the run's newest step (for metrics).
     pub fn current_posteriors(&self, run_id: &str) -> Vec<Posterior> {
-        let newest = self.runs.get(&run_id.to_string()).map_or(0, |t| t.newest_step);
+        let newest = self.runs.get(run_id).map_or(0, |t| t.newest_step);
         self.posteriors_through(run_id, i64::MAX, newest)
     }
 
@@ -527,7 +527,7 @@ impl LearnState {
     }
 
     fn posteriors_through(&self, run_id: &str, last_step: i64, now: i64) -> Vec<Posterior> {
-        let tally = self.runs.get(&run_id.to_string());
+        let tally = self.runs.get(run_id);
         let half_life = self.arms.options().half_life_steps;
         let reward = self.arms.options().arm_reward;
         self.arms

@@ -9,6 +9,10 @@
 //! tools'). A number counts only where no digit or letter touches it in
 //! the hint, so `expected 100` is not found in `1000` or `100.5`.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
 use super::feedback::accumulator;
 use crate::messages::FailedTrajectory;
 
@@ -40,14 +44,18 @@ pub fn expected_values(t: &FailedTrajectory) -> Vec<String> {
     out
 }
 
+/// [`CUES`]' searchers, built once (`str::find` builds one a call).
+static CUE_FINDERS: LazyLock<Vec<Finder<'static>>> = LazyLock::new(|| CUES.iter().map(Finder::new).collect());
+
 /// The values `text` presents as expected.
 pub fn values_in(text: &str) -> Vec<String> {
     let lower = text.to_ascii_lowercase();
     let mut out = Vec::new();
-    for cue in CUES {
+    for cue in CUE_FINDERS.iter() {
+        let cue_len = cue.needle().len();
         let mut from = 0;
-        while let Some(at) = lower[from..].find(cue) {
-            let after = from + at + cue.len();
+        while let Some(at) = cue.find(&lower.as_bytes()[from..]) {
+            let after = from + at + cue_len;
             from = after;
             let rest = text[after..].trim_start_matches(|c: char| c.is_whitespace() || c == ':' || c == '=');
             if let Some(value) = literal(rest) {
