@@ -40,7 +40,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -261,10 +261,13 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
     return took, cpu
 
 
-def config_text(bootstrap, tag, partitions, model):
+def config_text(bootstrap, tag, partitions, model, input_tag=None):
+    """The worker's config: its topics named by `tag`, its input by
+    `input_tag` (`tag` when None)."""
+    source = f"in-{input_tag or tag}"
     return f"""bootstrap_servers = "{bootstrap}"
 [topics]
-failed = "in-{tag}"
+failed = "{source}"
 hints = "hints-{tag}"
 outcomes = "outcomes-{tag}"
 spend = "spend-{tag}"
@@ -272,7 +275,7 @@ partitions = {partitions}
 replication_factor = 1
 [hints]
 group_id = "hints-{tag}"
-input_topic = "in-{tag}"
+input_topic = "{source}"
 output_topic = "hints-{tag}"
 dlq_topic = "dlq-{tag}"
 metrics_addr = "127.0.0.1:0"
@@ -285,11 +288,12 @@ requests_per_minute = 0
 """
 
 
-def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_out, model, progress):
+def hintstream(binary, bootstrap, tag, n, partitions, watcher, deadline_s, perf_out, model, progress,
+               input_tag=None):
     work = tempfile.mkdtemp(prefix="bench-static-hints-")
     config = os.path.join(work, "hintstream.toml")
     with open(config, "w") as f:
-        f.write(config_text(bootstrap, tag, partitions, model))
+        f.write(config_text(bootstrap, tag, partitions, model, input_tag))
     env = dict(os.environ)
     if model:
         env.update(ANTHROPIC_API_KEY="sk-bench", ANTHROPIC_BASE_URL=model.url())
@@ -392,10 +396,17 @@ def main():
                              "hints topic, and no step waits for the learning read barrier")
     parser.add_argument("--floor", default="", metavar="PATH",
                         help="run the floor (examples/static_floor.rs, this binary) as a third side")
+    parser.add_argument("--vs", default="", metavar="PATH",
+                        help="another hintstream binary, run the same way on the same input (its own "
+                             "group and output topic) beside --hintstream, after it in odd-numbered repeats "
+                             "(the first, the third, ...) and before it in the others; the report adds its "
+                             "side and the two workers' CPU ratio")
     parser.add_argument("--cached", type=int, default=0, metavar="D",
                         help="the cached path: D distinct trajectories, each sent N / D times, and a "
                              "loopback model that the first copy of each calls")
     args = parser.parse_args()
+    if args.vs and args.cached:
+        parser.error("--vs compares static paths; leave --cached out")
     if args.cached and args.no_outcomes_topic:
         parser.error("--cached reads the outcomes topic back; leave --no-outcomes-topic out")
     n, parts = args.messages, args.partitions
@@ -414,6 +425,9 @@ def main():
         base, base_cpu = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs)
         base_broker, base_busy = side.end()
         log(f"passthrough: {n / base:,.0f} msg/s")
+        other = None
+        if args.vs and r % 2 == 1:
+            other = versus(args, tag, n, parts, watcher)
         model = ModelServer() if args.cached else None
         side = Side(args.broker_pid)
         progress = []
@@ -424,6 +438,8 @@ def main():
             if model:
                 model.close()
         hs_broker, hs_busy = side.end()
+        if args.vs and r % 2 == 0:
+            other = versus(args, tag, n, parts, watcher)
         log(f"hintstream: {n / hs:,.0f} hints/s"
             + (f" ({model.requests} model calls for {args.cached} distinct trajectories)" if model else ""))
         if model and model.requests < min(args.cached, n):
@@ -438,7 +454,8 @@ def main():
             log(f"floor: {n / fl:,.0f} msg/s ({len(hint[0])}-byte outputs, {len(hint[1])} headers)")
         watcher.close()
         after = after_model(progress, model.last_answer) if model else None
-        rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low, after))
+        rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low, after,
+                     other))
     spans = "s (CPU s; broker CPU s; machine busy)"
     head = f"| repeat | messages | passthrough {spans} | passthrough msg/s | hintstream {spans} | hints/s | ratio |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
@@ -448,9 +465,12 @@ def main():
     if args.cached:
         head += " the model's last answer, s (hints out) | hints/s after it | after it ÷ passthrough |"
         rule += "---:|---:|---:|"
+    if args.vs:
+        head += f" --vs {spans} | --vs ÷ passthrough | hintstream CPU ÷ --vs CPU |"
+        rule += "---:|---:|---:|"
     print(head)
     print(rule)
-    for r, (pt, hs, low, after) in enumerate(rows):
+    for r, (pt, hs, low, after, other) in enumerate(rows):
         line = (f"| {r + 1} | {n:,} | {cell(pt)} | {n / pt[0]:,.0f} | {cell(hs)} | {n / hs[0]:,.0f} "
                 f"| {pt[0] / hs[0]:.2f} |")
         if low:
@@ -460,12 +480,42 @@ def main():
             line += f" {at:.2f} ({out:,}) | {rate:,.0f} | {rate / (n / pt[0]):.2f} |"
         elif args.cached:
             line += " - | - | - |"
+        if other:
+            line += f" {cell(other)} | {pt[0] / other[0]:.2f} | {hs[1] / other[1]:.2f} |"
         print(line)
+    if args.vs:
+        total = sum(row[1][1] for row in rows) / sum(row[4][1] for row in rows)
+        print(f"\nhintstream CPU ÷ --vs CPU, summed over the repeats: {total:.3f} (--vs ran after hintstream "
+              "in odd-numbered repeats, before it in even-numbered ones)")
     if args.cached:
         print("\nThe model's last answer: seconds from the worker's launch until the loopback model answered its "
               "last call, and the hints on the output topic at the first count after it (counts about every "
               "20 ms); after it every hint comes from the cache, and its rate (to N hints) is set against the "
               "passthrough's msg/s.")
+
+
+def versus(args, tag, n, parts, watcher):
+    """The --vs binary on repeat `tag`'s input, with its own group and
+    output topic: (s, CPU s, broker CPU s, machine busy)."""
+    own = f"{tag}vs"
+    topics = [f"hints-{own}", f"dlq-{own}"] + ([] if args.no_outcomes_topic else [f"outcomes-{own}"])
+    create_topics(args.bootstrap, topics, parts)
+    create_topics(args.bootstrap, [f"spend-{own}"], 1)
+    # The watcher learns of the new topic's leaders before it counts it.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            count(watcher, f"hints-{own}", parts)
+            break
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    side = Side(args.broker_pid)
+    took, cpu = hintstream(args.vs, args.bootstrap, own, n, parts, watcher, args.deadline_secs, "", None, None,
+                           input_tag=tag)
+    log(f"--vs: {n / took:,.0f} hints/s")
+    return (took, cpu, *side.end())
 
 
 def after_model(progress, last_answer):
