@@ -40,7 +40,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -407,6 +407,8 @@ def main():
     args = parser.parse_args()
     if args.vs and args.cached:
         parser.error("--vs compares static paths; leave --cached out")
+    if args.vs and args.perf:
+        parser.error("--perf would slow one side of a --vs comparison; run them apart")
     if args.cached and args.no_outcomes_topic:
         parser.error("--cached reads the outcomes topic back; leave --no-outcomes-topic out")
     n, parts = args.messages, args.partitions
@@ -417,8 +419,14 @@ def main():
         topics = [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"floor-{tag}", f"dlq-{tag}"]
         if not args.no_outcomes_topic:
             topics.append(f"outcomes-{tag}")
+        spend = [f"spend-{tag}"]
+        if args.vs:
+            # The --vs side's own, made with the others: before the input is written.
+            own = versus_tag(tag)
+            topics += [f"hints-{own}", f"dlq-{own}"] + ([] if args.no_outcomes_topic else [f"outcomes-{own}"])
+            spend.append(f"spend-{own}")
         create_topics(args.bootstrap, topics, parts)
-        create_topics(args.bootstrap, [f"spend-{tag}"], 1)
+        create_topics(args.bootstrap, spend, 1)
         fill(args.bootstrap, f"in-{tag}", n, args.cached)
         watcher = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"watch-{tag}"})
         side = Side(args.broker_pid)
@@ -484,9 +492,12 @@ def main():
             line += f" {cell(other)} | {pt[0] / other[0]:.2f} | {hs[1] / other[1]:.2f} |"
         print(line)
     if args.vs:
-        total = sum(row[1][1] for row in rows) / sum(row[4][1] for row in rows)
-        print(f"\nhintstream CPU ÷ --vs CPU, summed over the repeats: {total:.3f} (--vs ran after hintstream "
-              "in odd-numbered repeats, before it in even-numbered ones)")
+        def summed(chosen):
+            return sum(row[1][1] for row in chosen) / sum(row[4][1] for row in chosen)
+        print(f"\nhintstream CPU ÷ --vs CPU, summed over the repeats: {summed(rows):.3f}; over the "
+              f"odd-numbered ones, where --vs ran after hintstream: {summed(rows[0::2]):.3f}"
+              + (f"; over the even-numbered ones, where it ran before: {summed(rows[1::2]):.3f}"
+                 if len(rows) > 1 else ""))
     if args.cached:
         print("\nThe model's last answer: seconds from the worker's launch until the loopback model answered its "
               "last call, and the hints on the output topic at the first count after it (counts about every "
@@ -494,23 +505,14 @@ def main():
               "passthrough's msg/s.")
 
 
+def versus_tag(tag):
+    return f"{tag}vs"
+
+
 def versus(args, tag, n, parts, watcher):
     """The --vs binary on repeat `tag`'s input, with its own group and
     output topic: (s, CPU s, broker CPU s, machine busy)."""
-    own = f"{tag}vs"
-    topics = [f"hints-{own}", f"dlq-{own}"] + ([] if args.no_outcomes_topic else [f"outcomes-{own}"])
-    create_topics(args.bootstrap, topics, parts)
-    create_topics(args.bootstrap, [f"spend-{own}"], 1)
-    # The watcher learns of the new topic's leaders before it counts it.
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            count(watcher, f"hints-{own}", parts)
-            break
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    own = versus_tag(tag)
     side = Side(args.broker_pid)
     took, cpu = hintstream(args.vs, args.bootstrap, own, n, parts, watcher, args.deadline_secs, "", None, None,
                            input_tag=tag)
