@@ -261,6 +261,13 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
     return took, cpu
 
 
+def worker_topics(tag, outcomes):
+    """The topics a worker of `tag` writes or reads back (config_text names
+    them) besides its input, on the input's partitions, and its spend topic
+    (one partition)."""
+    return [f"hints-{tag}", f"dlq-{tag}"] + ([f"outcomes-{tag}"] if outcomes else []), f"spend-{tag}"
+
+
 def config_text(bootstrap, tag, partitions, model, input_tag=None):
     """The worker's config: its topics named by `tag`, its input by
     `input_tag` (`tag` when None)."""
@@ -416,15 +423,14 @@ def main():
     warm_up(args.bootstrap, f"sh{os.getpid()}")
     for r in range(args.repeats):
         tag = f"sh{os.getpid()}r{r}"
-        topics = [f"in-{tag}", f"hints-{tag}", f"pass-{tag}", f"floor-{tag}", f"dlq-{tag}"]
-        if not args.no_outcomes_topic:
-            topics.append(f"outcomes-{tag}")
-        spend = [f"spend-{tag}"]
+        topics, spend = worker_topics(tag, not args.no_outcomes_topic)
+        topics += [f"in-{tag}", f"pass-{tag}", f"floor-{tag}"]
+        spend = [spend]
         if args.vs:
             # The --vs side's own, made with the others: before the input is written.
-            own = versus_tag(tag)
-            topics += [f"hints-{own}", f"dlq-{own}"] + ([] if args.no_outcomes_topic else [f"outcomes-{own}"])
-            spend.append(f"spend-{own}")
+            own, own_spend = worker_topics(versus_tag(tag), not args.no_outcomes_topic)
+            topics += own
+            spend.append(own_spend)
         create_topics(args.bootstrap, topics, parts)
         create_topics(args.bootstrap, spend, 1)
         fill(args.bootstrap, f"in-{tag}", n, args.cached)
