@@ -2,12 +2,12 @@
 //! rendered in the text format (which the health endpoint serves). Imports
 //! no other module of the crate.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{Atomic, Gauge};
 use prometheus_client::registry::Registry;
 
 /// Label set of one label, `kind` or `reason`.
@@ -26,8 +26,8 @@ pub struct StageMetrics {
     revoke_finished: Counter,
     transaction_retries: Family<Labels, Counter>,
     rebalances: Family<Labels, Counter>,
-    in_flight: Gauge,
-    in_flight_bytes: Gauge,
+    in_flight: StoredGauge,
+    in_flight_bytes: StoredGauge,
     consumer_lag: Gauge,
     assigned: Gauge,
     ready: Gauge,
@@ -48,8 +48,8 @@ impl StageMetrics {
             revoke_finished: Counter::default(),
             transaction_retries: Family::default(),
             rebalances: Family::default(),
-            in_flight: Gauge::default(),
-            in_flight_bytes: Gauge::default(),
+            in_flight: StoredGauge::default(),
+            in_flight_bytes: StoredGauge::default(),
             consumer_lag: Gauge::default(),
             assigned: Gauge::default(),
             ready: Gauge::default(),
@@ -259,10 +259,69 @@ pub type FloatCounter = Counter<f64, AtomicU64>;
 /// A gauge of `f64` (dollars left and the like).
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// A gauge set for each message (what is in flight, what is pending), whose
+/// `set` is a store: a plain `Gauge`'s is a swap, a locked instruction,
+/// and the two of stage 2's pending steps were about 3% of its intake of
+/// JSON rows.
+pub type StoredGauge = Gauge<i64, Stored>;
+
+/// The `i64` of a [`StoredGauge`]. Adding to it is atomic, as a `Gauge`'s.
+#[derive(Debug, Default)]
+pub struct Stored(AtomicI64);
+
+impl Atomic<i64> for Stored {
+    fn inc(&self) -> i64 {
+        self.inc_by(1)
+    }
+
+    fn inc_by(&self, v: i64) -> i64 {
+        self.0.fetch_add(v, Ordering::Relaxed)
+    }
+
+    fn dec(&self) -> i64 {
+        self.dec_by(1)
+    }
+
+    fn dec_by(&self, v: i64) -> i64 {
+        self.0.fetch_sub(v, Ordering::Relaxed)
+    }
+
+    /// Returns the value it replaced, read just before: not atomic with the
+    /// store, as a swap's is (no caller reads it).
+    fn set(&self, v: i64) -> i64 {
+        let before = self.0.load(Ordering::Relaxed);
+        self.0.store(v, Ordering::Relaxed);
+        before
+    }
+
+    fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// Renders a registry in the Prometheus/OpenMetrics text format.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, registry);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_gauge_reads_adds_and_renders_as_a_gauge() {
+        let mut registry = Registry::default();
+        let gauge = StoredGauge::default();
+        registry.register("pending_bytes", "Bytes pending", gauge.clone());
+        assert_eq!(gauge.set(7), 0);
+        assert_eq!(gauge.inc_by(3), 7);
+        assert_eq!(gauge.dec(), 10);
+        assert_eq!(gauge.get(), 9);
+        let text = render(&registry);
+        assert!(text.contains("# TYPE pending_bytes gauge"), "{text}");
+        assert!(text.contains("\npending_bytes 9\n"), "{text}");
+    }
 }

@@ -6,11 +6,10 @@
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::metrics::Labels;
+use crate::metrics::{Labels, StoredGauge};
 
 /// Prometheus metrics of stage 2.
 pub struct AdvantageMetrics {
@@ -20,8 +19,8 @@ pub struct AdvantageMetrics {
     steps_dead_lettered: Family<Labels, Counter>,
     compute_seconds: Family<Labels, Histogram>,
     extreme_advantages: Counter,
-    pending_steps: Gauge,
-    pending_bytes: Gauge,
+    pending_steps: StoredGauge,
+    pending_bytes: StoredGauge,
     cuda_fallbacks: Counter,
     outcomes_published: Counter,
     outcomes_rejected: Counter,
@@ -40,8 +39,8 @@ impl AdvantageMetrics {
                 Histogram::new(exponential_buckets(1e-5, 4.0, 12))
             }),
             extreme_advantages: Counter::default(),
-            pending_steps: Gauge::default(),
-            pending_bytes: Gauge::default(),
+            pending_steps: StoredGauge::default(),
+            pending_bytes: StoredGauge::default(),
             cuda_fallbacks: Counter::default(),
             outcomes_published: Counter::default(),
             outcomes_rejected: Counter::default(),

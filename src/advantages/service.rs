@@ -54,6 +54,14 @@ struct Assembled {
     evicted: Vec<PendingStep<Taken>>,
 }
 
+impl Assembled {
+    /// Whether [`StepPublisher::settle`] has anything to do: a step to
+    /// publish or dead-letter, or steps evicted.
+    fn settles(&self) -> bool {
+        !matches!(self.status, StepStatus::Pending) || !self.evicted.is_empty()
+    }
+}
+
 impl StepPublisher {
     fn assembler(&self) -> MutexGuard<'_, StepAssembler<Taken>> {
         // The assembler's maps stay consistent across a panic in a caller
@@ -95,9 +103,6 @@ impl StepPublisher {
     /// sent by a task of their own: their messages may sit on partitions
     /// other than this message's, whose revoke must not cancel them.
     async fn settle(self: Arc<Self>, assembled: Assembled) {
-        if matches!(assembled.status, StepStatus::Pending) && assembled.evicted.is_empty() {
-            return;
-        }
         // What follows (a whole step's concatenation, compute and publish;
         // dead letters) runs as the message's task, not in the consume loop
         // that polls this future first (`FIRST_POLL_IN_LOOP`).
@@ -208,7 +213,17 @@ impl Stage for StepPublisher {
     fn handle(self: &Arc<Self>, work: Work<ScoredInput>) -> impl Future<Output = ()> + Send + 'static {
         // Assembly here, in message order; the slow part in a task.
         let assembled = self.assemble(work);
-        self.clone().settle(assembled)
+        // Most messages only join their step: then no room is made for a
+        // step's publishing. Inline, that future made every row's future
+        // kilobytes, allocated and copied into its box a row.
+        let settle = assembled
+            .settles()
+            .then(|| Box::pin(self.clone().settle(assembled)));
+        async move {
+            if let Some(settle) = settle {
+                settle.await;
+            }
+        }
     }
 
     /// A revoked partition's pending steps can never complete here: let

@@ -7,6 +7,7 @@
 //! transient error, a dead letter, the drain) races the deadline from here.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ struct Inner {
     deadline: watch::Sender<Option<Instant>>,
     /// Set once, by the first fatal error.
     failure: watch::Sender<Option<String>>,
+    /// Set once either of the two above is: read for each message taken,
+    /// where each watch's read takes its lock.
+    over: AtomicBool,
 }
 
 impl Default for Lifecycle {
@@ -29,6 +33,7 @@ impl Default for Lifecycle {
         Lifecycle(Arc::new(Inner {
             deadline: watch::Sender::new(None),
             failure: watch::Sender::new(None),
+            over: AtomicBool::new(false),
         }))
     }
 }
@@ -48,6 +53,7 @@ impl Lifecycle {
             *deadline = Some(Instant::now() + drain);
             true
         });
+        self.0.over.store(true, Ordering::Release);
     }
 
     /// Whether shutdown began. Work dropped unfinished from now on is
@@ -95,6 +101,13 @@ impl Lifecycle {
             *failure = Some(reason);
             true
         });
+        self.0.over.store(true, Ordering::Release);
+    }
+
+    /// Whether shutdown began or the stage failed: [`Lifecycle::is_stopping`]
+    /// or a [`Lifecycle::failure`], read without a lock.
+    pub fn is_over(&self) -> bool {
+        self.0.over.load(Ordering::Acquire)
     }
 
     /// The fatal error, once there is one.
@@ -134,7 +147,9 @@ mod tests {
             "no deadline before shutdown"
         );
         assert!(!lifecycle.is_stopping());
+        assert!(!lifecycle.is_over());
         lifecycle.begin_shutdown(Duration::from_secs(5));
+        assert!(lifecycle.is_over());
         lifecycle.begin_shutdown(Duration::from_secs(500));
         let started = Instant::now();
         passed.await;
@@ -150,7 +165,9 @@ mod tests {
     async fn the_first_failure_is_kept() {
         let lifecycle = Lifecycle::new();
         let failed = lifecycle.failed();
+        assert!(!lifecycle.is_over());
         lifecycle.fail("dlq gone");
+        assert!(lifecycle.is_over() && !lifecycle.is_stopping());
         lifecycle.fail("later");
         assert_eq!(failed.await, "dlq gone");
         assert_eq!(lifecycle.failure().as_deref(), Some("dlq gone"));

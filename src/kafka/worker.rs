@@ -557,7 +557,7 @@ impl Intake {
             .guarantee
             .transactions()
             .is_some_and(|t| t.is_rewinding());
-        if self.lifecycle.is_stopping() || self.lifecycle.failure().is_some() || rewinding {
+        if self.lifecycle.is_over() || rewinding {
             return None;
         }
         let slot = match self.spare_slot() {
