@@ -211,8 +211,15 @@ impl StageMetrics {
         self.in_flight.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    pub fn set_in_flight_bytes(&self, n: usize) {
-        self.in_flight_bytes.set(i64::try_from(n).unwrap_or(i64::MAX));
+    /// A hold of `n` bytes began: added atomically, so holds that begin and
+    /// end on other threads at once leave the sum exact.
+    pub fn add_in_flight_bytes(&self, n: usize) {
+        self.in_flight_bytes.inc_by(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A hold of `n` bytes ended.
+    pub fn remove_in_flight_bytes(&self, n: usize) {
+        self.in_flight_bytes.dec_by(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     pub fn set_consumer_lag(&self, lag: i64) {

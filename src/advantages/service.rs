@@ -203,7 +203,7 @@ impl StepPublisher {
 impl Stage for StepPublisher {
     type Input = ScoredInput;
     const PARKS: &'static str = "pending steps";
-    // Most messages only join their step: `settle` is then done at once.
+    // Most messages only join their step: the handler's future is then done at once.
     const FIRST_POLL_IN_LOOP: bool = true;
 
     fn decode(&self, payload: &Bytes, meta: &RecordMeta) -> Result<ScoredInput, Rejected> {

@@ -1,7 +1,6 @@
 //! An intake bound a taken message holds (a message slot, or its bytes)
 //! until it ends, or under exactly_once until a commit passes its offset.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -26,19 +25,15 @@ impl Holds {
     }
 }
 
-/// The bytes held now under a byte bound, and the gauge that shows them:
-/// shared by every [`Hold`] of one bound.
+/// The gauge of the bytes held now under a byte bound, which every
+/// [`Hold`] of one bound adds to and takes from.
 pub struct HeldBytes {
-    bytes: AtomicUsize,
     metrics: Arc<StageMetrics>,
 }
 
 impl HeldBytes {
     pub fn new(metrics: Arc<StageMetrics>) -> Arc<Self> {
-        Arc::new(HeldBytes {
-            bytes: AtomicUsize::new(0),
-            metrics,
-        })
+        Arc::new(HeldBytes { metrics })
     }
 }
 
@@ -53,8 +48,7 @@ pub struct Hold {
 impl Hold {
     /// `bytes` of the byte bound; `held` sums what every hold has.
     pub fn bytes(permit: OwnedSemaphorePermit, bytes: usize, held: Arc<HeldBytes>) -> Self {
-        let now = held.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        held.metrics.set_in_flight_bytes(now);
+        held.metrics.add_in_flight_bytes(bytes);
         Hold {
             _permit: permit,
             bytes,
@@ -65,7 +59,6 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let now = self.held.bytes.fetch_sub(self.bytes, Ordering::Relaxed) - self.bytes;
-        self.held.metrics.set_in_flight_bytes(now);
+        self.held.metrics.remove_in_flight_bytes(self.bytes);
     }
 }
