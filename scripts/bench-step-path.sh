@@ -21,6 +21,13 @@
 #                 (taskset's list: 0, 0-3, 0,2)
 #   --side-cpus LIST    run the example, and so the trainer's side, the echo
 #                 and the worker, on these CPUs
+#   --vs PATH     another worker binary, side by side: the example runs
+#                 2 x --rounds times on the one broker, once with each worker
+#                 in turn (this tree's, or --hintstream's, first in odd rounds,
+#                 PATH first in even ones); the report adds each run's figures
+#                 and their sums, each worker's against its own echo and the
+#                 two workers' CPU ratio (not with --perf)
+#   --rounds N    rounds of --vs [default: 4]
 #   EXAMPLE ARGS  passed to the example, e.g. --rows 16000,64000 --repeats 3
 #                 --formats json,arrow --json-max-rows 64000 --no-baseline
 set -euo pipefail
@@ -32,6 +39,8 @@ binary=""
 perf_dir=""
 broker_cpus=""
 side_cpus=""
+versus=""
+rounds=4
 example_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,7 +50,9 @@ while [ $# -gt 0 ]; do
     --perf) perf_dir=$2; shift 2 ;;
     --broker-cpus) broker_cpus=$2; shift 2 ;;
     --side-cpus) side_cpus=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --vs) versus=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
@@ -64,6 +75,20 @@ free_port() {
 if [ -n "$broker_cpus$side_cpus" ] && ! command -v taskset >/dev/null; then
   echo "bench-step-path: --broker-cpus and --side-cpus need taskset (util-linux)" >&2
   exit 2
+fi
+if [ -n "$versus" ]; then
+  if [ -n "$perf_dir" ]; then
+    echo "bench-step-path: --vs and --perf together would put perf's overhead on one side only" >&2
+    exit 2
+  fi
+  if [ ! -x "$versus" ]; then
+    echo "bench-step-path: --vs $versus is not an executable file" >&2
+    exit 2
+  fi
+  if ! [ "$rounds" -ge 1 ] 2>/dev/null; then
+    echo "bench-step-path: --rounds takes a whole number of at least 1, not '$rounds'" >&2
+    exit 2
+  fi
 fi
 scripts/kafka.sh install
 target="${CARGO_TARGET_DIR:-target}"
@@ -92,9 +117,77 @@ if [ -n "$broker_cpus" ]; then
 fi
 
 mkdir -p "$(dirname "$out")"
-command=(${side_cpus:+taskset -c "$side_cpus"} "$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" --hintstream "$binary" ${example_args[@]+"${example_args[@]}"})
+# The example's tables with worker $1.
+run_example() {
+  ${side_cpus:+taskset -c "$side_cpus"} "$target/release/examples/step_path" --bootstrap "127.0.0.1:$port" \
+    --hintstream "$1" ${example_args[@]+"${example_args[@]}"}
+}
+
+# Each --vs run's tables under a heading, then a table of the figures the
+# sums are made of and the sums: a row of the worker's table has more than
+# ten cells (end-to-end "median / min" in the 8th, intake the 9th, the
+# worker's CPU the 12th), a row of the echo's fewer (the echo's end-to-end
+# in the 3rd).
+side_by_side() {
+  local runs=$1
+  awk -F'|' '
+    /^## run / { side = $0; sub(/^## run [0-9]+: /, "", side); round = $0; sub(/^## run /, "", round); sub(/:.*/, "", round); next }
+    /^\| [0-9]/ {
+      rows = $2; input = $3; gsub(/^ +| +$/, "", rows); gsub(/^ +| +$/, "", input)
+      key = rows "|" input
+      if (NF > 12) {
+        split($9, e, "/"); hs[round, side, key] = e[1] + 0; intake[round, side, key] = $10 + 0; cpu[round, side, key] = $13 + 0
+        keys[key] = 1; sides[side] = 1; rounds[round] = 1
+      } else {
+        split($4, e, "/"); echo_[round, side, key] = e[1] + 0
+      }
+    }
+    END {
+      print "### Side by side: hintstream and --vs, the same broker, in turn"
+      print ""
+      print "| round | side | rows | input | end-to-end ms (median) | intake ms | worker CPU ms | echo ms | ÷ echo |"
+      print "|---:|---|---:|---|---:|---:|---:|---:|---:|"
+      n = 0
+      for (r in rounds) n++
+      for (r = 1; r <= n; r++) for (s in sides) for (k in keys) {
+        if (!((r, s, k) in hs)) continue
+        split(k, kk, "|")
+        ratio = echo_[r, s, k] > 0 ? sprintf("%.2fx", hs[r, s, k] / echo_[r, s, k]) : ""
+        printf "| %d | %s | %s | %s | %d | %d | %d | %d | %s |\n", r, s, kk[1], kk[2], hs[r, s, k], intake[r, s, k], cpu[r, s, k], echo_[r, s, k], ratio
+        sum_hs[s, k] += hs[r, s, k]; sum_echo[s, k] += echo_[r, s, k]; sum_cpu[s, k] += cpu[r, s, k]; sum_intake[s, k] += intake[r, s, k]
+      }
+      print ""
+      print "| side | rows | input | end-to-end ms, summed | intake ms, summed | worker CPU ms, summed | echo ms, summed | ÷ echo, summed |"
+      print "|---|---:|---|---:|---:|---:|---:|---:|"
+      for (s in sides) for (k in keys) {
+        split(k, kk, "|")
+        ratio = sum_echo[s, k] > 0 ? sprintf("%.2fx", sum_hs[s, k] / sum_echo[s, k]) : ""
+        printf "| %s | %s | %s | %d | %d | %d | %d | %s |\n", s, kk[1], kk[2], sum_hs[s, k], sum_intake[s, k], sum_cpu[s, k], sum_echo[s, k], ratio
+      }
+      print ""
+      # The CPU column counts 10 ms ticks: a ratio of fewer is not shown.
+      for (k in keys) if (sum_cpu["--vs", k] >= 100 && sum_cpu["hintstream", k] >= 100)
+        printf "hintstream CPU ÷ --vs CPU, %s %s, summed: %.3f\n", substr(k, 1, index(k, "|") - 1), substr(k, index(k, "|") + 1), sum_cpu["hintstream", k] / sum_cpu["--vs", k]
+    }' "$runs"
+}
+
 started=$(date +%s)
-"${command[@]}" >"$tables"
+if [ -z "$versus" ]; then
+  run_example "$binary" >"$tables"
+else
+  runs=$(mktemp)
+  for round in $(seq "$rounds"); do
+    order=("hintstream:$binary" "--vs:$versus")
+    if [ $((round % 2)) = 0 ]; then order=("--vs:$versus" "hintstream:$binary"); fi
+    for side_binary in "${order[@]}"; do
+      side=${side_binary%%:*}
+      echo "bench-step-path: round $round of $rounds, $side" >&2
+      { echo "## run $round: $side"; echo; run_example "${side_binary#*:}"; echo; } >>"$runs"
+    done
+  done
+  { side_by_side "$runs"; echo; cat "$runs"; } >"$tables"
+  rm -f "$runs"
+fi
 took=$(( $(date +%s) - started ))
 
 gpu="none"
@@ -108,7 +201,7 @@ fi
   echo "- machine: $(nproc) vCPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/Mem:/ {print $2}') GB RAM, GPU: $gpu${note:+; $note}"
   echo "- broker: Apache Kafka $(sed -n 's/^KAFKA_VERSION=//p' scripts/kafka.sh) (scripts/kafka.sh, one KRaft node), 127.0.0.1; topics of 1 partition"
   echo "- CPUs: the broker on ${broker_cpus:-any}, the example and the worker on ${side_cpus:-any}"
-  echo "- command: \`scripts/bench-step-path.sh ${broker_cpus:+--broker-cpus $broker_cpus }${side_cpus:+--side-cpus $side_cpus }${example_args[*]-}\` ($took s)"
+  echo "- command: \`scripts/bench-step-path.sh ${broker_cpus:+--broker-cpus $broker_cpus }${side_cpus:+--side-cpus $side_cpus }${versus:+--vs $versus --rounds $rounds }${example_args[*]-}\` ($took s)"
   echo
   cat "$tables"
 } >"$out"
