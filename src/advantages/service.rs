@@ -120,7 +120,7 @@ impl StepPublisher {
             StepStatus::Pending => {}
             StepStatus::Complete(step) => {
                 let (span, input) = super::trace::step_span(&step);
-                let publish = self.output.publish(step).instrument(span);
+                let publish = self.output.publish(*step).instrument(span);
                 match input {
                     Some(_) => crate::telemetry::scope(input, publish).await,
                     None => publish.await,
@@ -134,7 +134,7 @@ impl StepPublisher {
                     step.row_count(),
                     step.expected.unwrap_or_default()
                 );
-                self.clone().dead_letter_detached(step, "step_overfull", reason);
+                self.clone().dead_letter_detached(*step, "step_overfull", reason);
             }
             StepStatus::MixedPartitions(step) => {
                 let reason = format!(
@@ -145,7 +145,7 @@ impl StepPublisher {
                     step_key(&step.run_id, step.step)
                 );
                 self.clone()
-                    .dead_letter_detached(step, "mixed_partitions", reason);
+                    .dead_letter_detached(*step, "mixed_partitions", reason);
             }
             StepStatus::AlreadyPublished(late) => {
                 // Acknowledged at once: it must not hold the partition's
