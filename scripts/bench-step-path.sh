@@ -40,7 +40,7 @@ perf_dir=""
 broker_cpus=""
 side_cpus=""
 versus=""
-rounds=4
+rounds=""
 example_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -77,11 +77,12 @@ if [ -n "$broker_cpus$side_cpus" ] && ! command -v taskset >/dev/null; then
   exit 2
 fi
 if [ -n "$versus" ]; then
+  rounds=${rounds:-4}
   if [ -n "$perf_dir" ]; then
     echo "bench-step-path: --vs and --perf together would put perf's overhead on one side only" >&2
     exit 2
   fi
-  if [ ! -x "$versus" ]; then
+  if [ ! -f "$versus" ] || [ ! -x "$versus" ]; then
     echo "bench-step-path: --vs $versus is not an executable file" >&2
     exit 2
   fi
@@ -89,6 +90,9 @@ if [ -n "$versus" ]; then
     echo "bench-step-path: --rounds takes a whole number of at least 1, not '$rounds'" >&2
     exit 2
   fi
+elif [ -n "$rounds" ]; then
+  echo "bench-step-path: --rounds is for --vs" >&2
+  exit 2
 fi
 scripts/kafka.sh install
 target="${CARGO_TARGET_DIR:-target}"
@@ -101,7 +105,8 @@ binary=${binary:-$target/release/hintstream}
 port=$(free_port)
 tables=$(mktemp)
 wrapper=$(mktemp)
-trap 'rm -f "$tables" "$wrapper"; scripts/kafka.sh stop "$port"' EXIT
+runs=$(mktemp)
+trap 'rm -f "$tables" "$wrapper" "$runs"; scripts/kafka.sh stop "$port"' EXIT
 if [ -n "$perf_dir" ]; then
   mkdir -p "$perf_dir"
   perf_dir=$(cd "$perf_dir" && pwd)
@@ -131,15 +136,18 @@ run_example() {
 side_by_side() {
   local runs=$1
   awk -F'|' '
-    /^## run / { side = $0; sub(/^## run [0-9]+: /, "", side); round = $0; sub(/^## run /, "", round); sub(/:.*/, "", round); next }
+    function number(cell) { return cell ~ /^ *[0-9]/ ? cell + 0 : "" }
+    function cell(v) { return v == "" ? "" : sprintf("%d", v) }
+    /^## run / { side = $0; sub(/^## run [0-9]+: /, "", side); round = $0; sub(/^## run /, "", round); sub(/:.*/, "", round); round += 0; if (round > rounds) rounds = round; next }
     /^\| [0-9]/ {
       rows = $2; input = $3; gsub(/^ +| +$/, "", rows); gsub(/^ +| +$/, "", input)
       key = rows "|" input
+      # In the order the example ran them.
+      if (!(key in seen)) { seen[key] = 1; order[++keys] = key }
       if (NF > 12) {
-        split($9, e, "/"); hs[round, side, key] = e[1] + 0; intake[round, side, key] = $10 + 0; cpu[round, side, key] = $13 + 0
-        keys[key] = 1; sides[side] = 1; rounds[round] = 1
+        split($9, e, "/"); hs[round, side, key] = number(e[1]); intake[round, side, key] = number($10); cpu[round, side, key] = number($13)
       } else {
-        split($4, e, "/"); echo_[round, side, key] = e[1] + 0
+        split($4, e, "/"); echo_[round, side, key] = number(e[1])
       }
     }
     END {
@@ -147,27 +155,37 @@ side_by_side() {
       print ""
       print "| round | side | rows | input | end-to-end ms (median) | intake ms | worker CPU ms | echo ms | ÷ echo |"
       print "|---:|---|---:|---|---:|---:|---:|---:|---:|"
-      n = 0
-      for (r in rounds) n++
-      for (r = 1; r <= n; r++) for (s in sides) for (k in keys) {
+      split("hintstream --vs", sides, " ")
+      for (r = 1; r <= rounds; r++) for (i = 1; i <= 2; i++) for (n = 1; n <= keys; n++) {
+        s = sides[i]; k = order[n]
         if (!((r, s, k) in hs)) continue
         split(k, kk, "|")
-        ratio = echo_[r, s, k] > 0 ? sprintf("%.2fx", hs[r, s, k] / echo_[r, s, k]) : ""
-        printf "| %d | %s | %s | %s | %d | %d | %d | %d | %s |\n", r, s, kk[1], kk[2], hs[r, s, k], intake[r, s, k], cpu[r, s, k], echo_[r, s, k], ratio
-        sum_hs[s, k] += hs[r, s, k]; sum_echo[s, k] += echo_[r, s, k]; sum_cpu[s, k] += cpu[r, s, k]; sum_intake[s, k] += intake[r, s, k]
+        ec = (r, s, k) in echo_ ? echo_[r, s, k] : ""
+        ratio = ec != "" && ec > 0 && hs[r, s, k] != "" ? sprintf("%.2fx", hs[r, s, k] / ec) : ""
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, s, kk[1], kk[2], cell(hs[r, s, k]), cell(intake[r, s, k]), cell(cpu[r, s, k]), cell(ec), ratio
+        sum_hs[s, k] += hs[r, s, k]; sum_intake[s, k] += intake[r, s, k]; sum_cpu[s, k] += cpu[r, s, k]
+        if (ec != "") { sum_echo[s, k] += ec; echoes[s, k]++ }
       }
       print ""
       print "| side | rows | input | end-to-end ms, summed | intake ms, summed | worker CPU ms, summed | echo ms, summed | ÷ echo, summed |"
       print "|---|---:|---|---:|---:|---:|---:|---:|"
-      for (s in sides) for (k in keys) {
+      for (i = 1; i <= 2; i++) for (n = 1; n <= keys; n++) {
+        s = sides[i]; k = order[n]
+        if (!((s, k) in sum_hs)) continue
         split(k, kk, "|")
-        ratio = sum_echo[s, k] > 0 ? sprintf("%.2fx", sum_hs[s, k] / sum_echo[s, k]) : ""
-        printf "| %s | %s | %s | %d | %d | %d | %d | %s |\n", s, kk[1], kk[2], sum_hs[s, k], sum_intake[s, k], sum_cpu[s, k], sum_echo[s, k], ratio
+        ec = echoes[s, k] > 0 ? sum_echo[s, k] : ""
+        ratio = ec != "" && ec > 0 ? sprintf("%.2fx", sum_hs[s, k] / ec) : ""
+        printf "| %s | %s | %s | %d | %d | %d | %s | %s |\n", s, kk[1], kk[2], sum_hs[s, k], sum_intake[s, k], sum_cpu[s, k], cell(ec), ratio
       }
       print ""
       # The CPU column counts 10 ms ticks: a ratio of fewer is not shown.
-      for (k in keys) if (sum_cpu["--vs", k] >= 100 && sum_cpu["hintstream", k] >= 100)
-        printf "hintstream CPU ÷ --vs CPU, %s %s, summed: %.3f\n", substr(k, 1, index(k, "|") - 1), substr(k, index(k, "|") + 1), sum_cpu["hintstream", k] / sum_cpu["--vs", k]
+      for (n = 1; n <= keys; n++) {
+        k = order[n]
+        if (sum_cpu["--vs", k] >= 100 && sum_cpu["hintstream", k] >= 100) {
+          split(k, kk, "|")
+          printf "hintstream CPU ÷ --vs CPU, %s %s, summed: %.3f\n", kk[1], kk[2], sum_cpu["hintstream", k] / sum_cpu["--vs", k]
+        }
+      }
     }' "$runs"
 }
 
@@ -175,7 +193,6 @@ started=$(date +%s)
 if [ -z "$versus" ]; then
   run_example "$binary" >"$tables"
 else
-  runs=$(mktemp)
   for round in $(seq "$rounds"); do
     order=("hintstream:$binary" "--vs:$versus")
     if [ $((round % 2)) = 0 ]; then order=("--vs:$versus" "hintstream:$binary"); fi
@@ -186,7 +203,6 @@ else
     done
   done
   { side_by_side "$runs"; echo; cat "$runs"; } >"$tables"
-  rm -f "$runs"
 fi
 took=$(( $(date +%s) - started ))
 
