@@ -25,40 +25,30 @@ impl Holds {
     }
 }
 
-/// The gauge of the bytes held now under a byte bound, which every
-/// [`Hold`] of one bound adds to and takes from.
-pub struct HeldBytes {
-    metrics: Arc<StageMetrics>,
-}
-
-impl HeldBytes {
-    pub fn new(metrics: Arc<StageMetrics>) -> Arc<Self> {
-        Arc::new(HeldBytes { metrics })
-    }
-}
-
 /// A message's bytes of the byte bound, until it ends. The in-flight bytes
-/// gauge is kept current as holds come and go.
+/// gauge is kept current as holds come and go: each adds its bytes to it
+/// and takes them away, atomically.
 pub struct Hold {
     _permit: OwnedSemaphorePermit,
     bytes: usize,
-    held: Arc<HeldBytes>,
+    metrics: Arc<StageMetrics>,
 }
 
 impl Hold {
-    /// `bytes` of the byte bound; `held` sums what every hold has.
-    pub fn bytes(permit: OwnedSemaphorePermit, bytes: usize, held: Arc<HeldBytes>) -> Self {
-        held.metrics.add_in_flight_bytes(bytes);
+    /// `bytes` of the byte bound, added to the in-flight bytes gauge of
+    /// `metrics` until the hold ends.
+    pub fn bytes(permit: OwnedSemaphorePermit, bytes: usize, metrics: Arc<StageMetrics>) -> Self {
+        metrics.add_in_flight_bytes(bytes);
         Hold {
             _permit: permit,
             bytes,
-            held,
+            metrics,
         }
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        self.held.metrics.remove_in_flight_bytes(self.bytes);
+        self.metrics.remove_in_flight_bytes(self.bytes);
     }
 }

@@ -34,7 +34,7 @@ use super::context::{AssignmentHook, RevokeHook, StageContext};
 use super::contract::{log_released, Closures, Stage, Work};
 use super::dlq::DeadLetters;
 use super::guarantee::{Guarantee, TransactionalProducer};
-use super::hold::{HeldBytes, Hold, Holds};
+use super::hold::{Hold, Holds};
 use super::membership::out_of_group_limit;
 use super::message::{Delivery, RecordMeta, Rejected, Taken, TopicNames};
 use super::partition::Partition;
@@ -327,11 +327,11 @@ impl StageLoop {
 }
 
 /// The intake's byte bound: permits for the bytes of taken, unfinished
-/// messages, and the bytes held now (for the gauge).
+/// messages, and the metrics whose gauge shows the bytes held now.
 struct ByteBound {
     permits: Arc<Semaphore>,
     total: usize,
-    held: Arc<HeldBytes>,
+    metrics: Arc<StageMetrics>,
 }
 
 /// A message taken within the bounds, not yet dispatched.
@@ -389,7 +389,7 @@ impl Intake {
             ByteBound {
                 permits: Arc::new(Semaphore::new(total)),
                 total,
-                held: HeldBytes::new(delivery.metrics.clone()),
+                metrics: delivery.metrics.clone(),
             }
         });
         let metrics = delivery.metrics.clone();
@@ -636,7 +636,7 @@ impl Intake {
                 Err(_) => return Admitted::Stopped,
             },
         };
-        let hold = Hold::bytes(permit, need as usize, bound.held.clone());
+        let hold = Hold::bytes(permit, need as usize, bound.metrics.clone());
         Admitted::Next(received.with(hold))
     }
 
@@ -649,7 +649,7 @@ impl Intake {
         };
         match bound.permits.clone().try_acquire_many_owned(need) {
             Ok(permit) => {
-                let hold = Hold::bytes(permit, need as usize, bound.held.clone());
+                let hold = Hold::bytes(permit, need as usize, bound.metrics.clone());
                 Some(received.with(hold))
             }
             Err(_) => {
