@@ -63,7 +63,7 @@ use hintstream::config::{ClientKind, Config};
 use hintstream::kafka::admin::{create_topics, TopicOutcome};
 use hintstream::kafka::client_config;
 use hintstream::kafka::produce::headers;
-use hintstream::kafka::{base_config, create_producer};
+use hintstream::kafka::{base_config, create_producer, create_producer_lingering, Linger};
 use hintstream::messages::{step_key, ScoredMessage, StepEnd};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
@@ -368,7 +368,8 @@ fn start_echo(
 ) -> Result<()> {
     let in_flight = in_flight.max(1);
     let consumer = from_the_start(config, "steppath-echo", &[input])?;
-    let producer = create_producer(config)?;
+    // As the worker's output producer holds a step's outputs.
+    let producer = create_producer_lingering(config, Linger::Off)?;
     tokio::spawn(async move {
         loop {
             let Ok(m) = consumer.recv().await else {

@@ -22,8 +22,8 @@ use crate::health::{Lifecycle, Readiness, Signal};
 use crate::kafka::dlq::dlq_message_max_bytes;
 use crate::kafka::{
     check_cluster, connect_output, create_stage_producer, create_transactional_producer, AssignmentHook,
-    ConnectError, Delivery, RunOptions, RunSummary, Stage, StageLoop, StageProducer, TransactionalProducer,
-    Under,
+    ConnectError, Delivery, Linger, RunOptions, RunSummary, Stage, StageLoop, StageProducer,
+    TransactionalProducer, Under,
 };
 use crate::metrics::StageMetrics;
 
@@ -126,9 +126,15 @@ async fn exactly_once(
     transactional_id: &str,
     connected: Arc<Signal>,
     metrics: Arc<StageMetrics>,
+    linger: Linger,
 ) -> Result<Under, StageError> {
-    let producer =
-        create_transactional_producer(config, transactional_id, dlq_message_max_bytes(config), connected)?;
+    let producer = create_transactional_producer(
+        config,
+        transactional_id,
+        dlq_message_max_bytes(config),
+        connected,
+        linger,
+    )?;
     let producer = TransactionalProducer {
         producer,
         transactional_id: transactional_id.to_string(),
@@ -173,13 +179,15 @@ impl StageShell {
     /// besides its output and dead-letter topics), then creates the clients
     /// and registers the loop's metrics under `prefix`. `bytes_on_intake`:
     /// whether the loop pauses intake at the byte bound (stage 1), or the
-    /// stage bounds its bytes itself (stage 2).
+    /// stage bounds its bytes itself (stage 2). `linger`: how the output
+    /// producer holds the stage's outputs.
     pub async fn build(
         config: &Config,
         stage: &StageConfig,
         prefix: &str,
         outputs: &[&str],
         bytes_on_intake: bool,
+        linger: Linger,
     ) -> Result<Self, StageError> {
         let metrics_socket = stage.metrics_socket()?;
         // Under exactly_once, `hintstream_hints` is a worker of `hints`.
@@ -207,10 +215,10 @@ impl StageShell {
             Some(_) => Arc::new(Signal::new("unused under exactly_once")),
             None => connected.clone(),
         };
-        let producer = create_stage_producer(config, plain_connected)?;
+        let producer = create_stage_producer(config, plain_connected, linger)?;
         let under = match &transactional_id {
             None => Under::at_least_once(),
-            Some(id) => exactly_once(config, id, connected.clone(), metrics.clone()).await?,
+            Some(id) => exactly_once(config, id, connected.clone(), metrics.clone(), linger).await?,
         };
         let intake = StageLoop::create_under(
             config,

@@ -17,7 +17,7 @@ use super::metrics::AdvantageMetrics;
 use super::publish::StepOutput;
 use crate::config::Config;
 use crate::kafka::admin::TopicSpec;
-use crate::kafka::{Partition, RecordMeta, Rejected, RunSummary, Stage, Taken, Work};
+use crate::kafka::{Linger, Partition, RecordMeta, Rejected, RunSummary, Stage, Taken, Work};
 use crate::messages::{step_key, DecodeLimits};
 use crate::stage::{BoxFuture, Registered, Service, StageError, StageShell};
 
@@ -265,6 +265,8 @@ impl AdvantageStage {
             "hintstream_advantages",
             &[config.topics.metrics.as_str()],
             false,
+            // A step's outputs are each awaited before the next is sent.
+            Linger::Off,
         )
         .await?;
         let learning = Learning::start(&config).await?;

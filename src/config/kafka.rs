@@ -237,7 +237,11 @@ pub struct KafkaConfig {
     #[schemars(extend("x-key" = "librdkafka property"))]
     pub consumer: BTreeMap<String, KafkaValue>,
     /// librdkafka properties of the producers only, over `[kafka]`'s
-    /// (`"compression.type" = "zstd"`, `"message.max.bytes" = 2000000`).
+    /// (`"compression.type" = "zstd"`, `"message.max.bytes" = 2000000`),
+    /// and over hintstream's own: `acks` `all`, idempotence, and `linger.ms`
+    /// 5, or 0 for stage 2's outputs (a step's chunks each fill a request,
+    /// and its outcomes and metrics wait for its chunks: none would gain
+    /// by waiting for others to join).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("x-key" = "librdkafka property"))]
     pub producer: BTreeMap<String, KafkaValue>,

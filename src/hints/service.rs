@@ -31,8 +31,8 @@ use crate::health::Lifecycle;
 use crate::kafka::admin::TopicSpec;
 use crate::kafka::produce::headers;
 use crate::kafka::{
-    partition_count, Outgoing, Partition, Published, RecordMeta, Rejected, RunSummary, Settlement, Stage,
-    StageProducer, Taken, Work,
+    partition_count, Linger, Outgoing, Partition, Published, RecordMeta, Rejected, RunSummary, Settlement,
+    Stage, StageProducer, Taken, Work,
 };
 use crate::llm::prompt::truncate_chars;
 use crate::llm::synth::LlmEnv;
@@ -499,7 +499,15 @@ impl HintStage {
     pub async fn build(config: Config, env: &LlmEnv) -> Result<Self, StageError> {
         // First, so a bad `SSL_CERT_FILE` exits 2 before any broker is asked.
         let synth = Synthesizer::new(&config.llm, env)?;
-        let mut shell = StageShell::build(&config, &config.hints, "hintstream_hints", &[], true).await?;
+        let mut shell = StageShell::build(
+            &config,
+            &config.hints,
+            "hintstream_hints",
+            &[],
+            true,
+            Linger::Shared,
+        )
+        .await?;
         let llm = &config.llm;
         let metrics = Arc::new(HintMetrics::register(
             &mut shell.registry,

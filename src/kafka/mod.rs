@@ -49,8 +49,8 @@ pub use message::{Delivery, RecordMeta, Rejected, Taken, HANDLER_PANIC};
 pub use partition::Partition;
 pub use produce::{send, Outgoing, SendError};
 pub use producers::{
-    connect_output, create_dlq_producer, create_producer, create_stage_producer,
-    create_transactional_producer, OutputContext, StageProducer, IDEMPOTENT_IN_FLIGHT,
+    connect_output, create_dlq_producer, create_producer, create_producer_lingering, create_stage_producer,
+    create_transactional_producer, Linger, OutputContext, StageProducer, IDEMPOTENT_IN_FLIGHT,
 };
 pub use settings::{base_config, client_config};
 pub use tail::{TailError, TopicTail};

@@ -30,19 +30,50 @@ const MESSAGE_TIMEOUT_MS: &str = "30000";
 /// against `batch.size`'s 1 MB) keeps at most this many in the producer.
 pub const IDEMPOTENT_IN_FLIGHT: usize = 5;
 
+/// How long a producer holds a message for others to join its produce
+/// request (`linger.ms`). A `linger.ms` in `[kafka]` or `[kafka.producer]`
+/// is set over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Linger {
+    /// 5 ms: for outputs that stream, none waiting on another (stage 1's
+    /// hints, a tool's records), which then share requests.
+    Shared,
+    /// None: for outputs that wait on each other. A step of stage 2 is its
+    /// chunks (each a request of its own, a few at a time), then its
+    /// outcomes, then its metrics: nothing joins a request by waiting, and
+    /// each wait delayed the step. At 5 ms a step of 10,000 rows took about
+    /// 15 ms from its last input to its metrics, and 3-5 ms without
+    /// (docs/BENCHMARKS.md, round twenty-six).
+    Off,
+}
+
+impl Linger {
+    fn ms(self) -> &'static str {
+        match self {
+            Linger::Shared => "5",
+            Linger::Off => "0",
+        }
+    }
+}
+
 /// An idempotent producer: acks from all in-sync replicas and no reordering
 /// or duplication by the producer's own retries, so per-key order holds.
 pub fn create_producer(config: &Config) -> KafkaResult<FutureProducer> {
-    producer_config(config).create()
+    create_producer_lingering(config, Linger::Shared)
 }
 
-fn producer_config(config: &Config) -> ClientConfig {
+/// [`create_producer`]'s, holding messages as `linger` says.
+pub fn create_producer_lingering(config: &Config, linger: Linger) -> KafkaResult<FutureProducer> {
+    producer_config(config, linger).create()
+}
+
+fn producer_config(config: &Config, linger: Linger) -> ClientConfig {
     let mut client = ClientConfig::new();
     client.set_log_level(RDKafkaLogLevel::Warning);
     client
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("linger.ms", "5")
+        .set("linger.ms", linger.ms())
         .set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
     // Passthrough last: a deployment may tune batching and timeouts.
     apply(&mut client, config, ClientKind::Producer);
@@ -53,7 +84,7 @@ fn producer_config(config: &Config) -> ClientConfig {
 /// messages of at least `message_max_bytes` (`kafka::dlq::dlq_message_max_bytes`;
 /// a larger `message.max.bytes` set in `[kafka]` stays).
 pub fn create_dlq_producer(config: &Config, message_max_bytes: usize) -> KafkaResult<FutureProducer> {
-    let mut client = producer_config(config);
+    let mut client = producer_config(config, Linger::Shared);
     let configured = client
         .get("message.max.bytes")
         .and_then(|v| v.trim().parse::<usize>().ok())
@@ -95,7 +126,8 @@ impl ClientContext for OutputContext {
 }
 
 /// Under exactly_once, the worker's one producer, for its outputs and its
-/// dead letters: [`create_stage_producer`]'s settings with
+/// dead letters: [`create_stage_producer`]'s settings (`linger` the
+/// stage's) with
 /// `transactional.id` and `transaction.timeout.ms`, and a
 /// `message.max.bytes` of at least `message_max_bytes` (the dead letters'
 /// need; a larger one set in `[kafka]` stays). Transactions are
@@ -105,8 +137,9 @@ pub fn create_transactional_producer(
     transactional_id: &str,
     message_max_bytes: usize,
     connected: Arc<Signal>,
+    linger: Linger,
 ) -> KafkaResult<StageProducer> {
-    let mut client = producer_config(config);
+    let mut client = producer_config(config, linger);
     ensure_statistics(&mut client);
     let configured = client
         .get("message.max.bytes")
@@ -161,10 +194,48 @@ pub fn connect_output<C: ClientContext>(producer: &FutureProducer<C>, topic: &st
     true
 }
 
-/// The stage's output producer: [`create_producer`]'s settings, with
-/// statistics on so that `connected` tracks its broker connection.
-pub fn create_stage_producer(config: &Config, connected: Arc<Signal>) -> KafkaResult<StageProducer> {
-    let mut client = producer_config(config);
+/// The stage's output producer: [`create_producer`]'s settings, holding
+/// messages as `linger` says, with statistics on so that `connected` tracks
+/// its broker connection.
+pub fn create_stage_producer(
+    config: &Config,
+    connected: Arc<Signal>,
+    linger: Linger,
+) -> KafkaResult<StageProducer> {
+    let mut client = producer_config(config, linger);
     ensure_statistics(&mut client);
     client.create_with_context(OutputContext { connected })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn linger_ms(config: &Config, linger: Linger) -> Option<String> {
+        producer_config(config, linger)
+            .get("linger.ms")
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn a_producer_lingers_as_its_outputs_need_unless_the_deployment_sets_it() {
+        let config = Config::default();
+        assert_eq!(linger_ms(&config, Linger::Shared).as_deref(), Some("5"));
+        assert_eq!(linger_ms(&config, Linger::Off).as_deref(), Some("0"));
+        for table in ["kafka", "producer"] {
+            let mut set = Config::default();
+            if table == "kafka" {
+                set.kafka.insert("linger.ms", "400");
+            } else {
+                set.kafka.producer.insert("linger.ms".into(), 400i64.into());
+            }
+            for linger in [Linger::Shared, Linger::Off] {
+                assert_eq!(
+                    linger_ms(&set, linger).as_deref(),
+                    Some("400"),
+                    "[{table}] {linger:?}"
+                );
+            }
+        }
+    }
 }
