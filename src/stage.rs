@@ -126,15 +126,9 @@ async fn exactly_once(
     transactional_id: &str,
     connected: Arc<Signal>,
     metrics: Arc<StageMetrics>,
-    linger: Linger,
 ) -> Result<Under, StageError> {
-    let producer = create_transactional_producer(
-        config,
-        transactional_id,
-        dlq_message_max_bytes(config),
-        connected,
-        linger,
-    )?;
+    let producer =
+        create_transactional_producer(config, transactional_id, dlq_message_max_bytes(config), connected)?;
     let producer = TransactionalProducer {
         producer,
         transactional_id: transactional_id.to_string(),
@@ -180,7 +174,9 @@ impl StageShell {
     /// and registers the loop's metrics under `prefix`. `bytes_on_intake`:
     /// whether the loop pauses intake at the byte bound (stage 1), or the
     /// stage bounds its bytes itself (stage 2). `linger`: how the output
-    /// producer holds the stage's outputs.
+    /// producer holds the stage's outputs at least once (under exactly_once
+    /// they go through the transactional producer, which keeps
+    /// [`Linger::Shared`]).
     pub async fn build(
         config: &Config,
         stage: &StageConfig,
@@ -218,7 +214,7 @@ impl StageShell {
         let producer = create_stage_producer(config, plain_connected, linger)?;
         let under = match &transactional_id {
             None => Under::at_least_once(),
-            Some(id) => exactly_once(config, id, connected.clone(), metrics.clone(), linger).await?,
+            Some(id) => exactly_once(config, id, connected.clone(), metrics.clone()).await?,
         };
         let intake = StageLoop::create_under(
             config,

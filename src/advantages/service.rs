@@ -265,7 +265,8 @@ impl AdvantageStage {
             "hintstream_advantages",
             &[config.topics.metrics.as_str()],
             false,
-            // A step's outputs are each awaited before the next is sent.
+            // A step's chunks each fill a request, and its outcomes and
+            // metrics wait for them: lingering would mostly delay them.
             Linger::Off,
         )
         .await?;

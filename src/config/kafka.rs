@@ -237,11 +237,10 @@ pub struct KafkaConfig {
     #[schemars(extend("x-key" = "librdkafka property"))]
     pub consumer: BTreeMap<String, KafkaValue>,
     /// librdkafka properties of the producers only, over `[kafka]`'s
-    /// (`"compression.type" = "zstd"`, `"message.max.bytes" = 2000000`),
-    /// and over hintstream's own: `acks` `all`, idempotence, and `linger.ms`
-    /// 5, or 0 for stage 2's outputs (a step's chunks each fill a request,
-    /// and its outcomes and metrics wait for its chunks: none would gain
-    /// by waiting for others to join).
+    /// (`"compression.type" = "zstd"`, `"message.max.bytes" = 2000000`).
+    /// A `linger.ms` here is set over hintstream's: 5, and 0 for stage 2's
+    /// outputs at least once (a step's chunks each fill a request, and its
+    /// outcomes and metrics wait for them, so waiting mostly delays it).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("x-key" = "librdkafka property"))]
     pub producer: BTreeMap<String, KafkaValue>,

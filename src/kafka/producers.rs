@@ -38,12 +38,16 @@ pub enum Linger {
     /// 5 ms: for outputs that stream, none waiting on another (stage 1's
     /// hints, a tool's records), which then share requests.
     Shared,
-    /// None: for outputs that wait on each other. A step of stage 2 is its
-    /// chunks (each a request of its own, a few at a time), then its
-    /// outcomes, then its metrics: nothing joins a request by waiting, and
-    /// each wait delayed the step. At 5 ms a step of 10,000 rows took about
-    /// 15 ms from its last input to its metrics, and 3-5 ms without
-    /// (docs/BENCHMARKS.md, round twenty-six).
+    /// None: for stage 2's outputs at least once. A step is its chunks
+    /// (each a request of its own, five at a time), then, once they are
+    /// acknowledged, its hint outcomes (all at once), then its metrics. Only
+    /// the outcomes could share requests by waiting; each wait delayed the
+    /// step. At 5 ms a step of 10,000 rows took about 15 ms from its last
+    /// input to its metrics, and 3-5 ms without (docs/BENCHMARKS.md, round
+    /// twenty-six). A step's outcomes may now take a few requests, and
+    /// librdkafka's broker thread polls without sleeping while those of one
+    /// partition wait behind five in flight: for a round trip a step at
+    /// most.
     Off,
 }
 
@@ -126,8 +130,9 @@ impl ClientContext for OutputContext {
 }
 
 /// Under exactly_once, the worker's one producer, for its outputs and its
-/// dead letters: [`create_stage_producer`]'s settings (`linger` the
-/// stage's) with
+/// dead letters: [`create_stage_producer`]'s settings, lingering as
+/// [`Linger::Shared`] whatever the stage's outputs (a transaction hands
+/// over every ready record at once, and its commit sends what lingers), with
 /// `transactional.id` and `transaction.timeout.ms`, and a
 /// `message.max.bytes` of at least `message_max_bytes` (the dead letters'
 /// need; a larger one set in `[kafka]` stays). Transactions are
@@ -137,9 +142,8 @@ pub fn create_transactional_producer(
     transactional_id: &str,
     message_max_bytes: usize,
     connected: Arc<Signal>,
-    linger: Linger,
 ) -> KafkaResult<StageProducer> {
-    let mut client = producer_config(config, linger);
+    let mut client = producer_config(config, Linger::Shared);
     ensure_statistics(&mut client);
     let configured = client
         .get("message.max.bytes")
