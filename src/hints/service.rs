@@ -499,15 +499,9 @@ impl HintStage {
     pub async fn build(config: Config, env: &LlmEnv) -> Result<Self, StageError> {
         // First, so a bad `SSL_CERT_FILE` exits 2 before any broker is asked.
         let synth = Synthesizer::new(&config.llm, env)?;
-        let mut shell = StageShell::build(
-            &config,
-            &config.hints,
-            "hintstream_hints",
-            &[],
-            true,
-            Linger::Shared,
-        )
-        .await?;
+        let hints = &config.hints;
+        let mut shell =
+            StageShell::build(&config, hints, "hintstream_hints", &[], true, Linger::Shared).await?;
         let llm = &config.llm;
         let metrics = Arc::new(HintMetrics::register(
             &mut shell.registry,
@@ -533,7 +527,7 @@ impl HintStage {
         let group_limits = synth.group_limits();
         let ledger_metrics = LedgerMetrics::register(&mut shell.registry, group_limits.has_budget());
         let within = Duration::from_secs(config.connect_timeout_secs);
-        let input = &config.hints.input_topic;
+        let input = &hints.input_topic;
         let total = partition_count(&config, input, within).await?.unwrap_or(0);
         shell.on_assignment(rate_share_hook(
             input,
@@ -544,7 +538,6 @@ impl HintStage {
         ));
         let ledger = Ledger::start(&config, group_limits, shell.producer.clone(), ledger_metrics).await?;
         let metrics_addr = shell.serve_metrics().await?;
-        let hints = &config.hints;
         let hinter = Arc::new(GroupHinter {
             groups: Mutex::new(Groups::default()),
             synth,

@@ -44,10 +44,9 @@ pub enum Linger {
     /// the outcomes could share requests by waiting; each wait delayed the
     /// step. At 5 ms a step of 10,000 rows took about 15 ms from its last
     /// input to its metrics, and 3-5 ms without (docs/BENCHMARKS.md, round
-    /// twenty-six). A step's outcomes may now take a few requests, and
+    /// twenty-six). A step's outcomes may then take a few requests, and
     /// librdkafka's broker thread polls without sleeping while those of one
-    /// partition wait behind five in flight: for a round trip a step at
-    /// most.
+    /// partition wait behind five in flight: about a round trip a step.
     Off,
 }
 
