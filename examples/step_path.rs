@@ -25,8 +25,10 @@
 //! **Baseline.** The same input, produced the same way to a topic of its
 //! own, read by an echo in this process that does no work on it: once it
 //! has every message of the step it publishes as many messages of the same
-//! sizes as the worker's advantages chunks (each acknowledged before the
-//! next) and a small metrics message, which the same reader times. What is
+//! sizes as the worker's advantages chunks (`--echo-in-flight` at a time)
+//! and a small metrics message, through a producer that holds them as the
+//! worker's output producer does (`kafka::Linger::Off`: no `linger.ms`),
+//! which the same reader times. What is
 //! left between the two is hintstream's own work; what the echo takes is
 //! the broker's (and librdkafka's). The two run a step each in turn, after
 //! `--warm-ups` untimed steps of each size through both: run one side's
@@ -953,7 +955,8 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
     }
     println!(
         "\necho: consumes the step's input (no decoding), then publishes messages of the sizes the worker's chunks \
-         had, {echo_in_flight} at a time (--echo-in-flight), and a small metrics message; timed like the worker. \
+         had, {echo_in_flight} at a time (--echo-in-flight), and a small metrics message, lingering as the \
+         worker's output producer does (linger.ms 0); timed like the worker. \
          echo intake: from the last acknowledgement until the echo had every input message."
     );
 }
