@@ -190,11 +190,7 @@ pub async fn check_topic_access(
     }
     for (kind, reads, writes) in asks {
         let names = topics_to_describe(&reads, &writes);
-        let client = {
-            let mut client = client_config(config, kind);
-            strip_producer_only(config, kind, &mut client);
-            client
-        };
+        let client = start_up_client(config, kind);
         let answer = tokio::task::spawn_blocking(move || {
             let consumer: BaseConsumer = client.create()?;
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -225,6 +221,34 @@ pub async fn check_topic_access(
     }
 }
 
+/// A start-up check's first connection when `[kafka]` sets no reconnect
+/// backoff: librdkafka's default (100 ms) would hold it for most of 50 ms.
+///
+/// The first metadata answer names the cluster's brokers, and librdkafka
+/// then closes the connection to the bootstrap address. A request still
+/// waiting then needs a named broker, which librdkafka connects at most
+/// once every half of `reconnect.backoff.ms` (its sparse connections'
+/// interval, 11 ms at least; rdkafka_conf.c), counted from the bootstrap
+/// connection. A start's first requests waited 44-54 ms there (traced in
+/// docs/BENCHMARKS.md, round twenty-six). A check's client lives for a
+/// few requests, so the shorter backoff changes nothing else.
+const START_UP_RECONNECT_BACKOFF_MS: &str = "20";
+
+/// The client of a start-up check of `kind`: its settings
+/// ([`client_config`], less [`strip_producer_only`]), reconnecting sooner
+/// ([`START_UP_RECONNECT_BACKOFF_MS`]) unless `[kafka]` sets the backoff.
+fn start_up_client(config: &Config, kind: ClientKind) -> rdkafka::ClientConfig {
+    let mut client = client_config(config, kind);
+    strip_producer_only(config, kind, &mut client);
+    let set = ["reconnect.backoff.ms", "reconnect.backoff.max.ms"]
+        .iter()
+        .any(|key| client.get(key).is_some());
+    if !set {
+        client.set("reconnect.backoff.ms", START_UP_RECONNECT_BACKOFF_MS);
+    }
+    client
+}
+
 /// A producer's settings are probed by a consumer with the same security
 /// properties; producer-only properties would only draw warnings.
 fn strip_producer_only(config: &Config, kind: ClientKind, client: &mut rdkafka::ClientConfig) {
@@ -241,9 +265,7 @@ fn strip_producer_only(config: &Config, kind: ClientKind, client: &mut rdkafka::
 /// reports a failure that retrying cannot fix (authentication, TLS).
 /// Blocking.
 fn probe(config: &Config, kind: ClientKind, within: Duration) -> Result<Metadata, ConnectError> {
-    let mut client = client_config(config, kind);
-    strip_producer_only(config, kind, &mut client);
-    let consumer: BaseConsumer<Probe> = client.create_with_context(Probe::default())?;
+    let consumer: BaseConsumer<Probe> = start_up_client(config, kind).create_with_context(Probe::default())?;
     let started = Instant::now();
     loop {
         let mut last = match consumer.fetch_metadata(None, PROBE_ATTEMPT) {
@@ -320,6 +342,29 @@ fn broker_of(reason: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_up_check_reconnects_sooner_unless_the_deployment_sets_the_backoff() {
+        let backoff = |config: &Config, kind| {
+            start_up_client(config, kind)
+                .get("reconnect.backoff.ms")
+                .map(str::to_string)
+        };
+        let plain = Config::default();
+        for kind in [ClientKind::Consumer, ClientKind::Producer] {
+            assert_eq!(
+                backoff(&plain, kind).as_deref(),
+                Some(START_UP_RECONNECT_BACKOFF_MS)
+            );
+        }
+        let mut set = Config::default();
+        set.kafka.insert("reconnect.backoff.ms", "250");
+        assert_eq!(backoff(&set, ClientKind::Consumer).as_deref(), Some("250"));
+        // A maximum set alone may be under ours: both are left to librdkafka.
+        let mut most = Config::default();
+        most.kafka.insert("reconnect.backoff.max.ms", "10");
+        assert_eq!(backoff(&most, ClientKind::Consumer), None);
+    }
 
     #[test]
     fn missing_acls_point_at_the_book_chapter_that_lists_them() {
