@@ -327,11 +327,11 @@ impl StageLoop {
 }
 
 /// The intake's byte bound: permits for the bytes of taken, unfinished
-/// messages, and the metrics whose gauge shows the bytes held now.
+/// messages (each [`Hold`] adds its bytes to the stage's in-flight bytes
+/// gauge).
 struct ByteBound {
     permits: Arc<Semaphore>,
     total: usize,
-    metrics: Arc<StageMetrics>,
 }
 
 /// A message taken within the bounds, not yet dispatched.
@@ -389,7 +389,6 @@ impl Intake {
             ByteBound {
                 permits: Arc::new(Semaphore::new(total)),
                 total,
-                metrics: delivery.metrics.clone(),
             }
         });
         let metrics = delivery.metrics.clone();
@@ -636,7 +635,7 @@ impl Intake {
                 Err(_) => return Admitted::Stopped,
             },
         };
-        let hold = Hold::bytes(permit, need as usize, bound.metrics.clone());
+        let hold = Hold::bytes(permit, need as usize, self.metrics.clone());
         Admitted::Next(received.with(hold))
     }
 
@@ -649,7 +648,7 @@ impl Intake {
         };
         match bound.permits.clone().try_acquire_many_owned(need) {
             Ok(permit) => {
-                let hold = Hold::bytes(permit, need as usize, bound.metrics.clone());
+                let hold = Hold::bytes(permit, need as usize, self.metrics.clone());
                 Some(received.with(hold))
             }
             Err(_) => {
