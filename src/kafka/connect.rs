@@ -85,6 +85,10 @@ impl ConsumerContext for Probe {}
 /// How long one metadata request of the probe may take.
 const PROBE_ATTEMPT: Duration = Duration::from_secs(1);
 
+/// How long the probe waits for one more error once an attempt failed: the
+/// errors librdkafka reported are queued by then, behind its log lines.
+const PROBE_EVENTS: Duration = Duration::from_millis(5);
+
 /// Fetches the cluster's metadata within `within` (as a consumer, and as a
 /// producer too when `[kafka.producer]` sets anything) and checks that every
 /// topic of `topics` exists. `topics` is a stage's input first, then every
@@ -273,8 +277,11 @@ fn probe(config: &Config, kind: ClientKind, within: Duration) -> Result<Metadata
             Err(e) => e.to_string(),
         };
         // Errors reach the context's callback only when the client is
-        // polled (it has no subscription: nothing else comes back).
-        let _ = consumer.poll(Duration::ZERO);
+        // polled (it has no subscription: nothing else comes back). One poll
+        // answers at most one error, and the queue holds librdkafka's log
+        // lines too, a few for each attempt to connect: serve it until no
+        // error comes within PROBE_EVENTS, or the deadline passes.
+        while started.elapsed() < within && consumer.poll(PROBE_EVENTS).is_some() {}
         let errors = std::mem::take(
             &mut *consumer
                 .context()
