@@ -82,7 +82,8 @@ impl ClientContext for Probe {
 
 impl ConsumerContext for Probe {}
 
-/// How long one metadata request of the probe may take.
+/// How long one metadata request of the probe may take (less when the
+/// probe's deadline is nearer).
 const PROBE_ATTEMPT: Duration = Duration::from_secs(1);
 
 /// How long the probe waits for one more error once an attempt failed: the
@@ -272,16 +273,19 @@ fn probe(config: &Config, kind: ClientKind, within: Duration) -> Result<Metadata
     let consumer: BaseConsumer<Probe> = start_up_client(config, kind).create_with_context(Probe::default())?;
     let started = Instant::now();
     loop {
-        let mut last = match consumer.fetch_metadata(None, PROBE_ATTEMPT) {
+        let attempt = PROBE_ATTEMPT.min(within.saturating_sub(started.elapsed()));
+        let mut last = match consumer.fetch_metadata(None, attempt) {
             Ok(metadata) => return Ok(metadata),
             Err(e) => e.to_string(),
         };
         // Errors reach the context's callback only when the client is
         // polled (it has no subscription: nothing else comes back). One poll
-        // answers at most one error, and the queue holds librdkafka's log
-        // lines too, a few for each attempt to connect: serve it until no
-        // error comes within PROBE_EVENTS, or the deadline passes.
-        while started.elapsed() < within && consumer.poll(PROBE_EVENTS).is_some() {}
+        // answers at most one error, and librdkafka queues its log lines
+        // (rdkafka's `log.queue`) ahead of errors, even those queued before
+        // them: serve the queue until no error comes within PROBE_EVENTS
+        // (at least once, so that the last attempt's errors are read too),
+        // or the deadline passes.
+        while consumer.poll(PROBE_EVENTS).is_some() && started.elapsed() < within {}
         let errors = std::mem::take(
             &mut *consumer
                 .context()
