@@ -112,6 +112,9 @@ pub struct PendingStep<P> {
     /// beside another): a part begun by a JSON row gets room for as many,
     /// up to [`PART_ROWS`], where it grew row by row.
     room: usize,
+    /// The text bytes of the step before's three string columns
+    /// ([`StepSizes::text`]; 0 when `room` is).
+    room_text: [usize; 3],
 }
 
 /// How a message ended its step ([`PendingStep::verdict`]).
@@ -125,18 +128,23 @@ enum Verdict {
 /// starts, begins with room for as many (rows, messages, parts, its group
 /// map): a trainer's steps are alike, and growing to them cost a 1M-row step
 /// about 6% of its CPU (its map rehashed as it doubled, its columns copied)
-/// and a step of JSON rows its reallocations. The map's room counts with
-/// the step's bytes from the start. Its lists' room does not (a message's
-/// share of them is in the bytes it is counted by, as it comes): it is at
-/// most one completed step's lists, one step at a time (a step that starts
-/// beside another gets none), in pages the allocator keeps for the next
-/// step anyway (`crate::allocator`).
+/// and a step of JSON rows its reallocations; a step of large messages
+/// begins one part with room for all its rows, and is not copied into one
+/// after its last message ([`PendingStep::new_part`]). The map's room
+/// counts with the step's bytes from the start. The room of its lists and
+/// of its part does not (a message's share of them is in the bytes it is
+/// counted by, as it comes): it is at most one completed step's, one step
+/// at a time (a step that starts beside another gets none), in pages the
+/// allocator keeps for the next step anyway (`crate::allocator`).
 #[derive(Clone, Copy, Default)]
 struct StepSizes {
     rows: usize,
     messages: usize,
     parked: usize,
     parts: usize,
+    /// The text bytes of its rows' three string columns
+    /// ([`ScoredRows::text_lens`]).
+    text: [usize; 3],
     /// Its map's groups and their first strings' bytes, when it had one.
     groups: Option<(usize, usize)>,
 }
@@ -148,6 +156,7 @@ impl StepSizes {
             messages: step.messages.len(),
             parked: step.parked.len(),
             parts: step.parts.len(),
+            text: step.text_lens(),
             groups: step.groups.as_ref().map(HashedGroups::room),
         }
     }
@@ -229,6 +238,37 @@ impl<P> PendingStep<P> {
             first_seen: now,
             partitions: BTreeSet::new(),
             room: room.rows,
+            room_text: room.text,
+        }
+    }
+
+    /// The text bytes its parts' three string columns hold.
+    fn text_lens(&self) -> [usize; 3] {
+        self.parts.iter().fold([0; 3], |sum, part| {
+            let more = part.text_lens();
+            std::array::from_fn(|c| sum[c] + more[c])
+        })
+    }
+
+    /// A new part for `rows`, which the step's row hashes count already.
+    /// A message of many rows that the step before outnumbers gets room
+    /// for the rest of that step's rows and text, so that the messages
+    /// after it join it: a step as large as the one before is then one
+    /// part, which its compute takes as it is instead of copying every
+    /// row into one (the longest part of a 1M-row step's compute). A JSON
+    /// row's part gets room for up to [`PART_ROWS`] rows like it.
+    fn new_part(&self, rows: Incoming) -> ScoredRows {
+        let left = self.room.saturating_sub(self.hashes.len());
+        match rows {
+            Incoming::Rows(rows) if left >= rows.len() => {
+                let held = self.text_lens();
+                let mine = rows.text_lens();
+                let text = std::array::from_fn(|c| self.room_text[c].saturating_sub(held[c]).max(mine[c]));
+                let mut part = ScoredRows::with_room(rows.len() + left, text);
+                part.extend(*rows);
+                part
+            }
+            rows => rows.into_part(left.min(PART_ROWS - 1)),
         }
     }
 
@@ -784,6 +824,16 @@ impl Incoming {
         }
     }
 
+    /// Whether these rows join `last`, the step's last part, rather than
+    /// begin one: while both are small (JSON rows), or when `last` has room
+    /// for them ([`PendingStep::new_part`]).
+    fn joins(&self, last: &ScoredRows) -> bool {
+        match self {
+            Incoming::Rows(rows) if last.has_room_for(rows) => true,
+            _ => last.len() < PART_ROWS && self.len() < PART_ROWS,
+        }
+    }
+
     fn append_to(self, part: &mut ScoredRows) {
         match self {
             Incoming::Rows(rows) => part.extend(*rows),
@@ -841,9 +891,7 @@ impl<P> StepAssembler<P> {
         // filtered: the last part's next rows when they join it, a new
         // part's first ones otherwise.
         let (at, base) = match step.parts.last() {
-            Some(last) if last.len() < PART_ROWS && rows.len() < PART_ROWS => {
-                (step.parts.len() - 1, last.len())
-            }
+            Some(last) if rows.joins(last) => (step.parts.len() - 1, last.len()),
             _ => (step.parts.len(), 0),
         };
         let part = u32::try_from(at).expect("fewer than 2^32 messages a step");
@@ -893,8 +941,8 @@ impl<P> StepAssembler<P> {
             match step.parts.get_mut(at) {
                 Some(last) => rows.append_to(last),
                 None => {
-                    let room = step.room.saturating_sub(step.hashes.len()).min(PART_ROWS - 1);
-                    step.parts.push(rows.into_part(room));
+                    let part = step.new_part(rows);
+                    step.parts.push(part);
                 }
             }
         }
@@ -1430,6 +1478,51 @@ mod tests {
         let step = &a.steps[&("r".to_string(), 3)];
         assert!(step.hashes.capacity() < 50, "{}", step.hashes.capacity());
         assert_eq!(step.groups.as_ref().map(|g| g.room()), Some((1, 2)));
+    }
+
+    #[test]
+    fn a_step_of_large_messages_as_large_as_the_one_before_is_one_part_and_its_rows_the_same() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        let big = PART_ROWS + 10;
+        let message = |step: i64, m: usize, width: usize| {
+            let ids: Vec<String> = (m * big..(m + 1) * big)
+                .map(|i| format!("t{i:0width$}"))
+                .collect();
+            let mut r = rows("r", step, &ids.iter().map(String::as_str).collect::<Vec<_>>());
+            r.instance_id = Strings::from_iter(ids.iter().map(|id| format!("g{}", id.len())));
+            r
+        };
+        let mut offset = 0;
+        let mut send = |a: &mut StepAssembler<u32>, step: i64, messages: usize, width: usize| {
+            let mut sent = ScoredRows::default();
+            for m in 0..messages {
+                offset += 1;
+                let part = message(step, m, width);
+                sent.extend(part.clone());
+                a.add_rows(part, (0, offset), 0, 5, now);
+            }
+            offset += 1;
+            let StepStatus::Complete(step) = a.end("r", step, (messages * big) as i64, (0, 0, 0), now) else {
+                panic!("every row is in");
+            };
+            let parts = step.parts.len();
+            let (gathered, _) = step.into_gathered();
+            let (joined, groups) = gathered.join_with_groups();
+            assert_eq!(joined, sent);
+            assert_eq!(groups, DenseGroups::from_strings(sent.instance_id.iter()));
+            parts
+        };
+        // The first step has no room: a part a message.
+        assert_eq!(send(&mut a, 1, 3, 6), 3);
+        // The next, as large, is put in one part as its messages come.
+        assert_eq!(send(&mut a, 2, 3, 6), 1);
+        // One larger, with longer ids: the room the step before left is
+        // full after its first message or two, and the rest begin parts.
+        let parts = send(&mut a, 3, 4, 9);
+        assert!((2..=4).contains(&parts), "{parts}");
+        // One smaller again: one part.
+        assert_eq!(send(&mut a, 4, 2, 6), 1);
     }
 
     #[test]

@@ -314,6 +314,46 @@ impl ScoredRows {
         self.hint_category.reserve(more);
     }
 
+    /// Empty, with room for `rows` rows whose three string columns
+    /// (`run_id`, `instance_id`, `trajectory_id`) hold `text` bytes.
+    pub fn with_room(rows: usize, text: [usize; 3]) -> Self {
+        let mut room = ScoredRows::default();
+        for (column, bytes) in [&mut room.run_id, &mut room.instance_id, &mut room.trajectory_id]
+            .into_iter()
+            .zip(text)
+        {
+            column.reserve(rows, bytes);
+        }
+        room.step.reserve(rows);
+        room.reward.reserve(rows);
+        room.is_hinted.reserve(rows);
+        room.hint_category.reserve(rows);
+        room
+    }
+
+    /// The text bytes of its three string columns, in [`Self::with_room`]'s
+    /// order.
+    pub fn text_lens(&self) -> [usize; 3] {
+        [
+            self.run_id.text_len(),
+            self.instance_id.text_len(),
+            self.trajectory_id.text_len(),
+        ]
+    }
+
+    /// Whether [`Self::extend`] with `other` fits in the room left of the
+    /// columns every row has (the short optional ones may still grow).
+    pub fn has_room_for(&self, other: &ScoredRows) -> bool {
+        let spare = |capacity: usize| capacity - self.len() >= other.len();
+        self.run_id.has_room_for(&other.run_id)
+            && self.instance_id.has_room_for(&other.instance_id)
+            && self.trajectory_id.has_room_for(&other.trajectory_id)
+            && spare(self.step.capacity())
+            && spare(self.reward.capacity())
+            && spare(self.is_hinted.capacity())
+            && spare(self.hint_category.capacity())
+    }
+
     /// Appends every row of `other`.
     pub fn extend(&mut self, other: ScoredRows) {
         if !other.hint_id.is_empty() {

@@ -93,6 +93,13 @@ impl Strings {
         self.ends.reserve(rows);
     }
 
+    /// Whether `other`'s rows fit in the room left, so that
+    /// [`Self::append`] of them moves nothing already held.
+    pub fn has_room_for(&self, other: &Strings) -> bool {
+        self.ends.capacity() - self.ends.len() >= other.len()
+            && self.text.capacity() - self.text.len() >= other.text_len()
+    }
+
     /// Appends every row of `other`.
     pub fn append(&mut self, other: &Strings) {
         let base = self.text.len();
