@@ -113,8 +113,9 @@ pub struct PendingStep<P> {
     /// up to [`PART_ROWS`], where it grew row by row.
     room: usize,
     /// The text bytes of the step before's three string columns
-    /// ([`StepSizes::text`]; 0 when `room` is).
-    room_text: [usize; 3],
+    /// ([`StepSizes::text`]), until a part took the room
+    /// ([`PendingStep::new_part`]); `None` when `room` is 0.
+    room_text: Option<[usize; 3]>,
 }
 
 /// How a message ended its step ([`PendingStep::verdict`]).
@@ -238,7 +239,7 @@ impl<P> PendingStep<P> {
             first_seen: now,
             partitions: BTreeSet::new(),
             room: room.rows,
-            room_text: room.text,
+            room_text: (room.rows > 0).then_some(room.text),
         }
     }
 
@@ -251,19 +252,29 @@ impl<P> PendingStep<P> {
     }
 
     /// A new part for `rows`, which the step's row hashes count already.
-    /// A message of many rows that the step before outnumbers gets room
-    /// for the rest of that step's rows and text, so that the messages
-    /// after it join it: a step as large as the one before is then one
-    /// part, which its compute takes as it is instead of copying every
-    /// row into one (the longest part of a 1M-row step's compute). A JSON
-    /// row's part gets room for up to [`PART_ROWS`] rows like it.
-    fn new_part(&self, rows: Incoming) -> ScoredRows {
+    /// The first message of rows that the step before outnumbers at least
+    /// twice gets room for the rest of that step's rows and text, so that
+    /// the messages after it join it: a step as large as the one before is
+    /// then one part, which its compute takes as it is instead of copying
+    /// every row into one (the longest part of a 1M-row step's compute).
+    /// Only one part a step gets that room: should the rows outgrow it
+    /// (longer ids than the step before's), the rest begin parts as they
+    /// are. A JSON row's part gets room for up to [`PART_ROWS`] rows like
+    /// it.
+    fn new_part(&mut self, rows: Incoming) -> ScoredRows {
         let left = self.room.saturating_sub(self.hashes.len());
         match rows {
-            Incoming::Rows(rows) if left >= rows.len() => {
+            Incoming::Rows(rows)
+                if left >= rows.len()
+                    && self.room_text.is_some()
+                    && self
+                        .expected
+                        .is_none_or(|count| (self.hashes.len() as i64) < count) =>
+            {
+                let room_text = self.room_text.take().unwrap_or_default();
                 let held = self.text_lens();
                 let mine = rows.text_lens();
-                let text = std::array::from_fn(|c| self.room_text[c].saturating_sub(held[c]).max(mine[c]));
+                let text = std::array::from_fn(|c| room_text[c].saturating_sub(held[c]).max(mine[c]));
                 let mut part = ScoredRows::with_room(rows.len() + left, text);
                 part.extend(*rows);
                 part
@@ -386,8 +397,8 @@ impl<P> PendingStep<P> {
         for (part, &start) in self.parts.iter_mut().zip(&starts) {
             let gone = &gone[start..start + part.len()];
             if gone.contains(&true) {
-                let keep: Vec<usize> = (0..gone.len()).filter(|&row| !gone[row]).collect();
-                *part = part.take(&keep);
+                // In place: a step put in one part keeps its room.
+                part.retain_rows(gone);
             }
         }
         let mut row = 0;
@@ -1480,49 +1491,109 @@ mod tests {
         assert_eq!(step.groups.as_ref().map(|g| g.room()), Some((1, 2)));
     }
 
+    /// `n` rows of step `step` from row `from`: ids `t` and `from..` in
+    /// `width` digits, in 7 groups by turns.
+    fn numbered(step: i64, from: usize, n: usize, width: usize) -> ScoredRows {
+        let ids: Vec<String> = (from..from + n).map(|i| format!("t{i:0width$}")).collect();
+        let mut r = rows("r", step, &ids.iter().map(String::as_str).collect::<Vec<_>>());
+        r.instance_id = Strings::from_iter((from..from + n).map(|i| format!("g{}", i % 7)));
+        // Columns of its rows' size, as a decoded message's are.
+        r.take(&(0..n).collect::<Vec<_>>())
+    }
+
+    /// The rows of a completed step as its compute takes them, checked
+    /// against `sent`; and its parts.
+    fn gathered_as_sent(step: Box<PendingStep<u32>>, sent: &ScoredRows) -> usize {
+        let parts = step.parts.len();
+        let (gathered, _) = step.into_gathered();
+        let (joined, groups) = gathered.join_with_groups();
+        assert_eq!(&joined, sent);
+        assert_eq!(groups, DenseGroups::from_strings(sent.instance_id.iter()));
+        parts
+    }
+
     #[test]
     fn a_step_of_large_messages_as_large_as_the_one_before_is_one_part_and_its_rows_the_same() {
         let mut a: StepAssembler<u32> = StepAssembler::new();
         let now = Instant::now();
         let big = PART_ROWS + 10;
-        let message = |step: i64, m: usize, width: usize| {
-            let ids: Vec<String> = (m * big..(m + 1) * big)
-                .map(|i| format!("t{i:0width$}"))
-                .collect();
-            let mut r = rows("r", step, &ids.iter().map(String::as_str).collect::<Vec<_>>());
-            r.instance_id = Strings::from_iter(ids.iter().map(|id| format!("g{}", id.len())));
-            r
-        };
         let mut offset = 0;
+        // A step of `messages` messages of `big` rows; its parts, and the
+        // row slots they held before it completed.
         let mut send = |a: &mut StepAssembler<u32>, step: i64, messages: usize, width: usize| {
             let mut sent = ScoredRows::default();
             for m in 0..messages {
                 offset += 1;
-                let part = message(step, m, width);
+                let part = numbered(step, m * big, big, width);
                 sent.extend(part.clone());
                 a.add_rows(part, (0, offset), 0, 5, now);
             }
+            let slots: usize = a
+                .steps
+                .values()
+                .flat_map(|s| &s.parts)
+                .map(|p| p.reward.capacity())
+                .sum();
             offset += 1;
             let StepStatus::Complete(step) = a.end("r", step, (messages * big) as i64, (0, 0, 0), now) else {
                 panic!("every row is in");
             };
-            let parts = step.parts.len();
-            let (gathered, _) = step.into_gathered();
-            let (joined, groups) = gathered.join_with_groups();
-            assert_eq!(joined, sent);
-            assert_eq!(groups, DenseGroups::from_strings(sent.instance_id.iter()));
-            parts
+            assert_eq!(a.bytes(), 0);
+            (gathered_as_sent(step, &sent), slots)
         };
         // The first step has no room: a part a message.
-        assert_eq!(send(&mut a, 1, 3, 6), 3);
-        // The next, as large, is put in one part as its messages come.
-        assert_eq!(send(&mut a, 2, 3, 6), 1);
-        // One larger, with longer ids: the room the step before left is
-        // full after its first message or two, and the rest begin parts.
-        let parts = send(&mut a, 3, 4, 9);
-        assert!((2..=4).contains(&parts), "{parts}");
-        // One smaller again: one part.
-        assert_eq!(send(&mut a, 4, 2, 6), 1);
+        assert_eq!(send(&mut a, 1, 3, 6).0, 3);
+        // The next, as large, is put in one part as its messages come,
+        // which never grew (its room was the step before's, exactly).
+        assert_eq!(send(&mut a, 2, 3, 6), (1, 3 * big));
+        // A larger one, of ids three times as long: the part with room is
+        // full of text after its first message, and the others begin parts
+        // as they are (the room is not reserved again for each).
+        let (parts, slots) = send(&mut a, 3, 4, 20);
+        assert_eq!((parts, slots), (4, 6 * big));
+        // A smaller one again: one part.
+        assert_eq!(send(&mut a, 4, 2, 9).0, 1);
+    }
+
+    #[test]
+    fn duplicates_and_late_order_in_a_step_put_in_one_part_keep_its_rows_and_room() {
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
+        let big = PART_ROWS + 10;
+        let message = |step: i64, m: usize| numbered(step, m * big, big, 6);
+        for (m, offset) in (0..3).zip(1..) {
+            a.add_rows(message(1, m), (0, offset), 0, 5, now);
+        }
+        assert!(matches!(
+            a.end("r", 1, 3 * big as i64, (0, 4, 0), now),
+            StepStatus::Complete(_)
+        ));
+        // Step 2: its first message twice (a producer's retry), the others
+        // out of order.
+        a.add_rows(message(2, 0), (0, 10), 0, 5, now);
+        a.add_rows(message(2, 0), (0, 11), 0, 5, now);
+        a.add_rows(message(2, 2), (0, 13), 0, 5, now);
+        let step = &a.steps[&("r".to_string(), 2)];
+        assert_eq!(step.parts.len(), 1);
+        let room = step.parts[0].reward.capacity();
+        assert!(matches!(
+            a.end("r", 2, 3 * big as i64, (0, 14, 0), now),
+            StepStatus::Pending
+        ));
+        // The check dropped the retry's rows in place: the part kept its
+        // room, and the late message joins it.
+        let step = &a.steps[&("r".to_string(), 2)];
+        assert_eq!((step.parts.len(), step.duplicates), (1, big));
+        assert_eq!(step.parts[0].reward.capacity(), room);
+        let StepStatus::Complete(step) = a.add_rows(message(2, 1), (0, 12), 0, 5, now) else {
+            panic!("every distinct row is in");
+        };
+        assert_eq!(step.parts.len(), 1);
+        let mut sent = message(2, 0);
+        sent.extend(message(2, 1));
+        sent.extend(message(2, 2));
+        gathered_as_sent(step, &sent);
+        assert_eq!(a.bytes(), 0);
     }
 
     #[test]

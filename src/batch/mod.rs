@@ -383,6 +383,42 @@ impl ScoredRows {
         self.hint_category.extend(other.hint_category);
     }
 
+    /// Drops the rows whose `gone` is true (one a row), in place: what
+    /// [`Self::take`] of the others gives, without a copy of the rest or
+    /// the loss of its room.
+    pub fn retain_rows(&mut self, gone: &[bool]) {
+        fn retain<T>(column: &mut Vec<T>, gone: &[bool]) {
+            let mut row = 0;
+            column.retain(|_| {
+                row += 1;
+                !gone[row - 1]
+            });
+        }
+        for column in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id] {
+            column.retain_rows(gone);
+        }
+        retain(&mut self.step, gone);
+        retain(&mut self.reward, gone);
+        retain(&mut self.is_hinted, gone);
+        retain(&mut self.hint_category, gone);
+        // The short columns hold the rows up to their length (`retain`
+        // reads `gone` that far).
+        retain(&mut self.hint_id, gone);
+        while self.hint_id.last().is_some_and(Option::is_none) {
+            self.hint_id.pop();
+        }
+        retain(&mut self.response_length, gone);
+        while self.response_length.last() == Some(&1) {
+            self.response_length.pop();
+        }
+        for column in [&mut self.logprob_hinted, &mut self.logprob_unhinted] {
+            retain(column, gone);
+            while column.last().is_some_and(Option::is_none) {
+                column.pop();
+            }
+        }
+    }
+
     /// The rows at `indices`, in that order.
     pub fn take(&self, indices: &[usize]) -> ScoredRows {
         ScoredRows {
@@ -1066,6 +1102,51 @@ mod tests {
             ..base.clone()
         });
         assert_eq!(rows.rollout(3), base);
+    }
+
+    #[test]
+    fn rows_retained_in_place_are_the_rows_taken_and_keep_their_room() {
+        // Rows with and without the short columns' values, so that some
+        // end each column and some are dropped.
+        let rollout = |i: usize| {
+            let mut r = ScoredRollout::unhinted("run", 3, &format!("g{}", i % 3), &format!("t{i}"), i as f64);
+            if i % 4 == 1 {
+                r.is_hinted = true;
+                r.hint_category = Some(format!("c{i}"));
+                r.hint_id = Some(format!("h{i}"));
+                r.logprob_hinted = Some(-(i as f64));
+            }
+            if i % 5 == 2 {
+                r.response_length = Some(i as i64 + 2);
+                r.logprob_unhinted = Some(-0.5);
+            }
+            r
+        };
+        let mut rows = ScoredRows::default();
+        (0..23).for_each(|i| rows.push(&rollout(i)));
+        for gone in [
+            (0..23).map(|i| i % 3 == 0).collect::<Vec<_>>(),
+            (0..23).map(|i| i >= 7).collect(),
+            (0..23).map(|i| i == 0).collect(),
+            vec![true; 23],
+            vec![false; 23],
+        ] {
+            let keep: Vec<usize> = (0..23).filter(|&i| !gone[i]).collect();
+            let mut retained = rows.clone();
+            let room = (
+                retained.reward.capacity(),
+                retained.trajectory_id.capacity_bytes(),
+            );
+            retained.retain_rows(&gone);
+            assert_eq!(retained, rows.take(&keep), "{gone:?}");
+            assert_eq!(
+                (
+                    retained.reward.capacity(),
+                    retained.trajectory_id.capacity_bytes()
+                ),
+                room
+            );
+        }
     }
 
     fn batch(instance: ArrayRef, reward: ArrayRef, hinted: ArrayRef) -> RecordBatch {

@@ -100,6 +100,28 @@ impl Strings {
             && self.text.capacity() - self.text.len() >= other.text_len()
     }
 
+    /// Drops the rows whose `gone` is true (one a row), in place: the
+    /// others' text moves down, and the room stays.
+    pub fn retain_rows(&mut self, gone: &[bool]) {
+        let mut text = std::mem::take(&mut self.text).into_bytes();
+        let (mut written, mut start, mut kept) = (0, 0, 0);
+        for (row, &dropped) in gone.iter().enumerate().take(self.ends.len()) {
+            let end = self.ends[row];
+            if !dropped {
+                if written != start {
+                    text.copy_within(start..end, written);
+                }
+                written += end - start;
+                self.ends[kept] = written;
+                kept += 1;
+            }
+            start = end;
+        }
+        text.truncate(written);
+        self.ends.truncate(kept);
+        self.text = String::from_utf8(text).expect("whole rows of text moved");
+    }
+
     /// Appends every row of `other`.
     pub fn append(&mut self, other: &Strings) {
         let base = self.text.len();
