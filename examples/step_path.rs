@@ -129,6 +129,12 @@ struct Args {
     /// through hintstream and the echo in turn.
     #[arg(long, default_value_t = 1)]
     warm_ups: usize,
+    /// Print each step's first send, last acknowledgement and way back as
+    /// wall-clock times (UTC) on stderr, to line up with the worker's log
+    /// (run it with `RUST_LOG=info,hintstream::advantages::publish=debug`
+    /// through a `--hintstream` wrapper for the end of its compute).
+    #[arg(long)]
+    wall_times: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -650,6 +656,8 @@ struct Bench {
     topics: Topics,
     next_step: i64,
     deadline: Duration,
+    /// `--wall-times`.
+    wall_times: bool,
 }
 
 struct Topics {
@@ -719,6 +727,23 @@ impl Bench {
             &what,
         );
         let (intake, back) = tokio::join!(intake, back);
+        if self.wall_times {
+            let now = std::time::SystemTime::now();
+            let at = |i: Instant| {
+                let ago = Instant::now().saturating_duration_since(i);
+                chrono::DateTime::<chrono::Utc>::from(now - ago)
+                    .format("%H:%M:%S%.6f")
+                    .to_string()
+            };
+            if let Ok((done, _)) = &back {
+                eprintln!(
+                    "STEP {key} {via:?} started {} acked {} done {}",
+                    at(started),
+                    at(acked),
+                    at(*done)
+                );
+            }
+        }
         let (done, output_sizes) = match back {
             Ok(v) => v,
             Err(e) => {
@@ -1107,6 +1132,7 @@ async fn run(args: Args) -> Result<()> {
         topics,
         next_step: 0,
         deadline,
+        wall_times: args.wall_times,
     };
     // Warm-up: the worker joined its group and a step went all the way.
     let mut warm = step_rows(64);
