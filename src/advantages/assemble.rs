@@ -522,6 +522,12 @@ impl GatheredRows {
         // step, not a doubling at a time.
         let mut rows = parts.next().unwrap_or_default();
         let more: Vec<ScoredRows> = parts.collect();
+        if more.is_empty() && rows.reward.capacity() > 2 * rows.len() {
+            // A part with room for a step before much larger: what it took
+            // is given back before the compute (the next step may take
+            // room again meanwhile).
+            rows.shrink_to_fit();
+        }
         rows.reserve_for(&more);
         for part in more {
             rows.extend(part);
@@ -1509,6 +1515,12 @@ mod tests {
         let (joined, groups) = gathered.join_with_groups();
         assert_eq!(&joined, sent);
         assert_eq!(groups, DenseGroups::from_strings(sent.instance_id.iter()));
+        // No room much beyond its rows goes on to the compute.
+        assert!(
+            joined.reward.capacity() <= 2 * joined.len(),
+            "{}",
+            joined.reward.capacity()
+        );
         parts
     }
 
@@ -1552,7 +1564,10 @@ mod tests {
         let (parts, slots) = send(&mut a, 3, 4, 20);
         assert_eq!((parts, slots), (4, 6 * big));
         // A smaller one again: one part.
-        assert_eq!(send(&mut a, 4, 2, 9).0, 1);
+        assert_eq!(send(&mut a, 4, 3, 9).0, 1);
+        // One of a third the rows: one part, its room given back before
+        // the compute.
+        assert_eq!(send(&mut a, 5, 1, 9).0, 1);
     }
 
     #[test]

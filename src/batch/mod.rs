@@ -341,6 +341,17 @@ impl ScoredRows {
         ]
     }
 
+    /// Gives back the room its columns hold beyond their rows.
+    pub fn shrink_to_fit(&mut self) {
+        for column in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id] {
+            column.shrink_to_fit();
+        }
+        self.step.shrink_to_fit();
+        self.reward.shrink_to_fit();
+        self.is_hinted.shrink_to_fit();
+        self.hint_category.shrink_to_fit();
+    }
+
     /// Whether [`Self::extend`] with `other` fits in the room left of the
     /// columns every row has (the short optional ones may still grow).
     pub fn has_room_for(&self, other: &ScoredRows) -> bool {

@@ -93,6 +93,12 @@ impl Strings {
         self.ends.reserve(rows);
     }
 
+    /// Gives back the room beyond its rows.
+    pub fn shrink_to_fit(&mut self) {
+        self.text.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
+
     /// Whether `other`'s rows fit in the room left, so that
     /// [`Self::append`] of them moves nothing already held.
     pub fn has_room_for(&self, other: &Strings) -> bool {
