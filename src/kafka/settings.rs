@@ -1,8 +1,12 @@
 //! The librdkafka settings every client starts from: bootstrap servers,
 //! then the `[kafka]` passthrough table and the client kind's own table,
-//! and statistics (readiness rests on them). The settings the delivery
-//! contract depends on are set over these where each client is made
-//! (`consumer`, `producers`), and nowhere else.
+//! and statistics (readiness rests on them). The consumer's settings the
+//! delivery contract depends on (no automatic offset store, the commit
+//! mode, `read_committed`) are set over these where it is made
+//! (`consumer`), so that no table turns them off. The producers' `acks=all`
+//! and idempotence are set before them (`producers`): a deployment may
+//! change them, for a broker without idempotent producers, at the cost of
+//! per-key order and of duplicates on a retry.
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::statistics::{Broker, Statistics};
