@@ -245,10 +245,7 @@ impl<P> PendingStep<P> {
 
     /// The text bytes its parts' three string columns hold.
     fn text_lens(&self) -> [usize; 3] {
-        self.parts.iter().fold([0; 3], |sum, part| {
-            let more = part.text_lens();
-            std::array::from_fn(|c| sum[c] + more[c])
-        })
+        ScoredRows::text_lens_of(&self.parts)
     }
 
     /// A new part for `rows`, which the step's row hashes count already.

@@ -286,17 +286,22 @@ impl ScoredRows {
     /// memory than the machine has).
     pub fn reserve_for(&mut self, more: &[ScoredRows]) {
         let additional: usize = more.iter().map(ScoredRows::len).sum();
-        let text =
-            |column: fn(&ScoredRows) -> &Strings| more.iter().map(|rows| column(rows).text_len()).sum();
-        self.run_id.reserve(additional, text(|rows| &rows.run_id));
-        self.instance_id
-            .reserve(additional, text(|rows| &rows.instance_id));
-        self.trajectory_id
-            .reserve(additional, text(|rows| &rows.trajectory_id));
-        self.step.reserve(additional);
-        self.reward.reserve(additional);
-        self.is_hinted.reserve(additional);
-        self.hint_category.reserve(additional);
+        self.reserve_rows(additional, Self::text_lens_of(more));
+    }
+
+    /// Room for `rows` more rows in the columns every row has, its three
+    /// string columns ([`Self::text_lens`]' order) for `text` more bytes.
+    fn reserve_rows(&mut self, rows: usize, text: [usize; 3]) {
+        for (column, bytes) in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id]
+            .into_iter()
+            .zip(text)
+        {
+            column.reserve(rows, bytes);
+        }
+        self.step.reserve(rows);
+        self.reward.reserve(rows);
+        self.is_hinted.reserve(rows);
+        self.hint_category.reserve(rows);
     }
 
     /// Room for `more` rows like those it holds: as long strings, on
@@ -304,30 +309,17 @@ impl ScoredRows {
     /// fills.
     pub fn reserve_alike(&mut self, more: usize, most_text: usize) {
         let held = self.len().max(1);
-        for column in [&mut self.run_id, &mut self.instance_id, &mut self.trajectory_id] {
-            let bytes = column.text_len().div_ceil(held).min(most_text) * more;
-            column.reserve(more, bytes);
-        }
-        self.step.reserve(more);
-        self.reward.reserve(more);
-        self.is_hinted.reserve(more);
-        self.hint_category.reserve(more);
+        let text = self
+            .text_lens()
+            .map(|bytes| bytes.div_ceil(held).min(most_text) * more);
+        self.reserve_rows(more, text);
     }
 
     /// Empty, with room for `rows` rows whose three string columns
     /// (`run_id`, `instance_id`, `trajectory_id`) hold `text` bytes.
     pub fn with_room(rows: usize, text: [usize; 3]) -> Self {
         let mut room = ScoredRows::default();
-        for (column, bytes) in [&mut room.run_id, &mut room.instance_id, &mut room.trajectory_id]
-            .into_iter()
-            .zip(text)
-        {
-            column.reserve(rows, bytes);
-        }
-        room.step.reserve(rows);
-        room.reward.reserve(rows);
-        room.is_hinted.reserve(rows);
-        room.hint_category.reserve(rows);
+        room.reserve_rows(rows, text);
         room
     }
 
@@ -339,6 +331,14 @@ impl ScoredRows {
             self.instance_id.text_len(),
             self.trajectory_id.text_len(),
         ]
+    }
+
+    /// [`Self::text_lens`] summed over `parts`.
+    pub fn text_lens_of(parts: &[ScoredRows]) -> [usize; 3] {
+        parts.iter().fold([0; 3], |sum, rows| {
+            let lens = rows.text_lens();
+            std::array::from_fn(|c| sum[c] + lens[c])
+        })
     }
 
     /// Gives back the room its columns hold beyond their rows.
@@ -413,20 +413,14 @@ impl ScoredRows {
         retain(&mut self.is_hinted, gone);
         retain(&mut self.hint_category, gone);
         // The short columns hold the rows up to their length (`retain`
-        // reads `gone` that far).
+        // reads `gone` that far), and keep their short form.
         retain(&mut self.hint_id, gone);
-        while self.hint_id.last().is_some_and(Option::is_none) {
-            self.hint_id.pop();
-        }
+        self.hint_id = without_trailing_none(std::mem::take(&mut self.hint_id));
         retain(&mut self.response_length, gone);
-        while self.response_length.last() == Some(&1) {
-            self.response_length.pop();
-        }
+        self.response_length = without_trailing_ones(std::mem::take(&mut self.response_length));
         for column in [&mut self.logprob_hinted, &mut self.logprob_unhinted] {
             retain(column, gone);
-            while column.last().is_some_and(Option::is_none) {
-                column.pop();
-            }
+            *column = without_trailing_none(std::mem::take(column));
         }
     }
 
@@ -642,14 +636,12 @@ fn take_optional(column: &[Option<f64>], indices: &[usize]) -> Vec<Option<f64>> 
     if column.is_empty() {
         return Vec::new();
     }
-    let mut out: Vec<Option<f64>> = indices
-        .iter()
-        .map(|&i| column.get(i).copied().flatten())
-        .collect();
-    while out.last().is_some_and(Option::is_none) {
-        out.pop();
-    }
-    out
+    without_trailing_none(
+        indices
+            .iter()
+            .map(|&i| column.get(i).copied().flatten())
+            .collect(),
+    )
 }
 
 /// A float column that may be absent, in `hint_id`'s short form (nulls as
@@ -746,12 +738,13 @@ fn response_lengths(batch: &RecordBatch) -> Result<Vec<u32>, BatchError> {
     Ok(out)
 }
 
-/// `ids` without its trailing `None`s ([`ScoredRows::hint_id`]'s form).
-fn without_trailing_none(mut ids: Vec<Option<String>>) -> Vec<Option<String>> {
-    while ids.last().is_some_and(Option::is_none) {
-        ids.pop();
+/// `values` without its trailing `None`s ([`ScoredRows::hint_id`]'s form,
+/// and the log-probs').
+fn without_trailing_none<T>(mut values: Vec<Option<T>>) -> Vec<Option<T>> {
+    while values.last().is_some_and(Option::is_none) {
+        values.pop();
     }
-    ids
+    values
 }
 
 /// The columns the advantage kernels read, taken from a scored batch with as
