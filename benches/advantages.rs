@@ -50,6 +50,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use hintstream::advantages::assemble::{GatheredRows, Incoming, StepAssembler, StepStatus};
 use hintstream::advantages::compute::advantages_batch;
 use hintstream::advantages::decode::{arrow_meta, decode_scored, ScoredInput};
+use hintstream::advantages::outcomes::hint_outcomes;
+use hintstream::advantages::step_metrics::{step_metrics, MetricOptions};
 use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::chunk::encode_chunks;
 use hintstream::batch::synthetic::synthetic_step;
@@ -211,6 +213,17 @@ fn step_io(
     }
     let result =
         compute_step(data.clone(), &AdvantageOptions::default(), Device::Cpu).expect("the step computes");
+    let metric_options = MetricOptions {
+        success_threshold: 0.0,
+        pass_at_k: &[1, 4],
+        samples_per_prompt: None,
+    };
+    g.bench_with_input(BenchmarkId::new("step_metrics", n), &result, |b, result| {
+        b.iter(|| step_metrics(&result.rows, &result.groups, &result.advantages, &metric_options))
+    });
+    g.bench_with_input(BenchmarkId::new("hint_outcomes", n), &result, |b, result| {
+        b.iter(|| hint_outcomes(&result.rows, 0.0, "2026-12-05T00:00:00.000Z"))
+    });
     g.bench_with_input(BenchmarkId::new("output_batch", n), &result, |b, result| {
         b.iter(|| advantages_batch(&result.rows, &result.advantages, HintedWeight::None))
     });

@@ -943,8 +943,8 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
     println!(
         "\n{repeats} step(s) each. intake: from the last acknowledgement until the worker had taken every input \
          message (its messages_received counter, polled every 10 ms: fetch, decode, assembly left). compute: \
-         the worker's compute_seconds (parts put together, string ids → dense ids, kernel). rest: end-to-end − \
-         intake − compute (encoding, publishing the chunks, the metrics, \
+         the worker's compute_seconds (parts put together, string ids → dense ids, kernel, and the step's \
+         metrics beside it). rest: end-to-end − intake − compute (encoding, publishing the chunks, the metrics, \
          the reader's fetch). worker CPU: the worker process's CPU time (user and system, every thread) from the \
          step's first send until its way back, in 10 ms ticks. rows/s: rows ÷ median end-to-end. worker peak RSS: the worker process's high-water \
          mark (VmHWM) after these steps, so it covers every step run before them: give --rows in ascending \

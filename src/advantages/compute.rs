@@ -114,18 +114,54 @@ pub fn compute_grouped(
     options: &AdvantageOptions,
     device: Device,
 ) -> Result<StepResult, ComputeError> {
-    debug_assert_eq!(groups.ids.len(), rows.len());
-    let (advantages, ran) = if options.estimator == Estimator::ReinforcePp {
-        kernel(&rows, &ungrouped(rows.len()), options, device, |i| i)?
-    } else {
-        kernel(&rows, &groups, options, device, |i| i)?
-    };
+    let (advantages, ran) = step_kernel(&rows, &groups, options, device)?;
     Ok(StepResult {
         rows,
         groups,
         advantages,
         ran,
     })
+}
+
+/// [`compute_grouped`], with `beside` run on the rows and their groups
+/// while the kernel runs (both on rayon's pool): what a step needs of its
+/// rows but not of its advantages, such as its metrics, is then ready with
+/// them. A panic in either is resumed once both ended.
+pub fn compute_grouped_beside<R: Send>(
+    rows: ScoredRows,
+    groups: DenseGroups,
+    options: &AdvantageOptions,
+    device: Device,
+    beside: impl FnOnce(&ScoredRows, &DenseGroups) -> R + Send,
+) -> Result<(StepResult, R), ComputeError> {
+    let (computed, aside) = rayon::join(
+        || step_kernel(&rows, &groups, options, device),
+        || beside(&rows, &groups),
+    );
+    let (advantages, ran) = computed?;
+    let result = StepResult {
+        rows,
+        groups,
+        advantages,
+        ran,
+    };
+    Ok((result, aside))
+}
+
+/// The kernel over a step's rows in the groups its estimator takes
+/// (reinforce_pp: one group).
+fn step_kernel(
+    rows: &ScoredRows,
+    groups: &DenseGroups,
+    options: &AdvantageOptions,
+    device: Device,
+) -> Result<(Advantages, Ran), ComputeError> {
+    debug_assert_eq!(groups.ids.len(), rows.len());
+    if options.estimator == Estimator::ReinforcePp {
+        kernel(rows, &ungrouped(rows.len()), options, device, |i| i)
+    } else {
+        kernel(rows, groups, options, device, |i| i)
+    }
 }
 
 /// Computes `rows`, all of one step, whose row `i` is input row
@@ -345,5 +381,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn what_runs_beside_the_kernel_sees_the_steps_rows_and_groups_and_its_panic_is_the_steps() {
+        let rows = synthetic_step(4_000, 8, "run-1", 3, 11);
+        let groups = DenseGroups::from_strings(rows.instance_id.iter());
+        for estimator in [Estimator::Grpo, Estimator::ReinforcePp] {
+            let options = AdvantageOptions {
+                estimator,
+                ..AdvantageOptions::default()
+            };
+            let alone = compute_grouped(rows.clone(), groups.clone(), &options, Device::Cpu).unwrap();
+            let (result, seen) =
+                compute_grouped_beside(rows.clone(), groups.clone(), &options, Device::Cpu, |r, g| {
+                    (
+                        r.trajectory_id.iter().map(str::to_owned).collect::<Vec<_>>(),
+                        g.clone(),
+                    )
+                })
+                .unwrap();
+            assert_eq!(result.advantages, alone.advantages, "{estimator:?}");
+            assert_eq!(
+                seen.0,
+                rows.trajectory_id.iter().map(str::to_owned).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                seen.1, groups,
+                "{estimator:?}: the step's groups, whatever the estimator's"
+            );
+        }
+        let panicked = std::panic::catch_unwind(|| {
+            compute_grouped_beside(rows, groups, &AdvantageOptions::default(), Device::Cpu, |_, _| {
+                panic!("the metrics failed")
+            })
+        });
+        assert!(
+            panicked.is_err(),
+            "a panic beside the kernel ends the step's compute"
+        );
     }
 }

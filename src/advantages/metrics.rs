@@ -69,7 +69,7 @@ impl AdvantageMetrics {
         );
         registry.register(
             "compute_seconds",
-            "Advantage computation time per step (its rows put together, their group ids mapped, the kernel), by device",
+            "Advantage computation time per step (its rows put together, their group ids mapped, the kernel and, beside it, the step's metrics), by device",
             m.compute_seconds.clone(),
         );
         registry.register(

@@ -32,25 +32,25 @@ use std::time::{Instant, SystemTime};
 use arrow_schema::ArrowError;
 use rdkafka::error::KafkaError;
 use thiserror::Error;
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::JoinError;
 
 use super::assemble::{GatheredRows, PendingStep};
-use super::compute::{advantages_rows_batch, check_finite, compute_grouped, ComputeError, StepResult};
+use super::compute::{advantages_rows_batch, check_finite, compute_grouped_beside, ComputeError, StepResult};
 use super::learning::Learning;
 use super::metrics::AdvantageMetrics;
 use super::outcomes::hint_outcomes;
-use super::step_metrics::{step_metrics, MetricOptions, StepMetrics};
+use super::step_metrics::{extreme_count, row_metrics, MetricOptions, StepMetrics};
 use crate::batch::chunk::{
     attempt_id, chunk_header_values, encode_chunks, plan_unbuilt, Chunk, Chunks, ATTEMPT_HEADER,
     CHUNKS_HEADER, CHUNK_HEADER, ROWS_HEADER,
 };
-use crate::batch::{ipc, BatchError, ARROW_STREAM_CONTENT_TYPE};
+use crate::batch::{ipc, BatchError, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::AdvantagesConfig;
 use crate::health::Lifecycle;
 use crate::kafka::produce::headers;
 use crate::kafka::{Outgoing, SendError, Settlement, StageProducer, Taken, IDEMPOTENT_IN_FLIGHT};
 use crate::messages::{step_key, HintOutcome};
-use crate::normalize::{AdvantageOptions, Device, HintedWeight, Ran};
+use crate::normalize::{AdvantageOptions, DenseGroups, Device, HintedWeight, Ran};
 
 /// Header that says which kernel computed a published step.
 pub const DEVICE_HEADER: &str = "hintstream.device";
@@ -191,8 +191,7 @@ struct Encoded {
     rows: usize,
 }
 
-/// A computed step's metrics and hint outcomes, made on a thread of their
-/// own while its advantages become a batch and its chunks are planned
+/// A computed step's metrics and hint outcomes, made beside its kernel
 /// (they go out after the chunks, and are ready before the first leaves).
 struct Summary {
     metrics: StepMetrics,
@@ -200,6 +199,24 @@ struct Summary {
     outcomes: Vec<HintOutcome>,
     /// Advantages beyond the extreme bound, for the step's counter.
     extreme: u64,
+}
+
+/// A step's metrics but `advantage/extreme_count` (added once its
+/// advantages are in), and its hint outcomes: what its rows alone give.
+fn summarize(
+    rows: &ScoredRows,
+    groups: &DenseGroups,
+    stage: &AdvantagesConfig,
+    step: i64,
+    duplicates: usize,
+) -> (StepMetrics, Vec<HintOutcome>) {
+    let options = MetricOptions::from(stage);
+    let mut metrics = row_metrics(rows, groups, &options);
+    metrics.insert("step".into(), step as f64);
+    metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
+    let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let outcomes = hint_outcomes(rows, options.success_threshold, &created_at);
+    (metrics, outcomes)
 }
 
 /// Why a complete step was not published, each step of publishing failing
@@ -332,16 +349,12 @@ impl StepOutput {
         duplicates: usize,
         parked: &Settlement,
     ) -> Result<(), Unpublished> {
-        let result = self.compute(id, rows).await?;
+        // The metrics before any chunk leaves: a failure there must find
+        // nothing sent (under exactly_once, nothing registered to commit
+        // beside the dead letters).
+        let (result, mut summary) = self.compute(id, rows, duplicates).await?;
         let encoding = Instant::now();
-        let (encoded, chunks, summary) = self.encode(id, result, duplicates).await?;
-        // Before any chunk leaves: a failure here must find nothing sent
-        // (under exactly_once, nothing registered to commit beside the
-        // dead letters).
-        let mut summary = summary.await.map_err(|source| Unpublished::EncodePanicked {
-            step: id.name(),
-            source,
-        })?;
+        let (encoded, chunks) = self.encode(id, result).await?;
         let encode_ms = encoding.elapsed().as_millis() as u64;
         let count = chunks.len();
         let sending = Instant::now();
@@ -365,16 +378,35 @@ impl StepOutput {
     }
 
     /// Puts a step's rows together and computes its advantages, off the
-    /// async workers.
-    async fn compute(&self, id: &StepId, rows: GatheredRows) -> Result<StepResult, Unpublished> {
+    /// async workers, and beside the kernel its metrics and hint outcomes
+    /// (only `advantage/extreme_count` waits for the advantages).
+    async fn compute(
+        &self,
+        id: &StepId,
+        rows: GatheredRows,
+        duplicates: usize,
+    ) -> Result<(StepResult, Summary), Unpublished> {
         let (options, device) = (self.options, self.device);
+        let stage = self.stage.clone();
+        let step_no = id.step;
         let started = Instant::now();
         // Number crunching leaves the async workers.
         let span = tracing::info_span!("compute");
-        let result = tokio::task::spawn_blocking(move || {
+        let (result, summary) = tokio::task::spawn_blocking(move || {
             span.in_scope(|| {
                 let (rows, groups) = rows.join_with_groups();
-                compute_grouped(rows, groups, &options, device)
+                let (result, (mut metrics, outcomes)) =
+                    compute_grouped_beside(rows, groups, &options, device, |rows, groups| {
+                        summarize(rows, groups, &stage, step_no, duplicates)
+                    })?;
+                let extreme = extreme_count(&result.advantages);
+                metrics.insert("advantage/extreme_count".into(), extreme as f64);
+                let summary = Summary {
+                    metrics,
+                    outcomes,
+                    extreme: extreme as u64,
+                };
+                Ok((result, summary))
             })
         })
         .await
@@ -393,21 +425,14 @@ impl StepOutput {
         self.metrics
             .computed(device_name, started.elapsed().as_secs_f64());
         tracing::debug!(run_id = %id.run_id, step = id.step, rows = result.rows.len(), device = device_name, "step computed; publishing");
-        Ok(result)
+        Ok((result, summary))
     }
 
     /// Encodes a computed step, off the async workers too (a large step
     /// takes as long to encode as to compute): its advantages as Arrow
     /// chunks that fit `advantages.max_message_bytes` with their envelope
-    /// (a large step's planned, to be encoded as they are sent), its
-    /// metrics and its hint outcomes (on a thread of their own, awaited
-    /// before the first chunk is sent).
-    async fn encode(
-        &self,
-        id: &StepId,
-        result: StepResult,
-        duplicates: usize,
-    ) -> Result<(Encoded, StepChunks, JoinHandle<Summary>), Unpublished> {
+    /// (a large step's planned, to be encoded as they are sent).
+    async fn encode(&self, id: &StepId, result: StepResult) -> Result<(Encoded, StepChunks), Unpublished> {
         let device = result.ran.as_str();
         let key = step_key(&id.run_id, id.step);
         let attempt = attempt_id(worker_identity(), unix_nanos(SystemTime::now()), &key);
@@ -415,13 +440,7 @@ impl StepOutput {
             .stage
             .max_message_bytes
             .saturating_sub(envelope_bytes(&key, device));
-        let stage = self.stage.clone();
-        let step_no = id.step;
         let hinted_weight = self.hinted_weight;
-        let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        // The chunks on one thread of the blocking pool, the metrics and
-        // outcomes on another: on a machine of two cores or more they
-        // overlap (each takes a few hundred ms at 1M rows).
         let result = Arc::new(result);
         let for_chunks = result.clone();
         let chunks = tokio::task::spawn_blocking(move || {
@@ -451,25 +470,6 @@ impl StepOutput {
                     .map_err(Unpublished::EncodeChunks),
             }
         });
-        let for_metrics = result.clone();
-        let metrics = tokio::task::spawn_blocking(move || {
-            let options = MetricOptions::from(&stage);
-            let mut metrics = step_metrics(
-                &for_metrics.rows,
-                &for_metrics.groups,
-                &for_metrics.advantages,
-                &options,
-            );
-            metrics.insert("step".into(), step_no as f64);
-            metrics.insert("advantage/duplicate_rows".into(), duplicates as f64);
-            let outcomes = hint_outcomes(&for_metrics.rows, options.success_threshold, &created_at);
-            let extreme = metrics.get("advantage/extreme_count").copied().unwrap_or(0.0) as u64;
-            Summary {
-                metrics,
-                outcomes,
-                extreme,
-            }
-        });
         let chunks = chunks.await.map_err(|source| Unpublished::EncodePanicked {
             step: id.name(),
             source,
@@ -497,7 +497,7 @@ impl StepOutput {
             device,
             rows: result.rows.len(),
         };
-        Ok((encoded, chunks, metrics))
+        Ok((encoded, chunks))
     }
 
     /// Sends the chunks, up to [`CHUNKS_IN_FLIGHT`] at a time, handed to the

@@ -37,16 +37,18 @@ use crate::normalize::{finite, Advantages, DenseGroups, EXTREME_ADVANTAGE};
 /// Flat metric name → value.
 pub type StepMetrics = BTreeMap<String, f64>;
 
-#[derive(Default)]
+/// Rows and their successes. Counts of 32 bits: a step holds fewer than
+/// 2^32 rows (its rows are numbered so).
+#[derive(Default, Clone, Copy)]
 struct Tally {
-    count: u64,
-    successes: u64,
+    count: u32,
+    successes: u32,
 }
 
 impl Tally {
     fn add(&mut self, success: bool) {
         self.count += 1;
-        self.successes += u64::from(success);
+        self.successes += u32::from(success);
     }
 
     /// Successes / count; `None` for an empty tally (undefined, not 0).
@@ -80,31 +82,37 @@ impl<'a> From<&'a AdvantagesConfig> for MetricOptions<'a> {
 }
 
 /// A step's rows counted: per group, (raw rows, hinted rows); the hinted
-/// rows; and the hinted rows in all and by category.
+/// rows; the hinted rows in all and by category; and the sums of the rows'
+/// rewards and of their positive parts, in row order.
 struct Tallies {
     groups: Vec<(Tally, Tally)>,
     hinted_rows: Vec<usize>,
+    sums: [f64; 2],
     hinted: Tally,
     llm: Tally,
     fallback: Tally,
 }
 
 impl Tallies {
-    /// One pass over every row (a random access a row into a table of 32
-    /// bytes a group), then the hinted rows' categories on their own.
+    /// One pass over every row (a random access a row into a table of 16
+    /// bytes a group, the raw and hinted tallies side by side and chosen
+    /// without a branch; the sums' additions overlap its misses), then the
+    /// hinted rows' categories on their own.
     fn of(rows: &ScoredRows, dense: &DenseGroups, success_threshold: f64) -> Self {
         let success = |i: usize| rows.reward[i] > success_threshold;
-        let mut groups: Vec<(Tally, Tally)> = (0..dense.n_groups).map(|_| Default::default()).collect();
-        for i in 0..rows.len() {
-            let entry = &mut groups[dense.ids[i] as usize];
-            let tally = if rows.is_hinted[i] {
-                &mut entry.1
-            } else {
-                &mut entry.0
-            };
-            tally.add(success(i));
+        let mut groups = vec![[Tally::default(); 2]; dense.n_groups];
+        let mut hinted_rows = Vec::new();
+        let mut sums = [-0.0, -0.0];
+        let columns = dense.ids.iter().zip(&rows.reward).zip(&rows.is_hinted);
+        for (i, ((&group, &reward), &is_hinted)) in columns.enumerate() {
+            groups[group as usize][usize::from(is_hinted)].add(reward > success_threshold);
+            sums[0] += reward;
+            sums[1] += reward.max(0.0);
+            if is_hinted {
+                hinted_rows.push(i);
+            }
         }
-        let hinted_rows: Vec<usize> = (0..rows.len()).filter(|&i| rows.is_hinted[i]).collect();
+        let groups = groups.into_iter().map(|[raw, hinted]| (raw, hinted)).collect();
         let (mut hinted, mut llm, mut fallback) = (Tally::default(), Tally::default(), Tally::default());
         for &i in &hinted_rows {
             hinted.add(success(i));
@@ -117,6 +125,7 @@ impl Tallies {
         Tallies {
             groups,
             hinted_rows,
+            sums,
             hinted,
             llm,
             fallback,
@@ -134,9 +143,19 @@ pub fn step_metrics(
     advantages: &Advantages,
     options: &MetricOptions<'_>,
 ) -> StepMetrics {
+    let mut m = row_metrics(rows, dense, options);
+    m.insert("advantage/extreme_count".into(), extreme_count(advantages) as f64);
+    m
+}
+
+/// The step's metrics that need no advantages: all but
+/// `advantage/extreme_count` ([`extreme_count`]). A step's worker counts
+/// these while its kernel runs.
+pub fn row_metrics(rows: &ScoredRows, dense: &DenseGroups, options: &MetricOptions<'_>) -> StepMetrics {
     let Tallies {
         groups,
         hinted_rows,
+        sums: [reward_sum, positive_sum],
         hinted,
         llm,
         fallback,
@@ -171,10 +190,9 @@ pub fn step_metrics(
     }
 
     if !rows.is_empty() {
-        let n = options.samples_per_prompt.unwrap_or_else(|| {
-            let largest = groups.iter().map(|(raw, _)| raw.count).max().unwrap_or(0);
-            u32::try_from(largest).unwrap_or(u32::MAX)
-        });
+        let n = options
+            .samples_per_prompt
+            .unwrap_or_else(|| groups.iter().map(|(raw, _)| raw.count).max().unwrap_or(0));
         let passed = groups
             .iter()
             .filter(|(raw, h)| raw.successes + h.successes > 0)
@@ -183,17 +201,20 @@ pub fn step_metrics(
             format!("reward/avg_pass_at_{n}"),
             passed as f64 / groups.len() as f64,
         );
-        m.insert("reward/avg_raw_reward".into(), mean(rows.reward.iter().copied()));
+        m.insert(
+            "reward/avg_raw_reward".into(),
+            mean(reward_sum, rows.reward.iter().copied()),
+        );
         m.insert(
             "reward/mean_positive_reward".into(),
-            mean(rows.reward.iter().map(|r| r.max(0.0))),
+            mean(positive_sum, rows.reward.iter().map(|r| r.max(0.0))),
         );
     }
     for &k in options.pass_at_k {
         let estimates: Vec<f64> = groups
             .iter()
-            .filter(|(raw, _)| raw.count >= u64::from(k))
-            .map(|(raw, _)| pass_at_k_estimate(raw.count, raw.successes, u64::from(k)))
+            .filter(|(raw, _)| raw.count >= k)
+            .map(|(raw, _)| pass_at_k_estimate(raw.count.into(), raw.successes.into(), k.into()))
             .collect();
         if !estimates.is_empty() {
             m.insert(
@@ -202,12 +223,6 @@ pub fn step_metrics(
             );
         }
     }
-    let extreme = advantages
-        .advantage
-        .iter()
-        .filter(|a| a.abs() > EXTREME_ADVANTAGE)
-        .count();
-    m.insert("advantage/extreme_count".into(), extreme as f64);
     m.insert("advantage/rows".into(), rows.len() as f64);
     // Never the case (means are finite, rates are ratios of counts): a
     // value that is not finite is left out, as an undefined one is.
@@ -215,12 +230,22 @@ pub fn step_metrics(
     m
 }
 
-/// The mean of at least one finite value: their sum over their count, or
-/// where that sum overflows, [`finite::mean`] (always finite).
-fn mean(values: impl Iterator<Item = f64> + Clone) -> f64 {
-    let (sum, count) = values.clone().fold((-0.0, 0usize), |(s, n), v| (s + v, n + 1));
+/// `advantage/extreme_count`: the advantages beyond [`EXTREME_ADVANTAGE`]
+/// in absolute value.
+pub fn extreme_count(advantages: &Advantages) -> usize {
+    advantages
+        .advantage
+        .iter()
+        .filter(|a| a.abs() > EXTREME_ADVANTAGE)
+        .count()
+}
+
+/// The mean of at least one finite value, given their `sum` in order: that
+/// sum over their count, or where it overflows, [`finite::mean`] (always
+/// finite).
+fn mean(sum: f64, values: impl ExactSizeIterator<Item = f64> + Clone) -> f64 {
     if sum.is_finite() {
-        return sum / count as f64;
+        return sum / values.len() as f64;
     }
     finite::mean(values).unwrap_or(0.0)
 }
