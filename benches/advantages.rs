@@ -20,12 +20,20 @@
 //! - `decode_arrow`: a step's Arrow input, cut into messages under 900,000
 //!   bytes as a trainer sends it, decoded into rows (`decode_scored`) and
 //!   put together (`ScoredRows::extend`), as stage 2's intake does;
+//! - `map_groups/strings`, `map_groups/keys`: the group ids of that step's
+//!   rows in group order (as GRPO samples them), cut into messages the
+//!   same way and decoded, mapped a message at a time as stage 2's intake
+//!   does: by each row's string (`HashedGroups::extend`) and by each
+//!   message's `instance_id` dictionary keys (`HashedGroups::extend_keyed`);
 //! - `decode_json` (10,000 rows): the same step as a trainer's JSON rows,
 //!   one `scored_rollout` a message, each decoded (`decode_scored`) and
 //!   put together as stage 2's intake does a message at a time;
 //! - `assemble_json` (10,000 and 100,000 rows): the rows of those JSON
 //!   messages, decoded, put into a step a message at a time
 //!   (`StepAssembler::add_rows`, then `end`), after a step before it;
+//! - `step_metrics`, `hint_outcomes`: a computed step's metrics
+//!   (`step_metrics`: what a step's worker makes beside its kernel, and
+//!   `advantage/extreme_count`) and hint outcomes;
 //! - `output_batch`: the advantages batch a step publishes, built from its
 //!   rows and advantages (`advantages_batch`);
 //! - `free_rows`: a step's rows freed.
@@ -55,8 +63,9 @@ use hintstream::advantages::step_metrics::{step_metrics, MetricOptions};
 use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::chunk::encode_chunks;
 use hintstream::batch::synthetic::synthetic_step;
-use hintstream::batch::ScoredRows;
+use hintstream::batch::{RowKeys, ScoredRows};
 use hintstream::messages::{DecodeLimits, ScoredMessage, ScoredRollout};
+use hintstream::normalize::groups::HashedGroups;
 use hintstream::normalize::{
     self, cpu, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight,
 };
@@ -181,11 +190,50 @@ fn step_io(
             let mut rows = ScoredRows::default();
             for message in &messages.chunks {
                 match decode_scored(&message.payload, &meta, DecodeLimits::default()) {
-                    Ok(ScoredInput::Rows(part)) => rows.extend(*part),
+                    Ok(ScoredInput::Rows(part, _)) => rows.extend(*part),
                     _ => panic!("a step's message decodes to rows"),
                 }
             }
             rows
+        })
+    });
+    // A step's group ids mapped as its messages come, each message's by
+    // string (a hash a row) and by its dictionary's keys (a look-up a
+    // group): its rows in group order, as a trainer's GRPO samples are.
+    let mut by_group: Vec<usize> = (0..data.len()).collect();
+    by_group.sort_by_key(|&row| &data.instance_id[row]);
+    let grouped = data.take(&by_group).to_batch().expect("bench rows form a batch");
+    let decoded: Vec<(ScoredRows, RowKeys)> = encode_chunks(&grouped, 900_000)
+        .expect("the step encodes")
+        .chunks
+        .iter()
+        .map(
+            |message| match decode_scored(&message.payload, &meta, DecodeLimits::default()) {
+                Ok(ScoredInput::Rows(part, Some(keys))) => (*part, keys),
+                _ => panic!("a message of rows in group order decodes with its keys"),
+            },
+        )
+        .collect();
+    g.bench_with_input(
+        BenchmarkId::new("map_groups/strings", n),
+        &decoded,
+        |b, decoded| {
+            b.iter(|| {
+                let mut groups = HashedGroups::new();
+                for (part, _) in decoded {
+                    groups.extend(part.instance_id.iter());
+                }
+                groups.finish()
+            })
+        },
+    );
+    g.bench_with_input(BenchmarkId::new("map_groups/keys", n), &decoded, |b, decoded| {
+        b.iter(|| {
+            let mut groups = HashedGroups::new();
+            for (part, keys) in decoded {
+                groups.extend_keyed(&keys.keys, keys.values, |row| &part.instance_id[row]);
+            }
+            groups.finish()
         })
     });
     if n <= 100_000 {

@@ -19,8 +19,9 @@
 //! `messages_received` counter covers every input message: the fetch,
 //! decode and assembly it had left), `compute` (the increase of the
 //! worker's `compute_seconds` histogram sum: the step's parts put
-//! together, string ids to dense ids and the kernel), both read from its Prometheus endpoint (intake polled every
-//! 10 ms).
+//! together, string ids to dense ids, the kernel and, beside it, the
+//! step's metrics), both read from its Prometheus endpoint (intake polled
+//! every 10 ms).
 //!
 //! **Baseline.** The same input, produced the same way to a topic of its
 //! own, read by an echo in this process that does no work on it: once it
@@ -37,7 +38,7 @@
 //! first large steps, and its CPU is this machine's too).
 //!
 //! Rows: 8 a group, string ids like a trainer's (`swe-task-00012345`),
-//! shuffled, 30% reward 1 and the rest in [0, 0.5), 10% hinted (as
+//! shuffled (`--grouped`: a group's rows side by side), 30% reward 1 and the rest in [0, 0.5), 10% hinted (as
 //! `benches/advantages.rs`).
 //!
 //! Every wait has a deadline (`--deadline-secs`) and says what it waited
@@ -50,7 +51,7 @@
 //!
 //! Progress goes to stderr; the Markdown tables to stdout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -135,6 +136,11 @@ struct Args {
     /// through a `--hintstream` wrapper for the end of its compute).
     #[arg(long)]
     wall_times: bool,
+    /// Rows of a group side by side, as GRPO samples them (and as a
+    /// trainer's messages then carry their `instance_id` dictionaries, a
+    /// value every few rows), instead of shuffled across the step.
+    #[arg(long)]
+    grouped: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -159,9 +165,21 @@ enum Via {
     Echo,
 }
 
-/// `n` rows of one step, shuffled, with string ids like a trainer's.
-fn step_rows(n: usize) -> ScoredRows {
-    synthetic_step(n, GROUP_SIZE, RUN_ID, 0, 42)
+/// `n` rows of one step, with string ids like a trainer's: shuffled, or
+/// `grouped` (each group's rows side by side, in the order the groups
+/// first come).
+fn step_rows(n: usize, grouped: bool) -> ScoredRows {
+    let rows = synthetic_step(n, GROUP_SIZE, RUN_ID, 0, 42);
+    if !grouped {
+        return rows;
+    }
+    let mut first_seen: HashMap<&str, usize> = HashMap::new();
+    for (row, id) in rows.instance_id.iter().enumerate() {
+        first_seen.entry(id).or_insert(row);
+    }
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&row| (first_seen[&rows.instance_id[row]], row));
+    rows.take(&order)
 }
 
 /// One input message.
@@ -1135,7 +1153,7 @@ async fn run(args: Args) -> Result<()> {
         wall_times: args.wall_times,
     };
     // Warm-up: the worker joined its group and a step went all the way.
-    let mut warm = step_rows(64);
+    let mut warm = step_rows(64, args.grouped);
     let warm_up = bench.step(&mut warm, Format::Arrow, Via::Hintstream).await?;
     eprintln!("warm-up: a 64-row step back in {:.0} ms", ms(warm_up.e2e));
     if !args.no_baseline {
@@ -1150,7 +1168,7 @@ async fn run(args: Args) -> Result<()> {
     formats.sort();
     formats.dedup();
     for &n in &args.rows {
-        let mut rows = step_rows(n);
+        let mut rows = step_rows(n, args.grouped);
         for &format in &formats {
             if format == Format::Json && n > args.json_max_rows {
                 skipped.push((n, format));

@@ -22,8 +22,8 @@
 #   --side-cpus LIST    run the example, and so the trainer's side, the echo
 #                 and the worker, on these CPUs
 #   --vs PATH     another worker binary, side by side: the example runs
-#                 2 x --rounds times on the one broker, once with each worker
-#                 in turn (this tree's, or --hintstream's, first in odd rounds,
+#                 2 x --rounds times on the one broker (after a warm-up, below),
+#                 once with each worker in turn (this tree's, or --hintstream's, first in odd rounds,
 #                 PATH first in even ones); the report adds each run's figures
 #                 and their sums, each worker's against its own echo and the
 #                 two workers' CPU ratio (not with --perf)

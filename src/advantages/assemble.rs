@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use hashbrown::hash_map::EntryRef;
 use hashbrown::{Equivalent, HashMap};
 
-use crate::batch::{ScoredRows, Strings};
+use crate::batch::{RowKeys, ScoredRows, Strings};
 use crate::messages::ScoredRollout;
 use crate::normalize::clashes::LowBitClashes;
 use crate::normalize::groups::{DenseGroups, HashedGroups};
@@ -261,7 +261,7 @@ impl<P> PendingStep<P> {
     fn new_part(&mut self, rows: Incoming) -> ScoredRows {
         let left = self.room.saturating_sub(self.hashes.len());
         match rows {
-            Incoming::Rows(rows)
+            Incoming::Rows(rows, _)
                 if left >= rows.len()
                     && self.room_text.is_some()
                     && self
@@ -428,7 +428,12 @@ impl<P> PendingStep<P> {
         let Some(groups) = self.groups.as_mut() else {
             return -before;
         };
-        groups.extend(rows.instance_ids());
+        match rows {
+            Incoming::Rows(rows, Some(keys)) => {
+                groups.extend_keyed(&keys.keys, keys.values, |row| &rows.instance_id[row])
+            }
+            rows => groups.extend(rows.instance_ids()),
+        }
         groups.footprint() as isize - before
     }
 
@@ -763,20 +768,22 @@ fn rollout_bytes(row: &ScoredRollout) -> usize {
 /// batch of one row of its own was a dozen allocations, a fifth of a JSON
 /// row's way through the consume loop).
 pub enum Incoming {
-    Rows(Box<ScoredRows>),
+    /// A batch's rows, with its `instance_id`'s dictionary keys when it
+    /// came so: its group ids are then mapped once a key.
+    Rows(Box<ScoredRows>, Option<RowKeys>),
     Row(Box<ScoredRollout>),
 }
 
 impl From<ScoredRows> for Incoming {
     fn from(rows: ScoredRows) -> Self {
-        Incoming::Rows(Box::new(rows))
+        Incoming::Rows(Box::new(rows), None)
     }
 }
 
 impl Incoming {
     fn len(&self) -> usize {
         match self {
-            Incoming::Rows(rows) => rows.len(),
+            Incoming::Rows(rows, _) => rows.len(),
             Incoming::Row(_) => 1,
         }
     }
@@ -791,7 +798,7 @@ impl Incoming {
     /// When there is no row.
     fn step(&self) -> (&str, i64) {
         match self {
-            Incoming::Rows(rows) => (&rows.run_id[0], rows.step[0]),
+            Incoming::Rows(rows, _) => (&rows.run_id[0], rows.step[0]),
             Incoming::Row(row) => (&row.run_id, row.step),
         }
     }
@@ -799,7 +806,7 @@ impl Incoming {
     /// Row `row`'s `trajectory_id`.
     fn trajectory_id(&self, row: usize) -> &str {
         match self {
-            Incoming::Rows(rows) => &rows.trajectory_id[row],
+            Incoming::Rows(rows, _) => &rows.trajectory_id[row],
             Incoming::Row(one) if row == 0 => &one.trajectory_id,
             Incoming::Row(_) => panic!("row {row} of one JSON row"),
         }
@@ -812,7 +819,7 @@ impl Incoming {
     /// Every row's `instance_id`, in order.
     fn instance_ids(&self) -> impl Iterator<Item = &str> {
         let (rows, one) = match self {
-            Incoming::Rows(rows) => (Some(rows.instance_id.iter()), None),
+            Incoming::Rows(rows, _) => (Some(rows.instance_id.iter()), None),
             Incoming::Row(row) => (None, Some(row.instance_id.as_str())),
         };
         rows.into_iter().flatten().chain(one)
@@ -821,7 +828,7 @@ impl Incoming {
     /// Bytes it holds: [`rows_footprint`] of a batch, a JSON row's own.
     fn footprint(&self) -> usize {
         match self {
-            Incoming::Rows(rows) => rows_footprint(rows),
+            Incoming::Rows(rows, _) => rows_footprint(rows),
             Incoming::Row(row) => rollout_bytes(row),
         }
     }
@@ -832,7 +839,7 @@ impl Incoming {
             return self;
         }
         match self {
-            Incoming::Rows(rows) => rows.take(keep).into(),
+            Incoming::Rows(rows, _) => rows.take(keep).into(),
             // Fewer than its one row: none.
             Incoming::Row(_) => ScoredRows::default().into(),
         }
@@ -843,14 +850,14 @@ impl Incoming {
     /// for them ([`PendingStep::new_part`]).
     fn joins(&self, last: &ScoredRows) -> bool {
         match self {
-            Incoming::Rows(rows) if last.has_room_for(rows) => true,
+            Incoming::Rows(rows, _) if last.has_room_for(rows) => true,
             _ => last.len() < PART_ROWS && self.len() < PART_ROWS,
         }
     }
 
     fn append_to(self, part: &mut ScoredRows) {
         match self {
-            Incoming::Rows(rows) => part.extend(*rows),
+            Incoming::Rows(rows, _) => part.extend(*rows),
             Incoming::Row(row) => part.push(&row),
         }
     }
@@ -859,7 +866,7 @@ impl Incoming {
     /// like it.
     fn into_part(self, room: usize) -> ScoredRows {
         match self {
-            Incoming::Rows(rows) => *rows,
+            Incoming::Rows(rows, _) => *rows,
             Incoming::Row(row) => {
                 let mut part = ScoredRows::from_row(&row);
                 part.reserve_alike(room, ROOM_TEXT_A_ROW);
@@ -1399,12 +1406,21 @@ mod tests {
 
     #[test]
     fn a_steps_group_ids_are_mapped_as_its_rows_come_while_in_order_and_none_dropped() {
+        // Keyed: as a dictionary-encoded batch decodes, its dictionary in
+        // another order than its rows, with a value no row has.
+        let keyed = std::cell::Cell::new(false);
         let part = |ids: &[&str], groups: &[&str]| {
             let mut r = rows("r", 1, ids);
             r.instance_id = groups.iter().copied().collect();
-            r
+            let keys = keyed.get().then(|| RowKeys {
+                keys: (0..groups.len()).rev().collect(),
+                values: groups.len() + 1,
+            });
+            Incoming::Rows(Box::new(r), keys)
         };
-        for (offsets, duplicate) in [([1, 2, 3], false), ([1, 3, 2], false), ([1, 2, 3], true)] {
+        let cases = [([1, 2, 3], false), ([1, 3, 2], false), ([1, 2, 3], true)];
+        for ((offsets, duplicate), with_keys) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
+            keyed.set(with_keys);
             let mut a: StepAssembler<u32> = StepAssembler::new();
             let now = Instant::now();
             a.add_rows(part(&["t0", "t1"], &["g2", "g1"]), (0, offsets[0]), 0, 5, now);

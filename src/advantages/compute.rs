@@ -9,6 +9,7 @@ use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch}
 use arrow_schema::{DataType, Field, Schema};
 
 use crate::batch::{advantages_schema, kernel_columns, BatchError, ScoredRows, Strings};
+use crate::normalize::cpu::PARALLEL_MIN_ROWS;
 use crate::normalize::{
     self, AdvantageOptions, Advantages, Batch, DenseGroups, Device, Estimator, HintedWeight, NormalizeError,
     Ran,
@@ -124,9 +125,13 @@ pub fn compute_grouped(
 }
 
 /// [`compute_grouped`], with `beside` run on the rows and their groups
-/// while the kernel runs (both on rayon's pool): what a step needs of its
-/// rows but not of its advantages, such as its metrics, is then ready with
-/// them. A panic in either is resumed once both ended.
+/// while the kernel runs: what a step needs of its rows but not of its
+/// advantages, such as its metrics, is then ready with them. From
+/// [`PARALLEL_MIN_ROWS`] rows both run on rayon's pool, in the caller's
+/// span; below, where the kernel takes one thread, one after the other on
+/// the caller's thread, as a small step's kernel ran before (no step then
+/// waits on another's in the pool). A panic in either is resumed once both
+/// ended.
 pub fn compute_grouped_beside<R: Send>(
     rows: ScoredRows,
     groups: DenseGroups,
@@ -134,10 +139,18 @@ pub fn compute_grouped_beside<R: Send>(
     device: Device,
     beside: impl FnOnce(&ScoredRows, &DenseGroups) -> R + Send,
 ) -> Result<(StepResult, R), ComputeError> {
-    let (computed, aside) = rayon::join(
-        || step_kernel(&rows, &groups, options, device),
-        || beside(&rows, &groups),
-    );
+    let (computed, aside) = if rows.len() < PARALLEL_MIN_ROWS {
+        let computed = step_kernel(&rows, &groups, options, device);
+        (computed, beside(&rows, &groups))
+    } else {
+        // A span does not follow work onto rayon's threads by itself: the
+        // kernel's lines (a CUDA fallback) name their step.
+        let span = tracing::Span::current();
+        rayon::join(
+            || span.in_scope(|| step_kernel(&rows, &groups, options, device)),
+            || span.in_scope(|| beside(&rows, &groups)),
+        )
+    };
     let (advantages, ran) = computed?;
     let result = StepResult {
         rows,
@@ -385,7 +398,14 @@ mod tests {
 
     #[test]
     fn what_runs_beside_the_kernel_sees_the_steps_rows_and_groups_and_its_panic_is_the_steps() {
-        let rows = synthetic_step(4_000, 8, "run-1", 3, 11);
+        for n in [4_000, PARALLEL_MIN_ROWS] {
+            beside_the_kernel(n);
+        }
+    }
+
+    /// What [`compute_grouped_beside`] must give for a step of `n` rows.
+    fn beside_the_kernel(n: usize) {
+        let rows = synthetic_step(n, 8, "run-1", 3, 11);
         let groups = DenseGroups::from_strings(rows.instance_id.iter());
         for estimator in [Estimator::Grpo, Estimator::ReinforcePp] {
             let options = AdvantageOptions {
@@ -401,7 +421,7 @@ mod tests {
                     )
                 })
                 .unwrap();
-            assert_eq!(result.advantages, alone.advantages, "{estimator:?}");
+            assert_eq!(result.advantages, alone.advantages, "{n} rows, {estimator:?}");
             assert_eq!(
                 seen.0,
                 rows.trajectory_id.iter().map(str::to_owned).collect::<Vec<_>>()

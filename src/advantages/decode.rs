@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use crate::batch::{bound, ipc, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
+use crate::batch::{bound, ipc, RowKeys, ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use crate::config::LimitsConfig;
 use crate::kafka::{RecordMeta, Rejected};
 use crate::messages::decode::panic_text;
@@ -17,8 +17,10 @@ use crate::messages::{decode, DecodeLimits, ScoredMessage, ScoredRollout};
 
 /// One decoded message of `rl.rollouts.scored`.
 pub enum ScoredInput {
-    /// Rows of one (run_id, step): one Arrow batch.
-    Rows(Box<ScoredRows>),
+    /// Rows of one (run_id, step): one Arrow batch; with its
+    /// `instance_id`'s keys when that column came dictionary-encoded, in
+    /// one batch, as trainers send it ([`RowKeys::of`]).
+    Rows(Box<ScoredRows>, Option<RowKeys>),
     /// One JSON row.
     Row(Box<ScoredRollout>),
     End {
@@ -33,7 +35,7 @@ impl ScoredInput {
     /// `step_end`.
     pub fn into_rows(self) -> Option<ScoredRows> {
         match self {
-            ScoredInput::Rows(rows) => Some(*rows),
+            ScoredInput::Rows(rows, _) => Some(*rows),
             ScoredInput::Row(row) => Some(ScoredRows::from_row(&row)),
             ScoredInput::End { .. } => None,
         }
@@ -152,7 +154,11 @@ fn decode_unguarded(
             "an Arrow message must hold rows of one run_id/step".into(),
         ));
     }
-    Ok(ScoredInput::Rows(Box::new(rows)))
+    let keys = match batches.as_slice() {
+        [batch] => RowKeys::of(batch, "instance_id"),
+        _ => None,
+    };
+    Ok(ScoredInput::Rows(Box::new(rows), keys))
 }
 
 #[cfg(test)]
@@ -240,7 +246,8 @@ mod tests {
     fn a_small_amplification_under_the_limit_decodes_and_a_lower_limit_refuses_it() {
         let views = hostile::amplified_views(8, 1000).unwrap();
         let bytes = hostile::scored_stream_with("r", 1, "trajectory_id", std::sync::Arc::new(views)).unwrap();
-        let Ok(ScoredInput::Rows(rows)) = decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default())
+        let Ok(ScoredInput::Rows(rows, _)) =
+            decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default())
         else {
             panic!("not decoded");
         };
@@ -292,7 +299,7 @@ mod tests {
         .unwrap();
         let bytes = ipc::encode_stream(&[batch]).unwrap();
         let decoded = decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default());
-        let Ok(ScoredInput::Rows(rows)) = decoded else {
+        let Ok(ScoredInput::Rows(rows, _)) = decoded else {
             panic!("refused: {:?}", decoded.err());
         };
         assert_eq!(rows.len(), 4);

@@ -85,8 +85,8 @@ impl StepPublisher {
         let mut assembler = self.assembler();
         let now = Now;
         let status = match input {
-            ScoredInput::Rows(rows) => {
-                assembler.add_rows(Incoming::Rows(rows), position, message, bytes, now)
+            ScoredInput::Rows(rows, keys) => {
+                assembler.add_rows(Incoming::Rows(rows, keys), position, message, bytes, now)
             }
             ScoredInput::Row(row) => assembler.add_rows(Incoming::Row(row), position, message, bytes, now),
             ScoredInput::End { run_id, step, count } => {

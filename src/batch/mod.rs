@@ -24,6 +24,7 @@ use arrow_array::{
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use thiserror::Error;
 
+pub use dictionary::RowKeys;
 pub use strings::Strings;
 
 use crate::messages::ScoredRollout;

@@ -204,6 +204,37 @@ impl<S: BuildHasher> HashedGroups<S> {
         }
     }
 
+    /// Maps the rows after those mapped already, given by dictionary key:
+    /// row `i` of them has key `keys[i]` (below `values`) and string
+    /// `value(i)`, one string a key. Each key is looked up, and its string
+    /// checked, once, at its first row: a message whose rows share a few
+    /// groups costs a look-up a group instead of a hash a row. The ids are
+    /// those [`Self::extend`] gives the same strings.
+    pub fn extend_keyed<'a>(&mut self, keys: &[usize], values: usize, value: impl Fn(usize) -> &'a str) {
+        if self.failed {
+            return;
+        }
+        if self.slots.is_empty() {
+            self.slots = vec![VACANT; AHEAD * 2];
+        }
+        let mut of_key = vec![EMPTY; values];
+        self.ids.reserve(keys.len());
+        for (row, &key) in keys.iter().enumerate() {
+            let Some(known) = of_key.get_mut(key) else {
+                return self.give_up();
+            };
+            if *known == EMPTY {
+                let string = value(row);
+                let hash = self.hasher.hash_one(string.as_bytes());
+                match self.id_of(hash, string) {
+                    Some(id) if self.first(id) == string.as_bytes() => *known = id,
+                    _ => return self.give_up(),
+                }
+            }
+            self.ids.push(*known);
+        }
+    }
+
     /// Maps a batch of rows (their hashes' slots asked for already), then
     /// checks each against its group's first string. `false` when a new
     /// group's id would be `EMPTY`, or a row is not its group's string.
@@ -491,6 +522,72 @@ mod tests {
             }
         }
         assert_eq!(groups.finish(), Some(want));
+    }
+
+    /// A message's rows as a dictionary: its distinct strings in a
+    /// shuffled order, one unused and one repeated, and each row's key.
+    fn as_dictionary<'a>(rows: &[&'a str]) -> (Vec<&'a str>, Vec<usize>) {
+        let mut values: Vec<&str> = rows.to_vec();
+        values.sort_unstable();
+        values.dedup();
+        values.reverse();
+        values.push("never-a-row");
+        if let Some(&first) = values.first() {
+            values.push(first);
+        }
+        let keys = rows
+            .iter()
+            .enumerate()
+            // Rows of the repeated string alternate between its two keys.
+            .map(|(row, s)| match values.iter().rposition(|v| v == s) {
+                Some(last) if row % 2 == 0 => last,
+                _ => values.iter().position(|v| v == s).unwrap(),
+            })
+            .collect();
+        (values, keys)
+    }
+
+    #[test]
+    fn rows_mapped_by_dictionary_key_get_the_ids_their_strings_do_across_parts() {
+        let names: Vec<String> = (0..700).map(|g| format!("task-{g}")).collect();
+        let values: Vec<&str> = (0..5000)
+            .map(|row| names[(row * 31 + row / 9) % 700].as_str())
+            .collect();
+        let want = by_bytes(values.iter().copied());
+        // Parts keyed and not, of every size, their groups spanning parts.
+        let mut groups = HashedGroups::new();
+        let mut at = 0;
+        for (part, size) in [0, 1, 17, 1000, 3, 400, 2000].into_iter().cycle().enumerate() {
+            let end = (at + size).min(values.len());
+            let rows = &values[at..end];
+            if part % 3 == 2 {
+                groups.extend(rows.iter().copied());
+            } else {
+                let (dictionary, keys) = as_dictionary(rows);
+                groups.extend_keyed(&keys, dictionary.len(), |row| rows[row]);
+            }
+            assert_eq!(groups.rows(), end);
+            at = end;
+            if at == values.len() {
+                break;
+            }
+        }
+        assert_eq!(groups.finish(), Some(want));
+    }
+
+    #[test]
+    fn a_key_out_of_range_or_a_keyed_string_sharing_a_hash_gives_up() {
+        let mut groups = HashedGroups::new();
+        groups.extend_keyed(&[0, 1, 0], 2, |row| ["a", "b", "a"][row]);
+        assert_eq!(groups.rows(), 3);
+        groups.extend_keyed(&[0, 2], 2, |row| ["a", "c"][row]);
+        assert_eq!(groups.finish(), None, "key 2 of a dictionary of 2");
+
+        let mut groups = HashedGroups::with_hasher(0, 0, 0, OneHash);
+        groups.extend_keyed(&[0, 0], 1, |_| "a");
+        assert_eq!(groups.rows(), 2);
+        groups.extend_keyed(&[1, 0], 2, |row| ["a", "b"][row]);
+        assert_eq!(groups.finish(), None, "b shares a's hash");
     }
 
     #[test]

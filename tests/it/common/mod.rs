@@ -42,7 +42,28 @@ pub fn own_kafka() -> KafkaNode {
     KafkaNode::start(NodeSettings::default())
 }
 
+/// A port nothing listens on now, for a process to bind later (a stage's
+/// metrics endpoint, a broker's listener, again after a restart). Taken
+/// below the range the system hands out as connections' own ports
+/// (`ip_local_port_range`): a port of that range, once free, can become the
+/// local port of any new connection, a Kafka client's of another test, before
+/// the process binds it (a restarted stage failed so: "Address already in
+/// use"). Random, and checked free, so that tests running together seldom
+/// meet.
 pub fn free_port() -> u16 {
+    let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    const FROM: u16 = 10_000;
+    if below > FROM + 1000 {
+        for _ in 0..200 {
+            let port = rand::random_range(FROM..below);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
