@@ -429,7 +429,7 @@ impl<P> PendingStep<P> {
             return -before;
         };
         match rows {
-            Incoming::Rows(rows, Some(keys)) => {
+            Incoming::Rows(rows, Some(keys)) if keys.keys.len() == rows.len() => {
                 groups.extend_keyed(&keys.keys, keys.values, |row| &rows.instance_id[row])
             }
             rows => groups.extend(rows.instance_ids()),
@@ -1413,7 +1413,7 @@ mod tests {
             let mut r = rows("r", 1, ids);
             r.instance_id = groups.iter().copied().collect();
             let keys = keyed.get().then(|| RowKeys {
-                keys: (0..groups.len()).rev().collect(),
+                keys: (0..groups.len() as u32).rev().collect(),
                 values: groups.len() + 1,
             });
             Incoming::Rows(Box::new(r), keys)

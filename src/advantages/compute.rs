@@ -128,10 +128,11 @@ pub fn compute_grouped(
 /// while the kernel runs: what a step needs of its rows but not of its
 /// advantages, such as its metrics, is then ready with them. From
 /// [`PARALLEL_MIN_ROWS`] rows both run on rayon's pool, in the caller's
-/// span; below, where the kernel takes one thread, one after the other on
-/// the caller's thread, as a small step's kernel ran before (no step then
-/// waits on another's in the pool). A panic in either is resumed once both
-/// ended.
+/// span, and a panic in either is resumed once both ended. Below, where
+/// the CPU kernel takes one thread, the kernel then `beside` on the
+/// caller's thread, as a small step's kernel ran before (no step then waits
+/// on another's in the pool; a CUDA kernel of a small step too, before
+/// metrics of under a millisecond); a kernel's panic ends it there.
 pub fn compute_grouped_beside<R: Send>(
     rows: ScoredRows,
     groups: DenseGroups,

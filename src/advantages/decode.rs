@@ -18,8 +18,9 @@ use crate::messages::{decode, DecodeLimits, ScoredMessage, ScoredRollout};
 /// One decoded message of `rl.rollouts.scored`.
 pub enum ScoredInput {
     /// Rows of one (run_id, step): one Arrow batch; with its
-    /// `instance_id`'s keys when that column came dictionary-encoded, in
-    /// one batch, as trainers send it ([`RowKeys::of`]).
+    /// `instance_id`'s keys when the message is one batch whose column came
+    /// dictionary-encoded, without a null key and at least two rows a
+    /// value, as trainers send a group's rows ([`RowKeys::of`]).
     Rows(Box<ScoredRows>, Option<RowKeys>),
     /// One JSON row.
     Row(Box<ScoredRollout>),
@@ -163,6 +164,8 @@ fn decode_unguarded(
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::RecordBatch;
+
     use super::*;
     use crate::batch::hostile;
 
@@ -240,6 +243,39 @@ mod tests {
             };
             assert_eq!(rejected.kind, "bad_arrow", "{name}");
         }
+    }
+
+    #[test]
+    fn a_batch_of_a_groups_rows_side_by_side_keeps_its_keys_and_others_none() {
+        let mut grouped = crate::batch::synthetic::synthetic_step(64, 8, "r", 1, 5);
+        let mut order: Vec<usize> = (0..grouped.len()).collect();
+        order.sort_by_key(|&row| grouped.instance_id[row].to_string());
+        grouped = grouped.take(&order);
+        let batch = grouped.to_batch().unwrap();
+        let decode = |batches: &[RecordBatch]| {
+            let bytes = ipc::encode_stream(batches).unwrap();
+            match decode_scored(&bytes, &arrow_meta(TOPIC), DecodeLimits::default()) {
+                Ok(ScoredInput::Rows(rows, keys)) => (rows, keys),
+                _ => panic!("rows decode"),
+            }
+        };
+        let (rows, keys) = decode(std::slice::from_ref(&batch));
+        let keys = keys.expect("8 rows a value");
+        assert_eq!((keys.keys.len(), keys.values), (64, 8));
+        for i in 0..64 {
+            for j in 0..64 {
+                assert_eq!(
+                    keys.keys[i] == keys.keys[j],
+                    rows.instance_id[i] == rows.instance_id[j],
+                    "rows {i} and {j}"
+                );
+            }
+        }
+        let (halves, keys) = decode(&[batch.slice(0, 32), batch.slice(32, 32)]);
+        assert_eq!((halves.len(), keys), (64, None), "two batches");
+        let a_row_a_group: Vec<usize> = (0..8).map(|group| group * 8).collect();
+        let (_, keys) = decode(&[grouped.take(&a_row_a_group).to_batch().unwrap()]);
+        assert_eq!(keys, None, "a value a row: the hash a row");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! no values, and a column's keys kept beside the strings it decodes to.
 
 use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
 use arrow_array::{AnyDictionaryArray, Array, RecordBatch};
 
 /// A dictionary's keys as indices into its values (`normalized_keys`), or
@@ -19,8 +20,9 @@ pub(super) fn value_indices(dict: &dyn AnyDictionaryArray) -> Option<Vec<usize>>
 /// hashing it once a row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowKeys {
-    /// Each row's index into the dictionary's values, each below `values`.
-    pub keys: Vec<usize>,
+    /// Each row's index into the dictionary's values, each below `values`
+    /// (4 bytes a row, held while its message is put into its step).
+    pub keys: Vec<u32>,
     /// How many values the dictionary holds.
     pub values: usize,
 }
@@ -39,8 +41,16 @@ impl RowKeys {
         if array.null_count() > 0 || values.saturating_mul(2) > array.len() {
             return None;
         }
-        let keys = value_indices(dict)?;
-        Some(RowKeys { keys, values })
+        // i32 keys, as pyarrow and this crate write them, read as they are;
+        // others through arrow's indices. Each checked in range (the IPC
+        // reader's validation refused any other).
+        let keys: Vec<u32> = match array.as_dictionary_opt::<Int32Type>() {
+            Some(dict) => dict.keys().values().iter().map(|&key| key as u32).collect(),
+            None => value_indices(dict)?.into_iter().map(|key| key as u32).collect(),
+        };
+        keys.iter()
+            .all(|&key| (key as usize) < values)
+            .then_some(RowKeys { keys, values })
     }
 }
 
@@ -74,7 +84,7 @@ mod tests {
         assert_eq!(
             keys,
             RowKeys {
-                keys: vec![1, 0, 1, 2, 2, 0],
+                keys: vec![1u32, 0, 1, 2, 2, 0],
                 values: 3
             }
         );

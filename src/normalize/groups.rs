@@ -89,7 +89,8 @@ fn by_hash<'a, S: BuildHasher>(values: impl Iterator<Item = &'a str>, hasher: S)
 
 /// Dense ids by 64-bit hash, mapped as the strings come (a step's parts as
 /// its messages bring them, or a whole column at once: `by_hash`), each
-/// row checked as it is mapped.
+/// row checked as it is mapped (or, mapped by dictionary key, each key at
+/// its first row: [`HashedGroups::extend_keyed`]).
 ///
 /// A map of a million strings into a table of 100,000s is a cache miss a
 /// row. As [`StringIds`] walks it (its control bytes, its slot, the id's
@@ -210,7 +211,7 @@ impl<S: BuildHasher> HashedGroups<S> {
     /// checked, once, at its first row: a message whose rows share a few
     /// groups costs a look-up a group instead of a hash a row. The ids are
     /// those [`Self::extend`] gives the same strings.
-    pub fn extend_keyed<'a>(&mut self, keys: &[usize], values: usize, value: impl Fn(usize) -> &'a str) {
+    pub fn extend_keyed<'a>(&mut self, keys: &[u32], values: usize, value: impl Fn(usize) -> &'a str) {
         if self.failed {
             return;
         }
@@ -220,7 +221,7 @@ impl<S: BuildHasher> HashedGroups<S> {
         let mut of_key = vec![EMPTY; values];
         self.ids.reserve(keys.len());
         for (row, &key) in keys.iter().enumerate() {
-            let Some(known) = of_key.get_mut(key) else {
+            let Some(known) = of_key.get_mut(key as usize) else {
                 return self.give_up();
             };
             if *known == EMPTY {
@@ -526,7 +527,7 @@ mod tests {
 
     /// A message's rows as a dictionary: its distinct strings in a
     /// shuffled order, one unused and one repeated, and each row's key.
-    fn as_dictionary<'a>(rows: &[&'a str]) -> (Vec<&'a str>, Vec<usize>) {
+    fn as_dictionary<'a>(rows: &[&'a str]) -> (Vec<&'a str>, Vec<u32>) {
         let mut values: Vec<&str> = rows.to_vec();
         values.sort_unstable();
         values.dedup();
@@ -540,8 +541,8 @@ mod tests {
             .enumerate()
             // Rows of the repeated string alternate between its two keys.
             .map(|(row, s)| match values.iter().rposition(|v| v == s) {
-                Some(last) if row % 2 == 0 => last,
-                _ => values.iter().position(|v| v == s).unwrap(),
+                Some(last) if row % 2 == 0 => last as u32,
+                _ => values.iter().position(|v| v == s).unwrap() as u32,
             })
             .collect();
         (values, keys)

@@ -48,9 +48,11 @@ pub fn own_kafka() -> KafkaNode {
 /// (`ip_local_port_range`): a port of that range, once free, can become the
 /// local port of any new connection, a Kafka client's of another test, before
 /// the process binds it (a restarted stage failed so: "Address already in
-/// use"). Random, and checked free, so that tests running together seldom
-/// meet.
+/// use"). Random, checked free, and never handed out twice in this
+/// process.
 pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
@@ -59,7 +61,8 @@ pub fn free_port() -> u16 {
     if below > FROM + 1000 {
         for _ in 0..200 {
             let port = rand::random_range(FROM..below);
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.push(port);
                 return port;
             }
         }
