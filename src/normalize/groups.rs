@@ -500,29 +500,38 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rows_mapped_a_part_at_a_time_map_as_the_whole_column_does() {
+    /// 5,000 rows of 700 groups mapped by `map` a part at a time, in parts
+    /// of `sizes` (cycled; `map` is given each part's number), checked to
+    /// have every row mapped after each; and the map finished, with the ids
+    /// the whole column should get.
+    fn mapped_in_parts(
+        sizes: &[usize],
+        mut map: impl FnMut(&mut HashedGroups, usize, &[&str]),
+    ) -> (Option<DenseGroups>, DenseGroups) {
         let names: Vec<String> = (0..700).map(|g| format!("task-{g}")).collect();
         let values: Vec<&str> = (0..5000)
             .map(|row| names[(row * 31 + row / 9) % 700].as_str())
             .collect();
-        let want = by_bytes(values.iter().copied());
-        // Parts of every size around a batch of AHEAD, and empty ones.
         let mut groups = HashedGroups::new();
         let mut at = 0;
-        for size in [0, 1, AHEAD - 1, AHEAD, AHEAD + 1, 0, 3, 1000]
-            .into_iter()
-            .cycle()
-        {
+        for (part, &size) in sizes.iter().cycle().enumerate() {
             let end = (at + size).min(values.len());
-            groups.extend(values[at..end].iter().copied());
+            map(&mut groups, part, &values[at..end]);
             assert_eq!(groups.rows(), end);
             at = end;
             if at == values.len() {
                 break;
             }
         }
-        assert_eq!(groups.finish(), Some(want));
+        (groups.finish(), by_bytes(values.iter().copied()))
+    }
+
+    #[test]
+    fn rows_mapped_a_part_at_a_time_map_as_the_whole_column_does() {
+        // Parts of every size around a batch of AHEAD, and empty ones.
+        let sizes = [0, 1, AHEAD - 1, AHEAD, AHEAD + 1, 0, 3, 1000];
+        let (mapped, want) = mapped_in_parts(&sizes, |groups, _, rows| groups.extend(rows.iter().copied()));
+        assert_eq!(mapped, Some(want));
     }
 
     /// A message's rows as a dictionary: its distinct strings in a
@@ -550,30 +559,17 @@ mod tests {
 
     #[test]
     fn rows_mapped_by_dictionary_key_get_the_ids_their_strings_do_across_parts() {
-        let names: Vec<String> = (0..700).map(|g| format!("task-{g}")).collect();
-        let values: Vec<&str> = (0..5000)
-            .map(|row| names[(row * 31 + row / 9) % 700].as_str())
-            .collect();
-        let want = by_bytes(values.iter().copied());
         // Parts keyed and not, of every size, their groups spanning parts.
-        let mut groups = HashedGroups::new();
-        let mut at = 0;
-        for (part, size) in [0, 1, 17, 1000, 3, 400, 2000].into_iter().cycle().enumerate() {
-            let end = (at + size).min(values.len());
-            let rows = &values[at..end];
+        let sizes = [0, 1, 17, 1000, 3, 400, 2000];
+        let (mapped, want) = mapped_in_parts(&sizes, |groups, part, rows| {
             if part % 3 == 2 {
                 groups.extend(rows.iter().copied());
             } else {
                 let (dictionary, keys) = as_dictionary(rows);
                 groups.extend_keyed(&keys, dictionary.len(), |row| rows[row]);
             }
-            assert_eq!(groups.rows(), end);
-            at = end;
-            if at == values.len() {
-                break;
-            }
-        }
-        assert_eq!(groups.finish(), Some(want));
+        });
+        assert_eq!(mapped, Some(want));
     }
 
     #[test]
