@@ -62,7 +62,7 @@ use hintstream::advantages::outcomes::hint_outcomes;
 use hintstream::advantages::step_metrics::{step_metrics, MetricOptions};
 use hintstream::advantages::{compute_batch, compute_step};
 use hintstream::batch::chunk::encode_chunks;
-use hintstream::batch::synthetic::synthetic_step;
+use hintstream::batch::synthetic::{in_group_order, synthetic_step};
 use hintstream::batch::{RowKeys, ScoredRows};
 use hintstream::messages::{DecodeLimits, ScoredMessage, ScoredRollout};
 use hintstream::normalize::groups::HashedGroups;
@@ -200,9 +200,7 @@ fn step_io(
     // A step's group ids mapped as its messages come, each message's by
     // string (a hash a row) and by its dictionary's keys (a look-up a
     // group): its rows in group order, as a trainer's GRPO samples are.
-    let mut by_group: Vec<usize> = (0..data.len()).collect();
-    by_group.sort_by_key(|&row| &data.instance_id[row]);
-    let grouped = data.take(&by_group).to_batch().expect("bench rows form a batch");
+    let grouped = in_group_order(data).to_batch().expect("bench rows form a batch");
     let decoded: Vec<(ScoredRows, RowKeys)> = encode_chunks(&grouped, 900_000)
         .expect("the step encodes")
         .chunks

@@ -51,7 +51,7 @@
 //!
 //! Progress goes to stderr; the Markdown tables to stdout.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures::StreamExt;
 use hintstream::batch::chunk::{chunk_header_values, encode_chunks, ChunkInfo};
-use hintstream::batch::synthetic::synthetic_step;
+use hintstream::batch::synthetic::{in_group_order, synthetic_step};
 use hintstream::batch::{ScoredRows, ARROW_STREAM_CONTENT_TYPE};
 use hintstream::config::{ClientKind, Config};
 use hintstream::kafka::admin::{create_topics, TopicOutcome};
@@ -166,20 +166,13 @@ enum Via {
 }
 
 /// `n` rows of one step, with string ids like a trainer's: shuffled, or
-/// `grouped` (each group's rows side by side, in the order the groups
-/// first come).
+/// `grouped` (each group's rows side by side).
 fn step_rows(n: usize, grouped: bool) -> ScoredRows {
     let rows = synthetic_step(n, GROUP_SIZE, RUN_ID, 0, 42);
-    if !grouped {
-        return rows;
+    match grouped {
+        true => in_group_order(&rows),
+        false => rows,
     }
-    let mut first_seen: HashMap<&str, usize> = HashMap::new();
-    for (row, id) in rows.instance_id.iter().enumerate() {
-        first_seen.entry(id).or_insert(row);
-    }
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by_key(|&row| (first_seen[&rows.instance_id[row]], row));
-    rows.take(&order)
 }
 
 /// One input message.

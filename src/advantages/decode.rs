@@ -247,10 +247,8 @@ mod tests {
 
     #[test]
     fn a_batch_of_a_groups_rows_side_by_side_keeps_its_keys_and_others_none() {
-        let mut grouped = crate::batch::synthetic::synthetic_step(64, 8, "r", 1, 5);
-        let mut order: Vec<usize> = (0..grouped.len()).collect();
-        order.sort_by_key(|&row| grouped.instance_id[row].to_string());
-        grouped = grouped.take(&order);
+        use crate::batch::synthetic::{in_group_order, synthetic_step};
+        let grouped = in_group_order(&synthetic_step(64, 8, "r", 1, 5));
         let batch = grouped.to_batch().unwrap();
         let decode = |batches: &[RecordBatch]| {
             let bytes = ipc::encode_stream(batches).unwrap();

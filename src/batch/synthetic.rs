@@ -34,6 +34,14 @@ pub fn synthetic_step(rows: usize, group_size: usize, run_id: &str, step: i64, s
     out
 }
 
+/// `rows` with each group's rows side by side, as GRPO samples them (the
+/// groups by id, each group's rows in their order).
+pub fn in_group_order(rows: &ScoredRows) -> ScoredRows {
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&row| &rows.instance_id[row]);
+    rows.take(&order)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +57,18 @@ mod tests {
         assert_eq!(a.trajectory_id, b.trajectory_id);
         assert_eq!(a.reward, b.reward);
         assert_ne!(synthetic_step(80, 8, "r", 3, 8).reward, a.reward);
+    }
+
+    #[test]
+    fn in_group_order_puts_each_groups_rows_side_by_side_and_keeps_every_row() {
+        let shuffled = synthetic_step(80, 8, "r", 3, 7);
+        let grouped = in_group_order(&shuffled);
+        let runs = grouped.instance_id.iter().collect::<Vec<_>>();
+        assert_eq!(runs.chunk_by(|a, b| a == b).count(), 10, "{runs:?}");
+        let mut ids: Vec<&str> = grouped.trajectory_id.iter().collect();
+        let mut sent: Vec<&str> = shuffled.trajectory_id.iter().collect();
+        ids.sort_unstable();
+        sent.sort_unstable();
+        assert_eq!(ids, sent);
     }
 }
