@@ -31,6 +31,10 @@
 //! - `assemble_json` (10,000 and 100,000 rows): the rows of those JSON
 //!   messages, decoded, put into a step a message at a time
 //!   (`StepAssembler::add_rows`, then `end`), after a step before it;
+//! - `assemble_end` (100,000 and 1M rows): a step's `step_end` after its
+//!   Arrow messages' rows are in (`StepAssembler::end`, the rows added
+//!   untimed, after a step before it): the duplicates check, what a step
+//!   waits for on the consume loop's thread after its last message;
 //! - `step_metrics`, `hint_outcomes`: a computed step's metrics
 //!   (`step_metrics`: what a step's worker makes beside its kernel, and
 //!   `advantage/extreme_count`) and hint outcomes;
@@ -237,6 +241,9 @@ fn step_io(
     if n <= 100_000 {
         assemble_json(g, n, data);
     }
+    if n >= 100_000 {
+        assemble_end(g, n, data, &messages.chunks);
+    }
     if n <= 10_000 {
         let json = json_rows(data);
         let meta = arrow_meta("rl.rollouts.scored");
@@ -357,6 +364,44 @@ fn assemble_json(
             },
             criterion::BatchSize::PerIteration,
         )
+    });
+}
+
+/// `assemble_end`: a step's `step_end` timed alone, after its rows came as
+/// `chunks`' decoded messages (untimed), the step before it completed in
+/// the same assembler. Each step's rows are copied outside the timing.
+fn assemble_end(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    n: usize,
+    data: &ScoredRows,
+    chunks: &[hintstream::batch::chunk::Chunk],
+) {
+    let parts: Vec<ScoredRows> = chunks
+        .iter()
+        .map(|chunk| data.take(&chunk.rows.clone().collect::<Vec<_>>()))
+        .collect();
+    let run = data.run_id[0].to_string();
+    let mut step = data.step[0];
+    let mut assembler: StepAssembler<()> = StepAssembler::new();
+    g.bench_function(BenchmarkId::new("assemble_end", n), |b| {
+        b.iter_custom(|iters| {
+            let mut timed = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                step += 1;
+                let now = Instant::now();
+                for (offset, part) in parts.iter().enumerate() {
+                    let mut part = part.clone();
+                    part.step.iter_mut().for_each(|s| *s = step);
+                    let status = assembler.add_rows(part, (0, offset as i64), (), 200, now);
+                    assert!(matches!(status, StepStatus::Pending));
+                }
+                let start = Instant::now();
+                let status = assembler.end(&run, step, n as i64, (0, (), 100), now);
+                timed += start.elapsed();
+                assert!(matches!(status, StepStatus::Complete(_)), "the step completes");
+            }
+            timed
+        })
     });
 }
 
