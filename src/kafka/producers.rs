@@ -88,12 +88,18 @@ fn producer_config(config: &Config, linger: Linger) -> ClientConfig {
 /// a larger `message.max.bytes` set in `[kafka]` stays).
 pub fn create_dlq_producer(config: &Config, message_max_bytes: usize) -> KafkaResult<FutureProducer> {
     let mut client = producer_config(config, Linger::Shared);
+    raise_message_max_bytes(&mut client, message_max_bytes);
+    client.create()
+}
+
+/// Sets `message.max.bytes` to at least `at_least`; a larger one set in
+/// `[kafka]` stays.
+fn raise_message_max_bytes(client: &mut ClientConfig, at_least: usize) {
     let configured = client
         .get("message.max.bytes")
         .and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or(0);
-    client.set("message.max.bytes", configured.max(message_max_bytes).to_string());
-    client.create()
+    client.set("message.max.bytes", configured.max(at_least).to_string());
 }
 
 /// A stage's output producer: [`create_producer`]'s, whose statistics say
@@ -144,10 +150,7 @@ pub fn create_transactional_producer(
 ) -> KafkaResult<StageProducer> {
     let mut client = producer_config(config, Linger::Shared);
     ensure_statistics(&mut client);
-    let configured = client
-        .get("message.max.bytes")
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(0);
+    raise_message_max_bytes(&mut client, message_max_bytes);
     // librdkafka refuses a message timeout longer than the transaction's.
     let message_timeout = client
         .get("message.timeout.ms")
@@ -155,7 +158,6 @@ pub fn create_transactional_producer(
         .unwrap_or(u64::MAX)
         .min(config.kafka.transaction_timeout_ms);
     client
-        .set("message.max.bytes", configured.max(message_max_bytes).to_string())
         .set("message.timeout.ms", message_timeout.to_string())
         .set("transactional.id", transactional_id)
         .set(
@@ -240,5 +242,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn message_max_bytes_is_raised_to_what_dead_letters_need_and_never_lowered() {
+        let max_bytes = |configured: Option<&str>, at_least: usize| {
+            let mut config = Config::default();
+            if let Some(value) = configured {
+                config.kafka.insert("message.max.bytes", value);
+            }
+            let mut client = producer_config(&config, Linger::Shared);
+            raise_message_max_bytes(&mut client, at_least);
+            client.get("message.max.bytes").map(str::to_string)
+        };
+        assert_eq!(max_bytes(None, 2_000_000).as_deref(), Some("2000000"));
+        assert_eq!(max_bytes(Some("1000000"), 2_000_000).as_deref(), Some("2000000"));
+        assert_eq!(max_bytes(Some(" 5000000"), 2_000_000).as_deref(), Some("5000000"));
     }
 }
