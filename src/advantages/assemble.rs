@@ -24,7 +24,7 @@ use hashbrown::{Equivalent, HashMap};
 
 use crate::batch::{RowKeys, ScoredRows, Strings};
 use crate::messages::ScoredRollout;
-use crate::normalize::clashes::{retain_high_clashes, LowBitClashes, LowBitMarks};
+use crate::normalize::clashes::{retain_high_clashes, LowBitClashes};
 use crate::normalize::groups::{DenseGroups, HashedGroups};
 
 /// Where a message sat: (partition, offset). Rows are put back in this order.
@@ -82,16 +82,9 @@ pub struct PendingStep<P> {
     /// that every row looked its id up in as it arrived cost a 1M-row step
     /// ~50-100 ms of the intake's one thread (a cache miss a row in a table
     /// of 16 MB); sorting every hash with its row, 55-60 ms once; the
-    /// clashes, 10-15 ms, and 5-6 ms with their bit arrays marked as the
-    /// rows come and a second filter before the sort (criterion
-    /// `assemble_end`).
+    /// clashes, 10-15 ms, and about 8 ms once those of the clashes' high
+    /// bits are left to sort ([`PendingStep::drop_duplicates`]).
     hashes: Vec<u64>,
-    /// `hashes`' low bits marked as they come, for the duplicates check's
-    /// first pass ([`LowBitMarks`]), sized for the step before's rows: the
-    /// check after the last message then starts from them (at 1M rows,
-    /// 2-4 ms less after it). `None` when the step opened without room, or
-    /// once the check took them.
-    marks: Option<LowBitMarks>,
     /// The ids as a table, once a check found the step short of its
     /// `step_end` count (duplicates were dropped): each id's hash and where
     /// it sits in `parts` (part, row). A row that arrives then is looked up
@@ -230,7 +223,6 @@ impl<P> PendingStep<P> {
             Some((groups, text)) if room.rows > 0 => HashedGroups::with_room(room.rows, groups, text),
             _ => HashedGroups::new(),
         };
-        let marks = (room.rows > 0).then(|| LowBitMarks::with_room(room.rows, CLASH_BITS, MAX_CLASH_BITS));
         PendingStep {
             run_id: run_id.to_string(),
             step,
@@ -241,8 +233,7 @@ impl<P> PendingStep<P> {
             hashes: Vec::with_capacity(room.rows),
             ids: None,
             hasher: foldhash::fast::RandomState::default(),
-            bytes: groups.footprint() + marks.as_ref().map_or(0, LowBitMarks::footprint),
-            marks,
+            bytes: groups.footprint(),
             groups: Some(groups),
             duplicates: 0,
             parked: Vec::with_capacity(room.parked),
@@ -337,28 +328,16 @@ impl<P> PendingStep<P> {
 
     /// Drops every row whose `trajectory_id` a row before it has (the first
     /// to arrive stays): the rows whose hashes clash in a bit array of 8 bits
-    /// a row (two arrays of at most 1 MiB: [`LowBitClashes`], marked as the
-    /// rows came when the step had room for them) and then in their high
-    /// bits ([`retain_high_clashes`]) are sorted by hash, and the ids of
-    /// equal hashes compared. At 1M rows about 11% clash in the first, and
-    /// the check takes 8 ms (criterion `assemble_end`) where sorting every
-    /// row's hash took 55-60 ms. Returns the bytes the dropped rows and the
-    /// marks held.
+    /// a row (two arrays of at most 1 MiB: [`LowBitClashes`]), and then in
+    /// their high bits ([`retain_high_clashes`]), are sorted by hash, and
+    /// the ids of equal hashes compared. At 1M rows about 11% clash in the
+    /// first, and this takes about 8 ms (criterion `assemble_end`; 13 ms
+    /// sorting all of the 11%, 55-60 ms sorting every row's hash). Returns
+    /// the bytes the dropped rows held.
     fn drop_duplicates(&mut self) -> usize {
-        let marks = self.marks.take();
-        let freed = marks.as_ref().map_or(0, LowBitMarks::footprint);
-        let clashes = match marks {
-            Some(marks) if marks.enough_bits(CLASH_BITS, MAX_CLASH_BITS) => marks.into_clashes(),
-            _ => LowBitClashes::of(&self.hashes, CLASH_BITS, MAX_CLASH_BITS),
-        };
-        freed + self.drop_clashing(&clashes)
-    }
-
-    /// [`PendingStep::drop_duplicates`] among the rows whose hashes
-    /// `clashes` holds.
-    fn drop_clashing(&mut self, clashes: &LowBitClashes) -> usize {
         // On the consume loop's thread: rayon's pool may be busy with the
         // kernel of a step before this one.
+        let clashes = LowBitClashes::of(&self.hashes, 8, 1 << 23);
         if !clashes.any() {
             return 0;
         }
@@ -730,11 +709,6 @@ const ID_SLOT_BYTES: usize = std::mem::size_of::<(u64, u32, u32)>() + 8;
 /// Bytes a row's `trajectory_id` hash takes.
 const HASH_BYTES: usize = std::mem::size_of::<u64>();
 
-/// The duplicates check's bit arrays: about 8 bits a row, two arrays of at
-/// most 1 MiB ([`LowBitMarks::with_room`]).
-const CLASH_BITS: usize = 8;
-const MAX_CLASH_BITS: usize = 1 << 23;
-
 /// Rows under which a step's last part takes a message's rows in: a step
 /// of one-row messages (JSON) is held in a few parts, not a part a message,
 /// and a large step's messages are not copied into a part that grows as
@@ -949,11 +923,7 @@ impl<P> StepAssembler<P> {
         let (hashes, hasher, parts) = (&mut step.hashes, &step.hasher, &step.parts);
         let (rows, ids) = match step.ids.as_mut() {
             None => {
-                let first = hashes.len();
                 hashes.extend(rows.trajectory_ids().map(|id| hasher.hash_one(id)));
-                if let Some(marks) = step.marks.as_mut() {
-                    hashes[first..].iter().for_each(|&hash| marks.mark(hash));
-                }
                 let ids = rows.len() * HASH_BYTES;
                 (rows, ids)
             }
@@ -1191,27 +1161,6 @@ mod tests {
 
     #[test]
     fn duplicates_among_many_rows_whose_hashes_clash_are_dropped_exactly() {
-        // With no step before (its bit arrays marked at the check), after
-        // one as large (marked as the rows came) and after a small one
-        // (marked as they came, too few bits: marked again at the check).
-        for (before, marked) in [(0, None), (70_000, Some(true)), (100, Some(false))] {
-            duplicates_dropped_exactly_after(before, marked);
-        }
-    }
-
-    /// Duplicates dropped exactly from 70,000 rows after a step of `before`
-    /// rows (none when 0), whose bit arrays were marked as the rows came
-    /// with enough bits (`Some(true)`), too few (`Some(false)`), or not.
-    fn duplicates_dropped_exactly_after(before: usize, marked: Option<bool>) {
-        let mut a: StepAssembler<u32> = StepAssembler::new();
-        let now = Instant::now();
-        if before > 0 {
-            a.add_rows(numbered(1, 0, before, 6), (0, 0), 0, 0, now);
-            assert!(matches!(
-                a.end("r", 1, before as i64, (0, 0, 0), now),
-                StepStatus::Complete(_)
-            ));
-        }
         // Enough rows that many distinct ids clash in the bit array; every
         // 997th row of the later messages repeats an id of the first.
         let first: Vec<String> = (0..30_000).map(|i| format!("t{i}")).collect();
@@ -1234,21 +1183,16 @@ mod tests {
             .filter(|id| number(id) < 30_000)
             .count();
         assert!(planted > 30, "{planted} duplicates planted");
+        let mut a: StepAssembler<u32> = StepAssembler::new();
+        let now = Instant::now();
         for (offset, ids) in [&first, &second, &third].into_iter().enumerate() {
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            a.add_rows(rows("r", 2, &ids), (0, 10 + offset as i64), offset as u32, 0, now);
+            a.add_rows(rows("r", 1, &ids), (0, offset as i64), offset as u32, 0, now);
         }
-        let pending = &a.steps[&("r".to_string(), 2)];
-        let enough = pending
-            .marks
-            .as_ref()
-            .map(|m| m.enough_bits(CLASH_BITS, MAX_CLASH_BITS));
-        assert_eq!(enough, marked, "after a step of {before} rows");
         let distinct = 70_000 - planted;
-        let StepStatus::Complete(step) = a.end("r", 2, distinct as i64, (0, 3, 0), now) else {
+        let StepStatus::Complete(step) = a.end("r", 1, distinct as i64, (0, 3, 0), now) else {
             panic!("{distinct} distinct rows complete the step");
         };
-        assert_eq!(a.bytes(), 0, "the marks' bytes are given back");
         assert_eq!(step.duplicates, planted);
         let (rows, _) = step.into_rows();
         let expected: Vec<&String> = first

@@ -15,91 +15,36 @@ pub struct LowBitClashes {
     any: bool,
 }
 
-/// [`LowBitClashes`] marked a hash at a time, as hashes come (a step's rows
-/// as their messages arrive), sized up front for the hashes expected.
-#[derive(Debug)]
-pub struct LowBitMarks {
-    mask: usize,
-    seen: Vec<u64>,
-    clash: Vec<u64>,
-    any: bool,
-    marked: usize,
-}
-
-impl LowBitMarks {
-    /// Room for `expected` hashes at about `bits_per_hash` bits each,
-    /// rounded to a power of two, at least 64 and at most `max_bits`
-    /// rounded down to one (two such arrays are held while they are
-    /// marked). The more bits, the fewer clashes that are not equal hashes:
-    /// with 8 bits a hash about 11% of the hashes clash.
-    pub fn with_room(expected: usize, bits_per_hash: usize, max_bits: usize) -> Self {
-        let bits = Self::bits_for(expected, bits_per_hash, max_bits);
-        LowBitMarks {
-            mask: bits - 1,
-            seen: vec![0; bits / 64],
-            clash: vec![0; bits / 64],
-            any: false,
-            marked: 0,
-        }
-    }
-
-    /// The bits [`LowBitMarks::with_room`] takes.
-    fn bits_for(expected: usize, bits_per_hash: usize, max_bits: usize) -> usize {
+impl LowBitClashes {
+    /// The clashes among `hashes` in a bit array of about `bits_per_hash`
+    /// bits a hash, rounded to a power of two, at least 64 and at most
+    /// `max_bits` rounded down to one (two such arrays are held while they
+    /// are marked). The more bits, the fewer clashes that are not equal
+    /// hashes: with 8 bits a hash about 11% of the hashes clash.
+    pub fn of(hashes: &[u64], bits_per_hash: usize, max_bits: usize) -> Self {
         let cap = match max_bits {
             0..=64 => 64,
             _ => 1 << (usize::BITS - 1 - max_bits.leading_zeros()),
         };
-        expected
+        let bits = hashes
+            .len()
             .saturating_mul(bits_per_hash)
             .clamp(64, cap)
-            .next_power_of_two()
-    }
-
-    /// Marks one hash: a clash when its slot was marked before.
-    #[inline]
-    pub fn mark(&mut self, hash: u64) {
-        let slot = (hash as usize) & self.mask;
-        let (word, bit) = (slot / 64, 1u64 << (slot % 64));
-        if self.seen[word] & bit != 0 {
-            self.clash[word] |= bit;
-            self.any = true;
-        }
-        self.seen[word] |= bit;
-        self.marked += 1;
-    }
-
-    /// Whether the arrays have at least as many bits as
-    /// [`LowBitMarks::with_room`] would give for the hashes marked so far:
-    /// if so, marked as they came, they clash no more than if marked at
-    /// once; if not (more hashes came than expected), too many may clash.
-    pub fn enough_bits(&self, bits_per_hash: usize, max_bits: usize) -> bool {
-        self.mask + 1 >= Self::bits_for(self.marked, bits_per_hash, max_bits)
-    }
-
-    /// The bytes its two arrays hold.
-    pub fn footprint(&self) -> usize {
-        (self.seen.len() + self.clash.len()) * 8
-    }
-
-    /// The clashes among the hashes marked.
-    pub fn into_clashes(self) -> LowBitClashes {
-        LowBitClashes {
-            mask: self.mask,
-            clash: self.clash,
-            any: self.any,
-        }
-    }
-}
-
-impl LowBitClashes {
-    /// The clashes among `hashes` in a bit array of about `bits_per_hash`
-    /// bits a hash ([`LowBitMarks::with_room`]).
-    pub fn of(hashes: &[u64], bits_per_hash: usize, max_bits: usize) -> Self {
-        let mut marks = LowBitMarks::with_room(hashes.len(), bits_per_hash, max_bits);
+            .next_power_of_two();
+        let mask = bits - 1;
+        let mut seen = vec![0u64; bits / 64];
+        let mut clash = vec![0u64; bits / 64];
+        let mut any = false;
         for &h in hashes {
-            marks.mark(h);
+            let slot = (h as usize) & mask;
+            let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+            if seen[word] & bit != 0 {
+                clash[word] |= bit;
+                any = true;
+            }
+            seen[word] |= bit;
         }
-        marks.into_clashes()
+        LowBitClashes { mask, clash, any }
     }
 
     /// Whether any two hashes clash (none: all differ).
@@ -117,14 +62,11 @@ impl LowBitClashes {
 /// Keeps the `suspects` (hashes that clashed in their low bits, each with
 /// what it stands for) whose high 32 bits clash too, in their order: every
 /// hash equal to another stays, and of the rest about one in twenty (16
-/// bits a suspect), so that sorting what stays costs little. At 1M rows
-/// a step's 11% of suspects took 3 ms to sort.
+/// bits a suspect), so that sorting what stays costs little. A 1M-row
+/// step's 11% of suspects took 3-5 ms to sort.
 pub fn retain_high_clashes<T>(suspects: &mut Vec<(u64, T)>) {
-    let mut marks = LowBitMarks::with_room(suspects.len(), 16, 1 << 21);
-    for &(hash, _) in suspects.iter() {
-        marks.mark(hash >> 32);
-    }
-    let clashes = marks.into_clashes();
+    let high: Vec<u64> = suspects.iter().map(|&(hash, _)| hash >> 32).collect();
+    let clashes = LowBitClashes::of(&high, 16, 1 << 21);
     suspects.retain(|&(hash, _)| clashes.contains(hash >> 32));
 }
 
@@ -186,26 +128,6 @@ mod tests {
         }
         // Unbounded, the two sit apart.
         assert!(!LowBitClashes::of(&[9, 73], 64, 1 << 23).any());
-    }
-
-    #[test]
-    fn marks_made_a_hash_at_a_time_clash_as_marks_made_at_once() {
-        let hasher = foldhash::fast::RandomState::default();
-        let hashes: Vec<u64> = (0..5_000u64).map(|i| hasher.hash_one(i)).collect();
-        let at_once = LowBitClashes::of(&hashes, 8, 1 << 23);
-        let mut marks = LowBitMarks::with_room(hashes.len(), 8, 1 << 23);
-        hashes.iter().for_each(|&h| marks.mark(h));
-        assert!(marks.enough_bits(8, 1 << 23));
-        let one_by_one = marks.into_clashes();
-        assert!(at_once.any() && one_by_one.any());
-        for &h in &hashes {
-            assert_eq!(one_by_one.contains(h), at_once.contains(h), "{h:#x}");
-        }
-        // Sized for fewer hashes than came: too few bits.
-        let mut small = LowBitMarks::with_room(100, 8, 1 << 23);
-        hashes.iter().for_each(|&h| small.mark(h));
-        assert!(!small.enough_bits(8, 1 << 23));
-        assert_eq!(small.footprint(), 2 * 1024 / 8);
     }
 
     #[test]
