@@ -241,8 +241,14 @@ fn step_io(
     if n <= 100_000 {
         assemble_json(g, n, data);
     }
+    // The step's rows a message each, as the decode gives them.
+    let parts: Vec<ScoredRows> = messages
+        .chunks
+        .iter()
+        .map(|chunk| data.take(&chunk.rows.clone().collect::<Vec<_>>()))
+        .collect();
     if n >= 100_000 {
-        assemble_end(g, n, data, &messages.chunks);
+        assemble_end(g, n, data, &parts);
     }
     if n <= 10_000 {
         let json = json_rows(data);
@@ -283,11 +289,6 @@ fn step_io(
     g.bench_with_input(BenchmarkId::new("free_rows", n), data, |b, data| {
         b.iter_batched(|| data.clone(), drop, criterion::BatchSize::LargeInput)
     });
-    let parts: Vec<ScoredRows> = messages
-        .chunks
-        .iter()
-        .map(|chunk| data.take(&chunk.rows.clone().collect::<Vec<_>>()))
-        .collect();
     let gathered = || GatheredRows::in_order(parts.clone());
     g.bench_function(BenchmarkId::new("gathered/join_then_map", n), |b| {
         b.iter_batched(
@@ -368,18 +369,14 @@ fn assemble_json(
 }
 
 /// `assemble_end`: a step's `step_end` timed alone, after its rows came as
-/// `chunks`' decoded messages (untimed), the step before it completed in
-/// the same assembler. Each step's rows are copied outside the timing.
+/// `parts`, a message's each (untimed), the step before it completed in the
+/// same assembler. Each step's rows are copied outside the timing.
 fn assemble_end(
     g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     n: usize,
     data: &ScoredRows,
-    chunks: &[hintstream::batch::chunk::Chunk],
+    parts: &[ScoredRows],
 ) {
-    let parts: Vec<ScoredRows> = chunks
-        .iter()
-        .map(|chunk| data.take(&chunk.rows.clone().collect::<Vec<_>>()))
-        .collect();
     let run = data.run_id[0].to_string();
     let mut step = data.step[0];
     let mut assembler: StepAssembler<()> = StepAssembler::new();
