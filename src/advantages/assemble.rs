@@ -335,8 +335,9 @@ impl<P> PendingStep<P> {
     /// sorting all of the 11%, 55-60 ms sorting every row's hash). Returns
     /// the bytes the dropped rows held.
     fn drop_duplicates(&mut self) -> usize {
-        // On the consume loop's thread: rayon's pool may be busy with the
-        // kernel of a step before this one.
+        // Where the step is assembled (the pipeline's ordered task), not on
+        // rayon's pool: it may be busy with the kernel of a step before this
+        // one.
         let clashes = LowBitClashes::of(&self.hashes, 8, 1 << 23);
         if !clashes.any() {
             return 0;
@@ -501,8 +502,8 @@ impl<P> PendingStep<P> {
 
 /// A complete step's rows as its messages brought them: in parts, and,
 /// when a message came before one it follows, the order that puts them
-/// back in input order. [`GatheredRows::join`] puts them together, off the
-/// consume loop.
+/// back in input order. [`GatheredRows::join`] puts them together, in the
+/// step's task, off the ordered assembly.
 pub struct GatheredRows {
     parts: Vec<ScoredRows>,
     order: Option<Vec<usize>>,
@@ -770,7 +771,7 @@ fn rollout_bytes(row: &ScoredRollout) -> usize {
 /// The rows one message brought, all of one (run_id, step): an Arrow
 /// batch's, or one JSON row, put into its step's last part as it is (a
 /// batch of one row of its own was a dozen allocations, a fifth of a JSON
-/// row's way through the consume loop).
+/// row's way through the consume loop when it assembled them).
 pub enum Incoming {
     /// A batch's rows, with its `instance_id`'s dictionary keys when it
     /// came so: its group ids are then mapped once a key.

@@ -75,14 +75,29 @@ impl StepPublisher {
             .set_pending(assembler.len(), assembler.bytes());
     }
 
-    /// Adds a message to its step. Called synchronously by the consume loop,
-    /// so messages reach the assembler in partition order: a row that comes
-    /// after its step's `step_end` is seen as such, never as part of it.
+    /// Adds a message to its step. Called in message order (from the
+    /// pipeline's ordered task: `Stage::PIPELINED`), so messages reach the
+    /// assembler in partition order: a row that comes after its step's
+    /// `step_end` is seen as such, never as part of it.
+    ///
+    /// A message whose partition was revoked or reset after it was taken
+    /// (its partition's pending steps released already, or being released)
+    /// is dropped, abandoned: parked, it would start a step that can never
+    /// complete here. Checked under the assembler's lock, which the release
+    /// takes after it marks the partition, so no message slips between.
     fn assemble(&self, work: Work<ScoredInput>) -> Assembled {
         let Work { input, message } = work;
         let position = (message.meta().partition, message.meta().offset);
         let bytes = message.footprint() + PARKED_MESSAGE_OVERHEAD;
         let mut assembler = self.assembler();
+        if message.partition_revoked() {
+            drop(assembler);
+            drop((input, message));
+            return Assembled {
+                status: StepStatus::Pending,
+                evicted: Vec::new(),
+            };
+        }
         let now = Now;
         let status = match input {
             ScoredInput::Rows(rows, keys) => {
@@ -205,6 +220,9 @@ impl Stage for StepPublisher {
     const PARKS: &'static str = "pending steps";
     // Most messages only join their step: the handler's future is then done at once.
     const FIRST_POLL_IN_LOOP: bool = true;
+    // A step's Arrow messages decoded side by side, and their rows assembled
+    // beside the consume loop, not on its one thread.
+    const PIPELINED: bool = true;
 
     fn decode(&self, payload: &Bytes, meta: &RecordMeta) -> Result<ScoredInput, Rejected> {
         decode_scored_shared(payload, meta, self.limits, self.max_decoded_bytes)

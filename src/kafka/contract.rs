@@ -37,7 +37,9 @@ pub struct Work<T> {
 ///   when the message's partition is revoked and its drain ends. For a
 ///   batch stage ([`Stage::TASK_PER_BATCH`]) both `decode` and `handle`
 ///   are called in the batch's task: in message order within a batch, and
-///   batches run side by side.
+///   batches run side by side. For a pipelined stage ([`Stage::PIPELINED`])
+///   `decode` runs in tasks side by side, and `handle` is called in message
+///   order from one task beside the loop.
 /// - `on_revoke` is called when partitions are revoked, before they drain.
 pub trait Stage: Send + Sync + 'static {
     /// What `decode` makes of a payload.
@@ -53,11 +55,12 @@ pub trait Stage: Send + Sync + 'static {
     /// then counts a payload twice, near what it holds in memory.
     const HOLDS_DECODED: bool = false;
 
-    /// Whether the consume loop polls a handler's future once itself before
-    /// it spawns it as a task: for a stage whose handler mostly finishes at
-    /// once (stage 2 parks most messages in its assembler), a message then
-    /// costs no task and no wakeup of another thread. Such a handler must
-    /// yield before any slow work, which would otherwise hold up intake.
+    /// Whether the consume loop (for a pipelined stage, its ordered task)
+    /// polls a handler's future once itself before it spawns it as a task:
+    /// for a stage whose handler mostly finishes at once (stage 2 parks most
+    /// messages in its assembler), a message then costs no task and no
+    /// wakeup of another thread. Such a handler must yield before any slow
+    /// work, which would otherwise hold up intake.
     const FIRST_POLL_IN_LOOP: bool = false;
 
     /// Whether the consume loop runs the handler futures of the messages
@@ -71,6 +74,24 @@ pub trait Stage: Send + Sync + 'static {
     /// partition and is dead-lettered on a panic on its own; a slow one
     /// holds up no other.
     const TASK_PER_BATCH: bool = false;
+
+    /// Whether the consume loop only takes messages, and hands the rest on
+    /// (see [`pipeline`](super::pipeline)): the messages ready together are
+    /// decoded in a task of their own on tokio's workers (one each when
+    /// large), such tasks side by side, and `handle` is called from one task
+    /// beside the loop, in message order as ever. For a stage whose inputs
+    /// are large and whose handler is mostly their ordered bookkeeping
+    /// (stage 2: a step's Arrow rows decoded, their groups mapped), which
+    /// would otherwise all run on the loop's one thread.
+    ///
+    /// A message may then still be on its way when its partition is
+    /// revoked (or reset) and the stage's `on_revoke` runs. The ordered
+    /// task drops one revoked before it is handed on (abandoned: its
+    /// partition's next owner redoes it); one revoked while `handle` runs
+    /// may be parked just after `on_revoke` released the rest, so a stage
+    /// that parks inputs checks [`Taken::partition_revoked`] under the same
+    /// lock as its `on_revoke`, and drops such a message.
+    const PIPELINED: bool = false;
 
     /// The stage's input, or why the message can never be processed.
     /// `payload` is the message's one copy, shared: what is decoded may

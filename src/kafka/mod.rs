@@ -5,7 +5,9 @@
 //! intake holds, the dead-letter producer, producing with bounds, the
 //! delivery guarantee (`guarantee`: at-least-once, or exactly-once over the
 //! worker's `transaction`s, their `held` outputs and how each `ending` goes), the consume loop and the stage contract it
-//! drives (with the output obligations, `Settlement`), whole-topic readers,
+//! drives (with the output obligations, `Settlement`; a message's handler
+//! future, `handler`; and a pipelined stage's decode and ordered handoff,
+//! `pipeline`), whole-topic readers,
 //! start-up checks and topic administration. The stages see
 //! records only through what this module hands them (`Taken`,
 //! `RecordMeta`); the tools (`record`, `replay`), `eval` and the quick
@@ -22,11 +24,13 @@ pub mod dlq;
 pub mod embedded;
 pub mod ending;
 pub mod guarantee;
+mod handler;
 pub mod held;
 pub mod hold;
 pub mod membership;
 pub mod message;
 pub mod partition;
+pub mod pipeline;
 pub mod produce;
 pub mod producers;
 pub mod settings;

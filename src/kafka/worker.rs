@@ -1,9 +1,11 @@
 //! The consume loop both stages run (generic over [`Stage`]): take a
 //! message, decode it, hand good input to the stage's handler as a
 //! concurrent task (or, for a stage that asks, the messages fetched together
-//! as one task, each still on its own and decoded there) and bad input to the dead-letter
-//! topic (also as a task, so a slow broker never blocks intake or
-//! shutdown), with bounds on messages and bytes in flight. On shutdown it stops fetching, drains
+//! as one task, each still on its own and decoded there; or, for a
+//! pipelined stage, decoded in tasks and handed on in order by one task
+//! beside the loop: [`pipeline`](super::pipeline)) and bad input to the
+//! dead-letter topic (also as a task, so a slow broker never blocks intake
+//! or shutdown), with bounds on messages and bytes in flight. On shutdown it stops fetching, drains
 //! in-flight work up to a deadline and commits. Under exactly_once it also
 //! runs the worker's transactions on their timer and rewinds after an abort
 //! (see [`transaction`](super::transaction)).
@@ -11,7 +13,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,9 +25,8 @@ use rdkafka::consumer::{Consumer, MessageStream};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tokio::task::{JoinError, JoinSet};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::commit::Committer;
@@ -34,16 +35,17 @@ use super::context::{AssignmentHook, RevokeHook, StageContext};
 use super::contract::{log_released, Closures, Stage, Work};
 use super::dlq::DeadLetters;
 use super::guarantee::{Guarantee, TransactionalProducer};
+use super::handler::{poll_once, until_cancelled, Begun, MessageFuture, Panics, Within};
 use super::hold::{Hold, Holds};
 use super::membership::out_of_group_limit;
 use super::message::{Delivery, RecordMeta, Rejected, Taken, TopicNames};
 use super::partition::Partition;
+use super::pipeline;
 use super::tracker::OffsetTracker;
 use super::transaction::Transactions;
 use crate::config::Config;
 use crate::health::Lifecycle;
 use crate::health::Signal;
-use crate::messages::decode::panic_text;
 use crate::metrics::StageMetrics;
 use crate::telemetry::{self, TraceParent, TRACEPARENT_HEADER};
 
@@ -76,9 +78,6 @@ type Messages<'c> = MessageStream<'c, StageContext>;
 /// them to free up together ([`Intake::refill`]) before it goes on with
 /// the one it has.
 const REFILL_WAIT: Duration = Duration::from_millis(2);
-
-/// One message's work as the loop hands it on.
-type MessageFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// A message taken in its slot and copied out of the consumer's buffer,
 /// before its bytes are held.
@@ -403,10 +402,7 @@ impl Intake {
             bytes,
             summary: RunSummary::default(),
             rejected: Arc::default(),
-            panics: Panics {
-                count: Arc::default(),
-                metrics: metrics.clone(),
-            },
+            panics: Panics::new(metrics.clone()),
             waiting: None,
             ready_streak: 0,
             refill: 1,
@@ -431,6 +427,9 @@ impl Intake {
             self.refill = (bound / 4).clamp(1, MAX_BATCH);
         }
         let mut stream = consumer.stream();
+        if S::PIPELINED {
+            return self.pipeline(consumer, stage, &mut stream, stop.as_mut()).await;
+        }
         while let Some(next) = self
             .take(consumer, &mut stream, stop.as_mut(), S::HOLDS_DECODED)
             .await
@@ -456,6 +455,77 @@ impl Intake {
         }
     }
 
+    /// The consume loop of a pipelined stage ([`Stage::PIPELINED`]; see
+    /// [`pipeline`](super::pipeline)): takes the messages ready together
+    /// (up to [`MAX_BATCH`] of them, and [`pipeline::BATCH_BYTES`] of
+    /// payload), begins them, and sends them to the ordered task as one
+    /// batch, decoded in a task of its own, or here when small. Small
+    /// batches while none is on its way (one-row JSON messages) are
+    /// dispatched here as any stage's are: for them, the handoff cost more
+    /// than it saved. When the ordered task is [`pipeline::depth`] batches
+    /// behind, the loop waits for it (for decodes that are running: bounded
+    /// by them).
+    async fn pipeline<S: Stage>(
+        &mut self,
+        consumer: &StageConsumer,
+        stage: &Arc<S>,
+        stream: &mut Messages<'_>,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) {
+        let (batches, received) = mpsc::channel(pipeline::depth());
+        let on_the_way = Arc::new(AtomicUsize::new(0));
+        self.tasks.spawn(
+            pipeline::hand_on(
+                stage.clone(),
+                received,
+                on_the_way.clone(),
+                self.panics.clone(),
+                self.rejected.clone(),
+            )
+            .in_current_span(),
+        );
+        while let Some(next) = self.take(consumer, stream, stop.as_mut(), S::HOLDS_DECODED).await {
+            let mut bytes = next.payload.len();
+            let mut ready = vec![next];
+            while bytes < pipeline::BATCH_BYTES && ready.len() < MAX_BATCH {
+                let Some(next) = self.take_ready(stream, S::HOLDS_DECODED) else {
+                    break;
+                };
+                bytes += next.payload.len();
+                ready.push(next);
+            }
+            let small = bytes < pipeline::TASK_BYTES;
+            // Every batch sent before was handed on: this one may be here.
+            if small && on_the_way.load(Ordering::Acquire) == 0 {
+                for next in ready {
+                    self.dispatch(stage, next);
+                }
+                continue;
+            }
+            let batch: Vec<Begun> = ready.into_iter().map(|next| self.begin(next)).collect();
+            let (decoded, batch_done) = oneshot::channel();
+            if small {
+                let _ = decoded.send(pipeline::decode(stage.as_ref(), batch, &self.panics));
+            } else {
+                let (stage, panics) = (stage.clone(), self.panics.clone());
+                self.tasks.spawn(
+                    async move {
+                        // A batch the ordered task no longer waits for (it
+                        // was cut off) drops its messages: abandoned.
+                        let _ = decoded.send(pipeline::decode(stage.as_ref(), batch, &panics));
+                    }
+                    .in_current_span(),
+                );
+            }
+            on_the_way.fetch_add(1, Ordering::AcqRel);
+            if batches.send(batch_done).await.is_err() {
+                self.lifecycle
+                    .fail("the stage's ordered task ended while the consume loop still ran");
+                return;
+            }
+        }
+    }
+
     /// Reaps finished tasks, then takes the next message: waits for a
     /// message slot, the message, then its bytes (see [`Intake::hold_bytes`]).
     /// `None` once `stop` resolved. A read error is counted and logged, and
@@ -477,7 +547,7 @@ impl Intake {
         let transactions = self.delivery.guarantee.transactions().cloned();
         loop {
             while let Some(joined) = self.tasks.try_join_next() {
-                self.reap(joined);
+                self.panics.reap(joined);
             }
             if let Some(t) = transactions.as_ref().filter(|t| t.is_rewinding()) {
                 // What was taken and not begun is dropped: the seek
@@ -664,26 +734,13 @@ impl Intake {
     /// becomes a task only when it is not done.
     fn dispatch<S: Stage>(&mut self, stage: &Arc<S>, next: Next) {
         let (task, handled) = self.prepare(stage, next);
-        if !handled || !S::FIRST_POLL_IN_LOOP {
+        let task = if handled && S::FIRST_POLL_IN_LOOP {
+            poll_once(task, &self.panics)
+        } else {
+            Some(task)
+        };
+        if let Some(task) = task {
             self.tasks.spawn(task);
-            return;
-        }
-        // Polled here once; a task only when it is not done. A future that
-        // is polled again registers its task's waker then, so nothing the
-        // no-op waker missed is lost.
-        let mut task = task;
-        let mut here = std::task::Context::from_waker(std::task::Waker::noop());
-        match std::panic::catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(&mut here))) {
-            Ok(std::task::Poll::Ready(())) => {}
-            Ok(std::task::Poll::Pending) => {
-                self.tasks.spawn(task);
-            }
-            // Dropping the future drops its message unfinished, which
-            // dead-letters it, as a task's panic does.
-            Err(panic) => {
-                drop(task);
-                self.panics.count(panic.as_ref());
-            }
         }
     }
 
@@ -722,21 +779,16 @@ impl Intake {
         sender
     }
 
-    /// What one message becomes, within its trace: a decoded input's
-    /// handler future ([`Stage::handle`]), which ends with it or when its
-    /// partition drained; or, for a rejected one, its dead-lettering (also
-    /// a future, so a slow broker never blocks intake or shutdown). The
-    /// flag says which; for a batch stage ([`Stage::TASK_PER_BATCH`]) the
-    /// future decodes first, and the flag is always set.
-    fn prepare<S: Stage>(&mut self, stage: &Arc<S>, next: Next) -> (MessageFuture, bool) {
+    /// Begins a message taken: takes its ticket (in message order), makes
+    /// its span, within its producer's trace when it says (W3C
+    /// `traceparent`) and else a new one, and its handle.
+    fn begin(&mut self, next: Next) -> Begun {
         let Next { payload, meta, holds } = next;
-        let (ticket, work_token) = self
+        let (ticket, token) = self
             .delivery
             .committer
             .begin(&meta.topic, meta.partition, meta.offset);
-        // The message's trace: its producer's when it says (W3C
-        // `traceparent`), else a new one.
-        let input_trace = meta.header(TRACEPARENT_HEADER).and_then(TraceParent::parse);
+        let trace = meta.header(TRACEPARENT_HEADER).and_then(TraceParent::parse);
         // Its span: exported when traces are, and the context of the log
         // lines written while it is handled at debug level. Not at info: a
         // span made, entered, left and closed for every message took a third
@@ -753,8 +805,21 @@ impl Intake {
         } else {
             tracing::Span::current()
         };
-        telemetry::start_trace(&span, input_trace);
-        let delivery = self.delivery.clone();
+        telemetry::start_trace(&span, trace);
+        Begun {
+            taken: Taken::new(payload, meta, ticket, self.delivery.clone(), holds),
+            within: Within { token, span, trace },
+        }
+    }
+
+    /// What one message becomes, within its trace: a decoded input's
+    /// handler future ([`Stage::handle`]), which ends with it or when its
+    /// partition drained; or, for a rejected one, its dead-lettering (also
+    /// a future, so a slow broker never blocks intake or shutdown). The
+    /// flag says which; for a batch stage ([`Stage::TASK_PER_BATCH`]) the
+    /// future decodes first, and the flag is always set.
+    fn prepare<S: Stage>(&mut self, stage: &Arc<S>, next: Next) -> (MessageFuture, bool) {
+        let begun = self.begin(next);
         if S::TASK_PER_BATCH {
             // Decoded in its batch's task, on tokio's workers: the loop's
             // one thread only takes messages (a trajectory's decoding was
@@ -764,7 +829,8 @@ impl Intake {
             // future dropped before its first poll abandons it, as a
             // handler's would.
             let (stage, rejected) = (stage.clone(), self.rejected.clone());
-            let taken = Taken::new(payload, meta, ticket, delivery, holds);
+            let Begun { taken, within } = begun;
+            let token = within.token.clone();
             let work = async move {
                 match stage.decode(taken.shared_payload(), taken.meta()) {
                     Ok(input) => {
@@ -772,7 +838,7 @@ impl Intake {
                             input,
                             message: taken,
                         }));
-                        until_cancelled(work, work_token).await;
+                        until_cancelled(work, token).await;
                     }
                     Err(why) => {
                         rejected.fetch_add(1, Ordering::Relaxed);
@@ -782,32 +848,24 @@ impl Intake {
                     }
                 }
             };
-            return (
-                Box::pin(telemetry::scope(input_trace, work.instrument(span))),
-                true,
-            );
+            return (within.other(work), true);
         }
-        let decoded = stage.decode(&payload, &meta);
-        let taken = Taken::new(payload, meta, ticket, delivery, holds);
+        let decoded = stage.decode(begun.taken.shared_payload(), begun.taken.meta());
         match decoded {
             Ok(input) => {
+                let Begun { taken, within } = begun;
                 // Boxed once, here: a stage's handler future can be large
-                // (stage 1's holds its synthesis), and the wrappers below
-                // would each copy it whole.
+                // (stage 1's holds its synthesis), and the wrappers would
+                // each copy it whole.
                 let work = Box::pin(stage.handle(Work {
                     input,
                     message: taken,
                 }));
-                let task = telemetry::scope(input_trace, until_cancelled(work, work_token).instrument(span));
-                (Box::pin(task), true)
+                (within.handler(work), true)
             }
             Err(rejected) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
-                let task = telemetry::scope(
-                    input_trace,
-                    async move { taken.reject(rejected.kind, &rejected.reason).await }.instrument(span),
-                );
-                (Box::pin(task), false)
+                (begun.reject(rejected), false)
             }
         }
     }
@@ -861,7 +919,7 @@ impl Intake {
     /// Waits for every task, reaping each.
     async fn join_all(&mut self) {
         while let Some(joined) = self.tasks.join_next().await {
-            self.reap(joined);
+            self.panics.reap(joined);
         }
     }
 
@@ -922,38 +980,6 @@ impl Intake {
         }
         tracing::info!(partitions = targets.len(), "rewound to the committed offsets");
         transactions.rewound();
-    }
-
-    /// Logs and counts a handler task that panicked. Its message was
-    /// rejected as `handler_panic` when the task dropped it.
-    fn reap(&mut self, joined: Result<(), JoinError>) {
-        if let Err(e) = joined {
-            if e.is_panic() {
-                self.panics.count(e.into_panic().as_ref());
-            }
-        }
-    }
-}
-
-/// Handlers that panicked: counted and logged where they are caught (a
-/// task joined, a future polled in the loop or in a batch's task); their
-/// messages are dead-lettered as their futures are dropped.
-#[derive(Clone)]
-struct Panics {
-    count: Arc<AtomicU64>,
-    metrics: Arc<StageMetrics>,
-}
-
-impl Panics {
-    fn count(&self, panic: &(dyn std::any::Any + Send)) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.metrics.handler_panicked();
-        let text = panic_text(panic).unwrap_or("a non-text panic payload");
-        tracing::error!(panic = %text, "a handler task panicked");
-    }
-
-    fn total(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
     }
 }
 
@@ -1107,80 +1133,13 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
-/// A message's handler `work`, run until it ends or its partition's drain
-/// ends (`token`). A handler of one row mostly ends at its first poll: only
-/// one that does not waits on the token (a waiter put in under the token's
-/// lock). One that does not is polled again only at the task's next poll,
-/// never twice in one: the consume loop polls a stage 2 message once itself
-/// (`dispatch`), and a second poll at once ran past the handler's
-/// `yield_now`, a step's publishing, on the loop.
-async fn until_cancelled(mut work: MessageFuture, token: Arc<CancellationToken>) {
-    if token.is_cancelled() {
-        return;
-    }
-    if futures::poll!(&mut work).is_ready() {
-        return;
-    }
-    // Skipping `work` at the first call below is sound only because it
-    // comes in the same poll as the one above: nothing may await between.
-    let mut cancelled = std::pin::pin!(token.cancelled());
-    let mut polled = true;
-    std::future::poll_fn(|cx| {
-        if cancelled.as_mut().poll(cx).is_ready() {
-            return std::task::Poll::Ready(());
-        }
-        if std::mem::take(&mut polled) {
-            return std::task::Poll::Pending;
-        }
-        work.as_mut().poll(cx)
-    })
-    .await
-}
-
 #[cfg(test)]
 mod tests {
-    use std::future::Future;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::task::{Context, Poll, Waker};
-
-    use tokio_util::sync::CancellationToken;
 
     use tokio::sync::Semaphore;
 
-    use super::{free_slots, until_cancelled, MessageFuture, REFILL_WAIT};
-
-    /// A handler that yields once, then counts its end.
-    fn yields_once(ended: &Arc<AtomicUsize>) -> MessageFuture {
-        let ended = ended.clone();
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            ended.fetch_add(1, Ordering::SeqCst);
-        })
-    }
-
-    #[tokio::test]
-    async fn a_handler_is_polled_once_a_poll_and_stops_when_its_partition_drained() {
-        let ended = Arc::new(AtomicUsize::new(0));
-        let token = Arc::new(CancellationToken::new());
-        let mut task = Box::pin(until_cancelled(yields_once(&ended), token.clone()));
-        let mut here = Context::from_waker(Waker::noop());
-        // The loop's own poll: the handler runs to its yield, no further.
-        assert!(task.as_mut().poll(&mut here).is_pending());
-        assert_eq!(ended.load(Ordering::SeqCst), 0, "past its yield in the same poll");
-        // The task's next poll runs it on.
-        task.await;
-        assert_eq!(ended.load(Ordering::SeqCst), 1);
-        // Cancelled before its first poll: never run; after: dropped.
-        token.cancel();
-        until_cancelled(yields_once(&ended), token.clone()).await;
-        let fresh = Arc::new(CancellationToken::new());
-        let mut task = Box::pin(until_cancelled(yields_once(&ended), fresh.clone()));
-        assert!(task.as_mut().poll(&mut here).is_pending());
-        fresh.cancel();
-        assert_eq!(task.as_mut().poll(&mut here), Poll::Ready(()));
-        assert_eq!(ended.load(Ordering::SeqCst), 1);
-    }
+    use super::{free_slots, REFILL_WAIT};
 
     /// Frees `n` of `held` after `after` (on paused time), from a task of
     /// its own: the loop, out of slots, is waiting by then.

@@ -1,0 +1,155 @@
+//! The consume loop's pipeline, for a stage that asks ([`Stage::PIPELINED`]):
+//! the loop only takes messages and begins them; the messages it took
+//! together are decoded in a task of their own on tokio's workers
+//! ([`decode`]), such tasks side by side; and one task beside the loop
+//! ([`hand_on`]) takes their inputs in the order the loop took them and
+//! hands each to [`Stage::handle`], so a stage's bookkeeping still sees its
+//! messages in partition order.
+//!
+//! Between the loop and that task are at most [`depth`] batches: when the
+//! ordered task falls behind, the loop waits for it, as it waits for a
+//! message slot. Every message is begun (its ticket taken, in order) on the
+//! loop before it enters, so a drain or a shutdown waits for it as for any
+//! other; one whose partition is revoked meanwhile reaches `handle`
+//! anyway, which drops it (see [`Stage::PIPELINED`]).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use super::contract::{Stage, Work};
+use super::handler::{poll_once, Begun, MessageFuture, Panics};
+use super::message::Rejected;
+
+/// Messages decoded together, in the order they were taken: each with its
+/// input, or why it was rejected.
+pub(super) type Decoded<I> = Vec<(Begun, Result<I, Rejected>)>;
+
+/// A batch on its way to the ordered task: its decode's result, when done.
+pub(super) type Batch<I> = oneshot::Receiver<Decoded<I>>;
+
+/// The payload bytes after which the loop takes no more messages into a
+/// batch: one-row JSON messages share a task by the dozen, and Arrow
+/// messages of thousands of rows each get one, decoded side by side.
+pub const BATCH_BYTES: usize = 256 * 1024;
+
+/// The payload bytes under which the loop decodes a batch itself (or,
+/// with no batch on its way, handles it too): a task's spawn and wakeup
+/// then cost about what the decode does.
+pub const TASK_BYTES: usize = 64 * 1024;
+
+/// How many batches may wait between the loop and the ordered task: enough
+/// to keep every worker decoding, few enough that decoded inputs not yet
+/// handed on (outside a stage's own byte bound) stay a handful of messages.
+pub(super) fn depth() -> usize {
+    let workers = tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers());
+    (2 * workers).max(4)
+}
+
+/// Decodes `batch` in order, each message within its span. A decoder that
+/// panics is counted, and its message dropped unfinished, which
+/// dead-letters it (`handler_panic`); the others go on.
+pub(super) fn decode<S: Stage>(stage: &S, batch: Vec<Begun>, panics: &Panics) -> Decoded<S::Input> {
+    let mut decoded = Vec::with_capacity(batch.len());
+    for begun in batch {
+        let input = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            begun
+                .within
+                .span
+                .in_scope(|| stage.decode(begun.taken.shared_payload(), begun.taken.meta()))
+        }));
+        match input {
+            Ok(input) => decoded.push((begun, input)),
+            Err(panic) => {
+                drop(begun);
+                panics.count(panic.as_ref());
+            }
+        }
+    }
+    decoded
+}
+
+/// The ordered task: takes the loop's batches in the order it sent them,
+/// waits for each one's decode, and hands its messages to the stage in
+/// order (see [`hand_one`]). Their handler futures that are not done at
+/// once, and dead letters, run as tasks of their own, which it waits for
+/// once the loop stops sending. A batch whose decode was cut off (at the
+/// drain's deadline) is skipped: its messages were dropped with it.
+///
+/// `on_the_way` counts the batches sent and not yet handed on: it drops
+/// once a batch's last message was, and the loop, which sees it at 0, may
+/// hand messages on itself.
+pub(super) async fn hand_on<S: Stage>(
+    stage: Arc<S>,
+    mut batches: mpsc::Receiver<Batch<S::Input>>,
+    on_the_way: Arc<AtomicUsize>,
+    panics: Panics,
+    rejected: Arc<AtomicU64>,
+) {
+    let mut tasks = JoinSet::new();
+    while let Some(batch) = batches.recv().await {
+        while let Some(joined) = tasks.try_join_next() {
+            panics.reap(joined);
+        }
+        for (begun, input) in batch.await.unwrap_or_default() {
+            let task = match input {
+                Ok(input) => hand_one(&stage, begun, input, &panics),
+                Err(why) => {
+                    rejected.fetch_add(1, Ordering::Relaxed);
+                    Some(begun.reject(why))
+                }
+            };
+            if let Some(task) = task {
+                tasks.spawn(task);
+            }
+        }
+        on_the_way.fetch_sub(1, Ordering::AcqRel);
+    }
+    while let Some(joined) = tasks.join_next().await {
+        panics.reap(joined);
+    }
+}
+
+/// Hands one decoded input to the stage: its handler future, to run as a
+/// task, unless it was done at its first poll in place (for a stage that
+/// asks: [`Stage::FIRST_POLL_IN_LOOP`]). A handler that panics as it is
+/// called drops its message unfinished, which dead-letters it; it is
+/// counted, and the next goes on.
+///
+/// A message whose partition was revoked (or reset) since it was taken is
+/// dropped here instead, abandoned: its partition's next owner redoes it,
+/// and the revoke's drain, which waits for it, ends. One revoked while the
+/// stage handles it is the stage's to drop (see [`Stage::PIPELINED`]).
+fn hand_one<S: Stage>(
+    stage: &Arc<S>,
+    begun: Begun,
+    input: S::Input,
+    panics: &Panics,
+) -> Option<MessageFuture> {
+    let Begun { taken, within } = begun;
+    if taken.partition_revoked() {
+        return None;
+    }
+    let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        Box::pin(stage.handle(Work {
+            input,
+            message: taken,
+        })) as MessageFuture
+    }));
+    let work = match called {
+        Ok(work) => work,
+        Err(panic) => {
+            panics.count(panic.as_ref());
+            return None;
+        }
+    };
+    let task = within.handler(work);
+    if S::FIRST_POLL_IN_LOOP {
+        poll_once(task, panics)
+    } else {
+        Some(task)
+    }
+}
