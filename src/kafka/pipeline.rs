@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use super::contract::{Stage, Work};
 use super::handler::{poll_once, Begun, MessageFuture, Panics};
@@ -75,26 +76,56 @@ pub(super) fn decode<S: Stage>(stage: &S, batch: Vec<Begun>, panics: &Panics) ->
 /// The ordered task: takes the loop's batches in the order it sent them,
 /// waits for each one's decode, and hands its messages to the stage in
 /// order (see [`hand_one`]). Their handler futures that are not done at
-/// once, and dead letters, run as tasks of their own, which it waits for
-/// once the loop stops sending. A batch whose decode was cut off (at the
-/// drain's deadline) is skipped: its messages were dropped with it.
+/// once, and dead letters, run as tasks of its own, which it waits for
+/// once the loop stops sending. A message whose partition was revoked (or
+/// reset) since it was taken is dropped instead, abandoned: its
+/// partition's next owner redoes it, and the revoke's drain, which waits
+/// for it, ends. One revoked while the stage handles it is the stage's to
+/// drop (see [`Stage::PIPELINED`]).
 ///
 /// `on_the_way` counts the batches sent and not yet handed on: it drops
 /// once a batch's last message was, and the loop, which sees it at 0, may
 /// hand messages on itself.
+///
+/// `cut_off` (the drain's deadline) ends it at once: its handler tasks are
+/// aborted and waited for, and nothing more is handed on. A batch whose
+/// decode was cut off (its task aborted) ends it too: a later batch handed
+/// on without it would skip its messages.
 pub(super) async fn hand_on<S: Stage>(
     stage: Arc<S>,
     mut batches: mpsc::Receiver<Batch<S::Input>>,
     on_the_way: Arc<AtomicUsize>,
+    cut_off: CancellationToken,
     panics: Panics,
     rejected: Arc<AtomicU64>,
 ) {
     let mut tasks = JoinSet::new();
-    while let Some(batch) = batches.recv().await {
-        while let Some(joined) = tasks.try_join_next() {
-            panics.reap(joined);
-        }
-        for (begun, input) in batch.await.unwrap_or_default() {
+    loop {
+        let batch = tokio::select! {
+            biased;
+            _ = cut_off.cancelled() => break,
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                panics.reap(joined);
+                continue;
+            }
+            batch = batches.recv() => match batch {
+                Some(batch) => batch,
+                None => break,
+            },
+        };
+        let decoded = tokio::select! {
+            biased;
+            _ = cut_off.cancelled() => break,
+            decoded = batch => match decoded {
+                Ok(decoded) => decoded,
+                Err(_) => break,
+            },
+        };
+        for (begun, input) in decoded {
+            // A rejected one too: its next owner dead-letters it.
+            if begun.taken.partition_revoked() {
+                continue;
+            }
             let task = match input {
                 Ok(input) => hand_one(&stage, begun, input, &panics),
                 Err(why) => {
@@ -108,6 +139,9 @@ pub(super) async fn hand_on<S: Stage>(
         }
         on_the_way.fetch_sub(1, Ordering::AcqRel);
     }
+    if cut_off.is_cancelled() {
+        tasks.abort_all();
+    }
     while let Some(joined) = tasks.join_next().await {
         panics.reap(joined);
     }
@@ -118,11 +152,6 @@ pub(super) async fn hand_on<S: Stage>(
 /// asks: [`Stage::FIRST_POLL_IN_LOOP`]). A handler that panics as it is
 /// called drops its message unfinished, which dead-letters it; it is
 /// counted, and the next goes on.
-///
-/// A message whose partition was revoked (or reset) since it was taken is
-/// dropped here instead, abandoned: its partition's next owner redoes it,
-/// and the revoke's drain, which waits for it, ends. One revoked while the
-/// stage handles it is the stage's to drop (see [`Stage::PIPELINED`]).
 fn hand_one<S: Stage>(
     stage: &Arc<S>,
     begun: Begun,
@@ -130,9 +159,6 @@ fn hand_one<S: Stage>(
     panics: &Panics,
 ) -> Option<MessageFuture> {
     let Begun { taken, within } = begun;
-    if taken.partition_revoked() {
-        return None;
-    }
     let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
         Box::pin(stage.handle(Work {
             input,

@@ -27,6 +27,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::commit::Committer;
@@ -325,6 +326,13 @@ impl StageLoop {
     }
 }
 
+/// A pipelined stage's ordered task ([`pipeline::hand_on`]) and what cuts
+/// it off.
+struct Ordered {
+    task: AbortOnDrop,
+    cut_off: CancellationToken,
+}
+
 /// The intake's byte bound: permits for the bytes of taken, unfinished
 /// messages (each [`Hold`] adds its bytes to the stage's in-flight bytes
 /// gauge).
@@ -349,6 +357,10 @@ struct Intake {
     /// rejected.
     _abandon_on_drop: AbandonOnDrop,
     tasks: JoinSet<()>,
+    /// A pipelined stage's ordered task, apart from `tasks`: at the drain's
+    /// deadline it is cut off (not aborted), and then cuts off and joins
+    /// the handler tasks it started.
+    ordered: Option<Ordered>,
     /// Every taken message holds it (see [`Taken`]).
     delivery: Arc<Delivery>,
     metrics: Arc<StageMetrics>,
@@ -394,6 +406,7 @@ impl Intake {
         Intake {
             _abandon_on_drop: AbandonOnDrop(delivery.lifecycle.clone()),
             tasks: JoinSet::new(),
+            ordered: None,
             metrics: metrics.clone(),
             lifecycle: delivery.lifecycle.clone(),
             delivery: Arc::new(delivery),
@@ -435,7 +448,8 @@ impl Intake {
             .await
         {
             if !S::TASK_PER_BATCH {
-                self.dispatch(stage, next);
+                let begun = self.begin(next);
+                self.dispatch(stage, begun);
                 continue;
             }
             // The messages fetched already join this one's task. It runs
@@ -443,14 +457,16 @@ impl Intake {
             // the consumer is polled again, since a revoke's drain, run
             // inside that poll, waits for it.
             let batch = self.start_batch();
-            let _ = batch.send(self.prepare(stage, next).0);
+            let begun = self.begin(next);
+            let _ = batch.send(self.prepare(stage, begun).0);
             for _ in 1..MAX_BATCH {
                 let Some(next) = self.take_ready(&mut stream, S::HOLDS_DECODED) else {
                     break;
                 };
                 // The task ends only once this sender is dropped (it is
                 // aborted only at the drain's deadline, after intake ends).
-                let _ = batch.send(self.prepare(stage, next).0);
+                let begun = self.begin(next);
+                let _ = batch.send(self.prepare(stage, begun).0);
             }
         }
     }
@@ -474,35 +490,39 @@ impl Intake {
     ) {
         let (batches, received) = mpsc::channel(pipeline::depth());
         let on_the_way = Arc::new(AtomicUsize::new(0));
-        self.tasks.spawn(
+        let cut_off = CancellationToken::new();
+        let task = AbortOnDrop(tokio::spawn(
             pipeline::hand_on(
                 stage.clone(),
                 received,
                 on_the_way.clone(),
+                cut_off.clone(),
                 self.panics.clone(),
                 self.rejected.clone(),
             )
             .in_current_span(),
-        );
+        ));
+        self.ordered = Some(Ordered { task, cut_off });
         while let Some(next) = self.take(consumer, stream, stop.as_mut(), S::HOLDS_DECODED).await {
+            // Each begun as it is taken: the stream's next poll may run a
+            // revoke's drain, which must count it (see `Intake::begin`).
             let mut bytes = next.payload.len();
-            let mut ready = vec![next];
-            while bytes < pipeline::BATCH_BYTES && ready.len() < MAX_BATCH {
+            let mut batch = vec![self.begin(next)];
+            while bytes < pipeline::BATCH_BYTES && batch.len() < MAX_BATCH {
                 let Some(next) = self.take_ready(stream, S::HOLDS_DECODED) else {
                     break;
                 };
                 bytes += next.payload.len();
-                ready.push(next);
+                batch.push(self.begin(next));
             }
             let small = bytes < pipeline::TASK_BYTES;
             // Every batch sent before was handed on: this one may be here.
             if small && on_the_way.load(Ordering::Acquire) == 0 {
-                for next in ready {
-                    self.dispatch(stage, next);
+                for begun in batch {
+                    self.dispatch(stage, begun);
                 }
                 continue;
             }
-            let batch: Vec<Begun> = ready.into_iter().map(|next| self.begin(next)).collect();
             let (decoded, batch_done) = oneshot::channel();
             if small {
                 let _ = decoded.send(pipeline::decode(stage.as_ref(), batch, &self.panics));
@@ -732,8 +752,8 @@ impl Intake {
     /// future runs as a task of its own, or, for a stage that asks
     /// ([`Stage::FIRST_POLL_IN_LOOP`]), is polled here once first and
     /// becomes a task only when it is not done.
-    fn dispatch<S: Stage>(&mut self, stage: &Arc<S>, next: Next) {
-        let (task, handled) = self.prepare(stage, next);
+    fn dispatch<S: Stage>(&mut self, stage: &Arc<S>, begun: Begun) {
+        let (task, handled) = self.prepare(stage, begun);
         let task = if handled && S::FIRST_POLL_IN_LOOP {
             poll_once(task, &self.panics)
         } else {
@@ -781,7 +801,12 @@ impl Intake {
 
     /// Begins a message taken: takes its ticket (in message order), makes
     /// its span, within its producer's trace when it says (W3C
-    /// `traceparent`) and else a new one, and its handle.
+    /// `traceparent`) and else a new one, and its handle. A message is
+    /// begun before the consumer is polled again: a revoke's drain, run
+    /// inside that poll, counts and waits for the begun messages of its
+    /// partitions, and resets them after (a message begun later would take
+    /// a ticket of the partition's next life, and be handled as if it were
+    /// still this member's).
     fn begin(&mut self, next: Next) -> Begun {
         let Next { payload, meta, holds } = next;
         let (ticket, token) = self
@@ -818,8 +843,7 @@ impl Intake {
     /// a future, so a slow broker never blocks intake or shutdown). The
     /// flag says which; for a batch stage ([`Stage::TASK_PER_BATCH`]) the
     /// future decodes first, and the flag is always set.
-    fn prepare<S: Stage>(&mut self, stage: &Arc<S>, next: Next) -> (MessageFuture, bool) {
-        let begun = self.begin(next);
+    fn prepare<S: Stage>(&mut self, stage: &Arc<S>, begun: Begun) -> (MessageFuture, bool) {
         if S::TASK_PER_BATCH {
             // Decoded in its batch's task, on tokio's workers: the loop's
             // one thread only takes messages (a trajectory's decoding was
@@ -893,6 +917,10 @@ impl Intake {
                 abandoned = self.summary.abandoned,
                 "drain deadline reached; unfinished messages will be redelivered"
             );
+            if let Some(mut ordered) = self.ordered.take() {
+                ordered.cut_off.cancel();
+                self.panics.reap((&mut ordered.task.0).await);
+            }
             self.tasks.abort_all();
             while self.tasks.join_next().await.is_some() {}
         }
@@ -916,9 +944,15 @@ impl Intake {
         std::mem::take(&mut self.summary)
     }
 
-    /// Waits for every task, reaping each.
+    /// Waits for every task, reaping each; the ordered task last (it ends
+    /// once the loop stopped sending and its handler tasks ended).
     async fn join_all(&mut self) {
         while let Some(joined) = self.tasks.join_next().await {
+            self.panics.reap(joined);
+        }
+        if let Some(ordered) = self.ordered.as_mut() {
+            let joined = (&mut ordered.task.0).await;
+            self.ordered = None;
             self.panics.reap(joined);
         }
     }

@@ -39,8 +39,9 @@ fn stage_loop(
 }
 
 /// Records the order it is handed messages in, and how many decodes ran
-/// at once. Message `i`'s decode takes longer the lower `i % 3` is, so
-/// that later messages' decodes end first.
+/// at once. A large message's decode takes longer the lower its offset is
+/// modulo 3, so that later messages' decodes end first; a small one's is
+/// at once.
 #[derive(Default)]
 struct RecordsOrder {
     decoding: AtomicUsize,
@@ -52,7 +53,10 @@ impl Stage for RecordsOrder {
     type Input = ();
     const PIPELINED: bool = true;
 
-    fn decode(&self, _: &bytes::Bytes, meta: &RecordMeta) -> Result<(), Rejected> {
+    fn decode(&self, payload: &bytes::Bytes, meta: &RecordMeta) -> Result<(), Rejected> {
+        if payload.len() < TASK_BYTES {
+            return Ok(());
+        }
         let now = self.decoding.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_once.fetch_max(now, Ordering::SeqCst);
         let slow = 2 - meta.offset.rem_euclid(3) as u64;
@@ -72,16 +76,28 @@ impl Stage for RecordsOrder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pipelined_stage_decodes_side_by_side_and_is_handed_its_messages_in_order() {
     const PARTITIONS: i32 = 2;
-    const MESSAGES: usize = 30;
+    const MESSAGES: usize = 60;
     let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("pipeline-order");
     common::create_topics(&config, &[&topic, &format!("{topic}.dlq")], PARTITIONS).await;
     let producer = hintstream::kafka::create_producer(&config).unwrap();
-    // Each a batch of its own: over the bytes a batch takes.
-    let payload = vec![b'x'; BATCH_BYTES + 1];
-    for i in 0..MESSAGES {
-        common::send(&producer, &topic, &format!("k{i}"), &payload).await;
+    // Every third a batch of its own (over the bytes a batch takes); the
+    // others small, taken together between them, and handed on by the loop
+    // itself when no batch is on its way, else after the batches before.
+    let (large, small) = (vec![b'x'; BATCH_BYTES + 1], vec![b'x'; 100]);
+    let sent: Vec<_> = (0..MESSAGES)
+        .map(|i| {
+            let payload = if i % 3 == 0 { &large } else { &small };
+            let key = format!("k{}", i % 2);
+            producer
+                .send_result(rdkafka::producer::FutureRecord::to(&topic).key(&key).payload(payload))
+                .map_err(|(e, _)| e)
+                .unwrap()
+        })
+        .collect();
+    for delivery in futures::future::join_all(sent).await {
+        delivery.unwrap().map_err(|(e, _)| e).unwrap();
     }
     let stage = Arc::new(RecordsOrder::default());
     let metrics = Arc::new(StageMetrics::unregistered());
