@@ -144,6 +144,11 @@ impl StageMetrics {
         self.received.inc();
     }
 
+    /// Messages taken so far.
+    pub fn received_count(&self) -> u64 {
+        self.received.get()
+    }
+
     pub fn read_error(&self) {
         self.read_errors.inc();
     }

@@ -88,9 +88,11 @@ pub(super) fn decode<S: Stage>(stage: &S, batch: Vec<Begun>, panics: &Panics) ->
 /// hand messages on itself.
 ///
 /// `cut_off` (the drain's deadline) ends it at once: its handler tasks are
-/// aborted and waited for, and nothing more is handed on. A batch whose
-/// decode was cut off (its task aborted) ends it too: a later batch handed
-/// on without it would skip its messages.
+/// aborted and waited for, and nothing more is handed on. The loop's tasks,
+/// a batch's decode among them, are aborted only after it is cut off. A
+/// batch whose decode task panicked otherwise (outside the decoder, which
+/// is caught) lost its messages with it, dead-lettered as a handler's
+/// panic drops them, and the next batch goes on.
 pub(super) async fn hand_on<S: Stage>(
     stage: Arc<S>,
     mut batches: mpsc::Receiver<Batch<S::Input>>,
@@ -101,7 +103,7 @@ pub(super) async fn hand_on<S: Stage>(
 ) {
     let mut tasks = JoinSet::new();
     loop {
-        let batch = tokio::select! {
+        let mut batch = tokio::select! {
             biased;
             _ = cut_off.cancelled() => break,
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
@@ -113,13 +115,16 @@ pub(super) async fn hand_on<S: Stage>(
                 None => break,
             },
         };
-        let decoded = tokio::select! {
-            biased;
-            _ = cut_off.cancelled() => break,
-            decoded = batch => match decoded {
-                Ok(decoded) => decoded,
-                Err(_) => break,
-            },
+        let decoded = loop {
+            tokio::select! {
+                biased;
+                _ = cut_off.cancelled() => break None,
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => panics.reap(joined),
+                decoded = &mut batch => break Some(decoded.unwrap_or_default()),
+            }
+        };
+        let Some(decoded) = decoded else {
+            break;
         };
         for (begun, input) in decoded {
             // A rejected one too: its next owner dead-letters it.
@@ -139,9 +144,19 @@ pub(super) async fn hand_on<S: Stage>(
         }
         on_the_way.fetch_sub(1, Ordering::AcqRel);
     }
-    if cut_off.is_cancelled() {
-        tasks.abort_all();
+    // The loop stopped sending: its handler tasks end on their own, unless
+    // the drain's deadline comes first.
+    while !cut_off.is_cancelled() {
+        tokio::select! {
+            biased;
+            _ = cut_off.cancelled() => {}
+            joined = tasks.join_next() => match joined {
+                Some(joined) => panics.reap(joined),
+                None => return,
+            },
+        }
     }
+    tasks.abort_all();
     while let Some(joined) = tasks.join_next().await {
         panics.reap(joined);
     }

@@ -358,8 +358,8 @@ struct Intake {
     _abandon_on_drop: AbandonOnDrop,
     tasks: JoinSet<()>,
     /// A pipelined stage's ordered task, apart from `tasks`: at the drain's
-    /// deadline it is cut off (not aborted), and then cuts off and joins
-    /// the handler tasks it started.
+    /// deadline it is cut off (not aborted), and then aborts and joins the
+    /// handler tasks it started.
     ordered: Option<Ordered>,
     /// Every taken message holds it (see [`Taken`]).
     delivery: Arc<Delivery>,
@@ -917,11 +917,16 @@ impl Intake {
                 abandoned = self.summary.abandoned,
                 "drain deadline reached; unfinished messages will be redelivered"
             );
-            if let Some(mut ordered) = self.ordered.take() {
+            // The ordered task cut off before the decodes it waits for are
+            // aborted: it hands nothing on past one of them.
+            let ordered = self.ordered.take();
+            if let Some(ordered) = &ordered {
                 ordered.cut_off.cancel();
-                self.panics.reap((&mut ordered.task.0).await);
             }
             self.tasks.abort_all();
+            if let Some(mut ordered) = ordered {
+                self.panics.reap((&mut ordered.task.0).await);
+            }
             while self.tasks.join_next().await.is_some() {}
         }
         if let Some(transactions) = self.delivery.guarantee.transactions().cloned() {

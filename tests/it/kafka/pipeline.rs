@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -39,9 +39,8 @@ fn stage_loop(
 }
 
 /// Records the order it is handed messages in, and how many decodes ran
-/// at once. A large message's decode takes longer the lower its offset is
-/// modulo 3, so that later messages' decodes end first; a small one's is
-/// at once.
+/// at once. A large message's decode sleeps (the first of a wave's two
+/// longer, so that the second's ends first); a small one's is at once.
 #[derive(Default)]
 struct RecordsOrder {
     decoding: AtomicUsize,
@@ -53,14 +52,15 @@ impl Stage for RecordsOrder {
     type Input = ();
     const PIPELINED: bool = true;
 
-    fn decode(&self, payload: &bytes::Bytes, meta: &RecordMeta) -> Result<(), Rejected> {
-        if payload.len() < TASK_BYTES {
-            return Ok(());
-        }
+    fn decode(&self, payload: &bytes::Bytes, _: &RecordMeta) -> Result<(), Rejected> {
+        let sleep = match payload.first() {
+            Some(b'a') => 60,
+            Some(b'b') => 15,
+            _ => return Ok(()),
+        };
         let now = self.decoding.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_once.fetch_max(now, Ordering::SeqCst);
-        let slow = 2 - meta.offset.rem_euclid(3) as u64;
-        std::thread::sleep(Duration::from_millis(10 + 15 * slow));
+        std::thread::sleep(Duration::from_millis(sleep));
         self.decoding.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
@@ -73,61 +73,84 @@ impl Stage for RecordsOrder {
     }
 }
 
+/// Produces `payloads` to `partition` of `topic`, in order.
+async fn produce_wave(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    partition: i32,
+    payloads: &[&[u8]],
+) {
+    for payload in payloads {
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::<(), [u8]>::to(topic)
+                    .partition(partition)
+                    .payload(payload),
+                Duration::from_secs(60),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+}
+
+/// Waits, at most 30 s, until `count()` reaches `n`.
+async fn wait_count(what: &str, n: usize, count: impl Fn() -> usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count() < n {
+        assert!(Instant::now() < deadline, "{what}: {} of {n}", count());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waves of messages on one partition: two large ones (each a batch of its
+/// own, decoded side by side, the second done first) and two small ones
+/// (a batch decoded on the loop, sent behind them); and, every third
+/// wave, once everything before was handed on, small ones alone (handed on
+/// by the loop itself). The stage sees them all in offset order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pipelined_stage_decodes_side_by_side_and_is_handed_its_messages_in_order() {
-    const PARTITIONS: i32 = 2;
-    const MESSAGES: usize = 60;
+    const WAVES: usize = 9;
     let broker = common::shared_kafka();
     let config = common::config_for(&broker.bootstrap);
     let topic = common::unique("pipeline-order");
-    common::create_topics(&config, &[&topic, &format!("{topic}.dlq")], PARTITIONS).await;
+    common::create_topics(&config, &[&topic, &format!("{topic}.dlq")], 1).await;
     let producer = hintstream::kafka::create_producer(&config).unwrap();
-    // Every third a batch of its own (over the bytes a batch takes); the
-    // others small, taken together between them, and handed on by the loop
-    // itself when no batch is on its way, else after the batches before.
-    let (large, small) = (vec![b'x'; BATCH_BYTES + 1], vec![b'x'; 100]);
-    let sent: Vec<_> = (0..MESSAGES)
-        .map(|i| {
-            let payload = if i % 3 == 0 { &large } else { &small };
-            let key = format!("k{}", i % 2);
-            producer
-                .send_result(rdkafka::producer::FutureRecord::to(&topic).key(&key).payload(payload))
-                .map_err(|(e, _)| e)
-                .unwrap()
-        })
-        .collect();
-    for delivery in futures::future::join_all(sent).await {
-        delivery.unwrap().map_err(|(e, _)| e).unwrap();
-    }
     let stage = Arc::new(RecordsOrder::default());
     let metrics = Arc::new(StageMetrics::unregistered());
     let group = common::unique("pipeline-order-group");
-    let stage_loop = stage_loop(&config, &group, &topic, metrics, Duration::from_secs(20));
+    let stage_loop = stage_loop(&config, &group, &topic, metrics.clone(), Duration::from_secs(20));
     let running_stage = stage.clone();
     let running = common::spawn_stage(move |stop| stage_loop.run_stage(running_stage, stop));
-    common::waits::wait_committed_to_end(
-        &config,
-        &group,
-        &topic,
-        PARTITIONS,
-        Duration::from_secs(60),
-        || format!("handed: {:?}", stage.handed.lock().unwrap()),
-    )
+    let large = |first: u8| {
+        let mut payload = vec![first; BATCH_BYTES + 1];
+        payload[1] = b'x';
+        payload
+    };
+    let (first, second, small) = (large(b'a'), large(b'b'), b"s".to_vec());
+    let mut sent = 0;
+    for wave in 0..WAVES {
+        if wave % 3 == 2 {
+            let handed = || stage.handed.lock().unwrap().len();
+            wait_count("handed on", sent, handed).await;
+            produce_wave(&producer, &topic, 0, &[&small, &small, &small]).await;
+            sent += 3;
+        } else {
+            produce_wave(&producer, &topic, 0, &[&first, &second, &small, &small]).await;
+            sent += 4;
+        }
+        wait_count("taken", sent, || metrics.received_count() as usize).await;
+    }
+    common::waits::wait_committed_to_end(&config, &group, &topic, 1, Duration::from_secs(60), || {
+        format!("handed: {:?}", stage.handed.lock().unwrap())
+    })
     .await;
     running.stop().await;
-    let handed = stage.handed.lock().unwrap().clone();
-    assert_eq!(handed.len(), MESSAGES, "every message handed on once: {handed:?}");
-    let mut by_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-    for (partition, offset) in &handed {
-        by_partition.entry(*partition).or_default().push(*offset);
-    }
-    for (partition, offsets) in &by_partition {
-        let first = offsets[0];
-        let in_order: Vec<i64> = (first..first + offsets.len() as i64).collect();
-        assert_eq!(offsets, &in_order, "partition {partition} handed out of order");
-    }
+    let handed: Vec<i64> = stage.handed.lock().unwrap().iter().map(|(_, o)| *o).collect();
+    let in_order: Vec<i64> = (0..sent as i64).collect();
+    assert_eq!(handed, in_order, "handed out of offset order");
     let most = stage.most_at_once.load(Ordering::SeqCst);
-    eprintln!("{MESSAGES} messages, at most {most} decoded at once");
+    eprintln!("{sent} messages, at most {most} decoded at once");
     assert!(most >= 2, "the decodes ran one at a time");
 }
 
