@@ -335,9 +335,9 @@ impl<P> PendingStep<P> {
     /// sorting all of the 11%, 55-60 ms sorting every row's hash). Returns
     /// the bytes the dropped rows held.
     fn drop_duplicates(&mut self) -> usize {
-        // Where the step is assembled (the pipeline's ordered task), not on
-        // rayon's pool: it may be busy with the kernel of a step before this
-        // one.
+        // Where the step's last message is handed on (the consume loop or
+        // its ordered task), not on rayon's pool: it may be busy with the
+        // kernel of a step before this one.
         let clashes = LowBitClashes::of(&self.hashes, 8, 1 << 23);
         if !clashes.any() {
             return 0;

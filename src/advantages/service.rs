@@ -75,8 +75,8 @@ impl StepPublisher {
             .set_pending(assembler.len(), assembler.bytes());
     }
 
-    /// Adds a message to its step. Called in message order (from the
-    /// pipeline's ordered task: `Stage::PIPELINED`), so messages reach the
+    /// Adds a message to its step. Called in message order (on the consume
+    /// loop, or its ordered task: `Stage::PIPELINED`), so messages reach the
     /// assembler in partition order: a row that comes after its step's
     /// `step_end` is seen as such, never as part of it.
     ///
