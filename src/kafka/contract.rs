@@ -79,7 +79,9 @@ pub trait Stage: Send + Sync + 'static {
     /// (see [`pipeline`](super::pipeline)): the messages ready together are
     /// decoded in a task of their own on tokio's workers (one each when
     /// large), such tasks side by side, and `handle` is called from one task
-    /// beside the loop, in message order as ever. For a stage whose inputs
+    /// beside the loop, in message order as ever (a small batch, when none
+    /// is on its way, is decoded and handed on by the loop itself, as for
+    /// any stage). For a stage whose inputs
     /// are large and whose handler is mostly their ordered bookkeeping
     /// (stage 2: a step's Arrow rows decoded, their groups mapped), which
     /// would otherwise all run on the loop's one thread.

@@ -10,8 +10,9 @@
 //! ordered task falls behind, the loop waits for it, as it waits for a
 //! message slot. Every message is begun (its ticket taken, in order) on the
 //! loop before it enters, so a drain or a shutdown waits for it as for any
-//! other; one whose partition is revoked meanwhile reaches `handle`
-//! anyway, which drops it (see [`Stage::PIPELINED`]).
+//! other; one whose partition is revoked meanwhile is dropped before it is
+//! handed on, or by the stage when the revoke comes while it is (see
+//! [`Stage::PIPELINED`]).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -38,8 +39,9 @@ pub(super) type Batch<I> = oneshot::Receiver<Decoded<I>>;
 pub const BATCH_BYTES: usize = 256 * 1024;
 
 /// The payload bytes under which the loop decodes a batch itself (or,
-/// with no batch on its way, handles it too): a task's spawn and wakeup
-/// then cost about what the decode does.
+/// with no batch on its way, handles it too): one-row JSON messages, which
+/// handed off took longer than on the loop (docs/BENCHMARKS.md, round
+/// thirty).
 pub const TASK_BYTES: usize = 64 * 1024;
 
 /// How many batches may wait between the loop and the ordered task: enough

@@ -4,6 +4,7 @@
 //! revoked is dropped (abandoned, redone by the new owner), not handed on,
 //! so the revoke's drain does not wait for it and no stage parks it.
 
+use super::revoke::{stage_loop, start_acking, wait_assigned};
 use crate::common;
 
 use std::collections::BTreeSet;
@@ -11,32 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use hintstream::config::Config;
 use hintstream::kafka::pipeline::{BATCH_BYTES, TASK_BYTES};
-use hintstream::kafka::{Partition, RecordMeta, Rejected, RunOptions, Stage, StageLoop, Taken, Work};
+use hintstream::kafka::{Partition, RecordMeta, Rejected, Stage, Taken, Work};
 use hintstream::metrics::StageMetrics;
-
-fn stage_loop(
-    config: &Config,
-    group: &str,
-    topic: &str,
-    metrics: Arc<StageMetrics>,
-    drain: Duration,
-) -> StageLoop {
-    StageLoop::create(
-        config,
-        group,
-        topic,
-        &format!("{topic}.dlq"),
-        metrics,
-        RunOptions {
-            max_in_flight: 1000,
-            max_in_flight_bytes: None,
-            drain_timeout: drain,
-        },
-    )
-    .unwrap()
-}
 
 /// Records the order it is handed messages in, and how many decodes ran
 /// at once. A large message's decode sleeps (the first of a wave's two
@@ -246,30 +224,8 @@ async fn messages_of_a_revoked_partition_still_in_the_pipeline_are_abandoned_not
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // B acknowledges what it gets.
-    let b_metrics = Arc::new(StageMetrics::unregistered());
-    let b_seen: Arc<Mutex<Vec<i32>>> = Arc::default();
-    let b_loop = stage_loop(&config, &group, &topic, b_metrics.clone(), DRAIN);
-    let seen = b_seen.clone();
-    let b_running = common::spawn_stage(move |stop| {
-        b_loop.run(
-            |_: &[u8], _: &RecordMeta| Ok(()),
-            move |work: Work<()>| {
-                seen.lock().unwrap().push(work.message.meta().partition);
-                work.message.ack();
-                async {}
-            },
-            stop,
-        )
-    });
-    let started = Instant::now();
-    while b_metrics.assigned() == 0 {
-        assert!(
-            started.elapsed() < DRAIN + Duration::from_secs(30),
-            "B not assigned"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let took = started.elapsed();
+    let (b_running, b_metrics, b_seen) = start_acking(&config, &group, &topic, DRAIN);
+    let took = wait_assigned(&b_metrics, |n| n > 0, DRAIN + Duration::from_secs(30)).await;
     eprintln!("B assigned after {took:.1?} (drain timeout {DRAIN:?})");
     assert!(
         took < DRAIN / 2,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hintstream::config::Config;
-use hintstream::kafka::{RecordMeta, Rejected, RunOptions, Stage, StageLoop, Taken, Work};
+use hintstream::kafka::{RecordMeta, Rejected, RunOptions, RunSummary, Stage, StageLoop, Taken, Work};
 use hintstream::metrics::StageMetrics;
 
 const PARTITIONS: i32 = 4;
@@ -35,7 +35,9 @@ async fn setup() -> (common::Broker, Config, String, String) {
     (broker, config, topic, group)
 }
 
-fn stage_loop(
+/// A stage loop on `topic` (its dead letters to `{topic}.dlq`) in `group`,
+/// with room for 1,000 messages and a drain of `drain`.
+pub(super) fn stage_loop(
     config: &Config,
     group: &str,
     topic: &str,
@@ -57,8 +59,42 @@ fn stage_loop(
     .unwrap()
 }
 
+/// Starts a member that acknowledges every message it gets: its stage, its
+/// metrics, and the partitions of the messages it got, in order.
+pub(super) fn start_acking(
+    config: &Config,
+    group: &str,
+    topic: &str,
+    drain: Duration,
+) -> (
+    common::Running<RunSummary>,
+    Arc<StageMetrics>,
+    Arc<Mutex<Vec<i32>>>,
+) {
+    let metrics = Arc::new(StageMetrics::unregistered());
+    let seen: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let stage_loop = stage_loop(config, group, topic, metrics.clone(), drain);
+    let handler_seen = seen.clone();
+    let running = common::spawn_stage(move |stop| {
+        stage_loop.run(
+            |_: &[u8], _: &RecordMeta| Ok(()),
+            move |work: Work<()>| {
+                handler_seen.lock().unwrap().push(work.message.meta().partition);
+                work.message.ack();
+                async {}
+            },
+            stop,
+        )
+    });
+    (running, metrics, seen)
+}
+
 /// Waits until `metrics` reports assigned partitions satisfying `until`.
-async fn wait_assigned(metrics: &StageMetrics, until: impl Fn(i64) -> bool, within: Duration) -> Duration {
+pub(super) async fn wait_assigned(
+    metrics: &StageMetrics,
+    until: impl Fn(i64) -> bool,
+    within: Duration,
+) -> Duration {
     let started = Instant::now();
     while !until(metrics.assigned()) {
         assert!(
@@ -259,21 +295,7 @@ async fn parked_work_of_revoked_partitions_is_released_without_waiting_out_the_d
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // B takes everything it gets and finishes it.
-    let b_metrics = Arc::new(StageMetrics::unregistered());
-    let b_seen: Arc<Mutex<Vec<i32>>> = Arc::default();
-    let b_loop = stage_loop(&config, &group, &topic, b_metrics.clone(), DRAIN);
-    let b_handler_seen = b_seen.clone();
-    let b = common::spawn_stage(move |stop| {
-        b_loop.run(
-            |_: &[u8], _: &RecordMeta| Ok(()),
-            move |work: Work<()>| {
-                b_handler_seen.lock().unwrap().push(work.message.meta().partition);
-                work.message.ack();
-                async {}
-            },
-            stop,
-        )
-    });
+    let (b, b_metrics, b_seen) = start_acking(&config, &group, &topic, DRAIN);
     let took = wait_assigned(&b_metrics, |n| n > 0, DRAIN + Duration::from_secs(30)).await;
     eprintln!(
         "revoke with {MESSAGES} parked messages: B assigned after {took:.1?} (drain timeout {DRAIN:?})"
