@@ -1,12 +1,12 @@
 //! The consume loop's pipeline, for a stage that asks ([`Stage::PIPELINED`]):
 //! the loop only takes messages and begins them; the messages it took
 //! together are decoded in a task of their own on tokio's workers
-//! ([`decode`]), such tasks side by side; and one task beside the loop
-//! ([`hand_on`]) takes their inputs in the order the loop took them and
+//! (`decode`), such tasks side by side; and one task beside the loop
+//! (`hand_on`) takes their inputs in the order the loop took them and
 //! hands each to [`Stage::handle`], so a stage's bookkeeping still sees its
 //! messages in partition order.
 //!
-//! Between the loop and that task are at most [`depth`] batches: when the
+//! Between the loop and that task are at most `depth()` batches: when the
 //! ordered task falls behind, the loop waits for it, as it waits for a
 //! message slot. Every message is begun (its ticket taken, in order) on the
 //! loop before it enters, so a drain or a shutdown waits for it as for any

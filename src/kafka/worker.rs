@@ -3,7 +3,7 @@
 //! concurrent task (or, for a stage that asks, the messages fetched together
 //! as one task, each still on its own and decoded there; or, for a
 //! pipelined stage, decoded in tasks and handed on in order by one task
-//! beside the loop: [`pipeline`](super::pipeline)) and bad input to the
+//! beside the loop: [`pipeline`]) and bad input to the
 //! dead-letter topic (also as a task, so a slow broker never blocks intake
 //! or shutdown), with bounds on messages and bytes in flight. On shutdown it stops fetching, drains
 //! in-flight work up to a deadline and commits. Under exactly_once it also
@@ -472,7 +472,7 @@ impl Intake {
     }
 
     /// The consume loop of a pipelined stage ([`Stage::PIPELINED`]; see
-    /// [`pipeline`](super::pipeline)): takes the messages ready together
+    /// [`pipeline`]): takes the messages ready together
     /// (up to [`MAX_BATCH`] of them, and [`pipeline::BATCH_BYTES`] of
     /// payload), begins them, and sends them to the ordered task as one
     /// batch, decoded in a task of its own, or here when small. Small
