@@ -2,7 +2,8 @@
 //! dispatched from (the loop, a batch's task, a pipeline's ordered task):
 //! run until its partition's drain ends ([`until_cancelled`]), polled once
 //! in place before it becomes a task ([`poll_once`]), its panics counted
-//! ([`Panics`]), within its message's span and trace ([`Begun`]).
+//! ([`Panics`]), within its message's span and trace ([`Begun`]); and a
+//! decoded message's work, handled or dead-lettered ([`work_for`]).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -15,6 +16,7 @@ use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
+use super::contract::{Stage, Work};
 use super::message::{Rejected, Taken};
 use crate::messages::decode::panic_text;
 use crate::metrics::StageMetrics;
@@ -104,6 +106,51 @@ impl Panics {
 
     pub(super) fn total(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// A decoded message's work: its input's handler future ([`Stage::handle`]),
+/// run within its span and trace until it ends or its partition drained;
+/// or, for a rejected one, its dead-lettering (counted in `rejected`), a
+/// future too, so a slow broker never blocks intake or shutdown. The flag
+/// says which.
+pub(super) fn work_for<S: Stage>(
+    stage: &Arc<S>,
+    begun: Begun,
+    decoded: Result<S::Input, Rejected>,
+    rejected: &AtomicU64,
+) -> (MessageFuture, bool) {
+    match decoded {
+        Ok(input) => {
+            let Begun { taken, within } = begun;
+            // Boxed once, here: a stage's handler future can be large
+            // (stage 1's holds its synthesis), and the wrappers would each
+            // copy it whole.
+            let work = Box::pin(stage.handle(Work {
+                input,
+                message: taken,
+            }));
+            (within.handler(work), true)
+        }
+        Err(why) => {
+            rejected.fetch_add(1, Ordering::Relaxed);
+            (begun.reject(why), false)
+        }
+    }
+}
+
+/// Where a message's work (see [`work_for`]) goes first: a handler's, for
+/// a stage that asks ([`Stage::FIRST_POLL_IN_LOOP`]), is polled once in
+/// place ([`poll_once`]). `Some` of it to run as a task.
+pub(super) fn first_poll<S: Stage>(
+    work: MessageFuture,
+    handled: bool,
+    panics: &Panics,
+) -> Option<MessageFuture> {
+    if handled && S::FIRST_POLL_IN_LOOP {
+        poll_once(work, panics)
+    } else {
+        Some(work)
     }
 }
 

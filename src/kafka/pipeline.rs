@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::contract::{Stage, Work};
-use super::handler::{poll_once, Begun, MessageFuture, Panics};
+use super::contract::Stage;
+use super::handler::{first_poll, work_for, Begun, Panics};
 use super::message::Rejected;
 
 /// Messages decoded together, in the order they were taken: each with its
@@ -77,8 +77,9 @@ pub(super) fn decode<S: Stage>(stage: &S, batch: Vec<Begun>, panics: &Panics) ->
 
 /// The ordered task: takes the loop's batches in the order it sent them,
 /// waits for each one's decode, and hands its messages to the stage in
-/// order (see [`hand_one`]). Their handler futures that are not done at
-/// once, and dead letters, run as tasks of its own, which it waits for
+/// order (polled once in place, as the loop does: [`first_poll`]). Their
+/// handler futures that are not done at once, and dead letters, run as
+/// tasks of its own, which it waits for
 /// once the loop stops sending. A message whose partition was revoked (or
 /// reset) since it was taken is dropped instead, abandoned: its
 /// partition's next owner redoes it, and the revoke's drain, which waits
@@ -133,11 +134,16 @@ pub(super) async fn hand_on<S: Stage>(
             if begun.taken.partition_revoked() {
                 continue;
             }
-            let task = match input {
-                Ok(input) => hand_one(&stage, begun, input, &panics),
-                Err(why) => {
-                    rejected.fetch_add(1, Ordering::Relaxed);
-                    Some(begun.reject(why))
+            // A handler that panics as it is called drops its message
+            // unfinished, which dead-letters it; it is counted, and the
+            // next goes on.
+            let called =
+                std::panic::catch_unwind(AssertUnwindSafe(|| work_for(&stage, begun, input, &rejected)));
+            let task = match called {
+                Ok((work, handled)) => first_poll::<S>(work, handled, &panics),
+                Err(panic) => {
+                    panics.count(panic.as_ref());
+                    None
                 }
             };
             if let Some(task) = task {
@@ -161,38 +167,5 @@ pub(super) async fn hand_on<S: Stage>(
     tasks.abort_all();
     while let Some(joined) = tasks.join_next().await {
         panics.reap(joined);
-    }
-}
-
-/// Hands one decoded input to the stage: its handler future, to run as a
-/// task, unless it was done at its first poll in place (for a stage that
-/// asks: [`Stage::FIRST_POLL_IN_LOOP`]). A handler that panics as it is
-/// called drops its message unfinished, which dead-letters it; it is
-/// counted, and the next goes on.
-fn hand_one<S: Stage>(
-    stage: &Arc<S>,
-    begun: Begun,
-    input: S::Input,
-    panics: &Panics,
-) -> Option<MessageFuture> {
-    let Begun { taken, within } = begun;
-    let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        Box::pin(stage.handle(Work {
-            input,
-            message: taken,
-        })) as MessageFuture
-    }));
-    let work = match called {
-        Ok(work) => work,
-        Err(panic) => {
-            panics.count(panic.as_ref());
-            return None;
-        }
-    };
-    let task = within.handler(work);
-    if S::FIRST_POLL_IN_LOOP {
-        poll_once(task, panics)
-    } else {
-        Some(task)
     }
 }

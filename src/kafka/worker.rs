@@ -36,7 +36,7 @@ use super::context::{AssignmentHook, RevokeHook, StageContext};
 use super::contract::{log_released, Closures, Stage, Work};
 use super::dlq::DeadLetters;
 use super::guarantee::{Guarantee, TransactionalProducer};
-use super::handler::{poll_once, until_cancelled, Begun, MessageFuture, Panics, Within};
+use super::handler::{first_poll, until_cancelled, work_for, Begun, MessageFuture, Panics, Within};
 use super::hold::{Hold, Holds};
 use super::membership::out_of_group_limit;
 use super::message::{Delivery, RecordMeta, Rejected, Taken, TopicNames};
@@ -754,12 +754,7 @@ impl Intake {
     /// becomes a task only when it is not done.
     fn dispatch<S: Stage>(&mut self, stage: &Arc<S>, begun: Begun) {
         let (task, handled) = self.prepare(stage, begun);
-        let task = if handled && S::FIRST_POLL_IN_LOOP {
-            poll_once(task, &self.panics)
-        } else {
-            Some(task)
-        };
-        if let Some(task) = task {
+        if let Some(task) = first_poll::<S>(task, handled, &self.panics) {
             self.tasks.spawn(task);
         }
     }
@@ -875,23 +870,7 @@ impl Intake {
             return (within.other(work), true);
         }
         let decoded = stage.decode(begun.taken.shared_payload(), begun.taken.meta());
-        match decoded {
-            Ok(input) => {
-                let Begun { taken, within } = begun;
-                // Boxed once, here: a stage's handler future can be large
-                // (stage 1's holds its synthesis), and the wrappers would
-                // each copy it whole.
-                let work = Box::pin(stage.handle(Work {
-                    input,
-                    message: taken,
-                }));
-                (within.handler(work), true)
-            }
-            Err(rejected) => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
-                (begun.reject(rejected), false)
-            }
-        }
+        work_for(stage, begun, decoded, &self.rejected)
     }
 
     /// Stops intake, drains in-flight work up to the drain deadline
