@@ -854,6 +854,16 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Milliseconds for a table: a tenth kept under 100 ms, where a 10,000-row
+/// step's 3-10 ms would otherwise round by up to a sixth.
+fn ms_cell(v: f64) -> String {
+    if v.abs() < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
 /// `1234567` as `1,234,567`.
 fn thousands(n: usize) -> String {
     let s = n.to_string();
@@ -920,7 +930,7 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
             _ => ("".into(), "".into()),
         };
         println!(
-            "| {} | {} | {} | {} | {:.2} | {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {} | {} | {} / {} | {:.0} | {} | {} | {:.0} | {} | {} | {} | {} |",
             thousands(*rows),
             format.name(),
             thousands(s0.in_messages),
@@ -928,11 +938,11 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
             produce,
             s0.output_sizes.len(),
             mb(s0.output_sizes.iter().sum()),
-            e2e,
-            min,
+            ms_cell(e2e),
+            ms_cell(min),
             intake,
-            compute,
-            rest,
+            ms_cell(compute),
+            ms_cell(rest),
             cpu,
             thousands((*rows as f64 / (e2e / 1e3)) as usize),
             ratio,
@@ -979,13 +989,13 @@ fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, 
             .map(|h| median(h.iter().map(|s| ms(s.e2e)).collect()))
             .unwrap_or(f64::NAN);
         println!(
-            "| {} | {} | {:.0} / {:.0} | {:.0} | {:.0} | {:.1}× |",
+            "| {} | {} | {} / {} | {:.0} | {} | {:.2}× |",
             thousands(*rows),
             format.name(),
-            e2e,
-            min,
+            ms_cell(e2e),
+            ms_cell(min),
             intake,
-            hs,
+            ms_cell(hs),
             hs / e2e
         );
     }
@@ -1183,7 +1193,7 @@ async fn run(args: Args) -> Result<()> {
                     Some(ms(bench.step(&mut rows, format, Via::Echo).await?.e2e))
                 };
                 eprintln!(
-                    "{} rows {} warm-up #{w}: back {:.0} ms (echo {:?} ms)",
+                    "{} rows {} warm-up #{w}: back {:.1} ms (echo {:?} ms)",
                     n,
                     format.name(),
                     ms(sample.e2e),
@@ -1195,7 +1205,7 @@ async fn run(args: Args) -> Result<()> {
             for r in 0..args.repeats.max(1) {
                 let sample = bench.step(&mut rows, format, Via::Hintstream).await?;
                 eprintln!(
-                    "{} rows {} #{r}: produced in {:.2} s, back {:.0} ms after the last ack (intake {:?} ms, compute \
+                    "{} rows {} #{r}: produced in {:.2} s, back {:.1} ms after the last ack (intake {:?} ms, compute \
                      {:?} ms, {} chunks); worker peak RSS {} MB",
                     n,
                     format.name(),
@@ -1219,7 +1229,7 @@ async fn run(args: Args) -> Result<()> {
                 bench.plan_echo(n, in_messages, sizes.clone());
                 let sample = bench.step(&mut rows, format, Via::Echo).await?;
                 eprintln!(
-                    "{} rows {} echo #{r}: produced in {:.2} s, back {:.0} ms after the last ack (intake {:?} ms)",
+                    "{} rows {} echo #{r}: produced in {:.2} s, back {:.1} ms after the last ack (intake {:?} ms)",
                     n,
                     format.name(),
                     sample.produce.as_secs_f64(),

@@ -139,7 +139,9 @@ side_by_side() {
   local runs=$1
   awk -F'|' '
     function number(cell) { return cell ~ /^ *[0-9]/ ? cell + 0 : "" }
-    function cell(v) { return v == "" ? "" : sprintf("%d", v) }
+    # A tenth kept under 100 ms, as the example writes it.
+    function cell(v) { return v == "" ? "" : (v < 100 ? sprintf("%.1f", v) : sprintf("%d", v)) }
+    function whole(v) { return v == "" ? "" : sprintf("%d", v) }
     /^## run / { side = $0; sub(/^## run [0-9]+: /, "", side); round = $0; sub(/^## run /, "", round); sub(/:.*/, "", round); round += 0; if (round > rounds) rounds = round; next }
     /^\| [0-9]/ {
       rows = $2; input = $3; gsub(/^ +| +$/, "", rows); gsub(/^ +| +$/, "", input)
@@ -164,7 +166,7 @@ side_by_side() {
         split(k, kk, "|")
         ec = (r, s, k) in echo_ ? echo_[r, s, k] : ""
         ratio = ec != "" && ec > 0 && hs[r, s, k] != "" ? sprintf("%.2fx", hs[r, s, k] / ec) : ""
-        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, s, kk[1], kk[2], cell(hs[r, s, k]), cell(intake[r, s, k]), cell(cpu[r, s, k]), cell(ec), ratio
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, s, kk[1], kk[2], cell(hs[r, s, k]), whole(intake[r, s, k]), whole(cpu[r, s, k]), cell(ec), ratio
         sum_hs[s, k] += hs[r, s, k]; sum_intake[s, k] += intake[r, s, k]; sum_cpu[s, k] += cpu[r, s, k]
         if (ec != "") { sum_echo[s, k] += ec; echoes[s, k]++ }
       }
@@ -177,7 +179,7 @@ side_by_side() {
         split(k, kk, "|")
         ec = echoes[s, k] > 0 ? sum_echo[s, k] : ""
         ratio = ec != "" && ec > 0 ? sprintf("%.2fx", sum_hs[s, k] / ec) : ""
-        printf "| %s | %s | %s | %d | %d | %d | %s | %s |\n", s, kk[1], kk[2], sum_hs[s, k], sum_intake[s, k], sum_cpu[s, k], cell(ec), ratio
+        printf "| %s | %s | %s | %s | %d | %d | %s | %s |\n", s, kk[1], kk[2], cell(sum_hs[s, k]), sum_intake[s, k], sum_cpu[s, k], cell(ec), ratio
       }
       print ""
       # The CPU column counts 10 ms ticks: a ratio of fewer is not shown.
