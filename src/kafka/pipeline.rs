@@ -12,11 +12,17 @@
 //! loop before it enters, so a drain or a shutdown waits for it as for any
 //! other; one whose partition is revoked meanwhile is dropped before it is
 //! handed on, or by the stage when the revoke comes while it is (see
-//! [`Stage::PIPELINED`]).
+//! [`Stage::PIPELINED`]). A revoke's drain can also come while the loop
+//! still gathers a batch: it runs inside the poll that takes the next
+//! message, on the loop's own thread, and the messages gathered so far
+//! could not go on before it ends. They wait where a revoke finds them
+//! (`Gathering`), and those of the revoked partitions are dropped then,
+//! abandoned as on their way, instead of holding the drain until its
+//! timeout.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -25,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::contract::Stage;
 use super::handler::{first_poll, work_for, Begun, Panics};
 use super::message::Rejected;
+use super::partition::Partition;
 
 /// Messages decoded together, in the order they were taken: each with its
 /// input, or why it was rejected.
@@ -43,6 +50,54 @@ pub const BATCH_BYTES: usize = 256 * 1024;
 /// handed off took longer than on the loop (docs/BENCHMARKS.md, round
 /// thirty).
 pub const TASK_BYTES: usize = 64 * 1024;
+
+/// The messages the loop has begun for the batch it gathers, not yet sent
+/// on: shared with a revoke hook ([`Gathering::release`]), since a revoke's
+/// drain may run inside the poll that takes the next one.
+#[derive(Default)]
+pub(super) struct Gathering(Mutex<Vec<Begun>>);
+
+impl Gathering {
+    /// Locked for a moment, never across a poll of the consumer (the drain
+    /// that poll may run locks it too, on the same thread).
+    fn lock(&self) -> MutexGuard<'_, Vec<Begun>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a message begun.
+    pub(super) fn push(&self, begun: Begun) {
+        self.lock().push(begun);
+    }
+
+    /// The batch gathered, in the order taken; empty when a revoke released
+    /// all of it.
+    pub(super) fn take(&self) -> Vec<Begun> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// A revoke hook's part: drops the gathered messages of `partitions`
+    /// (marked revoking, or reset, before the hooks run), which abandons
+    /// them, so that the drain does not wait for them. Held weakly: the
+    /// consumer's hooks outlive the loop.
+    pub(super) fn release(gathering: &Weak<Gathering>, partitions: &[Partition]) {
+        let Some(gathering) = gathering.upgrade() else {
+            return;
+        };
+        let released: Vec<Begun> = {
+            let mut gathered = gathering.lock();
+            let (go, stay) = std::mem::take(&mut *gathered).into_iter().partition(|begun| {
+                let meta = begun.taken.meta();
+                partitions
+                    .iter()
+                    .any(|(topic, partition)| *partition == meta.partition && **topic == *meta.topic)
+            });
+            *gathered = stay;
+            go
+        };
+        // Dropped outside the lock: each abandons its ticket.
+        drop(released);
+    }
+}
 
 /// How many batches may wait between the loop and the ordered task: enough
 /// to keep every worker decoding, few enough that decoded inputs not yet

@@ -41,7 +41,7 @@ use super::hold::{Hold, Holds};
 use super::membership::out_of_group_limit;
 use super::message::{Delivery, RecordMeta, Rejected, Taken, TopicNames};
 use super::partition::Partition;
-use super::pipeline;
+use super::pipeline::{self, Gathering};
 use super::tracker::OffsetTracker;
 use super::transaction::Transactions;
 use crate::config::Config;
@@ -503,17 +503,28 @@ impl Intake {
             .in_current_span(),
         ));
         self.ordered = Some(Ordered { task, cut_off });
+        let gathering = Arc::new(Gathering::default());
+        let weak = Arc::downgrade(&gathering);
+        consumer
+            .context()
+            .on_revoke(Box::new(move |partitions| Gathering::release(&weak, partitions)));
         while let Some(next) = self.take(consumer, stream, stop.as_mut(), S::HOLDS_DECODED).await {
             // Each begun as it is taken: the stream's next poll may run a
-            // revoke's drain, which must count it (see `Intake::begin`).
-            let mut bytes = next.payload.len();
-            let mut batch = vec![self.begin(next)];
-            while bytes < pipeline::BATCH_BYTES && batch.len() < MAX_BATCH {
+            // revoke's drain, which must count it (see `Intake::begin`),
+            // and which drops it when its partition goes (`Gathering`).
+            let (mut bytes, mut taken) = (next.payload.len(), 1);
+            gathering.push(self.begin(next));
+            while bytes < pipeline::BATCH_BYTES && taken < MAX_BATCH {
                 let Some(next) = self.take_ready(stream, S::HOLDS_DECODED) else {
                     break;
                 };
                 bytes += next.payload.len();
-                batch.push(self.begin(next));
+                taken += 1;
+                gathering.push(self.begin(next));
+            }
+            let batch = gathering.take();
+            if batch.is_empty() {
+                continue;
             }
             let small = bytes < pipeline::TASK_BYTES;
             // Every batch sent before was handed on: this one may be here.
