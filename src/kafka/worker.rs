@@ -1170,6 +1170,66 @@ mod tests {
 
     use super::{free_slots, REFILL_WAIT};
 
+    /// A revoke that comes while the pipelined loop gathers a batch (its
+    /// drain runs inside the loop's poll) drops the gathered messages of
+    /// the revoked partitions, which abandons them (none dead-lettered),
+    /// and keeps the others in the order taken. On clients made for a
+    /// broker that is never asked anything.
+    #[tokio::test]
+    async fn a_revoke_releases_the_gathered_messages_of_its_partitions_and_keeps_the_others() {
+        use super::{Gathering, Intake, Next, RunOptions, StageLoop};
+        use crate::kafka::hold::Holds;
+        use crate::kafka::message::RecordMeta;
+        use crate::metrics::StageMetrics;
+        use rdkafka::consumer::Consumer;
+        use std::time::Duration;
+
+        let config = crate::config::Config {
+            bootstrap_servers: "127.0.0.1:9".into(),
+            ..Default::default()
+        };
+        let metrics = Arc::new(StageMetrics::unregistered());
+        let options = RunOptions {
+            max_in_flight: 16,
+            max_in_flight_bytes: None,
+            drain_timeout: Duration::from_secs(1),
+        };
+        let stage_loop = StageLoop::create(&config, "g", "in", "in.dlq", metrics.clone(), options).unwrap();
+        let consumer = stage_loop.consumer.clone();
+        let mut intake = Intake::new(stage_loop.delivery.clone(), &stage_loop.options);
+        let slots = Arc::new(Semaphore::new(16));
+        let gathering = Arc::new(Gathering::default());
+        let taken = [(0, 10), (1, 20), (0, 11), (1, 21), (1, 22)];
+        for (partition, offset) in taken {
+            gathering.push(intake.begin(Next {
+                payload: bytes::Bytes::from_static(b"x"),
+                meta: RecordMeta {
+                    topic: Arc::from("in"),
+                    partition,
+                    offset,
+                    key: None,
+                    headers: Vec::new(),
+                },
+                holds: Holds::new(slots.clone().try_acquire_owned().unwrap(), None),
+            }));
+        }
+        // As the drain does: the partition marked revoking, then the hooks.
+        consumer.context().tracker.lock().unwrap().mark_revoking("in", 0);
+        Gathering::release(&Arc::downgrade(&gathering), &[(Arc::from("in"), 0)]);
+        let kept: Vec<(i32, i64)> = gathering
+            .take()
+            .iter()
+            .map(|begun| (begun.taken.meta().partition, begun.taken.meta().offset))
+            .collect();
+        assert_eq!(kept, [(1, 20), (1, 21), (1, 22)]);
+        assert_eq!(metrics.abandoned_count(), 2, "partition 0's two, abandoned");
+        assert_eq!(slots.available_permits(), 16 - 3, "their slots freed");
+        // Held weakly: once the loop's gathering is gone, a revoke finds nothing.
+        let weak = Arc::downgrade(&gathering);
+        drop(gathering);
+        Gathering::release(&weak, &[(Arc::from("in"), 1)]);
+    }
+
     /// Frees `n` of `held` after `after` (on paused time), from a task of
     /// its own: the loop, out of slots, is waiting by then.
     fn free_later(
