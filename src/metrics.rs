@@ -212,6 +212,13 @@ impl StageMetrics {
             .inc();
     }
 
+    /// Rebalance callbacks of `kind` so far.
+    pub fn rebalance_count(&self, kind: &str) -> u64 {
+        self.rebalances
+            .get_or_create(&vec![("kind", kind.to_string())])
+            .get()
+    }
+
     pub fn set_in_flight(&self, n: usize) {
         self.in_flight.set(i64::try_from(n).unwrap_or(i64::MAX));
     }

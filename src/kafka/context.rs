@@ -144,7 +144,9 @@ impl StageContext {
     /// finished by then is cancelled, uncommitted, and its new owner redoes
     /// it. A lost assignment (the group moved on without us) is not drained:
     /// its partitions belong to others already. Shutdown beginning meanwhile
-    /// ends the wait.
+    /// ends the wait, and so does the stage failing: the loop, whose thread
+    /// this wait holds, is what would stop on it (the work cut off is the
+    /// next owner's to redo).
     fn drain(&self, consumer: &BaseConsumer<Self>, partitions: &[Partition], deadline: Instant) {
         {
             let mut tracker = lock(&self.tracker);
@@ -164,7 +166,7 @@ impl StageContext {
         let before = live();
         let lost = consumer.assignment_lost();
         let wait = || {
-            while !lost && live() > 0 && Instant::now() < deadline && !self.lifecycle.is_stopping() {
+            while !lost && live() > 0 && Instant::now() < deadline && !self.lifecycle.is_over() {
                 std::thread::sleep(Duration::from_millis(10));
             }
         };

@@ -326,6 +326,70 @@ async fn parked_work_of_revoked_partitions_is_released_without_waiting_out_the_d
     );
 }
 
+/// A stage that fails while a revoke's drain waits for its in-flight work
+/// ends the drain at once instead of at its timeout: the drain holds the
+/// consume loop's thread, which is what would otherwise stop on the
+/// failure. The revoked partitions' held messages are cancelled then
+/// (abandoned, left to the newcomer), and the failed member stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stage_that_fails_during_a_revoke_drain_ends_the_drain_at_once() {
+    const DRAIN: Duration = Duration::from_secs(40);
+    let (_broker, config, topic, group) = setup().await;
+    // A's handlers hold their messages until the test lets them go.
+    let gate = tokio_util::sync::CancellationToken::new();
+    let a_metrics = Arc::new(StageMetrics::unregistered());
+    let a_loop = stage_loop(&config, &group, &topic, a_metrics.clone(), DRAIN);
+    let lifecycle = a_loop.lifecycle().clone();
+    let held = gate.clone();
+    let a = common::spawn_stage(move |stop| {
+        a_loop.run(
+            |_: &[u8], _: &RecordMeta| Ok(()),
+            move |work: Work<()>| {
+                let held = held.clone();
+                async move {
+                    held.cancelled().await;
+                    work.message.ack();
+                }
+            },
+            stop,
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a_metrics.in_flight() < MESSAGES {
+        assert!(Instant::now() < deadline, "A took {}", a_metrics.in_flight());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (b, b_metrics, _) = start_acking(&config, &group, &topic, DRAIN);
+    // A's drain has begun: it waits for the held messages of what it gives up.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a_metrics.rebalance_count("revoke") == 0 {
+        assert!(Instant::now() < deadline, "A was never revoked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(a_metrics.abandoned_count(), 0);
+    let failed = Instant::now();
+    lifecycle.fail("the test fails the stage during its drain");
+    while a_metrics.abandoned_count() == 0 {
+        assert!(
+            failed.elapsed() < DRAIN / 4,
+            "A's drain still waited {:?} after the failure (drain timeout {DRAIN:?})",
+            failed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "A's drain ended {:.1?} after the failure, {} messages abandoned",
+        failed.elapsed(),
+        a_metrics.abandoned_count()
+    );
+    gate.cancel();
+    let summary = a.stop().await;
+    assert!(summary.failure.is_some(), "A ends with its failure");
+    // What A gave up goes to B.
+    wait_assigned(&b_metrics, |n| n > 0, DRAIN).await;
+    b.stop().await;
+}
+
 /// Acknowledges every message; the messages fetched together run in one
 /// task (`Stage::TASK_PER_BATCH`, as stage 1's).
 struct AcksInBatches {
