@@ -411,7 +411,7 @@ impl Transactions {
             .map_err(|e| self.failure("begin", &e))?;
         let mut deliveries = Vec::with_capacity(ready.len());
         for record in ready.iter().filter_map(|h| h.record.as_ref()) {
-            deliveries.push((record.topic.clone(), self.produce(record)?));
+            deliveries.push((record.topic.clone(), self.produce(record, within)?));
         }
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), next) in offsets {
@@ -433,9 +433,12 @@ impl Transactions {
     }
 
     /// Produces one held output into the open transaction, waiting for room
-    /// in the queue at most [`QUEUE_WAIT`].
-    fn produce(&self, held: &Record) -> Result<DeliveryFuture, Failure> {
-        let started = Instant::now();
+    /// in the queue at most [`QUEUE_WAIT`], and not past `within` (a cycle
+    /// with a deadline: a revoke's, shutdown's).
+    fn produce(&self, held: &Record, within: Option<Instant>) -> Result<DeliveryFuture, Failure> {
+        let give_up = within.map_or(Instant::now() + QUEUE_WAIT, |w| {
+            w.min(Instant::now() + QUEUE_WAIT)
+        });
         loop {
             let mut record: FutureRecord<'_, [u8], [u8]> =
                 FutureRecord::to(&held.topic).headers(held.headers.clone());
@@ -448,7 +451,7 @@ impl Transactions {
             match self.0.producer.send_result(record) {
                 Ok(delivery) => return Ok(delivery),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
-                    if started.elapsed() < QUEUE_WAIT =>
+                    if Instant::now() < give_up =>
                 {
                     std::thread::sleep(Duration::from_millis(5));
                 }
