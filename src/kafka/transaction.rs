@@ -436,9 +436,8 @@ impl Transactions {
     /// in the queue at most [`QUEUE_WAIT`], and not past `within` (a cycle
     /// with a deadline: a revoke's, shutdown's).
     fn produce(&self, held: &Record, within: Option<Instant>) -> Result<DeliveryFuture, Failure> {
-        let give_up = within.map_or(Instant::now() + QUEUE_WAIT, |w| {
-            w.min(Instant::now() + QUEUE_WAIT)
-        });
+        let bound = Instant::now() + QUEUE_WAIT;
+        let give_up = within.map_or(bound, |w| w.min(bound));
         loop {
             let mut record: FutureRecord<'_, [u8], [u8]> =
                 FutureRecord::to(&held.topic).headers(held.headers.clone());

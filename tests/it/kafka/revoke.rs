@@ -390,54 +390,30 @@ async fn a_stage_that_fails_during_a_revoke_drain_ends_the_drain_at_once() {
     b.stop().await;
 }
 
-/// Acknowledges every message; the messages fetched together run in one
-/// task (`Stage::TASK_PER_BATCH`, as stage 1's).
-struct AcksInBatches {
+/// Acknowledges every message and counts it in `acked`. Pipelined
+/// (`Stage::PIPELINED`, as stage 2's) when `PIPELINED`: the loop takes the
+/// messages ready together before it hands them on (one-byte ones, with
+/// none on their way, itself). Else the messages fetched together run in
+/// one task (`Stage::TASK_PER_BATCH`, as stage 1's).
+struct Acks<const PIPELINED: bool> {
     acked: Arc<AtomicUsize>,
 }
 
-impl Stage for AcksInBatches {
+impl<const P: bool> Stage for Acks<P> {
     type Input = ();
-    const TASK_PER_BATCH: bool = true;
+    const PIPELINED: bool = P;
+    const TASK_PER_BATCH: bool = !P;
 
     fn decode(&self, _: &bytes::Bytes, _: &RecordMeta) -> Result<(), Rejected> {
         Ok(())
     }
 
     fn handle(self: &Arc<Self>, work: Work<()>) -> impl std::future::Future<Output = ()> + Send + 'static {
-        acking(&self.acked, work)
-    }
-}
-
-/// Acknowledges every message, pipelined (`Stage::PIPELINED`, as stage
-/// 2's): the loop takes the messages ready together before it hands them
-/// on (one-byte ones, with none on their way, itself).
-struct AcksPipelined {
-    acked: Arc<AtomicUsize>,
-}
-
-impl Stage for AcksPipelined {
-    type Input = ();
-    const PIPELINED: bool = true;
-
-    fn decode(&self, _: &bytes::Bytes, _: &RecordMeta) -> Result<(), Rejected> {
-        Ok(())
-    }
-
-    fn handle(self: &Arc<Self>, work: Work<()>) -> impl std::future::Future<Output = ()> + Send + 'static {
-        acking(&self.acked, work)
-    }
-}
-
-/// A handler that acknowledges its message and counts it in `acked`.
-fn acking(
-    acked: &Arc<AtomicUsize>,
-    work: Work<()>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let acked = acked.clone();
-    async move {
-        work.message.ack();
-        acked.fetch_add(1, Ordering::Relaxed);
+        let acked = self.acked.clone();
+        async move {
+            work.message.ack();
+            acked.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -537,7 +513,7 @@ const EAGER: [(&str, &str); 1] = [("partition.assignment.strategy", "range")];
 /// timeout, and nothing is abandoned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_revoke_while_a_batch_is_taken_drains_without_waiting_out_the_timeout() {
-    let seen = revoked_amid_a_backlog(|acked| AcksInBatches { acked }, &EAGER).await;
+    let seen = revoked_amid_a_backlog(|acked| Acks::<false> { acked }, &EAGER).await;
     assert_eq!(
         seen.abandoned, 0,
         "no message of a batch was cut off by the drain"
@@ -552,7 +528,7 @@ async fn a_revoke_while_a_batch_is_taken_drains_without_waiting_out_the_timeout(
 /// timeout: the newcomer is assigned long before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_revoke_while_a_pipelined_batch_is_taken_drains_without_waiting_out_the_timeout() {
-    let seen = revoked_amid_a_backlog(|acked| AcksPipelined { acked }, &EAGER).await;
+    let seen = revoked_amid_a_backlog(|acked| Acks::<true> { acked }, &EAGER).await;
     eprintln!("A abandoned {} messages to the newcomer", seen.abandoned);
     assert!(
         seen.took < Duration::from_secs(20),
