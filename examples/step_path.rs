@@ -855,7 +855,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Milliseconds for a table: a tenth kept under 100 ms, where a 10,000-row
-/// step's 3-10 ms would otherwise round by up to a sixth.
+/// step's 2-5 ms would otherwise round by up to a sixth.
 fn ms_cell(v: f64) -> String {
     if v.abs() < 100.0 {
         format!("{v:.1}")
