@@ -145,8 +145,11 @@ impl StageContext {
     /// it. A lost assignment (the group moved on without us) is not drained:
     /// its partitions belong to others already. Shutdown beginning meanwhile
     /// ends the wait, and so does the stage failing: the loop, whose thread
-    /// this wait holds, is what would stop on it (the work cut off is the
-    /// next owner's to redo).
+    /// this wait holds, is what stops on a failure. The revoked partitions'
+    /// work is then cut off at once, not at the deadline, and redone by
+    /// their next owner (under at_least_once an output sent and not yet
+    /// acknowledged goes out again); the partitions the stage keeps get the
+    /// whole drain at its shutdown.
     fn drain(&self, consumer: &BaseConsumer<Self>, partitions: &[Partition], deadline: Instant) {
         {
             let mut tracker = lock(&self.tracker);
