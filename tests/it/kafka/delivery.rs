@@ -747,6 +747,13 @@ async fn a_dead_letter_topic_that_refuses_writes_stops_the_stage_with_exit_1() {
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
     let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
     let mut config = common::config_for(&cluster.bootstrap_servers());
+    // The process below joins the group the stage in process just left,
+    // whose leave the mock cluster does not take: its coordinator waits out
+    // the old member's session first (librdkafka's 45 s by default).
+    // (A drain must be shorter than a session.)
+    config.kafka.insert("session.timeout.ms", "6000");
+    config.hints.drain_timeout_secs = 3;
+    config.advantages.drain_timeout_secs = 3;
     common::own_topics(&mut config.hints, "dlq-refuses-in", "dlq-refuses-out");
     let h = config.hints.clone();
     for t in [&h.input_topic, &h.output_topic, &h.dlq_topic] {
