@@ -198,18 +198,44 @@ pub fn large_message_producer(config: &Config) -> rdkafka::producer::FutureProdu
     hintstream::kafka::create_producer(&c).unwrap()
 }
 
-/// Produces one keyed message and waits for its acknowledgement.
-pub async fn send(producer: &rdkafka::producer::FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+/// Produces `record` and waits (at most 60 s) for its acknowledgement.
+async fn deliver<K, P>(
+    producer: &rdkafka::producer::FutureProducer,
+    record: rdkafka::producer::FutureRecord<'_, K, P>,
+) where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
     producer
-        .send(
-            rdkafka::producer::FutureRecord::to(topic)
-                .key(key)
-                .payload(payload),
-            Duration::from_secs(60),
-        )
+        .send(record, Duration::from_secs(60))
         .await
         .map_err(|(e, _)| e)
         .unwrap();
+}
+
+/// Produces one message without a key to `partition` and waits for its
+/// acknowledgement.
+pub async fn send_to_partition(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    partition: i32,
+    payload: &[u8],
+) {
+    let record = rdkafka::producer::FutureRecord::<(), [u8]>::to(topic)
+        .partition(partition)
+        .payload(payload);
+    deliver(producer, record).await;
+}
+
+/// Produces one keyed message and waits for its acknowledgement.
+pub async fn send(producer: &rdkafka::producer::FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    deliver(
+        producer,
+        rdkafka::producer::FutureRecord::to(topic)
+            .key(key)
+            .payload(payload),
+    )
+    .await;
 }
 
 /// Produces one message as it is (no payload when `payload` is `None`, any
@@ -229,11 +255,7 @@ pub async fn send_raw(
     if let Some(h) = headers {
         record = record.headers(h);
     }
-    producer
-        .send(record, Duration::from_secs(60))
-        .await
-        .map_err(|(e, _)| e)
-        .unwrap();
+    deliver(producer, record).await;
 }
 
 /// A unique name for a topic or group in this test run.

@@ -1,12 +1,27 @@
 //! Waits on what a count depends on: a consumer group's committed offsets
 //! reaching the end of its input, so a test counts outputs once nothing more
-//! can come, instead of sleeping first.
+//! can come, instead of sleeping first; and a count (a metric, what a stage
+//! recorded) reaching a number.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use hintstream::config::Config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+
+/// Waits, at most `within`, until `count()` reaches `n`; fails naming
+/// `what` and how far it got.
+pub async fn wait_count(what: &str, n: usize, within: Duration, count: impl Fn() -> usize) {
+    let deadline = Instant::now() + within;
+    while count() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} of {n} after {within:?}",
+            count()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 /// The end offsets (high watermarks) of `topic`'s partitions `0..partitions`.
 pub async fn end_offsets(config: &Config, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {

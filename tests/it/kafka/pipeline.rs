@@ -6,6 +6,7 @@
 
 use super::revoke::{stage_loop, start_acking, wait_assigned};
 use crate::common;
+use crate::common::waits::wait_count;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -59,25 +60,7 @@ async fn produce_wave(
     payloads: &[&[u8]],
 ) {
     for payload in payloads {
-        producer
-            .send(
-                rdkafka::producer::FutureRecord::<(), [u8]>::to(topic)
-                    .partition(partition)
-                    .payload(payload),
-                Duration::from_secs(60),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-    }
-}
-
-/// Waits, at most 30 s, until `count()` reaches `n`.
-async fn wait_count(what: &str, n: usize, count: impl Fn() -> usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count() < n {
-        assert!(Instant::now() < deadline, "{what}: {} of {n}", count());
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        common::send_to_partition(producer, topic, partition, payload).await;
     }
 }
 
@@ -110,14 +93,17 @@ async fn a_pipelined_stage_decodes_side_by_side_and_is_handed_its_messages_in_or
     for wave in 0..WAVES {
         if wave % 3 == 2 {
             let handed = || stage.handed.lock().unwrap().len();
-            wait_count("handed on", sent, handed).await;
+            wait_count("handed on", sent, Duration::from_secs(30), handed).await;
             produce_wave(&producer, &topic, 0, &[&small, &small, &small]).await;
             sent += 3;
         } else {
             produce_wave(&producer, &topic, 0, &[&first, &second, &small, &small]).await;
             sent += 4;
         }
-        wait_count("taken", sent, || metrics.received_count() as usize).await;
+        wait_count("taken", sent, Duration::from_secs(30), || {
+            metrics.received_count() as usize
+        })
+        .await;
     }
     common::waits::wait_committed_to_end(&config, &group, &topic, 1, Duration::from_secs(60), || {
         format!("handed: {:?}", stage.handed.lock().unwrap())
@@ -218,11 +204,10 @@ async fn messages_of_a_revoked_partition_still_in_the_pipeline_are_abandoned_not
     let a_stage = a.clone();
     let a_running = common::spawn_stage(move |stop| a_loop.run_stage(a_stage, stop));
     // Every message taken (and waiting in its decode) before B joins.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while a_metrics.in_flight() < MESSAGES {
-        assert!(Instant::now() < deadline, "A took {}", a_metrics.in_flight());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_count("A took", MESSAGES, Duration::from_secs(60), || {
+        a_metrics.in_flight()
+    })
+    .await;
     // B acknowledges what it gets.
     let (b_running, b_metrics, b_seen) = start_acking(&config, &group, &topic, DRAIN);
     let took = wait_assigned(&b_metrics, |n| n > 0, DRAIN + Duration::from_secs(30)).await;
@@ -260,15 +245,10 @@ async fn messages_of_a_revoked_partition_still_in_the_pipeline_are_abandoned_not
     let abandoned = a_metrics.abandoned_count() as usize;
     assert!(abandoned > 0, "no message of {revoked:?} was in the pipeline");
     // B redoes every one of them.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while b_seen.lock().unwrap().len() < abandoned {
-        assert!(
-            Instant::now() < deadline,
-            "B got {} of {abandoned}",
-            b_seen.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_count("B got", abandoned, Duration::from_secs(30), || {
+        b_seen.lock().unwrap().len()
+    })
+    .await;
     let b_partitions: BTreeSet<i32> = b_seen.lock().unwrap().iter().copied().collect();
     assert!(
         b_partitions.is_subset(&revoked),

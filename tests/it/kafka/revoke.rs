@@ -8,6 +8,7 @@
 //! takes the partitions of whatever the consume loop is taking then.
 
 use crate::common;
+use crate::common::waits::wait_count;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -118,16 +119,7 @@ const MARKER: &str = "marker";
 async fn mark_the_ends(config: &Config, topic: &str) {
     let producer = hintstream::kafka::create_producer(config).unwrap();
     for p in 0..PARTITIONS {
-        producer
-            .send(
-                rdkafka::producer::FutureRecord::<str, str>::to(topic)
-                    .partition(p)
-                    .payload(MARKER),
-                Duration::from_secs(60),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
+        common::send_to_partition(&producer, topic, p, MARKER.as_bytes()).await;
     }
 }
 
@@ -185,28 +177,18 @@ async fn in_flight_work_of_revoked_partitions_finishes_and_is_not_redone() {
     )
     .await;
     // Let A take everything off the topic.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while a_metrics.in_flight() < MESSAGES {
-        assert!(
-            Instant::now() < deadline,
-            "A took {} messages",
-            a_metrics.in_flight()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_count("A took", MESSAGES, Duration::from_secs(30), || {
+        a_metrics.in_flight()
+    })
+    .await;
     let b_metrics = Arc::new(StageMetrics::unregistered());
     let b = run(1, b_metrics.clone());
     let took = wait_assigned(&b_metrics, |n| n > 0, Duration::from_secs(60)).await;
     // Every message was finished once, by A: the revoke waited for them.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while done.lock().unwrap().len() < MESSAGES {
-        assert!(
-            Instant::now() < deadline,
-            "{} of {MESSAGES} done",
-            done.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_count("done", MESSAGES, Duration::from_secs(30), || {
+        done.lock().unwrap().len()
+    })
+    .await;
     // Whatever B would redo comes before the markers on its partitions.
     mark_and_wait_committed(&config, &group, &topic, Duration::from_secs(60), || {
         format!("done: {:?}", done.lock().unwrap())
@@ -287,15 +269,10 @@ async fn parked_work_of_revoked_partitions_is_released_without_waiting_out_the_d
         Duration::from_secs(60),
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while parked.lock().unwrap().len() < MESSAGES {
-        assert!(
-            Instant::now() < deadline,
-            "A parked {}",
-            parked.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_count("A parked", MESSAGES, Duration::from_secs(30), || {
+        parked.lock().unwrap().len()
+    })
+    .await;
     // B takes everything it gets and finishes it.
     let (b, b_metrics, b_seen) = start_acking(&config, &group, &topic, DRAIN);
     let took = wait_assigned(&b_metrics, |n| n > 0, DRAIN + Duration::from_secs(30)).await;
@@ -307,17 +284,12 @@ async fn parked_work_of_revoked_partitions_is_released_without_waiting_out_the_d
         "the rebalance waited {took:?}, as if for the parked (released) messages"
     );
     // The released messages were not committed: B redoes them.
-    let deadline = Instant::now() + Duration::from_secs(30);
     let released = released_count.load(std::sync::atomic::Ordering::SeqCst);
     assert!(released > 0, "the hook released the revoked partitions' messages");
-    while b_seen.lock().unwrap().len() < released {
-        assert!(
-            Instant::now() < deadline,
-            "B got {} messages",
-            b_seen.lock().unwrap().len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_count("B got", released, Duration::from_secs(30), || {
+        b_seen.lock().unwrap().len()
+    })
+    .await;
     a.stop().await;
     b.stop().await;
     assert!(
@@ -354,18 +326,16 @@ async fn a_stage_that_fails_during_a_revoke_drain_ends_the_drain_at_once() {
             stop,
         )
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while a_metrics.in_flight() < MESSAGES {
-        assert!(Instant::now() < deadline, "A took {}", a_metrics.in_flight());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_count("A took", MESSAGES, Duration::from_secs(60), || {
+        a_metrics.in_flight()
+    })
+    .await;
     let (b, b_metrics, _) = start_acking(&config, &group, &topic, DRAIN);
     // A's drain has begun: it waits for the held messages of what it gives up.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while a_metrics.rebalance_count("revoke") == 0 {
-        assert!(Instant::now() < deadline, "A was never revoked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_count("A's revokes", 1, Duration::from_secs(60), || {
+        a_metrics.rebalance_count("revoke") as usize
+    })
+    .await;
     assert_eq!(a_metrics.abandoned_count(), 0);
     let failed = Instant::now();
     lifecycle.fail("the test fails the stage during its drain");
