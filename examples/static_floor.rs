@@ -252,6 +252,9 @@ fn main() -> Result<()> {
         .set("enable.auto.commit", "true")
         .set("auto.commit.interval.ms", "1000")
         .set("enable.auto.offset.store", "false")
+        // The worker's: a full prefetch queue pauses fetching 10 ms, not
+        // librdkafka's 1000 (src/kafka/consumer.rs).
+        .set("fetch.queue.backoff.ms", "10")
         .create()?;
     consumer.subscribe(&[&args.input])?;
     let producer: BaseProducer<Reports> = ClientConfig::new()

@@ -7,7 +7,12 @@ no parsing, an offset commit a batch) copies them to a topic of its own, and
 (b) `hintstream hints` with no model API (static hints) turns them into
 hints. Each side is timed from its start (process or consumer created) to
 the moment its output topic holds N messages (high watermarks polled every
-20 ms), start-up included. Prints one Markdown table to stdout.
+20 ms), start-up included. Prints one Markdown table to stdout, then the
+steady rates: each side's messages a second between 10% and 90% of N, its
+start-up and its tail left out. The passthrough's and the floor's consumers
+pause a full prefetch queue's fetching 10 ms, as the worker's do (until
+2026-12-06 librdkafka's 1000 ms, which stopped them for the rest of a second
+in many runs).
 
 Before the first side, a throwaway consumer group commits an offset: the
 broker's first group creates its offsets topic and loads its coordinator
@@ -228,10 +233,19 @@ class Side:
         return broker, share
 
 
-def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
+def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s, progress):
+    """Moves N messages from `source` to `sink`; returns the seconds from
+    its start to N on `sink` and its CPU seconds. Each (time, count moved)
+    goes into `progress`, its start first."""
     started, cpu_before = time.monotonic(), cpu_seconds(os.getpid())
+    progress.append((started, 0))
+    # The worker's fetch backoff (src/kafka/consumer.rs): with librdkafka's
+    # 1000 ms, a passthrough that drains its prefetch queue quicker than the
+    # broker fills it stopped for the rest of a second in many runs
+    # (docs/BENCHMARKS.md, round thirty-two).
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{sink}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "fetch.queue.backoff.ms": 10})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     consumer.subscribe([source])
     moved = 0
@@ -250,6 +264,8 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s):
                 except BufferError:
                     producer.poll(0.05)
             moved += 1
+        if batch:
+            progress.append((time.monotonic(), moved))
         producer.poll(0)
         if batch:
             consumer.commit(asynchronous=True)
@@ -360,7 +376,7 @@ def sample_hint(bootstrap, topic, partitions):
     raise SystemExit(f"no hint read back from {topic} in 60 s")
 
 
-def floor(binary, bootstrap, tag, n, partitions, watcher, deadline_s, hint):
+def floor(binary, bootstrap, tag, n, partitions, watcher, deadline_s, hint, progress):
     """The floor (examples/static_floor.rs) from start to N outputs."""
     payload, headers = hint
     work = tempfile.mkdtemp(prefix="bench-static-floor-")
@@ -376,7 +392,7 @@ def floor(binary, bootstrap, tag, n, partitions, watcher, deadline_s, hint):
             text = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
         command += ["--header", f"{name}={text}"]
     return timed(command, os.path.join(work, "floor.log"), watcher, f"floor-{tag}", partitions, n,
-                 deadline_s, "the floor")
+                 deadline_s, "the floor", progress=progress)
 
 
 def worker_pid(process, perf_out):
@@ -436,7 +452,9 @@ def main():
         fill(args.bootstrap, f"in-{tag}", n, args.cached)
         watcher = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"watch-{tag}"})
         side = Side(args.broker_pid)
-        base, base_cpu = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs)
+        base_progress = []
+        base, base_cpu = passthrough(args.bootstrap, f"in-{tag}", f"pass-{tag}", n, parts, watcher, args.deadline_secs,
+                                     base_progress)
         base_broker, base_busy = side.end()
         log(f"passthrough: {n / base:,.0f} msg/s")
         other = None
@@ -459,17 +477,20 @@ def main():
         if model and model.requests < min(args.cached, n):
             raise SystemExit(f"the model was called {model.requests} times for {args.cached} distinct "
                              "trajectories: some hints were not the model's")
-        low = None
+        low, low_steady = None, None
         if args.floor:
             hint = sample_hint(args.bootstrap, f"hints-{tag}", parts)
             side = Side(args.broker_pid)
-            fl, fl_cpu = floor(args.floor, args.bootstrap, tag, n, parts, watcher, args.deadline_secs, hint)
+            floor_progress = []
+            fl, fl_cpu = floor(args.floor, args.bootstrap, tag, n, parts, watcher, args.deadline_secs, hint,
+                               floor_progress)
             low = (fl, fl_cpu, *side.end())
+            low_steady = steady(floor_progress, n)
             log(f"floor: {n / fl:,.0f} msg/s ({len(hint[0])}-byte outputs, {len(hint[1])} headers)")
         watcher.close()
         after = after_model(progress, model.last_answer) if model else None
         rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low, after,
-                     other))
+                     other, (steady(base_progress, n), steady(progress, n), low_steady)))
     spans = "s (CPU s; broker CPU s; machine busy)"
     head = f"| repeat | messages | passthrough {spans} | passthrough msg/s | hintstream {spans} | hints/s | ratio |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
@@ -484,7 +505,7 @@ def main():
         rule += "---:|---:|---:|"
     print(head)
     print(rule)
-    for r, (pt, hs, low, after, other) in enumerate(rows):
+    for r, (pt, hs, low, after, other, _) in enumerate(rows):
         line = (f"| {r + 1} | {n:,} | {cell(pt)} | {n / pt[0]:,.0f} | {cell(hs)} | {n / hs[0]:,.0f} "
                 f"| {pt[0] / hs[0]:.2f} |")
         if low:
@@ -497,6 +518,23 @@ def main():
         if other:
             line += f" {cell(other)} | {pt[0] / other[0]:.2f} | {hs[1] / other[1]:.2f} |"
         print(line)
+    rates = [row[5] for row in rows]
+    if all(pt and hs for pt, hs, _ in rates):
+        print("\nSteady rates, start-ups left out: messages a second between 10% and 90% of N (the passthrough's "
+              "moved, the others' on their output topic, counted about every 20 ms), and in brackets the seconds "
+              "from the side's start to its first message out.\n")
+        head, rule = "| repeat | passthrough msg/s (first s) | hintstream hints/s (first s) | ratio |", "|---:|---:|---:|---:|"
+        if args.floor:
+            head, rule = head + " floor msg/s (first s) | floor ÷ passthrough |", rule + "---:|---:|"
+        print(head)
+        print(rule)
+        for r, ((pt, pt_first), (hs, hs_first), low) in enumerate(rates):
+            line = f"| {r + 1} | {pt:,.0f} ({pt_first:.2f}) | {hs:,.0f} ({hs_first:.2f}) | {hs / pt:.2f} |"
+            if args.floor:
+                line += f" {low[0]:,.0f} ({low[1]:.2f}) | {low[0] / pt:.2f} |" if low else " - | - |"
+            print(line)
+        print(f"\nSteady ratio summed over the repeats (the passthrough's seconds for the middle 80% against "
+              f"hintstream's): {sum(1 / pt[0] for pt, _, _ in rates) / sum(1 / hs[0] for _, hs, _ in rates):.2f}")
     if args.vs:
         def summed(chosen):
             return sum(row[1][1] for row in chosen) / sum(row[4][1] for row in chosen)
@@ -524,6 +562,19 @@ def versus(args, tag, n, parts, watcher):
                            input_tag=tag)
     log(f"--vs: {n / took:,.0f} hints/s")
     return (took, cpu, *side.end())
+
+
+def steady(progress, n):
+    """(messages a second between the first count at or over 10% of N and
+    the last at or under 90%: the middle of a side's run, its start-up and
+    its tail left out; seconds from its launch to its first count over 0),
+    from its (time, count)s, the first of them its launch; None with fewer
+    than two counts in the middle."""
+    middle = [(t, have) for t, have in progress if 0.1 * n <= have <= 0.9 * n]
+    if len(middle) < 2 or middle[-1][0] <= middle[0][0]:
+        return None
+    first = next(t for t, have in progress if have > 0)
+    return (middle[-1][1] - middle[0][1]) / (middle[-1][0] - middle[0][0]), first - progress[0][0]
 
 
 def after_model(progress, last_answer):

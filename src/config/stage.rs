@@ -44,7 +44,10 @@ pub struct StageConfig {
     /// twice (its bytes, and the decoded trajectory a group keeps of its
     /// best member) and pauses intake at this bound; stage 2 counts messages, decoded rows and ~1 KB a parked
     /// message (near its resident memory) and dead-letters the oldest
-    /// incomplete step (`step_evicted`) to stay under it.
+    /// incomplete step (`step_evicted`) to stay under it. librdkafka's
+    /// prefetch queue (`queued.max.messages.kbytes`) is set to it, within 1
+    /// to 64 MiB; a full queue pauses fetching for 10 ms
+    /// (`fetch.queue.backoff.ms`; `[kafka.consumer]` may set both).
     pub max_in_flight_bytes: u64,
     /// On SIGTERM/SIGINT, and when partitions are revoked, how long in-flight
     /// work may take to finish and commit before it is dropped uncommitted,

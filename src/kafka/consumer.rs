@@ -1,7 +1,8 @@
 //! The group consumer both stages read with: the settings the
 //! at-least-once and exactly-once contracts rest on (no automatic offset
 //! store; under exactly_once no automatic commit; `read_committed`),
-//! incremental rebalances, and a prefetch bound.
+//! incremental rebalances, and a prefetch bound that pauses fetching only
+//! briefly.
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::StreamConsumer;
@@ -14,6 +15,16 @@ use crate::config::{ClientKind, Config, GroupProtocol};
 /// The consumer type both stages use.
 pub type StageConsumer = StreamConsumer<StageContext>;
 
+/// How long librdkafka waits before fetching a partition again once the
+/// local queue holds its bound (`queued.max.messages.kbytes`, set from the
+/// stage's byte bound). Its default, 1000 ms, stops a stage that drains
+/// its queue quicker than that for the rest of the second: with
+/// `hints.max_in_flight_bytes` at 4 MiB, stage 1 took 15,000-17,000
+/// static hints a second instead of 81,000-117,000 (docs/BENCHMARKS.md,
+/// round thirty-two). A waiting partition is looked at again after this
+/// long, with no request sent while the queue is still full.
+const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
 /// A group consumer for at-least-once processing: offsets are committed on a
 /// timer, but only offsets the [`Committer`](super::Committer) stored.
 /// `prefetch_bytes` bounds what librdkafka fetches ahead of the stage.
@@ -23,6 +34,11 @@ pub fn create_consumer(
     context: StageContext,
     prefetch_bytes: Option<usize>,
 ) -> KafkaResult<StageConsumer> {
+    consumer_config(config, group_id, prefetch_bytes).create_with_context(context)
+}
+
+/// [`create_consumer`]'s settings.
+fn consumer_config(config: &Config, group_id: &str, prefetch_bytes: Option<usize>) -> ClientConfig {
     let mut client = ClientConfig::new();
     client.set_log_level(RDKafkaLogLevel::Warning);
     client
@@ -42,6 +58,7 @@ pub fn create_consumer(
         let kbytes = (bytes / 1024).clamp(1024, 65_536);
         client.set("queued.max.messages.kbytes", kbytes.to_string());
     }
+    client.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
     // The passthrough tables may tune anything above.
     apply(&mut client, config, ClientKind::Consumer);
     ensure_statistics(&mut client);
@@ -64,5 +81,35 @@ pub fn create_consumer(
         // Inputs written in transactions are read once committed (also
         // librdkafka's default; set so that a passthrough cannot change it).
         .set("isolation.level", "read_committed");
-    client.create_with_context(context)
+    client
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backoff(config: &Config) -> Option<String> {
+        consumer_config(config, "g", Some(1 << 20))
+            .get("fetch.queue.backoff.ms")
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn a_full_prefetch_queue_pauses_fetching_briefly_unless_the_deployment_sets_it() {
+        assert_eq!(
+            backoff(&Config::default()).as_deref(),
+            Some(FETCH_QUEUE_BACKOFF_MS)
+        );
+        for table in ["kafka", "consumer"] {
+            let mut set = Config::default();
+            if table == "kafka" {
+                set.kafka.insert("fetch.queue.backoff.ms", "250");
+            } else {
+                set.kafka
+                    .consumer
+                    .insert("fetch.queue.backoff.ms".into(), 250i64.into());
+            }
+            assert_eq!(backoff(&set).as_deref(), Some("250"), "[{table}]");
+        }
+    }
 }
