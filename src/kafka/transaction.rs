@@ -60,6 +60,15 @@ use crate::telemetry;
 /// How long one produce may wait for room in the producer's queue.
 const QUEUE_WAIT: Duration = Duration::from_secs(10);
 
+/// The part of a bounded cycle's time left to its end (commit or abort):
+/// the calls before it (the produces, the offsets sent) stop this much
+/// before the cycle's bound. A produce that waited the whole bound for
+/// room in a full queue left its abort no time: the abort stayed pending
+/// until the next cycle, and at shutdown the producer closed with the
+/// transaction open, which holds `read_committed` readers back until the
+/// broker's `transaction.timeout.ms`.
+const END_SHARE: u32 = 4;
+
 #[derive(Default)]
 struct State {
     /// In registration order (a step's chunks stay in order).
@@ -396,8 +405,8 @@ impl Transactions {
     }
 
     /// Begins a transaction, produces `ready` and sends `offsets` (each
-    /// call bounded by one call's time and `within`): the records'
-    /// deliveries, by topic.
+    /// call bounded by one call's time and `within`, less the end's share
+    /// of it, [`END_SHARE`]): the records' deliveries, by topic.
     fn begin(
         &self,
         ready: &[Held],
@@ -406,6 +415,11 @@ impl Transactions {
         within: Option<Instant>,
     ) -> Result<Vec<(String, DeliveryFuture)>, Failure> {
         let producer = &self.0.producer;
+        // What comes before the end leaves it a share of the bound.
+        let within = within.map(|w| {
+            let now = Instant::now();
+            w - w.saturating_duration_since(now) / END_SHARE
+        });
         producer
             .begin_transaction()
             .map_err(|e| self.failure("begin", &e))?;
@@ -535,6 +549,80 @@ mod tests {
         assert!(
             raised(&notify, flag).now_or_never().is_some(),
             "raised already: at once"
+        );
+    }
+
+    /// A cycle with a bound whose produces find the queue full until the
+    /// bound leaves its abort the end's share: the transaction is aborted
+    /// within the bound, not left open. On librdkafka's mock cluster, each
+    /// request answered 100 ms late and the queue one record long, so each
+    /// record waits for the one before it to be acknowledged.
+    #[test]
+    fn an_abort_after_the_produces_ran_out_of_time_ends_within_the_bound() {
+        use rdkafka::config::ClientConfig;
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::OwnedHeaders;
+        use rdkafka::mocking::MockCluster;
+
+        use crate::config::Config;
+        use crate::health::Signal;
+        use crate::kafka::producers::create_transactional_producer;
+
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("out", 1, 1).unwrap();
+        let mut config = Config {
+            bootstrap_servers: cluster.bootstrap_servers(),
+            ..Default::default()
+        };
+        config
+            .kafka
+            .producer
+            .insert("queue.buffering.max.messages".into(), 1i64.into());
+        let producer = create_transactional_producer(
+            &config,
+            "abort-in-time",
+            1 << 20,
+            Arc::new(Signal::new("not connected yet")),
+        )
+        .unwrap();
+        let transactions = Transactions::init(
+            producer,
+            Arc::new(Mutex::new(OffsetTracker::new())),
+            Lifecycle::new(),
+            Arc::new(StageMetrics::unregistered()),
+            "abort-in-time".into(),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        cluster
+            .broker_round_trip_time(1, Duration::from_millis(100))
+            .unwrap();
+        // Far more records than 4 s of one-at-a-time round trips carry.
+        for _ in 0..100 {
+            transactions.register(
+                Outgoing {
+                    topic: "out",
+                    key: None,
+                    payload: Some(b"x"),
+                    headers: OwnedHeaders::new(),
+                },
+                Vec::new(),
+            );
+        }
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("group.id", "abort-in-time")
+            .create()
+            .unwrap();
+        let group = consumer.group_metadata();
+        let bound = Instant::now() + Duration::from_secs(4);
+        let cycle = transactions.cycle(group.as_ref(), Some(bound));
+        assert_eq!(cycle, Cycle::Aborted, "the abort ended within the bound");
+        assert!(
+            Instant::now() < bound + Duration::from_secs(1),
+            "the cycle kept to its bound"
         );
     }
 }
