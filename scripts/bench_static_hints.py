@@ -8,8 +8,8 @@ no parsing, an offset commit a batch) copies them to a topic of its own, and
 hints. Each side is timed from its start (process or consumer created) to
 the moment its output topic holds N messages (high watermarks polled every
 20 ms), start-up included. Prints one Markdown table to stdout, then the
-steady rates: each side's messages a second between 10% and 90% of N, its
-start-up and its tail left out. The passthrough's and the floor's consumers
+steady rates: each side's messages a second on its output topic between 10%
+and 90% of N, its start-up and its tail left out. The passthrough's and the floor's consumers
 pause a full prefetch queue's fetching 10 ms, as the worker's do (until
 2026-12-06 librdkafka's 1000 ms, which stopped them for the rest of a second
 in many runs).
@@ -233,12 +233,24 @@ class Side:
         return broker, share
 
 
+def watch(watcher, topic, partitions, progress, stop):
+    """Appends (time, messages on `topic`) to `progress` about every 20 ms
+    until `stop` is set."""
+    while not stop.is_set():
+        progress.append((time.monotonic(), count(watcher, topic, partitions)))
+        stop.wait(0.02)
+
+
 def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s, progress):
     """Moves N messages from `source` to `sink`; returns the seconds from
-    its start to N on `sink` and its CPU seconds. Each (time, count moved)
-    goes into `progress`, its start first."""
+    its start to N on `sink` and its CPU seconds. Each (time, messages on
+    `sink`), counted beside it by a thread of this process as the others'
+    are, goes into `progress`, its start first."""
     started, cpu_before = time.monotonic(), cpu_seconds(os.getpid())
     progress.append((started, 0))
+    stop = threading.Event()
+    counting = threading.Thread(target=watch, args=(watcher, sink, partitions, progress, stop), daemon=True)
+    counting.start()
     # The worker's fetch backoff (src/kafka/consumer.rs): with librdkafka's
     # 1000 ms, a passthrough that drains its prefetch queue quicker than the
     # broker fills it stopped for the rest of a second in many runs
@@ -264,13 +276,13 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s, pro
                 except BufferError:
                     producer.poll(0.05)
             moved += 1
-        if batch:
-            progress.append((time.monotonic(), moved))
         producer.poll(0)
         if batch:
             consumer.commit(asynchronous=True)
     producer.flush(60)
-    wait_for(watcher, sink, partitions, n, deadline_s, "passthrough")
+    stop.set()
+    counting.join()
+    wait_for(watcher, sink, partitions, n, deadline_s, "passthrough", progress=progress)
     took = time.monotonic() - started
     cpu = cpu_seconds(os.getpid()) - cpu_before
     consumer.close()
@@ -519,22 +531,28 @@ def main():
             line += f" {cell(other)} | {pt[0] / other[0]:.2f} | {hs[1] / other[1]:.2f} |"
         print(line)
     rates = [row[5] for row in rows]
-    if all(pt and hs for pt, hs, _ in rates):
-        print("\nSteady rates, start-ups left out: messages a second between 10% and 90% of N (the passthrough's "
-              "moved, the others' on their output topic, counted about every 20 ms), and in brackets the seconds "
-              "from the side's start to its first message out.\n")
-        head, rule = "| repeat | passthrough msg/s (first s) | hintstream hints/s (first s) | ratio |", "|---:|---:|---:|---:|"
+    print("\nSteady rates, start-ups left out: messages a second on each side's output topic between 10% and "
+          "90% of N (counted about every 20 ms; - where a side leapt over that middle between two counts), and in "
+          "brackets the seconds from the side's start to its first message there.\n")
+
+    def rate_cell(rate):
+        return f"{rate[0]:,.0f} ({rate[1]:.2f})" if rate else "-"
+
+    head, rule = "| repeat | passthrough msg/s (first s) | hintstream hints/s (first s) | ratio |", "|---:|---:|---:|---:|"
+    if args.floor:
+        head, rule = head + " floor msg/s (first s) | floor ÷ passthrough |", rule + "---:|---:|"
+    print(head)
+    print(rule)
+    for r, (pt, hs, low) in enumerate(rates):
+        line = f"| {r + 1} | {rate_cell(pt)} | {rate_cell(hs)} | {hs[0] / pt[0]:.2f} |" if pt and hs else \
+            f"| {r + 1} | {rate_cell(pt)} | {rate_cell(hs)} | - |"
         if args.floor:
-            head, rule = head + " floor msg/s (first s) | floor ÷ passthrough |", rule + "---:|---:|"
-        print(head)
-        print(rule)
-        for r, ((pt, pt_first), (hs, hs_first), low) in enumerate(rates):
-            line = f"| {r + 1} | {pt:,.0f} ({pt_first:.2f}) | {hs:,.0f} ({hs_first:.2f}) | {hs / pt:.2f} |"
-            if args.floor:
-                line += f" {low[0]:,.0f} ({low[1]:.2f}) | {low[0] / pt:.2f} |" if low else " - | - |"
-            print(line)
-        print(f"\nSteady ratio summed over the repeats (the passthrough's seconds for the middle 80% against "
-              f"hintstream's): {sum(1 / pt[0] for pt, _, _ in rates) / sum(1 / hs[0] for _, hs, _ in rates):.2f}")
+            line += f" {rate_cell(low)} | {low[0] / pt[0]:.2f} |" if low and pt else f" {rate_cell(low)} | - |"
+        print(line)
+    both = [(pt, hs) for pt, hs, _ in rates if pt and hs]
+    if both:
+        print(f"\nSteady ratio summed over the {len(both)} repeats with both rates (the passthrough's seconds for "
+              f"the middle 80% against hintstream's): {sum(1 / pt[0] for pt, _ in both) / sum(1 / hs[0] for _, hs in both):.2f}")
     if args.vs:
         def summed(chosen):
             return sum(row[1][1] for row in chosen) / sum(row[4][1] for row in chosen)
@@ -568,10 +586,11 @@ def steady(progress, n):
     """(messages a second between the first count at or over 10% of N and
     the last at or under 90%: the middle of a side's run, its start-up and
     its tail left out; seconds from its launch to its first count over 0),
-    from its (time, count)s, the first of them its launch; None with fewer
-    than two counts in the middle."""
+    from its (time, count)s, the first of them its launch; None when the
+    middle has fewer than two counts, or no messages between them (a side
+    that leapt over it between two counts)."""
     middle = [(t, have) for t, have in progress if 0.1 * n <= have <= 0.9 * n]
-    if len(middle) < 2 or middle[-1][0] <= middle[0][0]:
+    if len(middle) < 2 or middle[-1][0] <= middle[0][0] or middle[-1][1] <= middle[0][1]:
         return None
     first = next(t for t, have in progress if have > 0)
     return (middle[-1][1] - middle[0][1]) / (middle[-1][0] - middle[0][0]), first - progress[0][0]

@@ -9,21 +9,11 @@ use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaResult;
 
 use super::context::StageContext;
-use super::settings::{apply, ensure_statistics};
+use super::settings::{apply, brief_fetch_backoff, ensure_statistics};
 use crate::config::{ClientKind, Config, GroupProtocol};
 
 /// The consumer type both stages use.
 pub type StageConsumer = StreamConsumer<StageContext>;
-
-/// How long librdkafka waits before fetching a partition again once the
-/// local queue holds its bound (`queued.max.messages.kbytes`, set from the
-/// stage's byte bound). Its default, 1000 ms, stops a stage that drains
-/// its queue quicker than that for the rest of the second: with
-/// `hints.max_in_flight_bytes` at 4 MiB, stage 1 took 15,000-17,000
-/// static hints a second instead of 81,000-117,000 (docs/BENCHMARKS.md,
-/// round thirty-two). A waiting partition is looked at again after this
-/// long, with no request sent while the queue is still full.
-const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 
 /// A group consumer for at-least-once processing: offsets are committed on a
 /// timer, but only offsets the [`Committer`](super::Committer) stored.
@@ -58,7 +48,7 @@ fn consumer_config(config: &Config, group_id: &str, prefetch_bytes: Option<usize
         let kbytes = (bytes / 1024).clamp(1024, 65_536);
         client.set("queued.max.messages.kbytes", kbytes.to_string());
     }
-    client.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
+    brief_fetch_backoff(&mut client);
     // The passthrough tables may tune anything above.
     apply(&mut client, config, ClientKind::Consumer);
     ensure_statistics(&mut client);
@@ -87,6 +77,7 @@ fn consumer_config(config: &Config, group_id: &str, prefetch_bytes: Option<usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::settings::FETCH_QUEUE_BACKOFF_MS;
 
     fn backoff(config: &Config) -> Option<String> {
         consumer_config(config, "g", Some(1 << 20))
