@@ -95,8 +95,19 @@ impl<T: Ranked> Groups<T> {
         Joined::Leader(complete)
     }
 
-    /// Takes the group out; later members of the same key open a new group.
-    pub fn take(&mut self, key: &str) -> Option<Gathering<T>> {
+    /// Takes out the group `key` its leader opened, known by the `complete`
+    /// it was given ([`Joined::Leader`]); later members of the same key
+    /// open a new group. None when that group was taken out already (a
+    /// revoke's [`Groups::take_incomplete`]) and the key names a newer
+    /// group, which its own leader takes.
+    pub fn take_led(&mut self, key: &str, complete: &Arc<Notify>) -> Option<Gathering<T>> {
+        if !self
+            .open
+            .get(key)
+            .is_some_and(|g| Arc::ptr_eq(&g.complete, complete))
+        {
+            return None;
+        }
         self.open.remove(key)
     }
 
@@ -148,12 +159,34 @@ mod tests {
     }
 
     #[test]
+    fn a_leader_takes_only_the_group_it_opened() {
+        let mut g: Groups<u32> = Groups::default();
+        let Joined::Leader(first) = g.join("k", 3, 1) else {
+            panic!("the first member leads");
+        };
+        // A revoke takes the short group out; the key opens anew.
+        assert_eq!(g.take_incomplete(|_| true).len(), 1);
+        let Joined::Leader(second) = g.join("k", 3, 2) else {
+            panic!("a member after the revoke leads a new group");
+        };
+        assert!(
+            g.take_led("k", &first).is_none(),
+            "the old leader's group is gone"
+        );
+        assert_eq!(g.len(), 1, "the newer group stays for its own leader");
+        let group = g.take_led("k", &second).expect("its own leader takes it");
+        assert_eq!(group.members, vec![2]);
+    }
+
+    #[test]
     fn first_member_leads_and_the_last_completes() {
         let mut g: Groups<u32> = Groups::default();
-        assert!(matches!(g.join("k", 3, 1), Joined::Leader(_)));
+        let Joined::Leader(led) = g.join("k", 3, 1) else {
+            panic!("the first member leads");
+        };
         assert!(matches!(g.join("k", 3, 2), Joined::Member));
         assert!(matches!(g.join("k", 3, 3), Joined::Member));
-        let group = g.take("k").unwrap();
+        let group = g.take_led("k", &led).unwrap();
         assert_eq!(group.members, vec![1, 2, 3]);
         assert!(g.is_empty());
         assert!(
@@ -196,10 +229,13 @@ mod tests {
     #[test]
     fn a_gathering_keeps_the_best_as_best_index_picks_it_and_only_the_best_keeps_its_detail() {
         let mut g: Groups<Scored> = Groups::default();
-        for score in [0.1, 0.5, 0.5, -1.0] {
+        let Joined::Leader(led) = g.join("k", 4, Scored(0.1, true)) else {
+            panic!("the first member leads");
+        };
+        for score in [0.5, 0.5, -1.0] {
             g.join("k", 4, Scored(score, true));
         }
-        let group = g.take("k").unwrap();
+        let group = g.take_led("k", &led).unwrap();
         assert_eq!(Some(group.best), best_index(&group.members, |m| m.0));
         assert_eq!(group.best, 1);
         let held: Vec<bool> = group.members.iter().map(|m| m.1).collect();

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 use tracing::field::Empty;
 use tracing::Instrument;
 
@@ -110,10 +111,12 @@ struct GroupHinter {
 /// Takes a gathering group out of the map if its leader is dropped before
 /// the group was taken (its partition was revoked or the stage stopped), so
 /// the members are dropped with it (abandoned: redelivered to the next
-/// owner) instead of waiting in the map forever.
+/// owner) instead of waiting in the map forever. Only the group this
+/// leader opened: a newer one under the same key is its own leader's.
 struct LeaderGuard<'a> {
     hinter: &'a GroupHinter,
     key: &'a str,
+    complete: &'a Arc<Notify>,
     armed: bool,
 }
 
@@ -121,7 +124,7 @@ impl Drop for LeaderGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             let mut groups = self.hinter.groups();
-            drop(groups.take(self.key));
+            drop(groups.take_led(self.key, self.complete));
             self.hinter.metrics.set_groups_open(groups.len());
         }
     }
@@ -190,6 +193,7 @@ impl GroupHinter {
         let mut guard = LeaderGuard {
             hinter: &self,
             key: &key,
+            complete: &complete,
             armed: true,
         };
         let wait = tracing::info_span!(
@@ -208,7 +212,7 @@ impl GroupHinter {
         .await;
         let group = {
             let mut groups = self.groups();
-            let group = groups.take(&key);
+            let group = groups.take_led(&key, &complete);
             self.metrics.set_groups_open(groups.len());
             group
         };
