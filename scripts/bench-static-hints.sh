@@ -28,7 +28,8 @@
 #   --vs PATH     another build of hintstream, run the same way on the same input
 #                 (its own group and output topic) as one more side, after the
 #                 worker in odd-numbered repeats and before it in even ones; the
-#                 report adds the two workers' CPU ratio, each repeat's and summed
+#                 report adds the two workers' CPU ratio, each repeat's and summed,
+#                 and its steady rate
 #   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
 #                 --no-outcomes-topic (the worker reads no topic back: no learning barrier)
 #                 --cached D (the cached path: D distinct trajectories, each sent N / D
@@ -52,7 +53,7 @@ while [ $# -gt 0 ]; do
     --hintstream) binary=$2; shift 2 ;;
     --broker-cpus) broker_cpus=$2; shift 2 ;;
     --side-cpus) side_cpus=$2; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done

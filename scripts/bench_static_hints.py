@@ -469,9 +469,9 @@ def main():
                                      base_progress)
         base_broker, base_busy = side.end()
         log(f"passthrough: {n / base:,.0f} msg/s")
-        other = None
+        other, other_steady = None, None
         if args.vs and r % 2 == 1:
-            other = versus(args, tag, n, parts, watcher)
+            other, other_steady = versus(args, tag, n, parts, watcher)
         model = ModelServer() if args.cached else None
         side = Side(args.broker_pid)
         progress = []
@@ -483,7 +483,7 @@ def main():
                 model.close()
         hs_broker, hs_busy = side.end()
         if args.vs and r % 2 == 0:
-            other = versus(args, tag, n, parts, watcher)
+            other, other_steady = versus(args, tag, n, parts, watcher)
         log(f"hintstream: {n / hs:,.0f} hints/s"
             + (f" ({model.requests} model calls for {args.cached} distinct trajectories)" if model else ""))
         if model and model.requests < min(args.cached, n):
@@ -502,7 +502,7 @@ def main():
         watcher.close()
         after = after_model(progress, model.last_answer) if model else None
         rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low, after,
-                     other, (steady(base_progress, n), steady(progress, n), low_steady)))
+                     other, (steady(base_progress, n), steady(progress, n), low_steady, other_steady)))
     spans = "s (CPU s; broker CPU s; machine busy)"
     head = f"| repeat | messages | passthrough {spans} | passthrough msg/s | hintstream {spans} | hints/s | ratio |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
@@ -541,15 +541,22 @@ def main():
     head, rule = "| repeat | passthrough msg/s (first s) | hintstream hints/s (first s) | ratio |", "|---:|---:|---:|---:|"
     if args.floor:
         head, rule = head + " floor msg/s (first s) | floor ÷ passthrough |", rule + "---:|---:|"
+    if args.vs:
+        head, rule = head + " --vs hints/s (first s) | --vs ÷ passthrough |", rule + "---:|---:|"
     print(head)
     print(rule)
-    for r, (pt, hs, low) in enumerate(rates):
-        line = f"| {r + 1} | {rate_cell(pt)} | {rate_cell(hs)} | {hs[0] / pt[0]:.2f} |" if pt and hs else \
-            f"| {r + 1} | {rate_cell(pt)} | {rate_cell(hs)} | - |"
+
+    def against(rate, pt):
+        return f" {rate_cell(rate)} | {rate[0] / pt[0]:.2f} |" if rate and pt else f" {rate_cell(rate)} | - |"
+
+    for r, (pt, hs, low, vs) in enumerate(rates):
+        line = f"| {r + 1} | {rate_cell(pt)} |" + against(hs, pt)
         if args.floor:
-            line += f" {rate_cell(low)} | {low[0] / pt[0]:.2f} |" if low and pt else f" {rate_cell(low)} | - |"
+            line += against(low, pt)
+        if args.vs:
+            line += against(vs, pt)
         print(line)
-    both = [(pt, hs) for pt, hs, _ in rates if pt and hs]
+    both = [(pt, hs) for pt, hs, _, _ in rates if pt and hs]
     if both:
         print(f"\nSteady ratio summed over the {len(both)} repeats with both rates (the passthrough's seconds for "
               f"the middle 80% against hintstream's): {sum(1 / pt[0] for pt, _ in both) / sum(1 / hs[0] for _, hs in both):.2f}")
@@ -573,13 +580,15 @@ def versus_tag(tag):
 
 def versus(args, tag, n, parts, watcher):
     """The --vs binary on repeat `tag`'s input, with its own group and
-    output topic: (s, CPU s, broker CPU s, machine busy)."""
+    output topic: ((s, CPU s, broker CPU s, machine busy), its steady
+    rate)."""
     own = versus_tag(tag)
     side = Side(args.broker_pid)
-    took, cpu = hintstream(args.vs, args.bootstrap, own, n, parts, watcher, args.deadline_secs, "", None, None,
+    progress = []
+    took, cpu = hintstream(args.vs, args.bootstrap, own, n, parts, watcher, args.deadline_secs, "", None, progress,
                            input_tag=tag)
     log(f"--vs: {n / took:,.0f} hints/s")
-    return (took, cpu, *side.end())
+    return (took, cpu, *side.end()), steady(progress, n)
 
 
 def steady(progress, n):
