@@ -233,25 +233,51 @@ class Side:
         return broker, share
 
 
-def watch(watcher, topic, partitions, progress, stop):
+def watch(watcher, topic, partitions, progress, stop, spent):
     """Appends (time, messages on `topic`) to `progress` about every 20 ms
-    until `stop` is set."""
-    while not stop.is_set():
-        progress.append((time.monotonic(), count(watcher, topic, partitions)))
-        stop.wait(0.02)
+    until `stop` is set, each stamped once counted (as `wait_for` does);
+    then puts this thread's CPU seconds, and an error that stopped it, in
+    `spent`."""
+    try:
+        while not stop.is_set():
+            have = count(watcher, topic, partitions)
+            progress.append((time.monotonic(), have))
+            stop.wait(0.02)
+    except Exception as e:  # reported by the passthrough; its steady rate is then "-"
+        spent["error"] = e
+    spent["cpu"] = time.thread_time()
 
 
 def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s, progress):
     """Moves N messages from `source` to `sink`; returns the seconds from
-    its start to N on `sink` and its CPU seconds. Each (time, messages on
-    `sink`), counted beside it by a thread of this process as the others'
-    are, goes into `progress`, its start first."""
+    its start to N on `sink` and its CPU seconds (the counting thread's
+    own left out). Each (time, messages on `sink`), counted beside it by a
+    thread of this process as the others' are, goes into `progress`, its
+    start first."""
     started, cpu_before = time.monotonic(), cpu_seconds(os.getpid())
     progress.append((started, 0))
-    stop = threading.Event()
-    counting = threading.Thread(target=watch, args=(watcher, sink, partitions, progress, stop), daemon=True)
+    stop, spent = threading.Event(), {}
+    counting = threading.Thread(target=watch, args=(watcher, sink, partitions, progress, stop, spent), daemon=True)
     counting.start()
-    # The worker's fetch backoff (src/kafka/consumer.rs): with librdkafka's
+    try:
+        consumer = move(bootstrap, source, sink, n, started + deadline_s, deadline_s)
+    finally:
+        stop.set()
+        counting.join()
+    if "error" in spent:
+        log(f"passthrough: counting its topic failed ({spent['error']}); no steady rate")
+    wait_for(watcher, sink, partitions, n, deadline_s, "passthrough", progress=progress)
+    took = time.monotonic() - started
+    cpu = cpu_seconds(os.getpid()) - cpu_before - spent.get("cpu", 0.0)
+    consumer.close()
+    return took, cpu
+
+
+def move(bootstrap, source, sink, n, deadline, deadline_s):
+    """The passthrough itself: N messages consumed from `source` in batches
+    of 1,000 and produced to `sink`, flushed; returns its consumer, still
+    open."""
+    # The worker's fetch backoff (src/kafka/settings.rs): with librdkafka's
     # 1000 ms, a passthrough that drains its prefetch queue quicker than the
     # broker fills it stopped for the rest of a second in many runs
     # (docs/BENCHMARKS.md, round thirty-two).
@@ -261,7 +287,6 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s, pro
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     consumer.subscribe([source])
     moved = 0
-    deadline = started + deadline_s
     while moved < n:
         if time.monotonic() > deadline:
             raise SystemExit(f"passthrough: {moved} of {n} moved after {deadline_s} s")
@@ -280,13 +305,7 @@ def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s, pro
         if batch:
             consumer.commit(asynchronous=True)
     producer.flush(60)
-    stop.set()
-    counting.join()
-    wait_for(watcher, sink, partitions, n, deadline_s, "passthrough", progress=progress)
-    took = time.monotonic() - started
-    cpu = cpu_seconds(os.getpid()) - cpu_before
-    consumer.close()
-    return took, cpu
+    return consumer
 
 
 def worker_topics(tag, outcomes):
