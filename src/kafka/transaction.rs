@@ -60,13 +60,14 @@ use crate::telemetry;
 /// How long one produce may wait for room in the producer's queue.
 const QUEUE_WAIT: Duration = Duration::from_secs(10);
 
-/// The part of a bounded cycle's time left to its end (commit or abort):
-/// the calls before it (the produces, the offsets sent) stop this much
-/// before the cycle's bound. A produce that waited the whole bound for
-/// room in a full queue left its abort no time: the abort stayed pending
-/// until the next cycle, and at shutdown the producer closed with the
-/// transaction open, which holds `read_committed` readers back until the
-/// broker's `transaction.timeout.ms`.
+/// The share of a bounded cycle's time left to its end (commit or abort):
+/// the calls before it (the produces, the offsets sent) stop when the
+/// last quarter of the time left at the transaction's begin is reached.
+/// A produce that waited the whole bound for room in a full queue left
+/// its abort no time: the abort stayed pending until the next cycle, and
+/// at shutdown the producer closed with the transaction open, which held
+/// `read_committed` readers back until the broker aborted it at the
+/// transaction's timeout (`kafka.transaction_timeout_ms`).
 const END_SHARE: u32 = 4;
 
 #[derive(Default)]
