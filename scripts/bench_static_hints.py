@@ -233,42 +233,31 @@ class Side:
         return broker, share
 
 
-def watch(watcher, topic, partitions, progress, stop, spent):
-    """Appends (time, messages on `topic`) to `progress` about every 20 ms
-    until `stop` is set, each stamped once counted (as `wait_for` does);
-    then puts this thread's CPU seconds, and an error that stopped it, in
-    `spent`."""
-    try:
-        while not stop.is_set():
-            have = count(watcher, topic, partitions)
-            progress.append((time.monotonic(), have))
-            stop.wait(0.02)
-    except Exception as e:  # reported by the passthrough; its steady rate is then "-"
-        spent["error"] = e
-    spent["cpu"] = time.thread_time()
-
-
 def passthrough(bootstrap, source, sink, n, partitions, watcher, deadline_s, progress):
     """Moves N messages from `source` to `sink`; returns the seconds from
     its start to N on `sink` and its CPU seconds (the counting thread's
-    own left out). Each (time, messages on `sink`), counted beside it by a
-    thread of this process as the others' are, goes into `progress`, its
-    start first."""
+    own left out). A thread of this process counts `sink` meanwhile, with
+    `wait_for` as the other sides are counted, each (time, count) into
+    `progress`, its start first."""
     started, cpu_before = time.monotonic(), cpu_seconds(os.getpid())
     progress.append((started, 0))
-    stop, spent = threading.Event(), {}
-    counting = threading.Thread(target=watch, args=(watcher, sink, partitions, progress, stop, spent), daemon=True)
+    counted = {}
+
+    def count_to_n():
+        try:
+            wait_for(watcher, sink, partitions, n, deadline_s, "passthrough", progress=progress)
+        except BaseException as e:  # its deadline's SystemExit too, raised again below
+            counted["error"] = e
+        counted["cpu"] = time.thread_time()
+
+    counting = threading.Thread(target=count_to_n, daemon=True)
     counting.start()
-    try:
-        consumer = move(bootstrap, source, sink, n, started + deadline_s, deadline_s)
-    finally:
-        stop.set()
-        counting.join()
-    if "error" in spent:
-        log(f"passthrough: counting its topic failed ({spent['error']}); no steady rate")
-    wait_for(watcher, sink, partitions, n, deadline_s, "passthrough", progress=progress)
+    consumer = move(bootstrap, source, sink, n, started + deadline_s, deadline_s)
+    counting.join()
+    if "error" in counted:
+        raise SystemExit(f"passthrough: counting {sink} failed: {counted['error']}")
     took = time.monotonic() - started
-    cpu = cpu_seconds(os.getpid()) - cpu_before - spent.get("cpu", 0.0)
+    cpu = cpu_seconds(os.getpid()) - cpu_before - counted["cpu"]
     consumer.close()
     return took, cpu
 
