@@ -46,8 +46,10 @@ pub struct StageConfig {
     /// message (near its resident memory) and dead-letters the oldest
     /// incomplete step (`step_evicted`) to stay under it. librdkafka's
     /// prefetch queue (`queued.max.messages.kbytes`) is set to it, within 1
-    /// to 64 MiB; a full queue pauses fetching for 10 ms
-    /// (`fetch.queue.backoff.ms`; `[kafka.consumer]` may set both).
+    /// to 64 MiB, a partition's fetch (`max.partition.fetch.bytes`) to a
+    /// quarter of that, within 1 to 16 MiB; a full queue pauses fetching
+    /// for 10 ms (`fetch.queue.backoff.ms`; `[kafka.consumer]` may set all
+    /// three).
     pub max_in_flight_bytes: u64,
     /// On SIGTERM/SIGINT, and when partitions are revoked, how long in-flight
     /// work may take to finish and commit before it is dropped uncommitted,

@@ -2,14 +2,14 @@
 //! at-least-once and exactly-once contracts rest on (no automatic offset
 //! store; under exactly_once no automatic commit; `read_committed`),
 //! incremental rebalances, and a prefetch bound that pauses fetching only
-//! briefly.
+//! briefly, with a partition's fetch sized to it.
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaResult;
 
 use super::context::StageContext;
-use super::settings::{apply, brief_fetch_backoff, ensure_statistics};
+use super::settings::{apply, consumer_defaults, ensure_statistics, LIBRDKAFKA_QUEUE_BYTES};
 use crate::config::{ClientKind, Config, GroupProtocol};
 
 /// The consumer type both stages use.
@@ -42,13 +42,15 @@ fn consumer_config(config: &Config, group_id: &str, prefetch_bytes: Option<usize
     if config.kafka.group_protocol().unwrap_or(GroupProtocol::Classic) == GroupProtocol::Classic {
         client.set("partition.assignment.strategy", "cooperative-sticky");
     }
+    let mut queue_bytes = LIBRDKAFKA_QUEUE_BYTES;
     if let Some(bytes) = prefetch_bytes {
         // librdkafka's default (64 MiB) would let prefetched messages alone
         // exceed a small in-flight byte bound.
         let kbytes = (bytes / 1024).clamp(1024, 65_536);
         client.set("queued.max.messages.kbytes", kbytes.to_string());
+        queue_bytes = kbytes * 1024;
     }
-    brief_fetch_backoff(&mut client);
+    consumer_defaults(&mut client, config, queue_bytes);
     // The passthrough tables may tune anything above.
     apply(&mut client, config, ClientKind::Consumer);
     ensure_statistics(&mut client);
@@ -102,5 +104,47 @@ mod tests {
             }
             assert_eq!(backoff(&set).as_deref(), Some("250"), "[{table}]");
         }
+    }
+
+    fn partition_fetch(config: &Config, prefetch_bytes: Option<usize>) -> Option<String> {
+        consumer_config(config, "g", prefetch_bytes)
+            .get("max.partition.fetch.bytes")
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn a_partition_fetch_is_a_quarter_of_the_prefetch_queue_within_1_to_16_mib() {
+        let config = Config::default();
+        // A queue of librdkafka's default and over: 16 MiB.
+        assert_eq!(partition_fetch(&config, None).as_deref(), Some("16777216"));
+        assert_eq!(
+            partition_fetch(&config, Some(2 << 30)).as_deref(),
+            Some("16777216")
+        );
+        // Between: a quarter of the queue, itself the bound within 1-64 MiB.
+        assert_eq!(
+            partition_fetch(&config, Some(32 << 20)).as_deref(),
+            Some("8388608")
+        );
+        // Small bounds: librdkafka's default, as before.
+        assert_eq!(
+            partition_fetch(&config, Some(4 << 20)).as_deref(),
+            Some("1048576")
+        );
+        assert_eq!(
+            partition_fetch(&config, Some(64 << 10)).as_deref(),
+            Some("1048576")
+        );
+        // The deployment's, under either of its names, is the one left.
+        let mut set = Config::default();
+        set.kafka
+            .consumer
+            .insert("max.partition.fetch.bytes".into(), 2_000_000i64.into());
+        assert_eq!(partition_fetch(&set, None).as_deref(), Some("2000000"));
+        let mut alias = Config::default();
+        alias.kafka.insert("fetch.message.max.bytes", "2000000");
+        let client = consumer_config(&alias, "g", None);
+        assert_eq!(client.get("max.partition.fetch.bytes"), None);
+        assert_eq!(client.get("fetch.message.max.bytes"), Some("2000000"));
     }
 }

@@ -1,7 +1,7 @@
 //! The librdkafka settings every client starts from: bootstrap servers,
 //! then the `[kafka]` passthrough table and the client kind's own table,
 //! and statistics (readiness rests on them); a consumer's brief fetch
-//! backoff, under the tables. The consumer's settings the
+//! backoff and its partition's fetch size, under the tables. The consumer's settings the
 //! delivery contract depends on (no automatic offset store, the commit
 //! mode, `read_committed`) are set over these where it is made
 //! (`consumer`), so that no table turns them off. The producers' `acks=all`
@@ -26,10 +26,18 @@ pub fn client_config(config: &Config, kind: ClientKind) -> ClientConfig {
     let mut client = ClientConfig::new();
     client.set_log_level(RDKafkaLogLevel::Warning);
     if kind == ClientKind::Consumer {
-        brief_fetch_backoff(&mut client);
+        consumer_defaults(&mut client, config, LIBRDKAFKA_QUEUE_BYTES);
     }
     apply(&mut client, config, kind);
     client
+}
+
+/// A consumer's own defaults, set before the passthrough tables (which may
+/// set their own): the brief fetch backoff, and a partition's share of a
+/// fetch sized to the consumer's prefetch queue of `queue_bytes`.
+pub(crate) fn consumer_defaults(client: &mut ClientConfig, config: &Config, queue_bytes: usize) {
+    brief_fetch_backoff(client);
+    partition_fetch(client, config, queue_bytes);
 }
 
 /// How long librdkafka waits before fetching a partition again once the
@@ -45,8 +53,41 @@ pub(crate) const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 
 /// Sets a consumer's [`FETCH_QUEUE_BACKOFF_MS`]; the passthrough tables,
 /// applied after, may set their own.
-pub(crate) fn brief_fetch_backoff(client: &mut ClientConfig) {
+fn brief_fetch_backoff(client: &mut ClientConfig) {
     client.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
+}
+
+/// librdkafka's prefetch queue (`queued.max.messages.kbytes`) by default:
+/// the readers built by [`client_config`] have it.
+pub(crate) const LIBRDKAFKA_QUEUE_BYTES: usize = 64 << 20;
+
+/// The least and the most a consumer asks of one partition in a fetch
+/// (`max.partition.fetch.bytes`); between them, a quarter of its prefetch
+/// queue. librdkafka's default, the least, is 1 MiB: a fetch then carries
+/// one Arrow chunk (each up to ~900 KB) of a partition, so a consumer
+/// behind on a step's chunks caught up one round trip a chunk. With 16 MiB
+/// a stage-2 worker had 42 against 137 ms of a 1M-row step left to take
+/// after the trainer's last acknowledgement, summed over six steps
+/// (docs/BENCHMARKS.md, round thirty-three). What a fetch brings in all
+/// stays within the queue: librdkafka bounds `fetch.max.bytes` by it.
+const MIN_PARTITION_FETCH_BYTES: usize = 1 << 20;
+const MAX_PARTITION_FETCH_BYTES: usize = 16 << 20;
+
+/// Sets `max.partition.fetch.bytes` to a quarter of `queue_bytes`, within
+/// [`MIN_PARTITION_FETCH_BYTES`] and [`MAX_PARTITION_FETCH_BYTES`], unless
+/// the tables set it under its other name, `fetch.message.max.bytes` (the
+/// two would then race in librdkafka's configuration; under this name the
+/// tables, applied after, replace it).
+fn partition_fetch(client: &mut ClientConfig, config: &Config, queue_bytes: usize) {
+    if config
+        .kafka
+        .get(ClientKind::Consumer, "fetch.message.max.bytes")
+        .is_some()
+    {
+        return;
+    }
+    let bytes = (queue_bytes / 4).clamp(MIN_PARTITION_FETCH_BYTES, MAX_PARTITION_FETCH_BYTES);
+    client.set("max.partition.fetch.bytes", bytes.to_string());
 }
 
 /// Sets bootstrap servers and the passthrough properties of `kind` on
@@ -109,5 +150,20 @@ mod tests {
             .consumer
             .insert("fetch.queue.backoff.ms".into(), 250i64.into());
         assert_eq!(backoff(&set, ClientKind::Consumer).as_deref(), Some("250"));
+    }
+
+    #[test]
+    fn a_reader_fetches_up_to_16_mib_of_a_partition_and_no_other_client_is_told_to() {
+        let fetch = |kind| {
+            client_config(&Config::default(), kind)
+                .get("max.partition.fetch.bytes")
+                .map(str::to_string)
+        };
+        assert_eq!(
+            fetch(ClientKind::Consumer),
+            Some(MAX_PARTITION_FETCH_BYTES.to_string())
+        );
+        assert_eq!(fetch(ClientKind::Producer), None);
+        assert_eq!(fetch(ClientKind::Other), None);
     }
 }
