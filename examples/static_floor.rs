@@ -253,8 +253,10 @@ fn main() -> Result<()> {
         .set("auto.commit.interval.ms", "1000")
         .set("enable.auto.offset.store", "false")
         // The worker's: a full prefetch queue pauses fetching 10 ms, not
-        // librdkafka's 1000 (src/kafka/consumer.rs).
+        // librdkafka's 1000, and a fetch asks up to 16 MiB of a partition
+        // (a quarter of its 64 MiB queue; src/kafka/settings.rs).
         .set("fetch.queue.backoff.ms", "10")
+        .set("max.partition.fetch.bytes", (16 << 20).to_string())
         .create()?;
     consumer.subscribe(&[&args.input])?;
     let producer: BaseProducer<Reports> = ClientConfig::new()

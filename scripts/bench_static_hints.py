@@ -12,7 +12,8 @@ steady rates: each side's messages a second on its output topic between 10%
 and 90% of N, its start-up and its tail left out. The passthrough's and the floor's consumers
 pause a full prefetch queue's fetching 10 ms, as the worker's do (until
 2026-12-06 librdkafka's 1000 ms, which stopped them for the rest of a second
-in many runs).
+in many runs), and ask up to 16 MiB of a partition in a fetch, as the
+worker's do with its 64 MiB queue.
 
 Before the first side, a throwaway consumer group commits an offset: the
 broker's first group creates its offsets topic and loads its coordinator
@@ -269,10 +270,12 @@ def move(bootstrap, source, sink, n, deadline, deadline_s):
     # The worker's fetch backoff (src/kafka/settings.rs): with librdkafka's
     # 1000 ms, a passthrough that drains its prefetch queue quicker than the
     # broker fills it stopped for the rest of a second in many runs
-    # (docs/BENCHMARKS.md, round thirty-two).
+    # (docs/BENCHMARKS.md, round thirty-two). And the worker's fetch of a
+    # partition: a quarter of its 64 MiB queue (round thirty-three).
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{sink}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "fetch.queue.backoff.ms": 10})
+                         "fetch.queue.backoff.ms": 10,
+                         "max.partition.fetch.bytes": 16 << 20})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     consumer.subscribe([source])
     moved = 0
