@@ -14,7 +14,10 @@
 //! last chunk). Producing the input is not in it: the time from the first
 //! send to the last acknowledgement is reported on its own (`produce s`),
 //! and the worker consumes, decodes and assembles while the input is still
-//! being produced, as it would behind a real trainer. Also reported, per
+//! being produced, as it would behind a real trainer (with `--backlog`,
+//! it does not: each side is held while the step is produced, and timed
+//! from the moment it is let go on, as a worker restarted, or given a
+//! partition, with a step waiting). Also reported, per
 //! step: `intake` (from the last acknowledgement until the worker's
 //! `messages_received` counter covers every input message: the fetch,
 //! decode and assembly it had left), `compute` (the increase of the
@@ -141,6 +144,16 @@ struct Args {
     /// value every few rows), instead of shuffled across the step.
     #[arg(long)]
     grouped: bool,
+    /// Each step waits whole on its topic before it is taken, as after a
+    /// worker's restart or a partition moved to a new owner: the worker is
+    /// stopped (SIGSTOP) while the step is produced and let go on
+    /// (SIGCONT) at its last acknowledgement; the echo's consumer is made
+    /// and connected before the step is produced and assigned the step's
+    /// first offset then. Each side is timed from then. (A fetch the
+    /// stopped worker had asked before may be answered while it is
+    /// stopped, as far as its socket's buffer takes.)
+    #[arg(long)]
+    backlog: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -373,80 +386,125 @@ struct EchoPlan {
     all_in: Option<Instant>,
 }
 
-/// The broker-only baseline: consumes `input` and, once the planned step's
-/// messages are all in, publishes messages of the planned sizes on
-/// `output` (`in_flight` at a time, as the worker sends its chunks) and a
-/// metrics message.
-fn start_echo(
-    config: &Config,
-    input: &str,
+/// The broker-only baseline: consumes the echo's input and, once the
+/// planned step's messages are all in, publishes messages of the planned
+/// sizes on `output` (`in_flight` at a time, as the worker sends its
+/// chunks) and a metrics message.
+#[derive(Clone)]
+struct Echo {
+    config: Config,
+    input: String,
     output: String,
     metrics: String,
     plan: Arc<Mutex<EchoPlan>>,
     in_flight: usize,
-) -> Result<()> {
-    let in_flight = in_flight.max(1);
-    let consumer = from_the_start(config, "steppath-echo", &[input])?;
     // As the worker's output producer holds a step's outputs.
-    let producer = create_producer_lingering(config, Linger::Off)?;
-    tokio::spawn(async move {
-        loop {
-            let Ok(m) = consumer.recv().await else {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            };
-            let job = {
-                let mut p = plan.lock().expect("echo plan");
-                if m.key() != Some(p.key.as_bytes()) {
+    producer: FutureProducer,
+}
+
+impl Echo {
+    fn new(config: &Config, topics: &Topics, plan: Arc<Mutex<EchoPlan>>, in_flight: usize) -> Result<Echo> {
+        Ok(Echo {
+            config: config.clone(),
+            input: topics.echo_input.clone(),
+            output: topics.echo_output.clone(),
+            metrics: topics.echo_metrics.clone(),
+            plan,
+            in_flight: in_flight.max(1),
+            producer: create_producer_lingering(config, Linger::Off)?,
+        })
+    }
+
+    /// A consumer of the echo's input, in a group of its own, not yet
+    /// assigned; connected (a metadata request, and a committed-offsets
+    /// one to its group's coordinator) so that a `--backlog` step is not
+    /// timed with its connections made.
+    async fn connected_consumer(&self) -> Result<StreamConsumer> {
+        let mut client = client_config(&self.config, ClientKind::Consumer);
+        client
+            .set("group.id", format!("steppath-echo-{}", rand::random::<u32>()))
+            .set("enable.auto.commit", "false");
+        let consumer: Arc<StreamConsumer> = Arc::new(client.create()?);
+        let (c, topic) = (consumer.clone(), self.input.clone());
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            c.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&topic, 0);
+            c.committed_offsets(tpl, Duration::from_secs(10))?;
+            Ok(())
+        })
+        .await??;
+        Arc::try_unwrap(consumer).map_err(|_| "the echo's consumer is still shared".into())
+    }
+
+    /// Echoes every planned step `consumer` brings, until aborted.
+    fn spawn(&self, consumer: StreamConsumer) -> tokio::task::JoinHandle<()> {
+        let Echo {
+            output,
+            metrics,
+            plan,
+            in_flight,
+            producer,
+            ..
+        } = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok(m) = consumer.recv().await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
+                };
+                let job = {
+                    let mut p = plan.lock().expect("echo plan");
+                    if m.key() != Some(p.key.as_bytes()) {
+                        continue;
+                    }
+                    p.received += 1;
+                    if p.received != p.messages {
+                        continue;
+                    }
+                    p.all_in = Some(Instant::now());
+                    (p.key.clone(), p.rows, p.output_sizes.clone())
+                };
+                let (key, rows, sizes) = job;
+                let count = sizes.len();
+                let payloads: Vec<Vec<u8>> = sizes.into_iter().map(|size| vec![0u8; size]).collect();
+                let sends: Vec<_> = payloads
+                    .iter()
+                    .enumerate()
+                    .map(|(i, payload)| {
+                        let chunk = chunk_header_values(i, count, rows);
+                        producer.send(
+                            FutureRecord::to(&output)
+                                .key(&key)
+                                .payload(payload)
+                                .headers(headers(chunk.iter().map(|(k, v)| (*k, v.as_str())))),
+                            Duration::from_secs(60),
+                        )
+                    })
+                    .collect();
+                // As many in flight as the worker keeps: the same sending, no work.
+                let mut sent = futures::stream::iter(sends).buffered(in_flight);
+                while let Some(result) = sent.next().await {
+                    if let Err((e, _)) = result {
+                        eprintln!("echo: producing to {output}: {e}");
+                    }
                 }
-                p.received += 1;
-                if p.received != p.messages {
-                    continue;
-                }
-                p.all_in = Some(Instant::now());
-                (p.key.clone(), p.rows, p.output_sizes.clone())
-            };
-            let (key, rows, sizes) = job;
-            let count = sizes.len();
-            let payloads: Vec<Vec<u8>> = sizes.into_iter().map(|size| vec![0u8; size]).collect();
-            let sends: Vec<_> = payloads
-                .iter()
-                .enumerate()
-                .map(|(i, payload)| {
-                    let chunk = chunk_header_values(i, count, rows);
-                    producer.send(
-                        FutureRecord::to(&output)
+                let body = format!("{{\"advantage/rows\": {rows}}}");
+                let sent = producer
+                    .send(
+                        FutureRecord::to(&metrics)
                             .key(&key)
-                            .payload(payload)
-                            .headers(headers(chunk.iter().map(|(k, v)| (*k, v.as_str())))),
+                            .payload(body.as_bytes())
+                            .headers(headers([("content-type", "application/json")])),
                         Duration::from_secs(60),
                     )
-                })
-                .collect();
-            // As many in flight as the worker keeps: the same sending, no work.
-            let mut sent = futures::stream::iter(sends).buffered(in_flight);
-            while let Some(result) = sent.next().await {
-                if let Err((e, _)) = result {
-                    eprintln!("echo: producing to {output}: {e}");
+                    .await;
+                if let Err((e, _)) = sent {
+                    eprintln!("echo: producing to {metrics}: {e}");
                 }
             }
-            let body = format!("{{\"advantage/rows\": {rows}}}");
-            let sent = producer
-                .send(
-                    FutureRecord::to(&metrics)
-                        .key(&key)
-                        .payload(body.as_bytes())
-                        .headers(headers([("content-type", "application/json")])),
-                    Duration::from_secs(60),
-                )
-                .await;
-            if let Err((e, _)) = sent {
-                eprintln!("echo: producing to {metrics}: {e}");
-            }
-        }
-    });
-    Ok(())
+        })
+    }
 }
 
 /// The worker's Prometheus endpoint.
@@ -539,6 +597,17 @@ impl Worker {
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
         let ticks = |i: usize| fields.get(i - 3)?.parse::<f64>().ok();
         Some((ticks(14)? + ticks(15)?) / 100.0)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) and waits until `kill` delivered it.
+    fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()?;
+        if !status.success() {
+            return Err(format!("kill -{signal} {} failed: {status}", self.child.id()).into());
+        }
+        Ok(())
     }
 
     /// SIGTERM, then SIGKILL when it has not exited within 30 s.
@@ -664,6 +733,14 @@ struct Bench {
     /// Input messages produced to the worker's topic so far.
     worker_messages: usize,
     echo: Arc<Mutex<EchoPlan>>,
+    /// The echo (none with `--no-baseline`), its running task, and, with
+    /// `--backlog`, the consumer made for its next step.
+    echoer: Option<Echo>,
+    echo_task: Option<tokio::task::JoinHandle<()>>,
+    echo_next: Option<StreamConsumer>,
+    /// Input messages produced to the echo's topic so far.
+    echo_messages: usize,
+    backlog: bool,
     topics: Topics,
     next_step: i64,
     deadline: Duration,
@@ -706,12 +783,24 @@ impl Bench {
             Via::Echo => None,
         };
         let cpu_before = self.worker.cpu_seconds();
+        let first_offset = match via {
+            Via::Hintstream => self.worker_messages,
+            Via::Echo => self.echo_messages,
+        };
+        if self.backlog {
+            self.hold(via).await?;
+        }
         let started = Instant::now();
         produce_step(&self.producer, &input, &key, &messages, &end, self.deadline).await?;
-        let acked = Instant::now();
+        let mut acked = Instant::now();
         let produce = acked - started;
-        if via == Via::Hintstream {
-            self.worker_messages += messages.len() + 1;
+        match via {
+            Via::Hintstream => self.worker_messages += messages.len() + 1,
+            Via::Echo => self.echo_messages += messages.len() + 1,
+        }
+        if self.backlog {
+            self.release(via, first_offset)?;
+            acked = Instant::now();
         }
         let deadline = acked + self.deadline;
 
@@ -800,6 +889,46 @@ impl Bench {
         })
     }
 
+    /// `--backlog`: holds the side `via` before its step is produced. The
+    /// worker is stopped (SIGSTOP). The echo's consumer is dropped and a
+    /// new one made and connected, assigned nothing: librdkafka's pause
+    /// would not do, as a paused partition resumed took 0.6-0.7 s to bring
+    /// its first message here.
+    async fn hold(&mut self, via: Via) -> Result<()> {
+        match via {
+            Via::Hintstream => self.worker.signal("STOP"),
+            Via::Echo => {
+                let Some(echoer) = &self.echoer else {
+                    return Ok(());
+                };
+                if let Some(task) = self.echo_task.take() {
+                    task.abort();
+                    let _ = task.await;
+                }
+                self.echo_next = Some(echoer.connected_consumer().await?);
+                Ok(())
+            }
+        }
+    }
+
+    /// `--backlog`: lets the side `via` take the step produced since
+    /// [`Bench::hold`], which begins at `first_offset` of its topic.
+    fn release(&mut self, via: Via, first_offset: usize) -> Result<()> {
+        match via {
+            Via::Hintstream => self.worker.signal("CONT"),
+            Via::Echo => {
+                let (Some(echoer), Some(consumer)) = (&self.echoer, self.echo_next.take()) else {
+                    return Ok(());
+                };
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(&self.topics.echo_input, 0, Offset::Offset(first_offset as i64))?;
+                consumer.assign(&tpl)?;
+                self.echo_task = Some(echoer.spawn(consumer));
+                Ok(())
+            }
+        }
+    }
+
     /// Tells the echo what the next step will be: `messages` input
     /// messages (`step_end` included) of `rows` rows, answered with
     /// messages of `output_sizes`.
@@ -884,7 +1013,21 @@ fn mb(bytes: usize) -> String {
 /// Figures of one (rows, format, path): its samples.
 type Results = BTreeMap<(usize, Format, Via), Vec<Sample>>;
 
-fn print_tables(results: &Results, skipped: &[(usize, Format)], repeats: usize, echo_in_flight: usize) {
+fn print_tables(
+    results: &Results,
+    skipped: &[(usize, Format)],
+    repeats: usize,
+    echo_in_flight: usize,
+    backlog: bool,
+) {
+    if backlog {
+        println!(
+            "With --backlog: each step was produced whole while its side was held (the worker stopped by \
+             SIGSTOP; the echo's consumer connected, with nothing assigned); \"the last acknowledgement\" below \
+             is the moment that side was let go on (SIGCONT; the step's first offset assigned), with the whole \
+             step waiting on its topic.\n"
+        );
+    }
     println!("### hintstream: last input acknowledged → step's metrics and every chunk consumed\n");
     println!(
         "| rows | input | input msgs | input MB | produce s | output chunks | output MB | end-to-end ms (median / min) | intake ms | compute ms | rest ms | worker CPU ms | rows/s | JSON ÷ Arrow, end-to-end | JSON ÷ Arrow, first send → out | worker peak RSS MB |"
@@ -1111,15 +1254,13 @@ async fn run(args: Args) -> Result<()> {
         ],
     )?;
     let echo = Arc::new(Mutex::new(EchoPlan::default()));
+    let (mut echoer, mut echo_task) = (None, None);
     if !args.no_baseline {
-        start_echo(
-            &config,
-            &topics.echo_input,
-            topics.echo_output.clone(),
-            topics.echo_metrics.clone(),
-            echo.clone(),
-            args.echo_in_flight,
-        )?;
+        let e = Echo::new(&config, &topics, echo.clone(), args.echo_in_flight)?;
+        if !args.backlog {
+            echo_task = Some(e.spawn(from_the_start(&config, "steppath-echo", &[&topics.echo_input])?));
+        }
+        echoer = Some(e);
     }
 
     let mut worker = Worker::start(&binary, &config_file, work_dir.join("worker.log"))?;
@@ -1150,6 +1291,11 @@ async fn run(args: Args) -> Result<()> {
         worker,
         worker_messages: 0,
         echo,
+        echoer,
+        echo_task,
+        echo_next: None,
+        echo_messages: 0,
+        backlog: args.backlog,
         topics,
         next_step: 0,
         deadline,
@@ -1247,6 +1393,7 @@ async fn run(args: Args) -> Result<()> {
         &skipped,
         args.repeats.max(1),
         args.echo_in_flight.max(1),
+        args.backlog,
     );
     Ok(())
 }

@@ -32,6 +32,8 @@
 #   EXAMPLE ARGS  passed to the example, e.g. --rows 16000,64000 --repeats 3
 #                 --formats json,arrow --json-max-rows 64000 --no-baseline
 #                 --wall-times (each step's times in UTC on stderr)
+#                 --backlog (each step produced whole while the worker is stopped
+#                 and the echo paused, timed from their release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,7 +56,7 @@ while [ $# -gt 0 ]; do
     --side-cpus) side_cpus=$2; shift 2 ;;
     --vs) versus=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
