@@ -62,6 +62,15 @@ log = logging.getLogger("hintstream")
 #: ``kafka::IDEMPOTENT_IN_FLIGHT``).
 IDEMPOTENT_IN_FLIGHT = 5
 
+#: The most the client's consumer asks of one partition in a fetch, as the
+#: worker's readers ask (``kafka::settings``, a quarter of librdkafka's 64 MiB
+#: prefetch queue). librdkafka's 1 MiB holds one advantages chunk (about
+#: 900 KB), so a reader behind a step's chunks caught up one round trip a
+#: chunk: the last of a 1M-row step's 100 chunks was read 25 ms later in all
+#: over ten steps, 0.5-5 ms a step (python/tests/bench_chunk_reads.py).
+#: ``consumer_config`` may set its own.
+PARTITION_FETCH_BYTES = 16 << 20
+
 T = TypeVar("T")
 
 #: Producer errors that no retry fixes: publishing fails at once.
@@ -198,8 +207,10 @@ class TrainerClient:
             {
                 "group.id": f"hintstream-trainer-{uuid.uuid4().hex}",
                 "auto.offset.reset": "latest",
-                # A step waits on these reads: fetch with little delay.
+                # A step waits on these reads: fetch with little delay, and
+                # a step's chunks many at a time.
                 "fetch.wait.max.ms": 100,
+                "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
                 **base,
                 **dict(consumer_config or {}),
                 # Only committed transactional records (the stages under
