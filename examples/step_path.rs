@@ -544,6 +544,9 @@ impl Prometheus {
 }
 
 const RECEIVED: &str = "hintstream_advantages_messages_received_total";
+/// `--backlog`: the longest the worker may stay stopped while a step is
+/// produced, under librdkafka's default group session (45 s).
+const BACKLOG_MAX_HOLD: Duration = Duration::from_secs(30);
 const COMPUTE_SUM: &str = "hintstream_advantages_compute_seconds_sum";
 const DEAD_STEPS: &str = "hintstream_advantages_steps_dead_lettered_total";
 
@@ -599,13 +602,17 @@ impl Worker {
         Some((ticks(14)? + ticks(15)?) / 100.0)
     }
 
-    /// Sends `signal` (`STOP`, `CONT`) and waits until `kill` delivered it.
-    fn signal(&self, signal: &str) -> Result<()> {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.child.id().to_string()])
-            .status()?;
-        if !status.success() {
-            return Err(format!("kill -{signal} {} failed: {status}", self.child.id()).into());
+    /// Sends `signal` (`libc::SIGSTOP`, `libc::SIGCONT`).
+    fn signal(&self, signal: libc::c_int) -> Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id())?;
+        // SAFETY: kill(2) with a pid this process started and still holds
+        // (a `Child` not yet waited for, so the pid is not reused).
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(format!(
+                "signal {signal} to the worker {pid}: {}",
+                std::io::Error::last_os_error()
+            )
+            .into());
         }
         Ok(())
     }
@@ -799,8 +806,18 @@ impl Bench {
             Via::Echo => self.echo_messages += messages.len() + 1,
         }
         if self.backlog {
-            self.release(via, first_offset)?;
+            if via == Via::Hintstream && produce >= BACKLOG_MAX_HOLD {
+                return Err(format!(
+                    "--backlog: producing step {key} took {:.1} s with the worker stopped; its group session \
+                     (librdkafka's session.timeout.ms, 45 s) could run out, and the step would be timed with a \
+                     rejoin: give smaller --rows",
+                    produce.as_secs_f64()
+                )
+                .into());
+            }
+            // Stamped first: neither side starts before its clock does.
             acked = Instant::now();
+            self.release(via, first_offset)?;
         }
         let deadline = acked + self.deadline;
 
@@ -896,7 +913,7 @@ impl Bench {
     /// its first message here.
     async fn hold(&mut self, via: Via) -> Result<()> {
         match via {
-            Via::Hintstream => self.worker.signal("STOP"),
+            Via::Hintstream => self.worker.signal(libc::SIGSTOP),
             Via::Echo => {
                 let Some(echoer) = &self.echoer else {
                     return Ok(());
@@ -915,7 +932,7 @@ impl Bench {
     /// [`Bench::hold`], which begins at `first_offset` of its topic.
     fn release(&mut self, via: Via, first_offset: usize) -> Result<()> {
         match via {
-            Via::Hintstream => self.worker.signal("CONT"),
+            Via::Hintstream => self.worker.signal(libc::SIGCONT),
             Via::Echo => {
                 let (Some(echoer), Some(consumer)) = (&self.echoer, self.echo_next.take()) else {
                     return Ok(());

@@ -33,7 +33,7 @@
 #                 --formats json,arrow --json-max-rows 64000 --no-baseline
 #                 --wall-times (each step's times in UTC on stderr)
 #                 --backlog (each step produced whole while the worker is stopped
-#                 and the echo paused, timed from their release)
+#                 and the echo has no partition, timed from their release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -6,13 +6,16 @@ Apache Kafka node started here.
 Each repeat publishes a step's chunks (by default a 1M-row step's: 100
 messages of 880,000 bytes) as the worker does (idempotent, ``acks=all``, no
 linger, at most ``IDEMPOTENT_IN_FLIGHT`` requests in flight), to a fresh
-topic, while a consumer with the client's settings reads it from its end;
-timed from the last chunk's acknowledgement to the moment the consumer holds
-it (negative when the reader held it before the producer heard of its
-acknowledgement). The two fetch sizes take turns, each first in every other
+topic, while a consumer with the client's settings (``consumer_settings``,
+the fetch size aside) reads it (with ``--behind``, the consumer is polled
+only once every chunk is acknowledged, its librdkafka fetching meanwhile: a
+trainer whose polling thread was held up, by the GIL or a busy host);
+timed from the last
+chunk's acknowledgement to the moment the consumer holds it (negative when
+the reader held it before the producer heard of its acknowledgement). The two fetch sizes take turns, each first in every other
 repeat. Prints a Markdown table.
 
-    python python/tests/bench_chunk_reads.py [--repeats N] [--chunks N] [--chunk-bytes B]
+    python python/tests/bench_chunk_reads.py [--repeats N] [--chunks N] [--chunk-bytes B] [--behind]
 
 (Run it with the python scripts/python-venv.sh prints, which has this
 package installed; the broker's jars come from
@@ -35,24 +38,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from harness import Kafka, create_topics  # noqa: E402
-from hintstream.client import IDEMPOTENT_IN_FLIGHT, PARTITION_FETCH_BYTES  # noqa: E402
+from hintstream.client import IDEMPOTENT_IN_FLIGHT, PARTITION_FETCH_BYTES, consumer_settings  # noqa: E402
 
 LIBRDKAFKA_DEFAULT = 1 << 20
 
 
-def read_after_ack(bootstrap: str, fetch_bytes: int, chunks: int, chunk_bytes: int, deadline_s: float) -> float:
+def read_after_ack(bootstrap: str, fetch_bytes: int, chunks: int, chunk_bytes: int, deadline_s: float, behind: bool) -> float:
     """Milliseconds from the last chunk's acknowledgement until the reader
     holds it."""
     topic = f"chunks-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, [topic], 1)
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"reader-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        # The trainer client's (hintstream/client.py).
-        "fetch.wait.max.ms": 100,
-        "max.partition.fetch.bytes": fetch_bytes,
-    })
+    # The trainer client's settings (hintstream/client.py), but the fetch's.
+    consumer = Consumer(consumer_settings({"bootstrap.servers": bootstrap}, {"max.partition.fetch.bytes": fetch_bytes}, print))
     consumer.assign([TopicPartition(topic, 0, 0)])
     producer = Producer({
         "bootstrap.servers": bootstrap,
@@ -78,7 +75,8 @@ def read_after_ack(bootstrap: str, fetch_bytes: int, chunks: int, chunk_bytes: i
             held["at"] = time.perf_counter()
 
     reader = threading.Thread(target=read)
-    reader.start()
+    if not behind:
+        reader.start()
     payload = os.urandom(chunk_bytes)
     for _ in range(chunks):
         while True:
@@ -91,6 +89,8 @@ def read_after_ack(bootstrap: str, fetch_bytes: int, chunks: int, chunk_bytes: i
     if producer.flush(deadline_s) != 0:
         raise SystemExit(f"the chunks to {topic} were not acknowledged within {deadline_s} s")
     acked = time.perf_counter()
+    if behind:
+        reader.start()
     reader.join()
     consumer.close()
     if "at" not in held:
@@ -104,6 +104,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=100)
     parser.add_argument("--chunk-bytes", type=int, default=880_000)
     parser.add_argument("--deadline-secs", type=float, default=60.0)
+    parser.add_argument("--behind", action="store_true", help="start reading once every chunk is acknowledged")
     args = parser.parse_args()
     sizes = [LIBRDKAFKA_DEFAULT, PARTITION_FETCH_BYTES]
     load = os.getloadavg()[0]
@@ -112,14 +113,15 @@ def main() -> None:
         rows = []
         for r in range(args.repeats):
             order = sizes if r % 2 == 0 else sizes[::-1]
-            took = {size: read_after_ack(kafka.bootstrap, size, args.chunks, args.chunk_bytes, args.deadline_secs) for size in order}
+            took = {size: read_after_ack(kafka.bootstrap, size, args.chunks, args.chunk_bytes, args.deadline_secs, args.behind) for size in order}
             rows.append(took)
             print(f"repeat {r + 1}: " + ", ".join(f"{s >> 20} MiB {took[s]:.1f} ms" for s in sizes), file=sys.stderr, flush=True)
     finally:
         kafka.kill()
     print(f"- date: {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}; machine: {os.cpu_count()} CPUs, {platform.platform()}; "
           f"load average before the broker: {load:.2f}")
-    print(f"- {args.chunks} chunks of {args.chunk_bytes:,} bytes a repeat, one partition\n")
+    print(f"- {args.chunks} chunks of {args.chunk_bytes:,} bytes a repeat, one partition; "
+          f"{'read once all were acknowledged (--behind)' if args.behind else 'read as they were published'}\n")
     print("| repeat | " + " | ".join(f"{s >> 20} MiB fetch: last chunk read, ms after its ack" for s in sizes) + " |")
     print("|---:|" + "---:|" * len(sizes))
     for r, took in enumerate(rows, 1):

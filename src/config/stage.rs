@@ -44,12 +44,12 @@ pub struct StageConfig {
     /// twice (its bytes, and the decoded trajectory a group keeps of its
     /// best member) and pauses intake at this bound; stage 2 counts messages, decoded rows and ~1 KB a parked
     /// message (near its resident memory) and dead-letters the oldest
-    /// incomplete step (`step_evicted`) to stay under it. librdkafka's
-    /// prefetch queue (`queued.max.messages.kbytes`) is set to it, within 1
-    /// to 64 MiB, a partition's fetch (`max.partition.fetch.bytes`) to a
-    /// quarter of that, within 1 to 16 MiB; a full queue pauses fetching
-    /// for 10 ms (`fetch.queue.backoff.ms`; `[kafka.consumer]` may set all
-    /// three).
+    /// incomplete step (`step_evicted`) to stay under it. Stage 1 sets
+    /// librdkafka's prefetch queue (`queued.max.messages.kbytes`) to it,
+    /// within 1 to 64 MiB; stage 2 keeps librdkafka's 64 MiB. A partition's
+    /// fetch (`max.partition.fetch.bytes`) is a quarter of the queue, within
+    /// 1 to 16 MiB, and a full queue pauses fetching for 10 ms
+    /// (`fetch.queue.backoff.ms`; `[kafka.consumer]` may set all three).
     pub max_in_flight_bytes: u64,
     /// On SIGTERM/SIGINT, and when partitions are revoked, how long in-flight
     /// work may take to finish and commit before it is dropped uncommitted,

@@ -127,24 +127,58 @@ mod tests {
             Some("8388608")
         );
         // Small bounds: librdkafka's default, as before.
-        assert_eq!(
-            partition_fetch(&config, Some(4 << 20)).as_deref(),
-            Some("1048576")
-        );
-        assert_eq!(
-            partition_fetch(&config, Some(64 << 10)).as_deref(),
-            Some("1048576")
-        );
-        // The deployment's, under either of its names, is the one left.
+        for bound in [4 << 20, 2 << 20, 64 << 10] {
+            assert_eq!(
+                partition_fetch(&config, Some(bound)).as_deref(),
+                Some("1048576"),
+                "{bound}"
+            );
+        }
+        // A queue the deployment sets is the one the fetch is a quarter of.
+        for (table, kbytes, want) in [("kafka", 8192, "2097152"), ("consumer", 4096, "1048576")] {
+            let mut queue = Config::default();
+            if table == "kafka" {
+                queue
+                    .kafka
+                    .insert("queued.max.messages.kbytes", kbytes.to_string());
+            } else {
+                queue
+                    .kafka
+                    .consumer
+                    .insert("queued.max.messages.kbytes".into(), i64::from(kbytes).into());
+            }
+            for bound in [None, Some(2 << 30)] {
+                assert_eq!(
+                    partition_fetch(&queue, bound).as_deref(),
+                    Some(want),
+                    "[{table}] {bound:?}"
+                );
+            }
+        }
+        // The deployment's, under either of its names and in either table,
+        // is the one left.
         let mut set = Config::default();
         set.kafka
             .consumer
             .insert("max.partition.fetch.bytes".into(), 2_000_000i64.into());
         assert_eq!(partition_fetch(&set, None).as_deref(), Some("2000000"));
-        let mut alias = Config::default();
-        alias.kafka.insert("fetch.message.max.bytes", "2000000");
-        let client = consumer_config(&alias, "g", None);
-        assert_eq!(client.get("max.partition.fetch.bytes"), None);
-        assert_eq!(client.get("fetch.message.max.bytes"), Some("2000000"));
+        for table in ["kafka", "consumer"] {
+            let mut alias = Config::default();
+            if table == "kafka" {
+                alias.kafka.insert("fetch.message.max.bytes", "2000000");
+            } else {
+                alias
+                    .kafka
+                    .consumer
+                    .insert("fetch.message.max.bytes".into(), 2_000_000i64.into());
+            }
+            let client = consumer_config(&alias, "g", None);
+            assert_eq!(client.get("max.partition.fetch.bytes"), None, "[{table}]");
+            assert_eq!(
+                client.get("fetch.message.max.bytes"),
+                Some("2000000"),
+                "[{table}]"
+            );
+        }
     }
 }

@@ -66,26 +66,30 @@ pub(crate) const LIBRDKAFKA_QUEUE_BYTES: usize = 64 << 20;
 /// queue. librdkafka's default, the least, is 1 MiB: a fetch then carries
 /// one Arrow chunk (each up to ~900 KB) of a partition, so a consumer
 /// behind on a step's chunks caught up one round trip a chunk. With 16 MiB
-/// a stage-2 worker had 42 against 137 ms of a 1M-row step left to take
-/// after the trainer's last acknowledgement, summed over six steps
-/// (docs/BENCHMARKS.md, round thirty-three). What a fetch brings in all
-/// stays within the queue: librdkafka bounds `fetch.max.bytes` by it.
+/// a stage-2 worker had 14-42 ms of a 1M-row step left to take after the
+/// trainer's last acknowledgement, against 73-137 ms, summed over a set's
+/// six rounds (docs/BENCHMARKS.md, round thirty-three). A response brings
+/// at most about the queue: librdkafka sets `fetch.max.bytes` to it
+/// (or `message.max.bytes`, if larger) unless a deployment sets it. It
+/// looks at the queue before it asks, so the queue can hold that much more
+/// for a moment, as it could hold a partition's 1 MiB more before.
 const MIN_PARTITION_FETCH_BYTES: usize = 1 << 20;
 const MAX_PARTITION_FETCH_BYTES: usize = 16 << 20;
 
-/// Sets `max.partition.fetch.bytes` to a quarter of `queue_bytes`, within
-/// [`MIN_PARTITION_FETCH_BYTES`] and [`MAX_PARTITION_FETCH_BYTES`], unless
-/// the tables set it under its other name, `fetch.message.max.bytes` (the
-/// two would then race in librdkafka's configuration; under this name the
-/// tables, applied after, replace it).
+/// Sets `max.partition.fetch.bytes` to a quarter of the consumer's queue,
+/// within [`MIN_PARTITION_FETCH_BYTES`] and [`MAX_PARTITION_FETCH_BYTES`]:
+/// `queue_bytes`, or the tables' `queued.max.messages.kbytes` when they set
+/// it. Not when the tables set the fetch under its other name,
+/// `fetch.message.max.bytes` (the two would then race in librdkafka's
+/// configuration; under this name the tables, applied after, replace it).
 fn partition_fetch(client: &mut ClientConfig, config: &Config, queue_bytes: usize) {
-    if config
-        .kafka
-        .get(ClientKind::Consumer, "fetch.message.max.bytes")
-        .is_some()
-    {
+    let tables = |key| config.kafka.get(ClientKind::Consumer, key);
+    if tables("fetch.message.max.bytes").is_some() {
         return;
     }
+    let queue_bytes = tables("queued.max.messages.kbytes")
+        .and_then(|kbytes| kbytes.trim().parse::<usize>().ok())
+        .map_or(queue_bytes, |kbytes| kbytes.saturating_mul(1024));
     let bytes = (queue_bytes / 4).clamp(MIN_PARTITION_FETCH_BYTES, MAX_PARTITION_FETCH_BYTES);
     client.set("max.partition.fetch.bytes", bytes.to_string());
 }

@@ -65,13 +65,61 @@ IDEMPOTENT_IN_FLIGHT = 5
 #: The most the client's consumer asks of one partition in a fetch, as the
 #: worker's readers ask (``kafka::settings``, a quarter of librdkafka's 64 MiB
 #: prefetch queue). librdkafka's 1 MiB holds one advantages chunk (about
-#: 900 KB), so a reader behind a step's chunks caught up one round trip a
-#: chunk: the last of a 1M-row step's 100 chunks was read 25 ms later in all
-#: over ten steps, 0.5-5 ms a step (python/tests/bench_chunk_reads.py).
-#: ``consumer_config`` may set its own.
+#: 900 KB), so a reader behind a step's chunks catches up one round trip a
+#: chunk. Read as they were published, the last of a 1M-row step's 100
+#: chunks came -5.2 to 1.1 ms after its acknowledgement, against -0.8 to
+#: 31.7 ms with 1 MiB (eight steps); read once all were published, 18-32 ms
+#: against 23-53 ms (python/tests/bench_chunk_reads.py, ``--behind``).
+#: ``config`` or ``consumer_config`` may set its own.
 PARTITION_FETCH_BYTES = 16 << 20
 
+#: How long the consumer waits before fetching a partition again once its
+#: prefetch queue is full (librdkafka's 64 MiB, less than a 1M-row step's
+#: chunks), as the worker's readers wait (``kafka::settings``). librdkafka's
+#: default, 1000 ms, held a reader polled only once a 1M-row step's 100
+#: chunks were all published for about a second before it had the last one:
+#: in 5 of 8 steps with 1 MiB fetches, 8 of 8 with ``PARTITION_FETCH_BYTES``
+#: (a full queue sooner). With 10 ms it had it 18-32 ms after the last
+#: acknowledgement (python/tests/bench_chunk_reads.py ``--behind``).
+FETCH_QUEUE_BACKOFF_MS = 10
+
 T = TypeVar("T")
+
+
+def consumer_settings(
+    base: Mapping[str, Any], consumer_config: Optional[Mapping[str, Any]], error_cb: Callable[[KafkaError], None]
+) -> Dict[str, Any]:
+    """The client's consumer settings: its own defaults, then ``base`` (the
+    client's ``config``, bootstrap servers included) and ``consumer_config``
+    over them, then the settings its reads rest on, which neither may
+    change."""
+    own: Dict[str, Any] = {
+        "group.id": f"hintstream-trainer-{uuid.uuid4().hex}",
+        "auto.offset.reset": "latest",
+        # A step waits on these reads: fetch with little delay, and a
+        # step's chunks many at a time.
+        "fetch.wait.max.ms": 100,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+    }
+    given = {**base, **dict(consumer_config or {})}
+    # Not when the fetch is set under librdkafka's other name for it: both
+    # keys would reach librdkafka, the later one winning.
+    if "fetch.message.max.bytes" not in given:
+        own["max.partition.fetch.bytes"] = PARTITION_FETCH_BYTES
+    return {
+        **own,
+        **given,
+        # Only committed transactional records (the stages under
+        # kafka.delivery = "exactly_once"): librdkafka's default, set after
+        # consumer_config so that it cannot change it.
+        "isolation.level": "read_committed",
+        # Offsets are assigned explicitly and never committed.
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "error_cb": error_cb,
+    }
+
 
 #: Producer errors that no retry fixes: publishing fails at once.
 _FAIL_FAST = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
@@ -118,7 +166,11 @@ class TrainerClient:
         ``metrics``); the design's defaults otherwise.
     :param producer_config: extra librdkafka properties for the producer only
         (over ``config``).
-    :param consumer_config: extra librdkafka properties for the consumer only.
+    :param consumer_config: extra librdkafka properties for the consumer only
+        (over ``config``). Both go over the consumer's own defaults (a 100 ms
+        fetch wait, a partition's fetch of ``PARTITION_FETCH_BYTES``, a full
+        prefetch queue's pause of ``FETCH_QUEUE_BACKOFF_MS``) and
+        under the settings its reads rest on (:func:`consumer_settings`).
     :param start_timeout: seconds to find the end of the topics at start.
     :param max_buffered_steps: unread steps kept per kind (advantages,
         metrics) before the oldest are dropped.
@@ -203,27 +255,7 @@ class TrainerClient:
                 "error_cb": producer_error,
             }
         )
-        self._consumer = Consumer(
-            {
-                "group.id": f"hintstream-trainer-{uuid.uuid4().hex}",
-                "auto.offset.reset": "latest",
-                # A step waits on these reads: fetch with little delay, and
-                # a step's chunks many at a time.
-                "fetch.wait.max.ms": 100,
-                "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
-                **base,
-                **dict(consumer_config or {}),
-                # Only committed transactional records (the stages under
-                # kafka.delivery = "exactly_once"): librdkafka's default,
-                # set after consumer_config so that it cannot change it.
-                "isolation.level": "read_committed",
-                # Offsets are assigned explicitly and never committed.
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": False,
-                "error_cb": consumer_error,
-            }
-        )
+        self._consumer = Consumer(consumer_settings(base, consumer_config, consumer_error))
         try:
             self._consumer.assign(self._ends(start_timeout))
         except BaseException:
