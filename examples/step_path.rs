@@ -602,11 +602,17 @@ impl Worker {
         Some((ticks(14)? + ticks(15)?) / 100.0)
     }
 
-    /// Sends `signal` (`libc::SIGSTOP`, `libc::SIGCONT`).
-    fn signal(&self, signal: libc::c_int) -> Result<()> {
+    /// Stops the worker (SIGSTOP) or lets it go on (SIGCONT), by kill(2)
+    /// itself: a `kill` process would let it go on before the caller's
+    /// clock is stamped.
+    #[cfg(unix)]
+    fn signal(&self, stop: bool) -> Result<()> {
         let pid = libc::pid_t::try_from(self.child.id())?;
-        // SAFETY: kill(2) with a pid this process started and still holds
-        // (a `Child` not yet waited for, so the pid is not reused).
+        let signal = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) reads no memory of ours. The pid is our child's,
+        // not waited for while the bench signals it (only `exited` and
+        // `stop` reap it, neither before a step), so it names no other
+        // process.
         if unsafe { libc::kill(pid, signal) } != 0 {
             return Err(format!(
                 "signal {signal} to the worker {pid}: {}",
@@ -615,6 +621,11 @@ impl Worker {
             .into());
         }
         Ok(())
+    }
+
+    #[cfg(not(unix))]
+    fn signal(&self, _stop: bool) -> Result<()> {
+        Err("--backlog stops the worker with SIGSTOP: Unix only".into())
     }
 
     /// SIGTERM, then SIGKILL when it has not exited within 30 s.
@@ -913,7 +924,7 @@ impl Bench {
     /// its first message here.
     async fn hold(&mut self, via: Via) -> Result<()> {
         match via {
-            Via::Hintstream => self.worker.signal(libc::SIGSTOP),
+            Via::Hintstream => self.worker.signal(true),
             Via::Echo => {
                 let Some(echoer) = &self.echoer else {
                     return Ok(());
@@ -932,7 +943,7 @@ impl Bench {
     /// [`Bench::hold`], which begins at `first_offset` of its topic.
     fn release(&mut self, via: Via, first_offset: usize) -> Result<()> {
         match via {
-            Via::Hintstream => self.worker.signal(libc::SIGCONT),
+            Via::Hintstream => self.worker.signal(false),
             Via::Echo => {
                 let (Some(echoer), Some(consumer)) = (&self.echoer, self.echo_next.take()) else {
                     return Ok(());

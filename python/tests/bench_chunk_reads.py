@@ -49,7 +49,7 @@ def read_after_ack(bootstrap: str, fetch_bytes: int, chunks: int, chunk_bytes: i
     topic = f"chunks-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, [topic], 1)
     # The trainer client's settings (hintstream/client.py), but the fetch's.
-    consumer = Consumer(consumer_settings({"bootstrap.servers": bootstrap}, {"max.partition.fetch.bytes": fetch_bytes}, print))
+    consumer = Consumer(consumer_settings({"bootstrap.servers": bootstrap}, {"max.partition.fetch.bytes": fetch_bytes}, lambda e: print(e, file=sys.stderr)))
     consumer.assign([TopicPartition(topic, 0, 0)])
     producer = Producer({
         "bootstrap.servers": bootstrap,

@@ -1,6 +1,6 @@
 """The trainer client's consumer settings (``hintstream.client.consumer_settings``)."""
 
-from hintstream.client import FETCH_QUEUE_BACKOFF_MS, PARTITION_FETCH_BYTES, consumer_settings
+from hintstream.client import FETCH_QUEUE_BACKOFF_MS, PARTITION_FETCH_BYTES, consumer_settings, partition_fetch_bytes
 
 
 def never(err):
@@ -17,6 +17,14 @@ def test_a_partition_is_fetched_16_mib_at_a_time_unless_the_user_sets_it():
     # The user's, from either config, under this name.
     assert consumer_settings({"max.partition.fetch.bytes": 1}, None, never)["max.partition.fetch.bytes"] == 1
     assert consumer_settings({}, {"max.partition.fetch.bytes": 2}, never)["max.partition.fetch.bytes"] == 2
+    # consumer_config over config.
+    assert consumer_settings({"max.partition.fetch.bytes": 1}, {"max.partition.fetch.bytes": 2}, never)["max.partition.fetch.bytes"] == 2
+    # A quarter of a queue the user sets, within 1 MiB and 16 MiB.
+    assert partition_fetch_bytes() == 16 << 20
+    assert partition_fetch_bytes(32768) == 8 << 20
+    assert partition_fetch_bytes("4096") == 1 << 20
+    assert partition_fetch_bytes(2_000_000) == 16 << 20
+    assert consumer_settings({}, {"queued.max.messages.kbytes": 8192}, never)["max.partition.fetch.bytes"] == 2 << 20
     # Under librdkafka's other name: ours is left out, so only theirs reaches librdkafka.
     for base, extra in (({"fetch.message.max.bytes": 3}, None), ({}, {"fetch.message.max.bytes": 3})):
         settings = consumer_settings(base, extra, never)
@@ -32,6 +40,8 @@ def test_the_settings_reads_rest_on_are_not_the_users_to_change():
     )
     assert settings["isolation.level"] == "read_committed"
     assert settings["enable.auto.commit"] is False
+    assert settings["enable.auto.offset.store"] is False
+    assert settings["enable.partition.eof"] is False
     assert settings["error_cb"] is never
     # A default of the client's own is the user's to change.
     assert settings["auto.offset.reset"] == "earliest"

@@ -368,7 +368,32 @@ impl KafkaConfig {
         self.drain_bound()?;
         self.out_of_group_limit_ms()?;
         self.producer_message_max_bytes()?;
+        self.consumer_fetch()?;
         self.validate_our_keys()
+    }
+
+    /// A consumer's prefetch queue (`queued.max.messages.kbytes`) a table
+    /// sets, which its partition's fetch is sized from
+    /// (`kafka::settings`): a number in librdkafka's range. And the
+    /// partition's fetch under one of its two names, not both (librdkafka
+    /// would take either, whichever it was given last).
+    fn consumer_fetch(&self) -> Result<(), ConfigError> {
+        let kbytes = self.consumer_number("queued.max.messages.kbytes", LIBRDKAFKA_QUEUE_KBYTES)?;
+        if !(1..=LIBRDKAFKA_MAX_QUEUE_KBYTES).contains(&kbytes) {
+            return invalid(format!(
+                "kafka.\"queued.max.messages.kbytes\" = {kbytes} must be within 1..={LIBRDKAFKA_MAX_QUEUE_KBYTES} \
+                 (librdkafka's range)"
+            ));
+        }
+        let named = |key| self.get(ClientKind::Consumer, key).is_some();
+        if named("max.partition.fetch.bytes") && named("fetch.message.max.bytes") {
+            return invalid(
+                "kafka.\"max.partition.fetch.bytes\" and kafka.\"fetch.message.max.bytes\" are one librdkafka \
+                 property under two names: set one of them"
+                    .to_string(),
+            );
+        }
+        Ok(())
     }
 
     /// Our own keys: in range, in `[kafka]` only, and the librdkafka
@@ -539,9 +564,40 @@ fn check_id_part(what: &str, value: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// librdkafka's `queued.max.messages.kbytes`: its default and its most.
+const LIBRDKAFKA_QUEUE_KBYTES: u64 = 65_536;
+const LIBRDKAFKA_MAX_QUEUE_KBYTES: u64 = 2_097_151;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefetch_queue_out_of_librdkafkas_range_or_a_fetch_under_both_names_is_refused() {
+        for (text, says) in [
+            (
+                "[consumer]\n\"queued.max.messages.kbytes\" = \"0x2000\"",
+                "is not a number",
+            ),
+            ("\"queued.max.messages.kbytes\" = 0", "within 1..=2097151"),
+            (
+                "\"max.partition.fetch.bytes\" = 1048576\n[consumer]\n\"fetch.message.max.bytes\" = 2097152",
+                "under two names",
+            ),
+        ] {
+            let config: KafkaConfig = toml::from_str(text).unwrap();
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(says), "{text}: {error}");
+        }
+        for text in [
+            "[consumer]\n\"queued.max.messages.kbytes\" = 4096",
+            "\"max.partition.fetch.bytes\" = 1048576",
+            "[consumer]\n\"fetch.message.max.bytes\" = 2097152",
+        ] {
+            let config: KafkaConfig = toml::from_str(text).unwrap();
+            assert!(config.validate().is_ok(), "{text}");
+        }
+    }
 
     #[test]
     fn the_out_of_group_bound_is_two_sessions_and_the_longer_of_a_rebalance_and_the_rebootstrap_trigger() {

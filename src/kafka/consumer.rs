@@ -155,6 +155,13 @@ mod tests {
                 );
             }
         }
+        // The consumer's own table over `[kafka]`, as librdkafka gets them.
+        let mut both = Config::default();
+        both.kafka.insert("queued.max.messages.kbytes", "65536");
+        both.kafka
+            .consumer
+            .insert("queued.max.messages.kbytes".into(), 8192i64.into());
+        assert_eq!(partition_fetch(&both, None).as_deref(), Some("2097152"));
         // The deployment's, under either of its names and in either table,
         // is the one left.
         let mut set = Config::default();

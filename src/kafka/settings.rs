@@ -69,17 +69,19 @@ pub(crate) const LIBRDKAFKA_QUEUE_BYTES: usize = 64 << 20;
 /// a stage-2 worker had 14-42 ms of a 1M-row step left to take after the
 /// trainer's last acknowledgement, against 73-137 ms, summed over a set's
 /// six rounds (docs/BENCHMARKS.md, round thirty-three). A response brings
-/// at most about the queue: librdkafka sets `fetch.max.bytes` to it
-/// (or `message.max.bytes`, if larger) unless a deployment sets it. It
-/// looks at the queue before it asks, so the queue can hold that much more
-/// for a moment, as it could hold a partition's 1 MiB more before.
+/// at most about the queue: unless a deployment sets `fetch.max.bytes`,
+/// librdkafka lowers its 50 MB to the queue (and raises it to
+/// `message.max.bytes`). It looks at the queue before it asks, so the queue
+/// can hold that much more for a moment, as it could hold a partition's
+/// 1 MiB more before.
 const MIN_PARTITION_FETCH_BYTES: usize = 1 << 20;
 const MAX_PARTITION_FETCH_BYTES: usize = 16 << 20;
 
 /// Sets `max.partition.fetch.bytes` to a quarter of the consumer's queue,
 /// within [`MIN_PARTITION_FETCH_BYTES`] and [`MAX_PARTITION_FETCH_BYTES`]:
 /// `queue_bytes`, or the tables' `queued.max.messages.kbytes` when they set
-/// it. Not when the tables set the fetch under its other name,
+/// it (a number, as the config's check made sure). Not when the tables
+/// set the fetch under its other name,
 /// `fetch.message.max.bytes` (the two would then race in librdkafka's
 /// configuration; under this name the tables, applied after, replace it).
 fn partition_fetch(client: &mut ClientConfig, config: &Config, queue_bytes: usize) {

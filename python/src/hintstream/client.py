@@ -64,7 +64,8 @@ IDEMPOTENT_IN_FLIGHT = 5
 
 #: The most the client's consumer asks of one partition in a fetch, as the
 #: worker's readers ask (``kafka::settings``, a quarter of librdkafka's 64 MiB
-#: prefetch queue). librdkafka's 1 MiB holds one advantages chunk (about
+#: prefetch queue; of a smaller queue the user sets, a quarter of it, and at
+#: least 1 MiB: :func:`partition_fetch_bytes`). librdkafka's 1 MiB holds one advantages chunk (about
 #: 900 KB), so a reader behind a step's chunks catches up one round trip a
 #: chunk. Read as they were published, the last of a 1M-row step's 100
 #: chunks came -5.2 to 1.1 ms after its acknowledgement, against -0.8 to
@@ -86,6 +87,19 @@ FETCH_QUEUE_BACKOFF_MS = 10
 T = TypeVar("T")
 
 
+def partition_fetch_bytes(queue_kbytes: Any = None) -> int:
+    """What the consumer asks of a partition in a fetch: a quarter of its
+    prefetch queue (``queued.max.messages.kbytes``, when the user sets it;
+    librdkafka's 64 MiB otherwise), within 1 MiB and
+    ``PARTITION_FETCH_BYTES``, as the worker's readers ask. A queue that is
+    not a whole number is left to librdkafka to refuse."""
+    try:
+        queue = int(queue_kbytes) * 1024 if queue_kbytes is not None else 64 << 20
+    except (TypeError, ValueError):
+        return PARTITION_FETCH_BYTES
+    return max(1 << 20, min(PARTITION_FETCH_BYTES, queue // 4))
+
+
 def consumer_settings(
     base: Mapping[str, Any], consumer_config: Optional[Mapping[str, Any]], error_cb: Callable[[KafkaError], None]
 ) -> Dict[str, Any]:
@@ -105,7 +119,7 @@ def consumer_settings(
     # Not when the fetch is set under librdkafka's other name for it: both
     # keys would reach librdkafka, the later one winning.
     if "fetch.message.max.bytes" not in given:
-        own["max.partition.fetch.bytes"] = PARTITION_FETCH_BYTES
+        own["max.partition.fetch.bytes"] = partition_fetch_bytes(given.get("queued.max.messages.kbytes"))
     return {
         **own,
         **given,
