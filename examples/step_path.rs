@@ -321,17 +321,23 @@ struct Seen {
 /// A consumer of partition 0 of each of `topics` from its first offset, in
 /// a group of its own (`PREFIX-<random>`) that commits nothing.
 fn from_the_start(config: &Config, prefix: &str, topics: &[&str]) -> Result<StreamConsumer> {
-    let mut client = client_config(config, ClientKind::Consumer);
-    client
-        .set("group.id", format!("{prefix}-{}", rand::random::<u32>()))
-        .set("enable.auto.commit", "false");
-    let consumer: StreamConsumer = client.create()?;
+    let consumer = own_group_consumer(config, prefix)?;
     let mut tpl = TopicPartitionList::new();
     for topic in topics {
         tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
     }
     consumer.assign(&tpl)?;
     Ok(consumer)
+}
+
+/// A consumer in a group of its own (`PREFIX-<random>`) that commits
+/// nothing, assigned nothing yet.
+fn own_group_consumer(config: &Config, prefix: &str) -> Result<StreamConsumer> {
+    let mut client = client_config(config, ClientKind::Consumer);
+    client
+        .set("group.id", format!("{prefix}-{}", rand::random::<u32>()))
+        .set("enable.auto.commit", "false");
+    Ok(client.create()?)
 }
 
 /// Reads `topics` (one partition each, from the start) into a channel.
@@ -420,21 +426,17 @@ impl Echo {
     /// one to its group's coordinator) so that a `--backlog` step is not
     /// timed with its connections made.
     async fn connected_consumer(&self) -> Result<StreamConsumer> {
-        let mut client = client_config(&self.config, ClientKind::Consumer);
-        client
-            .set("group.id", format!("steppath-echo-{}", rand::random::<u32>()))
-            .set("enable.auto.commit", "false");
-        let consumer: Arc<StreamConsumer> = Arc::new(client.create()?);
-        let (c, topic) = (consumer.clone(), self.input.clone());
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            c.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let consumer = own_group_consumer(&self.config, "steppath-echo")?;
+        let topic = self.input.clone();
+        // Blocking calls, off the runtime's threads; the consumer comes back.
+        tokio::task::spawn_blocking(move || -> Result<StreamConsumer> {
+            consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&topic, 0);
-            c.committed_offsets(tpl, Duration::from_secs(10))?;
-            Ok(())
+            consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+            Ok(consumer)
         })
-        .await??;
-        Arc::try_unwrap(consumer).map_err(|_| "the echo's consumer is still shared".into())
+        .await?
     }
 
     /// Echoes every planned step `consumer` brings, until aborted.

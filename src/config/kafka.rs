@@ -378,7 +378,7 @@ impl KafkaConfig {
     /// partition's fetch under one of its two names, not both (librdkafka
     /// would take either, whichever it was given last).
     fn consumer_fetch(&self) -> Result<(), ConfigError> {
-        let kbytes = self.consumer_number("queued.max.messages.kbytes", LIBRDKAFKA_QUEUE_KBYTES)?;
+        let kbytes = self.prefetch_queue_kbytes()?.unwrap_or(LIBRDKAFKA_QUEUE_KBYTES);
         if !(1..=LIBRDKAFKA_MAX_QUEUE_KBYTES).contains(&kbytes) {
             return invalid(format!(
                 "kafka.\"queued.max.messages.kbytes\" = {kbytes} must be within 1..={LIBRDKAFKA_MAX_QUEUE_KBYTES} \
@@ -394,6 +394,18 @@ impl KafkaConfig {
             );
         }
         Ok(())
+    }
+
+    /// The consumers' `queued.max.messages.kbytes` when a table sets it.
+    pub fn prefetch_queue_kbytes(&self) -> Result<Option<u64>, ConfigError> {
+        if self
+            .get(ClientKind::Consumer, "queued.max.messages.kbytes")
+            .is_none()
+        {
+            return Ok(None);
+        }
+        self.consumer_number("queued.max.messages.kbytes", LIBRDKAFKA_QUEUE_KBYTES)
+            .map(Some)
     }
 
     /// Our own keys: in range, in `[kafka]` only, and the librdkafka
@@ -565,7 +577,7 @@ fn check_id_part(what: &str, value: &str) -> Result<(), ConfigError> {
 }
 
 /// librdkafka's `queued.max.messages.kbytes`: its default and its most.
-const LIBRDKAFKA_QUEUE_KBYTES: u64 = 65_536;
+pub const LIBRDKAFKA_QUEUE_KBYTES: u64 = 65_536;
 const LIBRDKAFKA_MAX_QUEUE_KBYTES: u64 = 2_097_151;
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ fn consumer_config(config: &Config, group_id: &str, prefetch_bytes: Option<usize
     if let Some(bytes) = prefetch_bytes {
         // librdkafka's default (64 MiB) would let prefetched messages alone
         // exceed a small in-flight byte bound.
-        let kbytes = (bytes / 1024).clamp(1024, 65_536);
+        let kbytes = (bytes / 1024).clamp(1024, LIBRDKAFKA_QUEUE_BYTES / 1024);
         client.set("queued.max.messages.kbytes", kbytes.to_string());
         queue_bytes = kbytes * 1024;
     }
@@ -81,39 +81,43 @@ mod tests {
     use super::*;
     use crate::kafka::settings::FETCH_QUEUE_BACKOFF_MS;
 
-    fn backoff(config: &Config) -> Option<String> {
-        consumer_config(config, "g", Some(1 << 20))
-            .get("fetch.queue.backoff.ms")
+    /// What the stage consumer's settings set `key` to.
+    fn property(config: &Config, prefetch_bytes: Option<usize>, key: &str) -> Option<String> {
+        consumer_config(config, "g", prefetch_bytes)
+            .get(key)
             .map(str::to_string)
+    }
+
+    /// A config with `key = value` in `[kafka]` (`table` "kafka") or in
+    /// `[kafka.consumer]`.
+    fn set_in(table: &str, key: &str, value: &str) -> Config {
+        let mut config = Config::default();
+        if table == "kafka" {
+            config.kafka.insert(key, value);
+        } else {
+            config.kafka.consumer.insert(key.into(), value.into());
+        }
+        config
     }
 
     #[test]
     fn a_full_prefetch_queue_pauses_fetching_briefly_unless_the_deployment_sets_it() {
+        let backoff = |config: &Config| property(config, Some(1 << 20), "fetch.queue.backoff.ms");
         assert_eq!(
             backoff(&Config::default()).as_deref(),
             Some(FETCH_QUEUE_BACKOFF_MS)
         );
         for table in ["kafka", "consumer"] {
-            let mut set = Config::default();
-            if table == "kafka" {
-                set.kafka.insert("fetch.queue.backoff.ms", "250");
-            } else {
-                set.kafka
-                    .consumer
-                    .insert("fetch.queue.backoff.ms".into(), 250i64.into());
-            }
+            let set = set_in(table, "fetch.queue.backoff.ms", "250");
             assert_eq!(backoff(&set).as_deref(), Some("250"), "[{table}]");
         }
     }
 
-    fn partition_fetch(config: &Config, prefetch_bytes: Option<usize>) -> Option<String> {
-        consumer_config(config, "g", prefetch_bytes)
-            .get("max.partition.fetch.bytes")
-            .map(str::to_string)
-    }
-
     #[test]
     fn a_partition_fetch_is_a_quarter_of_the_prefetch_queue_within_1_to_16_mib() {
+        let partition_fetch = |config: &Config, prefetch: Option<usize>| {
+            property(config, prefetch, "max.partition.fetch.bytes")
+        };
         let config = Config::default();
         // A queue of librdkafka's default and over: 16 MiB.
         assert_eq!(partition_fetch(&config, None).as_deref(), Some("16777216"));
@@ -135,18 +139,8 @@ mod tests {
             );
         }
         // A queue the deployment sets is the one the fetch is a quarter of.
-        for (table, kbytes, want) in [("kafka", 8192, "2097152"), ("consumer", 4096, "1048576")] {
-            let mut queue = Config::default();
-            if table == "kafka" {
-                queue
-                    .kafka
-                    .insert("queued.max.messages.kbytes", kbytes.to_string());
-            } else {
-                queue
-                    .kafka
-                    .consumer
-                    .insert("queued.max.messages.kbytes".into(), i64::from(kbytes).into());
-            }
+        for (table, kbytes, want) in [("kafka", "8192", "2097152"), ("consumer", "4096", "1048576")] {
+            let queue = set_in(table, "queued.max.messages.kbytes", kbytes);
             for bound in [None, Some(2 << 30)] {
                 assert_eq!(
                     partition_fetch(&queue, bound).as_deref(),
@@ -156,33 +150,20 @@ mod tests {
             }
         }
         // The consumer's own table over `[kafka]`, as librdkafka gets them.
-        let mut both = Config::default();
-        both.kafka.insert("queued.max.messages.kbytes", "65536");
+        let mut both = set_in("kafka", "queued.max.messages.kbytes", "65536");
         both.kafka
             .consumer
             .insert("queued.max.messages.kbytes".into(), 8192i64.into());
         assert_eq!(partition_fetch(&both, None).as_deref(), Some("2097152"));
         // The deployment's, under either of its names and in either table,
         // is the one left.
-        let mut set = Config::default();
-        set.kafka
-            .consumer
-            .insert("max.partition.fetch.bytes".into(), 2_000_000i64.into());
+        let set = set_in("consumer", "max.partition.fetch.bytes", "2000000");
         assert_eq!(partition_fetch(&set, None).as_deref(), Some("2000000"));
         for table in ["kafka", "consumer"] {
-            let mut alias = Config::default();
-            if table == "kafka" {
-                alias.kafka.insert("fetch.message.max.bytes", "2000000");
-            } else {
-                alias
-                    .kafka
-                    .consumer
-                    .insert("fetch.message.max.bytes".into(), 2_000_000i64.into());
-            }
-            let client = consumer_config(&alias, "g", None);
-            assert_eq!(client.get("max.partition.fetch.bytes"), None, "[{table}]");
+            let alias = set_in(table, "fetch.message.max.bytes", "2000000");
+            assert_eq!(partition_fetch(&alias, None), None, "[{table}]");
             assert_eq!(
-                client.get("fetch.message.max.bytes"),
+                property(&alias, None, "fetch.message.max.bytes").as_deref(),
                 Some("2000000"),
                 "[{table}]"
             );

@@ -12,6 +12,7 @@
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::statistics::{Broker, Statistics};
 
+use crate::config::kafka::LIBRDKAFKA_QUEUE_KBYTES;
 use crate::config::{ClientKind, Config};
 
 /// Client configuration every client starts from: bootstrap servers, then the
@@ -59,7 +60,7 @@ fn brief_fetch_backoff(client: &mut ClientConfig) {
 
 /// librdkafka's prefetch queue (`queued.max.messages.kbytes`) by default:
 /// the readers built by [`client_config`] have it.
-pub(crate) const LIBRDKAFKA_QUEUE_BYTES: usize = 64 << 20;
+pub(crate) const LIBRDKAFKA_QUEUE_BYTES: usize = LIBRDKAFKA_QUEUE_KBYTES as usize * 1024;
 
 /// The least and the most a consumer asks of one partition in a fetch
 /// (`max.partition.fetch.bytes`); between them, a quarter of its prefetch
@@ -85,13 +86,17 @@ const MAX_PARTITION_FETCH_BYTES: usize = 16 << 20;
 /// `fetch.message.max.bytes` (the two would then race in librdkafka's
 /// configuration; under this name the tables, applied after, replace it).
 fn partition_fetch(client: &mut ClientConfig, config: &Config, queue_bytes: usize) {
-    let tables = |key| config.kafka.get(ClientKind::Consumer, key);
-    if tables("fetch.message.max.bytes").is_some() {
+    if config
+        .kafka
+        .get(ClientKind::Consumer, "fetch.message.max.bytes")
+        .is_some()
+    {
         return;
     }
-    let queue_bytes = tables("queued.max.messages.kbytes")
-        .and_then(|kbytes| kbytes.trim().parse::<usize>().ok())
-        .map_or(queue_bytes, |kbytes| kbytes.saturating_mul(1024));
+    let queue_bytes = match config.kafka.prefetch_queue_kbytes() {
+        Ok(Some(kbytes)) => usize::try_from(kbytes).map_or(usize::MAX, |k| k.saturating_mul(1024)),
+        _ => queue_bytes,
+    };
     let bytes = (queue_bytes / 4).clamp(MIN_PARTITION_FETCH_BYTES, MAX_PARTITION_FETCH_BYTES);
     client.set("max.partition.fetch.bytes", bytes.to_string());
 }
@@ -136,13 +141,14 @@ pub(crate) fn client_brokers(statistics: &Statistics) -> impl Iterator<Item = &B
 mod tests {
     use super::*;
 
+    /// What [`client_config`] sets `key` to for a client of `kind`.
+    fn property(config: &Config, kind: ClientKind, key: &str) -> Option<String> {
+        client_config(config, kind).get(key).map(str::to_string)
+    }
+
     #[test]
     fn every_consumer_pauses_a_full_queue_briefly_and_no_other_client_is_told_to() {
-        let backoff = |config: &Config, kind| {
-            client_config(config, kind)
-                .get("fetch.queue.backoff.ms")
-                .map(str::to_string)
-        };
+        let backoff = |config: &Config, kind| property(config, kind, "fetch.queue.backoff.ms");
         let config = Config::default();
         assert_eq!(
             backoff(&config, ClientKind::Consumer).as_deref(),
@@ -160,11 +166,7 @@ mod tests {
 
     #[test]
     fn a_reader_fetches_up_to_16_mib_of_a_partition_and_no_other_client_is_told_to() {
-        let fetch = |kind| {
-            client_config(&Config::default(), kind)
-                .get("max.partition.fetch.bytes")
-                .map(str::to_string)
-        };
+        let fetch = |kind| property(&Config::default(), kind, "max.partition.fetch.bytes");
         assert_eq!(
             fetch(ClientKind::Consumer),
             Some(MAX_PARTITION_FETCH_BYTES.to_string())
