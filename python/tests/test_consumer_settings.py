@@ -1,5 +1,8 @@
 """The trainer client's consumer settings (``hintstream.client.consumer_settings``)."""
 
+import json
+from pathlib import Path
+
 from hintstream.client import FETCH_QUEUE_BACKOFF_MS, PARTITION_FETCH_BYTES, consumer_settings, partition_fetch_bytes
 
 
@@ -46,3 +49,15 @@ def test_the_settings_reads_rest_on_are_not_the_users_to_change():
     # A default of the client's own is the user's to change.
     assert settings["auto.offset.reset"] == "earliest"
     assert settings["group.id"].startswith("hintstream-trainer-")
+
+
+def test_a_partitions_fetch_matches_the_shared_vectors():
+    """The vectors both languages read (``schemas/vectors/fetch.json``;
+    the worker's readers in ``src/kafka/settings.rs``), given in
+    ``consumer_config``."""
+    path = Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "fetch.json"
+    cases = json.loads(path.read_text())["cases"]
+    assert len(cases) >= 10
+    for case in cases:
+        settings = consumer_settings({"bootstrap.servers": "b:9092"}, case["given"], never)
+        assert settings.get("max.partition.fetch.bytes") == case["max.partition.fetch.bytes"], case["case"]

@@ -85,6 +85,8 @@ const MAX_PARTITION_FETCH_BYTES: usize = 16 << 20;
 /// set the fetch under its other name,
 /// `fetch.message.max.bytes` (the two would then race in librdkafka's
 /// configuration; under this name the tables, applied after, replace it).
+/// The trainer's Python client sets the same (`consumer_settings`); both
+/// suites read `schemas/vectors/fetch.json`.
 fn partition_fetch(client: &mut ClientConfig, config: &Config, queue_bytes: usize) {
     if config
         .kafka
@@ -173,5 +175,35 @@ mod tests {
         );
         assert_eq!(fetch(ClientKind::Producer), None);
         assert_eq!(fetch(ClientKind::Other), None);
+    }
+
+    /// The vectors both languages read (`schemas/vectors/fetch.json`;
+    /// python/tests/test_consumer_settings.py), given in `[kafka.consumer]`
+    /// to a reader.
+    #[test]
+    fn a_readers_partition_fetch_matches_the_shared_vectors() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/fetch.json");
+        let vectors: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cases = vectors["cases"].as_array().unwrap();
+        assert!(cases.len() >= 10, "{} cases", cases.len());
+        for case in cases {
+            let mut config = Config::default();
+            for (key, value) in case["given"].as_object().unwrap() {
+                let value = match value {
+                    serde_json::Value::String(s) => s.as_str().into(),
+                    number => number.as_i64().unwrap().into(),
+                };
+                config.kafka.consumer.insert(key.clone(), value);
+            }
+            config.kafka.validate().unwrap();
+            let expected = case["max.partition.fetch.bytes"].as_u64().map(|b| b.to_string());
+            assert_eq!(
+                property(&config, ClientKind::Consumer, "max.partition.fetch.bytes"),
+                expected,
+                "{}",
+                case["case"]
+            );
+        }
     }
 }

@@ -992,7 +992,8 @@ impl Intake {
                 })),
                 Err(e) => {
                     self.lifecycle.fail(format!(
-                        "after an aborted transaction, the committed offsets could not be read ({e});                          a restart resumes from them"
+                        "after an aborted transaction, the committed offsets could not be read ({e}); \
+                         a restart resumes from them"
                     ));
                     return;
                 }

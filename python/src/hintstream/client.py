@@ -91,8 +91,9 @@ def partition_fetch_bytes(queue_kbytes: Any = None) -> int:
     """What the consumer asks of a partition in a fetch: a quarter of its
     prefetch queue (``queued.max.messages.kbytes``, when the user sets it;
     librdkafka's 64 MiB otherwise), within 1 MiB and
-    ``PARTITION_FETCH_BYTES``, as the worker's readers ask. A queue that is
-    not a whole number is left to librdkafka to refuse."""
+    ``PARTITION_FETCH_BYTES``, as the worker's readers ask (both test
+    suites read ``schemas/vectors/fetch.json``). A queue that is not a
+    whole number is left to librdkafka to refuse."""
     try:
         queue = int(queue_kbytes) * 1024 if queue_kbytes is not None else 64 << 20
     except (TypeError, ValueError):
