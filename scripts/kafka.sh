@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Apache Kafka 4.1.1 (KRaft, broker and controller in one JVM, -Xmx512m) on
+# Apache Kafka 4.1.1 (KRaft, broker and controller in one JVM) on
 # 127.0.0.1, for tests and local runs, from the jars Maven resolves for
 # scripts/kafka/pom.xml.
 #
@@ -21,6 +21,9 @@
 # KAFKA_EXTRA_PROPERTIES (space-separated key=value) adds server.properties
 # lines to the nodes started, after the tests' ones (e.g. a benchmark's
 # group.consumer.session.timeout.ms=45000).
+# The JVM runs with scripts/kafka/jvm.options (Kafka's own launcher's, a
+# heap of 512 MB), then HINTSTREAM_KAFKA_JVM_OPTS (space-separated, later
+# options winning; e.g. a benchmark's -Xlog:gc:file=/tmp/gc.log).
 # Jars: $HINTSTREAM_KAFKA_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hintstream/kafka-4.1.1).
 # Nodes' data and logs: $KAFKA_STATE_DIR (default ${TMPDIR:-/tmp}/hintstream-kafka).
 # Needs Java 17 or newer and Maven (Debian: apt-get install default-jre-headless maven).
@@ -30,6 +33,7 @@ KAFKA_VERSION=4.1.1
 HERE="$(cd "$(dirname "$0")" && pwd)"
 POM="$HERE/kafka/pom.xml"
 NODE_PROPERTIES="$HERE/kafka/node.properties"
+JVM_OPTIONS="$HERE/kafka/jvm.options"
 LOG4J="$HERE/kafka/log4j2.properties"
 CACHE="${HINTSTREAM_KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hintstream/kafka-$KAFKA_VERSION}"
 LIBS="$CACHE/libs"
@@ -129,7 +133,11 @@ running() {
 
 launch() {
   local dir=$1
-  nohup java -Xmx512m -Dlog4j2.configurationFile="$LOG4J" -cp "$LIBS/*" \
+  local options=() extra=()
+  [ -r "$JVM_OPTIONS" ] || { say "$JVM_OPTIONS is missing"; exit 1; }
+  mapfile -t options < <(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e '/^#/d' -e '/^$/d' "$JVM_OPTIONS")
+  read -r -a extra <<<"${HINTSTREAM_KAFKA_JVM_OPTS:-}"
+  nohup java "${options[@]}" "${extra[@]}" -Dlog4j2.configurationFile="$LOG4J" -cp "$LIBS/*" \
     kafka.Kafka "$dir/server.properties" >>"$dir/kafka.log" 2>&1 </dev/null &
   echo $! >"$dir/pid"
 }
@@ -272,7 +280,7 @@ cluster() {
       say "cluster node $2 is back on 127.0.0.1:$(node_port "$2")"
       cluster_bootstrap
       ;;
-    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,29p' "$0" >&2; exit 2 ;;
   esac
 }
 
@@ -283,5 +291,5 @@ case "${1:-}" in
   stop) stop "${2:-9092}" ;;
   pin) taskset -a -p -c "${3:?scripts/kafka.sh pin PORT CPUS}" "$(cat "$STATE/node-${2:?scripts/kafka.sh pin PORT CPUS}/pid")" >/dev/null ;;
   cluster) shift; cluster "$@" ;;
-  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,29p' "$0" >&2; exit 2 ;;
 esac

@@ -64,6 +64,13 @@ def kafka_libs() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def jvm_options() -> List[str]:
+    """The JVM options every node runs with (``scripts/kafka/jvm.options``,
+    as scripts/kafka.sh and the Rust harness read them)."""
+    text = (ROOT / "scripts" / "kafka" / "jvm.options").read_text()
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
 def wait_for_broker(bootstrap: str, within: float = 30.0) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + within
@@ -139,7 +146,7 @@ class Kafka:
         )
         env = {**os.environ, "NODE_DIR": str(self.dir), "TEST_PID": str(os.getpid())}
         self.proc = subprocess.Popen(
-            ["sh", "-c", _GUARD, "kafka-node", *java, "-Xmx512m", "-cp", f"{libs}/*", "kafka.Kafka", str(properties)],
+            ["sh", "-c", _GUARD, "kafka-node", *java, *jvm_options(), "-cp", f"{libs}/*", "kafka.Kafka", str(properties)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -63,6 +63,19 @@ pub fn kafka_java(level: &str) -> Command {
     command
 }
 
+/// The JVM options every node runs with (`scripts/kafka/jvm.options`, as
+/// `scripts/kafka.sh` and the Python harness read them: Kafka's own
+/// launcher's, a heap of 512 MB).
+fn jvm_options() -> Vec<String> {
+    let path = scripts().join("kafka/jvm.options");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
 /// A KRaft cluster id: 16 random bytes in unpadded base64url, drawn again
 /// while it starts with `-` (StorageTool would read it as an option).
 fn cluster_id() -> String {
@@ -306,7 +319,7 @@ kill -0 "$TEST_PID" 2>/dev/null || rm -rf "$NODE_DIR"
         command
             .args(["-c", GUARD, "kafka-node"])
             .arg("java")
-            .arg("-Xmx512m")
+            .args(jvm_options())
             .arg(format!(
                 "-Dlog4j2.configurationFile={}",
                 scripts().join("kafka/log4j2.properties").display()
