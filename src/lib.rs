@@ -96,3 +96,6 @@ pub mod stages;
 pub mod tools;
 
 pub mod cli;
+
+#[cfg(test)]
+mod vectors;

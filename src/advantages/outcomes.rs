@@ -265,9 +265,7 @@ mod tests {
     /// them): every field but `created_at`, and no field a case leaves out.
     #[test]
     fn outcomes_are_the_shared_vectors() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/outcomes.json");
-        let vectors: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let vectors = crate::vectors::shared("outcomes.json");
         let cases = vectors["cases"].as_array().unwrap();
         assert!(!cases.is_empty());
         for case in cases {

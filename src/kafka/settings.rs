@@ -182,9 +182,7 @@ mod tests {
     /// to a reader.
     #[test]
     fn a_readers_partition_fetch_matches_the_shared_vectors() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/fetch.json");
-        let vectors: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let vectors = crate::vectors::shared("fetch.json");
         let cases = vectors["cases"].as_array().unwrap();
         assert!(cases.len() >= 10, "{} cases", cases.len());
         for case in cases {

@@ -256,9 +256,7 @@ mod tests {
     /// python/tests/test_pyliteral.py holds the Python port to them).
     #[test]
     fn parse_list_gives_the_shared_vectors() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/pyliteral.json");
-        let vectors: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let vectors = crate::vectors::shared("pyliteral.json");
         let cases = vectors["cases"].as_array().unwrap();
         assert!(cases.len() >= 50, "{} cases", cases.len());
         let failures: Vec<String> = cases

@@ -163,8 +163,7 @@ mod tests {
 
     /// The vectors both languages read (`schemas/vectors/keys.json`).
     fn vectors() -> serde_json::Value {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/keys.json");
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+        crate::vectors::shared("keys.json")
     }
 
     #[test]

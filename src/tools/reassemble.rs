@@ -539,9 +539,7 @@ mod tests {
     /// `Reassembler` to them).
     #[test]
     fn chunks_reassemble_as_the_shared_vectors() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/vectors/chunks.json");
-        let vectors: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let vectors = crate::vectors::shared("chunks.json");
         let cases = vectors["reassembly"].as_array().unwrap();
         assert!(!cases.is_empty());
         for case in cases {
