@@ -96,6 +96,3 @@ pub mod stages;
 pub mod tools;
 
 pub mod cli;
-
-#[cfg(test)]
-mod vectors;

@@ -265,7 +265,7 @@ mod tests {
     /// them): every field but `created_at`, and no field a case leaves out.
     #[test]
     fn outcomes_are_the_shared_vectors() {
-        let vectors = crate::vectors::shared("outcomes.json");
+        let vectors = crate::messages::vectors::shared("outcomes.json");
         let cases = vectors["cases"].as_array().unwrap();
         assert!(!cases.is_empty());
         for case in cases {

@@ -928,7 +928,7 @@ mod tests {
     /// to them).
     #[test]
     fn chunk_headers_read_as_the_shared_vectors() {
-        let vectors = crate::vectors::shared("chunks.json");
+        let vectors = crate::messages::vectors::shared("chunks.json");
         let cases = vectors["chunk_info"].as_array().unwrap();
         assert!(!cases.is_empty());
         for case in cases {

@@ -182,7 +182,7 @@ mod tests {
     /// to a reader.
     #[test]
     fn a_readers_partition_fetch_matches_the_shared_vectors() {
-        let vectors = crate::vectors::shared("fetch.json");
+        let vectors = crate::messages::vectors::shared("fetch.json");
         let cases = vectors["cases"].as_array().unwrap();
         assert!(cases.len() >= 10, "{} cases", cases.len());
         for case in cases {

@@ -256,7 +256,7 @@ mod tests {
     /// python/tests/test_pyliteral.py holds the Python port to them).
     #[test]
     fn parse_list_gives_the_shared_vectors() {
-        let vectors = crate::vectors::shared("pyliteral.json");
+        let vectors = crate::messages::vectors::shared("pyliteral.json");
         let cases = vectors["cases"].as_array().unwrap();
         assert!(cases.len() >= 50, "{} cases", cases.len());
         let failures: Vec<String> = cases

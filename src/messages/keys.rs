@@ -163,7 +163,7 @@ mod tests {
 
     /// The vectors both languages read (`schemas/vectors/keys.json`).
     fn vectors() -> serde_json::Value {
-        crate::vectors::shared("keys.json")
+        crate::messages::vectors::shared("keys.json")
     }
 
     #[test]

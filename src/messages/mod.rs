@@ -9,6 +9,8 @@ mod level;
 mod ordered;
 mod outcome;
 mod scored;
+#[cfg(test)]
+pub(crate) mod vectors;
 mod version;
 
 pub use decode::{decode, DecodeError, DecodeLimits, Validate};

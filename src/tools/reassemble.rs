@@ -539,7 +539,7 @@ mod tests {
     /// `Reassembler` to them).
     #[test]
     fn chunks_reassemble_as_the_shared_vectors() {
-        let vectors = crate::vectors::shared("chunks.json");
+        let vectors = crate::messages::vectors::shared("chunks.json");
         let cases = vectors["reassembly"].as_array().unwrap();
         assert!(!cases.is_empty());
         for case in cases {
