@@ -398,14 +398,7 @@ impl KafkaConfig {
 
     /// The consumers' `queued.max.messages.kbytes` when a table sets it.
     pub fn prefetch_queue_kbytes(&self) -> Result<Option<u64>, ConfigError> {
-        if self
-            .get(ClientKind::Consumer, "queued.max.messages.kbytes")
-            .is_none()
-        {
-            return Ok(None);
-        }
-        self.consumer_number("queued.max.messages.kbytes", LIBRDKAFKA_QUEUE_KBYTES)
-            .map(Some)
+        self.consumer_number_set("queued.max.messages.kbytes")
     }
 
     /// Our own keys: in range, in `[kafka]` only, and the librdkafka
@@ -505,13 +498,18 @@ impl KafkaConfig {
     /// The consumers' numeric property `key`, or librdkafka's `default`
     /// when no table sets it.
     fn consumer_number(&self, key: &str, default: u64) -> Result<u64, ConfigError> {
-        match self.get(ClientKind::Consumer, key) {
-            Some(v) => v
-                .trim()
-                .parse()
-                .map_err(|_| ConfigError::Invalid(format!("kafka.\"{key}\" = {v:?} is not a number"))),
-            None => Ok(default),
-        }
+        Ok(self.consumer_number_set(key)?.unwrap_or(default))
+    }
+
+    /// The consumers' numeric property `key`; `None` when no table sets it.
+    fn consumer_number_set(&self, key: &str) -> Result<Option<u64>, ConfigError> {
+        self.get(ClientKind::Consumer, key)
+            .map(|v| {
+                v.trim()
+                    .parse()
+                    .map_err(|_| ConfigError::Invalid(format!("kafka.\"{key}\" = {v:?} is not a number")))
+            })
+            .transpose()
     }
 
     /// How long a stage's consumer may stay out of its group before the
