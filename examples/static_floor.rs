@@ -33,6 +33,17 @@
 //! librdkafka's queue). So the floor's time against the plain passthrough
 //! is about what the broker and librdkafka cost for the worker's output,
 //! and hintstream's time against the floor about the worker's own work.
+//!
+//! `--hint-work` puts the hint work back, on the same one thread: each
+//! input decoded and checked (`decode_arrival`), its hint's id, the static
+//! synthesis, the leak guard, the hint built and encoded as the cache keeps
+//! it (the calls, in order, of `benches/static_hint.rs`'s `all`), and that
+//! hint's bytes are the output instead of `--payload`'s. It leaves out the
+//! rest of the worker (a task and a settlement a message, the bounds, the
+//! cache, the learner's state, the tracker, the metrics, the traces): so it
+//! is about the best a worker built like the floor could do, and
+//! hintstream's time against it what that machinery costs. An input that
+//! does not decode ends it with the decode's error (the bench's never do).
 //! Neither side's time waits for its commits: both are timed to N records
 //! on the output topic, so what the guarantee costs here is its bookkeeping
 //! (delivery reports, stores).
@@ -54,11 +65,22 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
+use futures::executor::block_on;
+use hintstream::config::LlmConfig;
+use hintstream::hints::cache::CachedHint;
+use hintstream::hints::decode::decode_arrival;
+use hintstream::hints::{build_hint, HintLabels};
 use hintstream::kafka::produce::headers;
+use hintstream::kafka::RecordMeta;
+use hintstream::learn::hint_id;
+use hintstream::llm::prompt::leak::{expected_values, repeated};
+use hintstream::llm::synth::LlmEnv;
+use hintstream::llm::Synthesizer;
+use hintstream::messages::{DecodeLimits, DEFAULT_ARM};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -89,6 +111,63 @@ struct Args {
     /// (also stored whenever nothing is left in flight).
     #[arg(long, default_value_t = 1000)]
     store_every: usize,
+    /// Do stage 1's hint work on each input (decode, id, static synthesis,
+    /// leak guard, build and encode) and send that hint, not `--payload`.
+    #[arg(long)]
+    hint_work: bool,
+}
+
+/// The chain label a static arm's hint ids carry (`ArmSpec::chain_label`).
+const STATIC_CHAIN: &str = "static";
+
+/// Stage 1's hint work on one input, with no model: what
+/// `benches/static_hint.rs` times as `all`.
+struct HintWork {
+    synth: Synthesizer,
+    prompt: String,
+    limits: DecodeLimits,
+}
+
+impl HintWork {
+    fn new() -> Result<Self> {
+        let synth = Synthesizer::new(&LlmConfig::default(), &LlmEnv::default())
+            .map_err(|e| anyhow!("a static synthesizer: {e}"))?;
+        if !synth.chain_ids().is_empty() {
+            bail!("the hint work is the static path's: no model may be configured");
+        }
+        Ok(HintWork {
+            prompt: synth.prompt_version().to_string(),
+            synth,
+            limits: DecodeLimits::default(),
+        })
+    }
+
+    /// The encoded hint for the input `payload` read at `meta`.
+    fn hint(&self, payload: &[u8], meta: &RecordMeta) -> Result<Vec<u8>> {
+        let arrival = decode_arrival(payload, meta, self.limits).map_err(|e| {
+            anyhow!(
+                "{}/{} offset {}: {}: {}",
+                meta.topic,
+                meta.partition,
+                meta.offset,
+                e.kind,
+                e.reason
+            )
+        })?;
+        let t = &arrival.trajectory;
+        let id = hint_id(&arrival.group_key, &self.prompt, STATIC_CHAIN, DEFAULT_ARM);
+        let synthesis = block_on(self.synth.synthesize(t));
+        if !repeated(&synthesis.hint, &expected_values(t)).is_empty() {
+            bail!(
+                "{}/{} offset {}: the static hint repeats an expected value",
+                meta.topic,
+                meta.partition,
+                meta.offset
+            );
+        }
+        let hint = build_hint(id, t, meta, synthesis, HintLabels::default_arm(&self.prompt));
+        Ok(CachedHint::new(hint).payload)
+    }
 }
 
 fn parse_header(text: &str) -> Result<(String, String), String> {
@@ -265,6 +344,8 @@ fn main() -> Result<()> {
         .set("acks", "all")
         .set("linger.ms", "5")
         .create_with_context(Reports::default())?;
+    let work = args.hint_work.then(HintWork::new).transpose()?;
+    let input_topic: Arc<str> = args.input.as_str().into();
     let stop = stop_on_signal()?;
     let mut lanes = Lanes::default();
     let mut unpolled = 0;
@@ -282,10 +363,31 @@ fn main() -> Result<()> {
             }
             Some(message) => {
                 let message = message?;
+                let hinted = match &work {
+                    Some(work) => {
+                        // As the worker's intake copies it out.
+                        let meta = RecordMeta {
+                            topic: input_topic.clone(),
+                            partition: message.partition(),
+                            offset: message.offset(),
+                            key: message.key().map(<[u8]>::to_vec),
+                            headers: message
+                                .headers()
+                                .map(|h| {
+                                    h.iter()
+                                        .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                        };
+                        Some(work.hint(message.payload().unwrap_or_default(), &meta)?)
+                    }
+                    None => None,
+                };
                 let opaque = lanes.take(message.partition(), message.offset())?;
                 let mut record: BaseRecord<'_, [u8], [u8], usize> =
                     BaseRecord::with_opaque_to(&args.output, opaque)
-                        .payload(payload.as_slice())
+                        .payload(hinted.as_deref().unwrap_or(payload.as_slice()))
                         .headers(headers.clone());
                 if let Some(key) = message.key() {
                     record = record.key(key);

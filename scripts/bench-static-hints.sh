@@ -32,6 +32,9 @@
 #                 and its steady rate
 #   ARGS          passed on: --messages N (200000) --partitions P (6) --repeats R (1)
 #                 --no-outcomes-topic (the worker reads no topic back: no learning barrier)
+#                 --worked-floor (the floor run a second time doing the hint work on each
+#                 input, examples/static_floor.rs --hint-work: the best a worker built like
+#                 the floor could do, as one more side)
 #                 --cached D (the cached path: D distinct trajectories, each sent N / D
 #                 times, and a loopback model in the script that each one's first copy
 #                 calls; the later copies are answered from the hint cache)
@@ -53,7 +56,7 @@ while [ $# -gt 0 ]; do
     --hintstream) binary=$2; shift 2 ;;
     --broker-cpus) broker_cpus=$2; shift 2 ;;
     --side-cpus) side_cpus=$2; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done

@@ -399,23 +399,41 @@ def sample_hint(bootstrap, topic, partitions):
     raise SystemExit(f"no hint read back from {topic} in 60 s")
 
 
-def floor(binary, bootstrap, tag, n, partitions, watcher, deadline_s, hint, progress):
-    """The floor (examples/static_floor.rs) from start to N outputs."""
+def floor(binary, bootstrap, tag, n, partitions, watcher, deadline_s, hint, progress, hint_work=False):
+    """The floor (examples/static_floor.rs) from start to N outputs; with
+    `hint_work`, the floor doing stage 1's hint work (`--hint-work`: each
+    output the hint made from its input, not a copy of `hint`'s bytes), on
+    its own group and output topic."""
     payload, headers = hint
     work = tempfile.mkdtemp(prefix="bench-static-floor-")
     path = os.path.join(work, "hint.json")
     with open(path, "wb") as f:
         f.write(payload)
-    command = [binary, "--bootstrap", bootstrap, "--group", f"floor-{tag}", "--input", f"in-{tag}",
-               "--output", f"floor-{tag}", "--payload", path]
+    output = worked_floor_topic(tag) if hint_work else f"floor-{tag}"
+    command = [binary, "--bootstrap", bootstrap, "--group", output, "--input", f"in-{tag}",
+               "--output", output, "--payload", path] + (["--hint-work"] if hint_work else [])
     for name, value in headers:
         text = (value or b"").decode()
         if name == "traceparent":
             # Each hint's own in the worker: a fixed one of the same length here.
             text = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
         command += ["--header", f"{name}={text}"]
-    return timed(command, os.path.join(work, "floor.log"), watcher, f"floor-{tag}", partitions, n,
-                 deadline_s, "the floor", progress=progress)
+    return timed(command, os.path.join(work, "floor.log"), watcher, output, partitions, n,
+                 deadline_s, "the floor with the hint work" if hint_work else "the floor", progress=progress)
+
+
+def worked_floor_topic(tag):
+    return f"wfloor-{tag}"
+
+
+def check_worked_floor(worker, worked):
+    """Refuses a run where the floor's hint work wrote something else than
+    the worker's hints: each (bytes, headers), one of each, must hold the
+    same fields and the same static hint text."""
+    ours, its = json.loads(worker[0]), json.loads(worked[0])
+    if sorted(ours) != sorted(its) or ours.get("hint") != its.get("hint"):
+        raise SystemExit(f"the floor's hint work wrote {worked[0][:300]!r}, unlike the worker's "
+                         f"{worker[0][:300]!r}")
 
 
 def worker_pid(process, perf_out):
@@ -442,6 +460,9 @@ def main():
                              "hints topic, and no step waits for the learning read barrier")
     parser.add_argument("--floor", default="", metavar="PATH",
                         help="run the floor (examples/static_floor.rs, this binary) as a third side")
+    parser.add_argument("--worked-floor", action="store_true",
+                        help="with --floor, run it a second time doing stage 1's hint work on each input "
+                             "(--hint-work: the best a worker built like the floor could do) as one more side")
     parser.add_argument("--vs", default="", metavar="PATH",
                         help="another hintstream binary, run the same way on the same input (its own "
                              "group and output topic) beside --hintstream, after it in odd-numbered repeats "
@@ -455,6 +476,10 @@ def main():
         parser.error("--vs compares static paths; leave --cached out")
     if args.vs and args.perf:
         parser.error("--perf would slow one side of a --vs comparison; run them apart")
+    if args.worked_floor and not args.floor:
+        parser.error("--worked-floor runs the floor's binary: give --floor")
+    if args.worked_floor and args.cached:
+        parser.error("--worked-floor does the static path's hint work; leave --cached out")
     if args.cached and args.no_outcomes_topic:
         parser.error("--cached reads the outcomes topic back; leave --no-outcomes-topic out")
     n, parts = args.messages, args.partitions
@@ -463,7 +488,7 @@ def main():
     for r in range(args.repeats):
         tag = f"sh{os.getpid()}r{r}"
         topics, spend = worker_topics(tag, not args.no_outcomes_topic)
-        topics += [f"in-{tag}", f"pass-{tag}", f"floor-{tag}"]
+        topics += [f"in-{tag}", f"pass-{tag}", f"floor-{tag}"] + ([worked_floor_topic(tag)] if args.worked_floor else [])
         spend = [spend]
         if args.vs:
             # The --vs side's own, made with the others: before the input is written.
@@ -510,15 +535,29 @@ def main():
             low = (fl, fl_cpu, *side.end())
             low_steady = steady(floor_progress, n)
             log(f"floor: {n / fl:,.0f} msg/s ({len(hint[0])}-byte outputs, {len(hint[1])} headers)")
+        worked, worked_steady = None, None
+        if args.worked_floor:
+            side = Side(args.broker_pid)
+            worked_progress = []
+            wf, wf_cpu = floor(args.floor, args.bootstrap, tag, n, parts, watcher, args.deadline_secs, hint,
+                               worked_progress, hint_work=True)
+            worked = (wf, wf_cpu, *side.end())
+            worked_steady = steady(worked_progress, n)
+            check_worked_floor(hint, sample_hint(args.bootstrap, worked_floor_topic(tag), parts))
+            log(f"floor with the hint work: {n / wf:,.0f} msg/s")
         watcher.close()
         after = after_model(progress, model.last_answer) if model else None
         rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low, after,
-                     other, (steady(base_progress, n), steady(progress, n), low_steady, other_steady)))
+                     other, (steady(base_progress, n), steady(progress, n), low_steady, other_steady),
+                     worked, worked_steady))
     spans = "s (CPU s; broker CPU s; machine busy)"
     head = f"| repeat | messages | passthrough {spans} | passthrough msg/s | hintstream {spans} | hints/s | ratio |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
     if args.floor:
         head += f" floor {spans} | floor ÷ passthrough | hintstream ÷ floor |"
+        rule += "---:|---:|---:|"
+    if args.worked_floor:
+        head += f" floor with the hint work {spans} | it ÷ passthrough | hintstream ÷ it |"
         rule += "---:|---:|---:|"
     if args.cached:
         head += " the model's last answer, s (hints out) | hints/s after it | after it ÷ passthrough |"
@@ -528,11 +567,13 @@ def main():
         rule += "---:|---:|---:|"
     print(head)
     print(rule)
-    for r, (pt, hs, low, after, other, _) in enumerate(rows):
+    for r, (pt, hs, low, after, other, _, worked, _) in enumerate(rows):
         line = (f"| {r + 1} | {n:,} | {cell(pt)} | {n / pt[0]:,.0f} | {cell(hs)} | {n / hs[0]:,.0f} "
                 f"| {pt[0] / hs[0]:.2f} |")
         if low:
             line += f" {cell(low)} | {pt[0] / low[0]:.2f} | {low[0] / hs[0]:.2f} |"
+        if worked:
+            line += f" {cell(worked)} | {pt[0] / worked[0]:.2f} | {worked[0] / hs[0]:.2f} |"
         if after:
             at, out, rate = after
             line += f" {at:.2f} ({out:,}) | {rate:,.0f} | {rate / (n / pt[0]):.2f} |"
@@ -552,6 +593,8 @@ def main():
     head, rule = "| repeat | passthrough msg/s (first s) | hintstream hints/s (first s) | ratio |", "|---:|---:|---:|---:|"
     if args.floor:
         head, rule = head + " floor msg/s (first s) | floor ÷ passthrough |", rule + "---:|---:|"
+    if args.worked_floor:
+        head, rule = head + " floor with the hint work msg/s (first s) | it ÷ passthrough |", rule + "---:|---:|"
     if args.vs:
         head, rule = head + " --vs hints/s (first s) | --vs ÷ passthrough |", rule + "---:|---:|"
     print(head)
@@ -560,10 +603,12 @@ def main():
     def against(rate, pt):
         return f" {rate_cell(rate)} | {rate[0] / pt[0]:.2f} |" if rate and pt else f" {rate_cell(rate)} | - |"
 
-    for r, (pt, hs, low, vs) in enumerate(rates):
+    for r, ((pt, hs, low, vs), worked) in enumerate(zip(rates, [row[7] for row in rows])):
         line = f"| {r + 1} | {rate_cell(pt)} |" + against(hs, pt)
         if args.floor:
             line += against(low, pt)
+        if args.worked_floor:
+            line += against(worked, pt)
         if args.vs:
             line += against(vs, pt)
         print(line)
@@ -571,6 +616,13 @@ def main():
     if both:
         print(f"\nSteady ratio summed over the {len(both)} repeats with both rates (the passthrough's seconds for "
               f"the middle 80% against hintstream's): {sum(1 / pt[0] for pt, _ in both) / sum(1 / hs[0] for _, hs in both):.2f}")
+    if args.worked_floor:
+        timed_rows = [row for row in rows if row[6]]
+        print(f"\nThe floor with the hint work ÷ the passthrough, summed over the repeats: "
+              f"{sum(row[0][0] for row in timed_rows) / sum(row[6][0] for row in timed_rows):.2f}; its CPU a "
+              f"message: {sum(row[6][1] for row in timed_rows) / (n * len(timed_rows)) * 1e6:.1f} us, the worker's "
+              f"{sum(row[1][1] for row in timed_rows) / (n * len(timed_rows)) * 1e6:.1f} us, the floor's "
+              f"{sum(row[2][1] for row in timed_rows) / (n * len(timed_rows)) * 1e6:.1f} us")
     if args.vs:
         def summed(chosen):
             return sum(row[1][1] for row in chosen) / sum(row[4][1] for row in chosen)
