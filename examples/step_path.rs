@@ -40,6 +40,14 @@
 //! them (a broker started for the run compiles its hot paths during the
 //! first large steps, and its CPU is this machine's too).
 //!
+//! **`--learning`** (hints that learn, as a run with `[[hints.arms]]` or
+//! an outcomes topic has it): each hinted row names its group's hint
+//! (`hint_id`), the worker has a hints topic to read and an outcomes topic,
+//! so it passes its read barrier on the hints topic and publishes an
+//! outcome a hint (one for most groups that have a hinted row) before its
+//! metrics; the echo publishes as many outcomes of the same shape before
+//! its metrics.
+//!
 //! Rows: 8 a group, string ids like a trainer's (`swe-task-00012345`),
 //! shuffled (`--grouped`: a group's rows side by side), 30% reward 1 and the rest in [0, 0.5), 10% hinted (as
 //! `benches/advantages.rs`).
@@ -70,7 +78,7 @@ use hintstream::kafka::admin::{create_topics, TopicOutcome};
 use hintstream::kafka::client_config;
 use hintstream::kafka::produce::headers;
 use hintstream::kafka::{base_config, create_producer, create_producer_lingering, Linger};
-use hintstream::messages::{step_key, ScoredMessage, StepEnd};
+use hintstream::messages::{step_key, HintOutcome, ScoredMessage, StepEnd};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -154,6 +162,11 @@ struct Args {
     /// stopped, as far as its socket's buffer takes.)
     #[arg(long)]
     backlog: bool,
+    /// Hints that learn: each hinted row names its group's hint
+    /// (`hint_id`), and the worker reads a hints topic and publishes one
+    /// outcome a hint before the step's metrics.
+    #[arg(long)]
+    learning: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -180,12 +193,50 @@ enum Via {
 
 /// `n` rows of one step, with string ids like a trainer's: shuffled, or
 /// `grouped` (each group's rows side by side).
-fn step_rows(n: usize, grouped: bool) -> ScoredRows {
-    let rows = synthetic_step(n, GROUP_SIZE, RUN_ID, 0, 42);
+fn step_rows(n: usize, grouped: bool, learning: bool) -> ScoredRows {
+    let mut rows = synthetic_step(n, GROUP_SIZE, RUN_ID, 0, 42);
+    if learning {
+        rows.hint_id = (0..rows.len())
+            .map(|row| {
+                rows.is_hinted[row].then(|| format!("hint-{}", rows.instance_id.get(row).unwrap_or_default()))
+            })
+            .collect();
+    }
     match grouped {
         true => in_group_order(&rows),
         false => rows,
     }
+}
+
+/// An outcome (key, JSON) for each hint the rows of step `step` name, as
+/// many and about as large as the worker's.
+fn hint_outcomes(rows: &ScoredRows, step: i64) -> Vec<(String, Vec<u8>)> {
+    let mut seen = std::collections::HashSet::new();
+    (0..rows.len())
+        .filter_map(|row| {
+            let hint_id = rows.hint_id.get(row)?.as_ref()?;
+            seen.insert(hint_id.clone()).then(|| {
+                let outcome = HintOutcome {
+                    schema_version: 1,
+                    hint_id: hint_id.clone(),
+                    run_id: RUN_ID.to_string(),
+                    step,
+                    instance_id: rows.instance_id.get(row).unwrap_or_default().to_string(),
+                    hinted_rollouts: 1,
+                    successes: 0,
+                    rescued: false,
+                    mean_reward: 0.25,
+                    transfer: None,
+                    reliance: None,
+                    created_at: "2026-12-06T00:00:00.000000Z".to_string(),
+                };
+                (
+                    outcome.key(),
+                    serde_json::to_vec(&outcome).expect("an outcome serialises"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// One input message.
@@ -388,6 +439,9 @@ struct EchoPlan {
     messages: usize,
     rows: usize,
     output_sizes: Vec<usize>,
+    /// `--learning`: the step's hint outcomes (key, JSON), one a hint, as
+    /// the worker publishes them before its metrics.
+    outcomes: Vec<(String, Vec<u8>)>,
     received: usize,
     all_in: Option<Instant>,
 }
@@ -395,13 +449,15 @@ struct EchoPlan {
 /// The broker-only baseline: consumes the echo's input and, once the
 /// planned step's messages are all in, publishes messages of the planned
 /// sizes on `output` (`in_flight` at a time, as the worker sends its
-/// chunks) and a metrics message.
+/// chunks), with `--learning` the step's hint outcomes on `outcomes` (all
+/// at once), and a metrics message.
 #[derive(Clone)]
 struct Echo {
     config: Config,
     input: String,
     output: String,
     metrics: String,
+    outcomes: Option<String>,
     plan: Arc<Mutex<EchoPlan>>,
     in_flight: usize,
     // As the worker's output producer holds a step's outputs.
@@ -415,6 +471,7 @@ impl Echo {
             input: topics.echo_input.clone(),
             output: topics.echo_output.clone(),
             metrics: topics.echo_metrics.clone(),
+            outcomes: topics.echo_outcomes.clone(),
             plan,
             in_flight: in_flight.max(1),
             producer: create_producer_lingering(config, Linger::Off)?,
@@ -444,6 +501,7 @@ impl Echo {
         let Echo {
             output,
             metrics,
+            outcomes: outcomes_topic,
             plan,
             in_flight,
             producer,
@@ -465,9 +523,9 @@ impl Echo {
                         continue;
                     }
                     p.all_in = Some(Instant::now());
-                    (p.key.clone(), p.rows, p.output_sizes.clone())
+                    (p.key.clone(), p.rows, p.output_sizes.clone(), p.outcomes.clone())
                 };
-                let (key, rows, sizes) = job;
+                let (key, rows, sizes, outcomes) = job;
                 let count = sizes.len();
                 let payloads: Vec<Vec<u8>> = sizes.into_iter().map(|size| vec![0u8; size]).collect();
                 let sends: Vec<_> = payloads
@@ -489,6 +547,22 @@ impl Echo {
                 while let Some(result) = sent.next().await {
                     if let Err((e, _)) = result {
                         eprintln!("echo: producing to {output}: {e}");
+                    }
+                }
+                if let Some(topic) = &outcomes_topic {
+                    let sends = outcomes.iter().map(|(key, payload)| {
+                        producer.send(
+                            FutureRecord::to(topic)
+                                .key(key)
+                                .payload(payload)
+                                .headers(headers([("content-type", "application/json")])),
+                            Duration::from_secs(60),
+                        )
+                    });
+                    for sent in futures::future::join_all(sends).await {
+                        if let Err((e, _)) = sent {
+                            eprintln!("echo: producing to {topic}: {e}");
+                        }
                     }
                 }
                 let body = format!("{{\"advantage/rows\": {rows}}}");
@@ -775,6 +849,8 @@ struct Topics {
     echo_input: String,
     echo_output: String,
     echo_metrics: String,
+    /// `--learning`: the echo's hint outcomes.
+    echo_outcomes: Option<String>,
 }
 
 impl Bench {
@@ -960,14 +1036,15 @@ impl Bench {
     }
 
     /// Tells the echo what the next step will be: `messages` input
-    /// messages (`step_end` included) of `rows` rows, answered with
-    /// messages of `output_sizes`.
-    fn plan_echo(&self, rows: usize, messages: usize, output_sizes: Vec<usize>) {
+    /// messages (`step_end` included) of `rows`, answered with messages of
+    /// `output_sizes` (and, where rows name hints, an outcome a hint).
+    fn plan_echo(&self, rows: &ScoredRows, messages: usize, output_sizes: Vec<usize>) {
         *self.echo.lock().expect("echo plan") = EchoPlan {
             key: step_key(RUN_ID, self.next_step),
             messages,
-            rows,
+            rows: rows.len(),
             output_sizes,
+            outcomes: hint_outcomes(rows, self.next_step),
             received: 0,
             all_in: None,
         };
@@ -1220,6 +1297,7 @@ async fn run(args: Args) -> Result<()> {
         echo_input: name("echo-in"),
         echo_output: name("echo-out"),
         echo_metrics: name("echo-metrics"),
+        echo_outcomes: args.learning.then(|| name("echo-outcomes")),
     };
     let mut config = Config {
         bootstrap_servers: args.bootstrap.clone(),
@@ -1240,6 +1318,10 @@ async fn run(args: Args) -> Result<()> {
         a.step_timeout_secs = args.deadline_secs.max(a.step_timeout_secs);
     }
     config.topics.metrics = topics.metrics.clone();
+    if args.learning {
+        config.topics.hints = name("hints");
+        config.topics.outcomes = name("outcomes");
+    }
     if let Some(wait) = args.fetch_wait_ms {
         config
             .kafka
@@ -1264,7 +1346,16 @@ async fn run(args: Args) -> Result<()> {
         &topics.echo_output,
         &topics.echo_metrics,
     ]
-    .map(|s| s.to_string());
+    .map(|s| s.to_string())
+    .into_iter()
+    .chain(
+        [&config.topics.hints, &config.topics.outcomes]
+            .into_iter()
+            .filter(|_| args.learning)
+            .cloned()
+            .chain(topics.echo_outcomes.clone()),
+    )
+    .collect::<Vec<_>>();
     let specs = hintstream::stages::specs_of(&config, &names);
     let created = tokio::time::timeout(Duration::from_secs(60), create_topics(&config, &specs, 1))
         .await
@@ -1332,11 +1423,11 @@ async fn run(args: Args) -> Result<()> {
         wall_times: args.wall_times,
     };
     // Warm-up: the worker joined its group and a step went all the way.
-    let mut warm = step_rows(64, args.grouped);
+    let mut warm = step_rows(64, args.grouped, args.learning);
     let warm_up = bench.step(&mut warm, Format::Arrow, Via::Hintstream).await?;
     eprintln!("warm-up: a 64-row step back in {:.0} ms", ms(warm_up.e2e));
     if !args.no_baseline {
-        bench.plan_echo(64, warm_up.in_messages, warm_up.output_sizes.clone());
+        bench.plan_echo(&warm, warm_up.in_messages, warm_up.output_sizes.clone());
         let echoed = bench.step(&mut warm, Format::Arrow, Via::Echo).await?;
         eprintln!("warm-up: echo of a 64-row step back in {:.0} ms", ms(echoed.e2e));
     }
@@ -1347,7 +1438,7 @@ async fn run(args: Args) -> Result<()> {
     formats.sort();
     formats.dedup();
     for &n in &args.rows {
-        let mut rows = step_rows(n, args.grouped);
+        let mut rows = step_rows(n, args.grouped, args.learning);
         for &format in &formats {
             if format == Format::Json && n > args.json_max_rows {
                 skipped.push((n, format));
@@ -1365,7 +1456,7 @@ async fn run(args: Args) -> Result<()> {
                 let echoed = if args.no_baseline {
                     None
                 } else {
-                    bench.plan_echo(n, in_messages, sizes.clone());
+                    bench.plan_echo(&rows, in_messages, sizes.clone());
                     Some(ms(bench.step(&mut rows, format, Via::Echo).await?.e2e))
                 };
                 eprintln!(
@@ -1402,7 +1493,7 @@ async fn run(args: Args) -> Result<()> {
                 if args.no_baseline {
                     continue;
                 }
-                bench.plan_echo(n, in_messages, sizes.clone());
+                bench.plan_echo(&rows, in_messages, sizes.clone());
                 let sample = bench.step(&mut rows, format, Via::Echo).await?;
                 eprintln!(
                     "{} rows {} echo #{r}: produced in {:.2} s, back {:.1} ms after the last ack (intake {:?} ms)",

@@ -12,6 +12,13 @@
 //! read: transaction markers take offsets that carry no record). A reader is
 //! caught up when the barrier taken at its start has passed. [`sync_all`]
 //! is the barrier of several readers at once, measured in one round trip.
+//! The end offsets are asked for by a second client of each tail (its
+//! measurer), never assigned anything: a broker answers one connection's
+//! requests in order, and the reader's connection nearly always has a
+//! fetch waiting on the broker for new records (`fetch.wait.max.ms`, 500
+//! ms by default) that a ListOffsets sent on it would wait behind. Asked on
+//! the reader's own, a barrier on a quiet topic took 450-470 ms where one
+//! round trip takes a few (docs/BENCHMARKS.md, round thirty-five).
 //!
 //! Partitions added to a topic after the tail started are not read (a
 //! restart picks them up). [`TopicTail::start_since`] starts at a time
@@ -22,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use thiserror::Error;
@@ -66,6 +73,9 @@ fn expected(error: &KafkaError) -> bool {
 
 type TailConsumer = StreamConsumer<TailContext>;
 
+/// A tail's second client, for its end offsets only (module docs).
+type Measurer = BaseConsumer<TailContext>;
+
 /// Why a tail could not start, or a barrier did not pass.
 #[derive(Debug, Error)]
 pub enum TailError {
@@ -98,7 +108,8 @@ struct Progress {
 /// A running reader of a whole topic; the reader task stops when the tail
 /// is dropped.
 pub struct TopicTail {
-    consumer: Arc<TailConsumer>,
+    /// Asks the end offsets: a connection with no fetch waiting on it.
+    measurer: Arc<Measurer>,
     topic: String,
     partitions: Vec<i32>,
     progress: Arc<Mutex<Progress>>,
@@ -153,6 +164,7 @@ impl TopicTail {
         F: FnMut(Option<&[u8]>, Option<&[u8]>, Option<i64>) + Send + 'static,
     {
         let consumer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
+        let measurer: Arc<Measurer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
         let partitions = partitions_of(consumer.clone(), topic.to_string()).await?;
         let mut assignment = TopicPartitionList::new();
         let start = match since {
@@ -183,7 +195,7 @@ impl TopicTail {
                 }
             })
             .await?;
-            let ends = end_offsets(consumer.clone(), topic.to_string(), partitions.clone()).await?;
+            let ends = end_offsets(measurer.clone(), topic.to_string(), partitions.clone()).await?;
             assignment = TopicPartitionList::new();
             for e in found.elements() {
                 let offset = match e.offset() {
@@ -229,7 +241,7 @@ impl TopicTail {
             )
         };
         Ok(TopicTail {
-            consumer,
+            measurer,
             topic: topic.to_string(),
             partitions,
             progress,
@@ -303,7 +315,7 @@ pub async fn sync_all(tails: &[&TopicTail], within: Duration) -> Result<(), Tail
         .iter()
         .map(|t| (t.topic.clone(), t.partitions.clone()))
         .collect();
-    let ends = latest_offsets(first.consumer.clone(), wanted, within.min(METADATA_TIMEOUT)).await?;
+    let ends = latest_offsets(first.measurer.clone(), wanted, within.min(METADATA_TIMEOUT)).await?;
     for (tail, at) in tails.iter().zip(measured_at) {
         let targets: HashMap<i32, i64> = ends
             .iter()
@@ -373,7 +385,7 @@ async fn partitions_now(consumer: Arc<TailConsumer>, topic: String) -> Result<Ve
 
 /// The end offset of each partition of `topic` now.
 async fn end_offsets(
-    consumer: Arc<TailConsumer>,
+    consumer: Arc<Measurer>,
     topic: String,
     partitions: Vec<i32>,
 ) -> Result<HashMap<i32, i64>, TailError> {
@@ -386,7 +398,7 @@ async fn end_offsets(
 /// offset): one ListOffsets request (timestamp "latest") per leader
 /// broker, sent together (a blocking call, off the runtime).
 async fn latest_offsets(
-    consumer: Arc<TailConsumer>,
+    consumer: Arc<Measurer>,
     wanted: Vec<(String, Vec<i32>)>,
     within: Duration,
 ) -> Result<HashMap<(String, i32), i64>, TailError> {
@@ -398,7 +410,7 @@ async fn latest_offsets(
 }
 
 async fn latest_offsets_now(
-    consumer: Arc<TailConsumer>,
+    consumer: Arc<Measurer>,
     wanted: Vec<(String, Vec<i32>)>,
     within: Duration,
 ) -> Result<HashMap<(String, i32), i64>, TailError> {
@@ -409,7 +421,15 @@ async fn latest_offsets_now(
         }
     }
     tokio::task::spawn_blocking(move || {
-        let found = consumer.offsets_for_times(list, within)?;
+        let found = consumer.offsets_for_times(list, within);
+        // What the measurer's queue gathered (it fetches nothing: a broker's
+        // connection errors, which the reader reports too) is let go.
+        while let Some(event) = consumer.poll(Duration::ZERO) {
+            if let Err(e) = event {
+                tracing::debug!(error = %e, "measuring the end offsets of a whole topic");
+            }
+        }
+        let found = found?;
         let mut out = HashMap::new();
         for e in found.elements() {
             e.error()?;

@@ -65,6 +65,44 @@ async fn the_barrier_passes_only_once_every_record_so_far_was_read() {
     );
 }
 
+/// The barrier asks the end offsets on a connection of its own. The
+/// reader's nearly always has a fetch waiting on the broker for new records
+/// (`fetch.wait.max.ms`, 30 s here), and a broker answers one connection's
+/// requests in order: asked there, each barrier on a quiet topic waited
+/// for that fetch to end. Three in turn each pass within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_barrier_does_not_wait_behind_the_readers_fetch() {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    config
+        .kafka
+        .consumer
+        .insert("fetch.wait.max.ms".into(), 30_000i64.into());
+    let topic = common::unique("tail-quiet");
+    common::create_topics(&config, &[&topic], 1).await;
+    let producer = create_producer(&config).unwrap();
+    for i in 0..10 {
+        common::send(&producer, &topic, &format!("k{i}"), b"v").await;
+    }
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let tail = TopicTail::start(&config, &topic, move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .await
+    .unwrap();
+    for barrier in 1..=3 {
+        if let Err(e) = tail.sync(Duration::from_secs(5)).await {
+            panic!("barrier {barrier} on a quiet topic: {e}");
+        }
+    }
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        10,
+        "every record before the barriers"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_started_at_a_time_reads_only_what_was_written_since() {
     use rdkafka::producer::FutureRecord;
