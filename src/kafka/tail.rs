@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use thiserror::Error;
@@ -73,9 +73,6 @@ fn expected(error: &KafkaError) -> bool {
 
 type TailConsumer = StreamConsumer<TailContext>;
 
-/// A tail's second client, for its end offsets only (module docs).
-type Measurer = BaseConsumer<TailContext>;
-
 /// Why a tail could not start, or a barrier did not pass.
 #[derive(Debug, Error)]
 pub enum TailError {
@@ -108,18 +105,23 @@ struct Progress {
 /// A running reader of a whole topic; the reader task stops when the tail
 /// is dropped.
 pub struct TopicTail {
-    /// Asks the end offsets: a connection with no fetch waiting on it.
-    measurer: Arc<Measurer>,
+    /// Asks the end offsets: a client assigned nothing, so no fetch waits
+    /// on its connections (module docs).
+    measurer: Arc<TailConsumer>,
     topic: String,
     partitions: Vec<i32>,
     progress: Arc<Mutex<Progress>>,
     moved: Arc<Notify>,
     task: tokio::task::JoinHandle<()>,
+    /// Serves the measurer's queue: what librdkafka logs and reports of
+    /// its connections (it has no records to read).
+    measurer_task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for TopicTail {
     fn drop(&mut self) {
         self.task.abort();
+        self.measurer_task.abort();
     }
 }
 
@@ -164,7 +166,7 @@ impl TopicTail {
         F: FnMut(Option<&[u8]>, Option<&[u8]>, Option<i64>) + Send + 'static,
     {
         let consumer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
-        let measurer: Arc<Measurer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
+        let measurer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
         let partitions = partitions_of(consumer.clone(), topic.to_string()).await?;
         let mut assignment = TopicPartitionList::new();
         let start = match since {
@@ -240,6 +242,23 @@ impl TopicTail {
                 .in_current_span(),
             )
         };
+        // Spawned once nothing can fail: a task left behind would keep the
+        // client.
+        let measurer_task = {
+            let measurer = measurer.clone();
+            tokio::spawn(
+                async move {
+                    loop {
+                        // Assigned nothing, it brings errors only; the
+                        // reader, on the same brokers, reports them.
+                        if let Err(e) = measurer.recv().await {
+                            tracing::debug!(error = %e, "measuring the end offsets of a whole topic");
+                        }
+                    }
+                }
+                .in_current_span(),
+            )
+        };
         Ok(TopicTail {
             measurer,
             topic: topic.to_string(),
@@ -247,6 +266,7 @@ impl TopicTail {
             progress,
             moved,
             task,
+            measurer_task,
         })
     }
 
@@ -385,7 +405,7 @@ async fn partitions_now(consumer: Arc<TailConsumer>, topic: String) -> Result<Ve
 
 /// The end offset of each partition of `topic` now.
 async fn end_offsets(
-    consumer: Arc<Measurer>,
+    consumer: Arc<TailConsumer>,
     topic: String,
     partitions: Vec<i32>,
 ) -> Result<HashMap<i32, i64>, TailError> {
@@ -398,7 +418,7 @@ async fn end_offsets(
 /// offset): one ListOffsets request (timestamp "latest") per leader
 /// broker, sent together (a blocking call, off the runtime).
 async fn latest_offsets(
-    consumer: Arc<Measurer>,
+    consumer: Arc<TailConsumer>,
     wanted: Vec<(String, Vec<i32>)>,
     within: Duration,
 ) -> Result<HashMap<(String, i32), i64>, TailError> {
@@ -410,7 +430,7 @@ async fn latest_offsets(
 }
 
 async fn latest_offsets_now(
-    consumer: Arc<Measurer>,
+    consumer: Arc<TailConsumer>,
     wanted: Vec<(String, Vec<i32>)>,
     within: Duration,
 ) -> Result<HashMap<(String, i32), i64>, TailError> {
@@ -421,15 +441,7 @@ async fn latest_offsets_now(
         }
     }
     tokio::task::spawn_blocking(move || {
-        let found = consumer.offsets_for_times(list, within);
-        // What the measurer's queue gathered (it fetches nothing: a broker's
-        // connection errors, which the reader reports too) is let go.
-        while let Some(event) = consumer.poll(Duration::ZERO) {
-            if let Err(e) = event {
-                tracing::debug!(error = %e, "measuring the end offsets of a whole topic");
-            }
-        }
-        let found = found?;
+        let found = consumer.offsets_for_times(list, within)?;
         let mut out = HashMap::new();
         for e in found.elements() {
             e.error()?;
