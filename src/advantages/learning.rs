@@ -9,7 +9,8 @@
 //!   warning too, and the step metrics carry no per-arm metrics.
 //! - Before a step's metrics are built, the hints tail is synced (at most
 //!   [`HINTS_SYNC_TIMEOUT`]; on timeout a warning, and the step goes on with
-//!   what was read), the step's outcomes are observed, and
+//!   what was read; the barrier runs while the step's chunks are sent),
+//!   the step's outcomes are observed, and
 //!   [`LearnState::step_metrics`] is merged into the step's metrics. A step
 //!   without `hint_id`s on its hinted rows has none of those metrics.
 //!
@@ -123,14 +124,17 @@ impl Learning {
         self.outcomes_topic.as_deref()
     }
 
-    /// The per-arm metrics of `run_id`'s `step` once its `outcomes` are
-    /// known (module docs); empty without outcomes or without the hints tail.
-    pub async fn step_metrics(&self, run_id: &str, step: i64, outcomes: &[HintOutcome]) -> StepMetrics {
+    /// The read barrier on the hints topic before `run_id`'s `step` builds
+    /// its per-arm metrics (module docs); none without outcomes or without
+    /// the hints tail. It may run while the step's chunks are sent: the
+    /// hints its outcomes name were written before the trainer wrote the
+    /// rows that name them, so before the step was complete.
+    pub async fn barrier(&self, run_id: &str, step: i64, outcomes: &[HintOutcome]) {
         let Some(tail) = &self.hints else {
-            return StepMetrics::new();
+            return;
         };
         if outcomes.is_empty() {
-            return StepMetrics::new();
+            return;
         }
         // The barrier's watermark requests count against the bound too.
         match tokio::time::timeout(HINTS_SYNC_TIMEOUT, tail.sync(HINTS_SYNC_TIMEOUT)).await {
@@ -142,6 +146,15 @@ impl Learning {
                 run_id, step, waited = ?HINTS_SYNC_TIMEOUT,
                 "the hints tail did not answer in time; per-arm metrics from what was read"
             ),
+        }
+    }
+
+    /// The per-arm metrics of `run_id`'s `step` once its `outcomes` are
+    /// known, after [`Learning::barrier`] (module docs); empty without
+    /// outcomes or without the hints tail.
+    pub fn step_metrics(&self, run_id: &str, step: i64, outcomes: &[HintOutcome]) -> StepMetrics {
+        if self.hints.is_none() || outcomes.is_empty() {
+            return StepMetrics::new();
         }
         let mut state = lock(&self.state);
         for outcome in outcomes {

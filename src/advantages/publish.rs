@@ -353,17 +353,27 @@ impl StepOutput {
         // nothing sent (under exactly_once, nothing registered to commit
         // beside the dead letters).
         let (result, mut summary) = self.compute(id, rows, duplicates).await?;
-        let encoding = Instant::now();
-        let (encoded, chunks) = self.encode(id, result).await?;
-        let encode_ms = encoding.elapsed().as_millis() as u64;
-        let count = chunks.len();
-        let sending = Instant::now();
-        self.send_chunks(id, &encoded, chunks, parked).await?;
-        let chunks_ms = sending.elapsed().as_millis() as u64;
-        let learned = self
-            .learning
-            .step_metrics(&id.run_id, id.step, &summary.outcomes)
-            .await;
+        let published = async {
+            let encoding = Instant::now();
+            let (encoded, chunks) = self.encode(id, result).await?;
+            let encode_ms = encoding.elapsed().as_millis() as u64;
+            let count = chunks.len();
+            let sending = Instant::now();
+            self.send_chunks(id, &encoded, chunks, parked).await?;
+            let chunks_ms = sending.elapsed().as_millis() as u64;
+            Ok::<_, Unpublished>((encoded, count, encode_ms, chunks_ms))
+        };
+        // The per-arm metrics' read barrier (a round trip, and what the
+        // hints tail has left to read) runs beside the encoding and the
+        // chunks; a failure of those ends the step without waiting for it.
+        let barrier = async {
+            self.learning
+                .barrier(&id.run_id, id.step, &summary.outcomes)
+                .await;
+            Ok(())
+        };
+        let ((encoded, count, encode_ms, chunks_ms), ()) = tokio::try_join!(published, barrier)?;
+        let learned = self.learning.step_metrics(&id.run_id, id.step, &summary.outcomes);
         summary.metrics.extend(learned);
         self.send_outcomes(id, &summary.outcomes, parked).await?;
         self.send_metrics(id, &encoded.key, &summary.metrics, parked)

@@ -7,13 +7,18 @@
 //! reader that saw the same records holds the same state.
 //!
 //! [`TopicTail::sync`] is the read barrier: it measures the end offsets now
-//! and waits until every partition has been read up to them (a partition
-//! whose reader reported partition-EOF after the measurement counts as
-//! read: transaction markers take offsets that carry no record). A reader is
-//! caught up when the barrier taken at its start has passed. [`sync_all`]
-//! is the barrier of several readers at once, measured in one round trip.
-//! The end offsets are asked for by a second client of each tail (its
-//! measurer), never assigned anything: a broker answers one connection's
+//! and waits until every partition has been read up to them. A record
+//! counts as read once the callback has returned. Transaction markers take
+//! offsets that carry no record, so at a partition-EOF the reader takes
+//! librdkafka's position, which is past them, and a partition whose reader
+//! reported partition-EOF after the measurement counts as read (before,
+//! a caught-up reader of a topic written in transactions waited out every
+//! barrier's bound). A reader is caught up when the barrier taken at its
+//! start has passed. [`sync_all`] is the barrier of several readers at
+//! once, measured in one round trip.
+//! The end offsets are asked for by a second client of the tail (its
+//! measurer, made at its first barrier, with no group), never assigned
+//! anything: a broker answers one connection's
 //! requests in order, and the reader's connection nearly always has a
 //! fetch waiting on the broker for new records (`fetch.wait.max.ms`, 500
 //! ms by default) that a ListOffsets sent on it would wait behind. Asked on
@@ -46,12 +51,18 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// The readers' client context: librdkafka reports each partition-EOF (which
 /// the reader asks for, to place the end of a partition) to the error
 /// callback too, as `KafkaError::Global(PartitionEOF)`; the end of a
-/// partition is progress, not an error, and is not logged.
-struct TailContext;
+/// partition is progress, not an error, and is not logged. A measurer's
+/// errors (its connections to the brokers the reader uses, which the
+/// reader reports) are logged at debug only.
+struct TailContext {
+    measurer: bool,
+}
 
 impl ClientContext for TailContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !expected(&error) {
+        if self.measurer {
+            tracing::debug!(error = %error, reason, "measuring the end offsets of a whole topic");
+        } else if !expected(&error) {
             tracing::warn!(error = %error, reason, "reading a whole topic");
         }
     }
@@ -106,22 +117,56 @@ struct Progress {
 /// is dropped.
 pub struct TopicTail {
     /// Asks the end offsets: a client assigned nothing, so no fetch waits
-    /// on its connections (module docs).
-    measurer: Arc<TailConsumer>,
+    /// on its connections (module docs), made at the first barrier that
+    /// asks through this tail (`sync_all` asks through its first).
+    measurer: tokio::sync::OnceCell<Measurer>,
+    /// The measurer's settings: the reader's, without a group.
+    measurer_config: rdkafka::ClientConfig,
     topic: String,
     partitions: Vec<i32>,
     progress: Arc<Mutex<Progress>>,
     moved: Arc<Notify>,
     task: tokio::task::JoinHandle<()>,
-    /// Serves the measurer's queue: what librdkafka logs and reports of
-    /// its connections (it has no records to read).
-    measurer_task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for TopicTail {
     fn drop(&mut self) {
         self.task.abort();
-        self.measurer_task.abort();
+    }
+}
+
+/// A tail's second client, and the task that serves its queue (what
+/// librdkafka logs and reports of its connections: it has no records to
+/// read) until it is dropped.
+struct Measurer {
+    client: Arc<TailConsumer>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Measurer {
+    fn start(settings: &rdkafka::ClientConfig) -> Result<Measurer, TailError> {
+        let client: Arc<TailConsumer> =
+            Arc::new(settings.create_with_context(TailContext { measurer: true })?);
+        let task = {
+            let client = client.clone();
+            tokio::spawn(
+                async move {
+                    loop {
+                        if let Err(e) = client.recv().await {
+                            tracing::debug!(error = %e, "measuring the end offsets of a whole topic");
+                        }
+                    }
+                }
+                .in_current_span(),
+            )
+        };
+        Ok(Measurer { client, task })
+    }
+}
+
+impl Drop for Measurer {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -165,8 +210,8 @@ impl TopicTail {
     where
         F: FnMut(Option<&[u8]>, Option<&[u8]>, Option<i64>) + Send + 'static,
     {
-        let consumer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
-        let measurer: Arc<TailConsumer> = Arc::new(reader_config(config).create_with_context(TailContext)?);
+        let consumer: Arc<TailConsumer> =
+            Arc::new(reader_config(config).create_with_context(TailContext { measurer: false })?);
         let partitions = partitions_of(consumer.clone(), topic.to_string()).await?;
         let mut assignment = TopicPartitionList::new();
         let start = match since {
@@ -197,7 +242,8 @@ impl TopicTail {
                 }
             })
             .await?;
-            let ends = end_offsets(measurer.clone(), topic.to_string(), partitions.clone()).await?;
+            // Asked before the reader is assigned: no fetch waits yet.
+            let ends = end_offsets(consumer.clone(), topic.to_string(), partitions.clone()).await?;
             assignment = TopicPartitionList::new();
             for e in found.elements() {
                 let offset = match e.offset() {
@@ -213,6 +259,7 @@ impl TopicTail {
         let moved = Arc::new(Notify::new());
         let task = {
             let (consumer, progress, moved) = (consumer.clone(), progress.clone(), moved.clone());
+            let topic_name = topic.to_string();
             tokio::spawn(
                 async move {
                     loop {
@@ -222,16 +269,26 @@ impl TopicTail {
                         let n = p.events;
                         match event {
                             Ok(m) => {
-                                p.position.insert(m.partition(), m.offset() + 1);
                                 drop(p);
                                 let appended = match m.timestamp() {
                                     rdkafka::Timestamp::LogAppendTime(ms) => Some(ms),
                                     _ => None,
                                 };
                                 on_record(m.key(), m.payload(), appended);
+                                // Read once handed on: a barrier passed
+                                // after this finds the record applied.
+                                lock(&progress).position.insert(m.partition(), m.offset() + 1);
                             }
                             Err(KafkaError::PartitionEOF(partition)) => {
                                 p.eof_at.insert(partition, n);
+                                // The end reached, past any transaction
+                                // marker after the last record (an offset
+                                // with no record, which a barrier's end
+                                // offset counts): librdkafka's position.
+                                if let Some(end) = position_of(&consumer, &topic_name, partition) {
+                                    let read = p.position.entry(partition).or_insert(end);
+                                    *read = (*read).max(end);
+                                }
                             }
                             Err(e) if expected(&e) => tracing::debug!(error = %e, "reading a whole topic"),
                             Err(e) => tracing::warn!(error = %e, "reading a whole topic; retrying"),
@@ -242,31 +299,16 @@ impl TopicTail {
                 .in_current_span(),
             )
         };
-        // Spawned once nothing can fail: a task left behind would keep the
-        // client.
-        let measurer_task = {
-            let measurer = measurer.clone();
-            tokio::spawn(
-                async move {
-                    loop {
-                        // Assigned nothing, it brings errors only; the
-                        // reader, on the same brokers, reports them.
-                        if let Err(e) = measurer.recv().await {
-                            tracing::debug!(error = %e, "measuring the end offsets of a whole topic");
-                        }
-                    }
-                }
-                .in_current_span(),
-            )
-        };
+        let mut measurer_config = reader_config(config);
+        measurer_config.remove("group.id");
         Ok(TopicTail {
-            measurer,
+            measurer: tokio::sync::OnceCell::new(),
+            measurer_config,
             topic: topic.to_string(),
             partitions,
             progress,
             moved,
             task,
-            measurer_task,
         })
     }
 
@@ -335,7 +377,11 @@ pub async fn sync_all(tails: &[&TopicTail], within: Duration) -> Result<(), Tail
         .iter()
         .map(|t| (t.topic.clone(), t.partitions.clone()))
         .collect();
-    let ends = latest_offsets(first.measurer.clone(), wanted, within.min(METADATA_TIMEOUT)).await?;
+    let measurer = first
+        .measurer
+        .get_or_try_init(|| async { Measurer::start(&first.measurer_config) })
+        .await?;
+    let ends = latest_offsets(measurer.client.clone(), wanted, within.min(METADATA_TIMEOUT)).await?;
     for (tail, at) in tails.iter().zip(measured_at) {
         let targets: HashMap<i32, i64> = ends
             .iter()
@@ -350,6 +396,17 @@ pub async fn sync_all(tails: &[&TopicTail], within: Duration) -> Result<(), Tail
 fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
     // Every change to Progress completes before the lock is released.
     progress.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The reader's position in `partition` of `topic` (the offset after what
+/// it was handed, moved past transaction markers), as librdkafka keeps it;
+/// `None` when it has none.
+fn position_of(consumer: &TailConsumer, topic: &str, partition: i32) -> Option<i64> {
+    let positions = consumer.position().ok()?;
+    match positions.find_partition(topic, partition)?.offset() {
+        Offset::Offset(n) => Some(n),
+        _ => None,
+    }
 }
 
 /// A consumer that reads by assignment: a group id of its own that never

@@ -103,6 +103,53 @@ async fn the_barrier_does_not_wait_behind_the_readers_fetch() {
     );
 }
 
+/// A topic written in transactions (stage 1's hints under exactly_once)
+/// ends each partition with a commit marker, an offset with no record. A
+/// reader that has read every record, with nothing written since, passes
+/// each barrier at once: three in turn, each within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caught_up_reader_passes_the_barrier_of_a_topic_written_in_transactions() {
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+    let broker = common::shared_kafka();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("tail-transactions");
+    common::create_topics(&config, &[&topic], 2).await;
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .set("transactional.id", common::unique("tail-txn"))
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    for batch in 0..2 {
+        producer.begin_transaction().unwrap();
+        for i in 0..10 {
+            let key = format!("k{batch}-{i}");
+            producer
+                .send(
+                    FutureRecord::to(&topic).key(&key).payload("v"),
+                    Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+        }
+        producer.commit_transaction(Duration::from_secs(30)).unwrap();
+    }
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let tail = TopicTail::start(&config, &topic, move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .await
+    .unwrap();
+    tail.sync(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 20, "every committed record");
+    for barrier in 1..=3 {
+        if let Err(e) = tail.sync(Duration::from_secs(5)).await {
+            panic!("barrier {barrier} of a caught-up reader: {e}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_started_at_a_time_reads_only_what_was_written_since() {
     use rdkafka::producer::FutureRecord;
