@@ -42,11 +42,14 @@
 //!
 //! **`--learning`** (hints that learn, as a run with `[[hints.arms]]` or
 //! an outcomes topic has it): each hinted row names its group's hint
-//! (`hint_id`), the worker has a hints topic to read and an outcomes topic,
-//! so it passes its read barrier on the hints topic and publishes an
-//! outcome a hint (one for most groups that have a hinted row) before its
-//! metrics; the echo publishes as many outcomes of the same shape before
-//! its metrics.
+//! (`hint_id`); before the worker starts, a hint for every group is written
+//! to the hints topic in one transaction, as stage 1 writes under
+//! exactly_once (so each partition ends with a commit marker), and the
+//! worker reads it; for each step it passes its read barrier on the hints
+//! topic and publishes an outcome a hint (one for most groups that have a
+//! hinted row) before its metrics, with the per-arm metrics of what it
+//! read. The echo publishes as many outcomes of the same shape before its
+//! metrics.
 //!
 //! Rows: 8 a group, string ids like a trainer's (`swe-task-00012345`),
 //! shuffled (`--grouped`: a group's rows side by side), 30% reward 1 and the rest in [0, 0.5), 10% hinted (as
@@ -78,7 +81,9 @@ use hintstream::kafka::admin::{create_topics, TopicOutcome};
 use hintstream::kafka::client_config;
 use hintstream::kafka::produce::headers;
 use hintstream::kafka::{base_config, create_producer, create_producer_lingering, Linger};
-use hintstream::messages::{step_key, HintOutcome, ScoredMessage, StepEnd};
+use hintstream::messages::{
+    step_key, Hint, HintCategory, HintOutcome, HintSource, ScoredMessage, StepEnd, Usage, DEFAULT_ARM,
+};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -163,8 +168,9 @@ struct Args {
     #[arg(long)]
     backlog: bool,
     /// Hints that learn: each hinted row names its group's hint
-    /// (`hint_id`), and the worker reads a hints topic and publishes one
-    /// outcome a hint before the step's metrics.
+    /// (`hint_id`), a hint for every group is written to a hints topic in
+    /// one transaction, and the worker reads it and publishes one outcome a
+    /// hint before the step's metrics.
     #[arg(long)]
     learning: bool,
 }
@@ -237,6 +243,76 @@ fn hint_outcomes(rows: &ScoredRows, step: i64) -> Vec<(String, Vec<u8>)> {
             })
         })
         .collect()
+}
+
+/// `--learning`: a hint for each group of `rows` (`hint-<instance_id>`,
+/// what the hinted rows name), as stage 1 writes a static hint of its
+/// implicit arm, written to `topic` in one transaction, as stage 1 writes
+/// under exactly_once: each partition of the topic then ends with a commit
+/// marker, an offset with no record. Returns how many.
+async fn write_hints(config: &Config, topic: &str, rows: &ScoredRows) -> Result<usize> {
+    use rdkafka::producer::Producer;
+    let mut settings = base_config(config);
+    settings.set(
+        "transactional.id",
+        format!("steppath-hints-{}", rand::random::<u32>()),
+    );
+    let producer: FutureProducer = settings.create()?;
+    let bound = Duration::from_secs(60);
+    producer.init_transactions(bound)?;
+    producer.begin_transaction()?;
+    let mut seen = std::collections::HashSet::new();
+    let mut sends = Vec::new();
+    for row in 0..rows.len() {
+        let instance = rows.instance_id.get(row).unwrap_or_default();
+        if !seen.insert(instance.to_string()) {
+            continue;
+        }
+        let hint = Hint {
+            schema_version: 1,
+            hint_id: format!("hint-{instance}"),
+            run_id: RUN_ID.to_string(),
+            step: 0,
+            instance_id: instance.to_string(),
+            trajectory_id: format!("{instance}-r0"),
+            hint: "Print the result in the format check_output expects.".to_string(),
+            category: HintCategory::StaticFallback,
+            model: None,
+            prompt_version: "v1".to_string(),
+            latency_ms: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            failure_reason: None,
+            source: HintSource {
+                topic: "rl.trajectories.failed".to_string(),
+                partition: 0,
+                offset: row as i64,
+            },
+            created_at: "2026-12-06T00:00:00.000Z".to_string(),
+            arm: DEFAULT_ARM.to_string(),
+            refines: Vec::new(),
+            hint_truncated: false,
+            hedged: false,
+            leak: false,
+            level: None,
+        };
+        sends.push((
+            hintstream::messages::group_key(RUN_ID, 0, instance),
+            serde_json::to_vec(&hint)?,
+        ));
+    }
+    let count = sends.len();
+    let sent = futures::future::join_all(
+        sends
+            .iter()
+            .map(|(key, payload)| producer.send(FutureRecord::to(topic).key(key).payload(payload), bound)),
+    )
+    .await;
+    for result in sent {
+        result.map_err(|(e, _)| format!("writing a hint to {topic}: {e}"))?;
+    }
+    producer.commit_transaction(bound)?;
+    Ok(count)
 }
 
 /// One input message.
@@ -1384,6 +1460,15 @@ async fn run(args: Args) -> Result<()> {
         echoer = Some(e);
     }
 
+    if args.learning {
+        // Every group of the largest step: the smaller ones' are among them.
+        let largest = args.rows.iter().copied().max().unwrap_or(0).max(64);
+        let written = write_hints(&config, &config.topics.hints, &step_rows(largest, false, true)).await?;
+        eprintln!(
+            "--learning: {written} hints written to {} in one transaction",
+            config.topics.hints
+        );
+    }
     let mut worker = Worker::start(&binary, &config_file, work_dir.join("worker.log"))?;
     let prometheus = Prometheus {
         url: format!("http://127.0.0.1:{metrics_port}/metrics"),

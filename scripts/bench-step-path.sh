@@ -34,8 +34,9 @@
 #                 --wall-times (each step's times in UTC on stderr)
 #                 --backlog (each step produced whole while the worker is stopped
 #                 and the echo has no partition, timed from their release)
-#                 --learning (hints that learn: hinted rows name their group's hint, the
-#                 worker reads a hints topic and publishes an outcome a hint before its
+#                 --learning (hints that learn: hinted rows name their group's hint, written
+#                 to a hints topic in one transaction before the run; the
+#                 worker reads it and publishes an outcome a hint before its
 #                 metrics, and so does the echo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +60,7 @@ while [ $# -gt 0 ]; do
     --side-cpus) side_cpus=$2; shift 2 ;;
     --vs) versus=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
