@@ -429,9 +429,11 @@ def worked_floor_topic(tag):
 def check_worked_floor(worker, worked):
     """Refuses a run where the floor's hint work wrote something else than
     the worker's hints: each (bytes, headers), one of each, must hold the
-    same fields and the same static hint text."""
+    same fields, the same static hint text and the same labels (its id is
+    made from them and the input's group)."""
     ours, its = json.loads(worker[0]), json.loads(worked[0])
-    if sorted(ours) != sorted(its) or ours.get("hint") != its.get("hint"):
+    same = ("hint", "category", "arm", "prompt_version", "schema_version")
+    if sorted(ours) != sorted(its) or any(ours.get(k) != its.get(k) for k in same):
         raise SystemExit(f"the floor's hint work wrote {worked[0][:300]!r}, unlike the worker's "
                          f"{worker[0][:300]!r}")
 
