@@ -10,10 +10,10 @@
 //! and waits until every partition has been read up to them. A record
 //! counts as read once the callback has returned. Transaction markers take
 //! offsets that carry no record, so at a partition-EOF the reader takes
-//! librdkafka's position, which is past them, and a partition whose reader
-//! reported partition-EOF after the measurement counts as read (before,
-//! a caught-up reader of a topic written in transactions waited out every
-//! barrier's bound). A reader is caught up when the barrier taken at its
+//! librdkafka's position, which is past them (before, a caught-up reader of
+//! a topic written in transactions waited out every barrier's bound); a
+//! partition with no position there (no record handed on) counts as read
+//! when its reader reported partition-EOF after the measurement. A reader is caught up when the barrier taken at its
 //! start has passed. [`sync_all`] is the barrier of several readers at
 //! once, measured in one round trip.
 //! The end offsets are asked for by a second client of the tail (its
@@ -144,21 +144,19 @@ struct Measurer {
 }
 
 impl Measurer {
-    fn start(settings: &rdkafka::ClientConfig) -> Result<Measurer, TailError> {
+    fn start(settings: &rdkafka::ClientConfig, topic: &str) -> Result<Measurer, TailError> {
         let client: Arc<TailConsumer> =
             Arc::new(settings.create_with_context(TailContext { measurer: true })?);
         let task = {
-            let client = client.clone();
-            tokio::spawn(
-                async move {
-                    loop {
-                        if let Err(e) = client.recv().await {
-                            tracing::debug!(error = %e, "measuring the end offsets of a whole topic");
-                        }
+            let (client, topic) = (client.clone(), topic.to_string());
+            // Its own: it outlives the barrier that made it.
+            tokio::spawn(async move {
+                loop {
+                    if let Err(e) = client.recv().await {
+                        tracing::debug!(error = %e, topic, "measuring the end offsets of a whole topic");
                     }
                 }
-                .in_current_span(),
-            )
+            })
         };
         Ok(Measurer { client, task })
     }
@@ -205,7 +203,7 @@ impl TopicTail {
         config: &Config,
         topic: &str,
         since: Option<std::time::SystemTime>,
-        mut on_record: F,
+        on_record: F,
     ) -> Result<TopicTail, TailError>
     where
         F: FnMut(Option<&[u8]>, Option<&[u8]>, Option<i64>) + Send + 'static,
@@ -257,48 +255,13 @@ impl TopicTail {
         consumer.assign(&assignment)?;
         let progress = Arc::new(Mutex::new(progress));
         let moved = Arc::new(Notify::new());
-        let task = {
-            let (consumer, progress, moved) = (consumer.clone(), progress.clone(), moved.clone());
-            let topic_name = topic.to_string();
-            tokio::spawn(
-                async move {
-                    loop {
-                        let event = consumer.recv().await;
-                        let mut p = lock(&progress);
-                        p.events += 1;
-                        let n = p.events;
-                        match event {
-                            Ok(m) => {
-                                drop(p);
-                                let appended = match m.timestamp() {
-                                    rdkafka::Timestamp::LogAppendTime(ms) => Some(ms),
-                                    _ => None,
-                                };
-                                on_record(m.key(), m.payload(), appended);
-                                // Read once handed on: a barrier passed
-                                // after this finds the record applied.
-                                lock(&progress).position.insert(m.partition(), m.offset() + 1);
-                            }
-                            Err(KafkaError::PartitionEOF(partition)) => {
-                                p.eof_at.insert(partition, n);
-                                // The end reached, past any transaction
-                                // marker after the last record (an offset
-                                // with no record, which a barrier's end
-                                // offset counts): librdkafka's position.
-                                if let Some(end) = position_of(&consumer, &topic_name, partition) {
-                                    let read = p.position.entry(partition).or_insert(end);
-                                    *read = (*read).max(end);
-                                }
-                            }
-                            Err(e) if expected(&e) => tracing::debug!(error = %e, "reading a whole topic"),
-                            Err(e) => tracing::warn!(error = %e, "reading a whole topic; retrying"),
-                        }
-                        moved.notify_waiters();
-                    }
-                }
-                .in_current_span(),
-            )
-        };
+        let task = spawn_reader(
+            consumer,
+            topic.to_string(),
+            progress.clone(),
+            moved.clone(),
+            on_record,
+        );
         let mut measurer_config = reader_config(config);
         measurer_config.remove("group.id");
         Ok(TopicTail {
@@ -379,7 +342,7 @@ pub async fn sync_all(tails: &[&TopicTail], within: Duration) -> Result<(), Tail
         .collect();
     let measurer = first
         .measurer
-        .get_or_try_init(|| async { Measurer::start(&first.measurer_config) })
+        .get_or_try_init(|| async { Measurer::start(&first.measurer_config, &first.topic) })
         .await?;
     let ends = latest_offsets(measurer.client.clone(), wanted, within.min(METADATA_TIMEOUT)).await?;
     for (tail, at) in tails.iter().zip(measured_at) {
@@ -396,6 +359,71 @@ pub async fn sync_all(tails: &[&TopicTail], within: Duration) -> Result<(), Tail
 fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
     // Every change to Progress completes before the lock is released.
     progress.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The reader's task: hands each record of `consumer` to `on_record`, and
+/// keeps `progress` (what was read of each partition) and `moved` (woken at
+/// each event) for the barrier.
+fn spawn_reader<F>(
+    consumer: Arc<TailConsumer>,
+    topic: String,
+    progress: Arc<Mutex<Progress>>,
+    moved: Arc<Notify>,
+    mut on_record: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut(Option<&[u8]>, Option<&[u8]>, Option<i64>) + Send + 'static,
+{
+    tokio::spawn(
+        async move {
+            loop {
+                let event = consumer.recv().await;
+                // At a partition's end, librdkafka's position there: past
+                // any transaction marker after the last record (an offset
+                // with no record, which a barrier's end offset counts).
+                // Asked before the lock: it waits on librdkafka's thread.
+                let end = match &event {
+                    Err(KafkaError::PartitionEOF(partition)) => position_of(&consumer, &topic, *partition),
+                    _ => None,
+                };
+                let mut p = lock(&progress);
+                p.events += 1;
+                let n = p.events;
+                match event {
+                    Ok(m) => {
+                        drop(p);
+                        let appended = match m.timestamp() {
+                            rdkafka::Timestamp::LogAppendTime(ms) => Some(ms),
+                            _ => None,
+                        };
+                        on_record(m.key(), m.payload(), appended);
+                        // Read once handed on: a barrier that counts it
+                        // finds the record applied.
+                        lock(&progress).position.insert(m.partition(), m.offset() + 1);
+                    }
+                    // Read up to the position, and no further: an end
+                    // reported before records fetched after it (still
+                    // queued) counts for what was handed on.
+                    Err(KafkaError::PartitionEOF(partition)) => match end {
+                        Some(end) => {
+                            let read = p.position.entry(partition).or_insert(end);
+                            *read = (*read).max(end);
+                        }
+                        // No position (no record handed on, e.g. every
+                        // one of the partition deleted): the end reached
+                        // after a barrier's measurement counts.
+                        None => {
+                            p.eof_at.insert(partition, n);
+                        }
+                    },
+                    Err(e) if expected(&e) => tracing::debug!(error = %e, "reading a whole topic"),
+                    Err(e) => tracing::warn!(error = %e, "reading a whole topic; retrying"),
+                }
+                moved.notify_waiters();
+            }
+        }
+        .in_current_span(),
+    )
 }
 
 /// The reader's position in `partition` of `topic` (the offset after what
