@@ -12,6 +12,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hintstream::kafka::{create_producer, TailError, TopicTail};
 
+/// A tail of `topic` that counts the records it was handed.
+async fn counting_tail(config: &hintstream::config::Config, topic: &str) -> (TopicTail, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let tail = TopicTail::start(config, topic, move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .await
+    .unwrap();
+    (tail, count)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_barrier_passes_only_once_every_record_so_far_was_read() {
     let broker = common::shared_kafka();
@@ -47,13 +59,7 @@ async fn the_barrier_passes_only_once_every_record_so_far_was_read() {
     want.sort();
     assert_eq!(got, want, "each record once, the later ones too");
 
-    let count = Arc::new(AtomicUsize::new(0));
-    let counter = count.clone();
-    let empty_tail = TopicTail::start(&config, &empty, move |_, _| {
-        counter.fetch_add(1, Ordering::SeqCst);
-    })
-    .await
-    .unwrap();
+    let (empty_tail, count) = counting_tail(&config, &empty).await;
     empty_tail.sync(Duration::from_secs(30)).await.unwrap();
     assert_eq!(count.load(Ordering::SeqCst), 0);
 
@@ -84,13 +90,7 @@ async fn the_barrier_does_not_wait_behind_the_readers_fetch() {
     for i in 0..10 {
         common::send(&producer, &topic, &format!("k{i}"), b"v").await;
     }
-    let count = Arc::new(AtomicUsize::new(0));
-    let counter = count.clone();
-    let tail = TopicTail::start(&config, &topic, move |_, _| {
-        counter.fetch_add(1, Ordering::SeqCst);
-    })
-    .await
-    .unwrap();
+    let (tail, count) = counting_tail(&config, &topic).await;
     for barrier in 1..=3 {
         if let Err(e) = tail.sync(Duration::from_secs(5)).await {
             panic!("barrier {barrier} on a quiet topic: {e}");
@@ -134,13 +134,7 @@ async fn a_caught_up_reader_passes_the_barrier_of_a_topic_written_in_transaction
         }
         producer.commit_transaction(Duration::from_secs(30)).unwrap();
     }
-    let count = Arc::new(AtomicUsize::new(0));
-    let counter = count.clone();
-    let tail = TopicTail::start(&config, &topic, move |_, _| {
-        counter.fetch_add(1, Ordering::SeqCst);
-    })
-    .await
-    .unwrap();
+    let (tail, count) = counting_tail(&config, &topic).await;
     // A commit is answered before its markers are written: the last
     // transaction's records may become readable a little after it.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
