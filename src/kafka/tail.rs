@@ -13,17 +13,19 @@
 //! librdkafka's position, which is past them (before, a caught-up reader of
 //! a topic written in transactions waited out every barrier's bound); a
 //! partition with no position there (no record handed on) counts as read
-//! when its reader reported partition-EOF after the measurement. A reader is caught up when the barrier taken at its
-//! start has passed. [`sync_all`] is the barrier of several readers at
-//! once, measured in one round trip.
+//! when its reader reported partition-EOF after the measurement. A reader
+//! is caught up when the barrier taken at its start has passed.
+//! [`sync_all`] is the barrier of several readers at once, measured in one
+//! round trip.
+//!
 //! The end offsets are asked for by a second client of the tail (its
 //! measurer, made at its first barrier, with no group), never assigned
-//! anything: a broker answers one connection's
-//! requests in order, and the reader's connection nearly always has a
-//! fetch waiting on the broker for new records (`fetch.wait.max.ms`, 500
-//! ms by default) that a ListOffsets sent on it would wait behind. Asked on
-//! the reader's own, a barrier on a quiet topic took 450-470 ms where one
-//! round trip takes a few (docs/BENCHMARKS.md, round thirty-five).
+//! anything: a broker answers one connection's requests in order, and the
+//! reader's connection nearly always has a fetch waiting on the broker for
+//! new records (`fetch.wait.max.ms`, 500 ms by default) that a ListOffsets
+//! sent on it would wait behind. Asked on the reader's own, a barrier on a
+//! quiet topic took 450-470 ms where one round trip takes a few
+//! (docs/BENCHMARKS.md, round thirty-five).
 //!
 //! Partitions added to a topic after the tail started are not read (a
 //! restart picks them up). [`TopicTail::start_since`] starts at a time
