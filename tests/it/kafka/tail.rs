@@ -103,6 +103,48 @@ async fn the_barrier_does_not_wait_behind_the_readers_fetch() {
     );
 }
 
+/// A record counts as read once the callback that applies it returned: a
+/// barrier taken while the callback holds the last record does not pass
+/// (its bound, 2 s, runs out), and passes once the callback returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_barrier_waits_for_the_callback_that_applies_the_last_record() {
+    let broker = common::shared_kafka();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("tail-held");
+    common::create_topics(&config, &[&topic], 1).await;
+    let producer = create_producer(&config).unwrap();
+    for i in 0..3 {
+        common::send(&producer, &topic, &format!("k{i}"), format!("v{i}").as_bytes()).await;
+    }
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let applied = Arc::new(AtomicUsize::new(0));
+    let counter = applied.clone();
+    let tail = TopicTail::start(&config, &topic, move |_, payload| {
+        if payload == Some(b"v2".as_slice()) {
+            // The last record: held until the test lets it go.
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        }
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .await
+    .unwrap();
+    tokio::task::spawn_blocking(move || held_rx.recv_timeout(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("the last record reached the callback");
+    let held = tail.sync(Duration::from_secs(2)).await;
+    assert!(
+        matches!(held, Err(TailError::Behind { .. })),
+        "a barrier passed with {} of 3 records applied: {held:?}",
+        applied.load(Ordering::SeqCst)
+    );
+    release_tx.send(()).unwrap();
+    tail.sync(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(applied.load(Ordering::SeqCst), 3, "every record applied");
+}
+
 /// A topic written in transactions (stage 1's hints under exactly_once)
 /// ends each partition with a commit marker, an offset with no record. A
 /// reader that has read every record, with nothing written since, passes
