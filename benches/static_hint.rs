@@ -29,7 +29,7 @@ use hintstream::hints::cache::CachedHint;
 use hintstream::hints::decode::decode_arrival;
 use hintstream::hints::{build_hint, HintLabels};
 use hintstream::kafka::RecordMeta;
-use hintstream::learn::hint_id;
+use hintstream::learn::{hint_id, STATIC_CHAIN};
 use hintstream::llm::prompt::leak::{expected_values, repeated};
 use hintstream::llm::synth::LlmEnv;
 use hintstream::llm::Synthesizer;
@@ -38,9 +38,6 @@ use hintstream::messages::{DecodeLimits, DEFAULT_ARM};
 /// The bench script's trajectory number 12,345 (`trajectory` in
 /// scripts/bench_static_hints.py).
 const PAYLOAD: &str = r#"{"schema_version": 1, "run_id": "bench", "step": 12, "instance_id": "task-00012345", "trajectory_id": "task-00012345-r0", "task_prompt": "Solve task-00012345", "reward": 0.0, "group_size": 1, "env_class": "swe", "chat_history": [{"role": "user", "content": "go"}, {"role": "assistant", "content": "done"}], "verifier_stdout": ">>> ERROR_ACCUMULATOR >>>\n['check_output failed']\n<<< ERROR_ACCUMULATOR <<<"}"#;
-
-/// The chain label a static arm's hint ids carry (`ArmSpec::chain_label`).
-const STATIC_CHAIN: &str = "static";
 
 fn meta() -> RecordMeta {
     RecordMeta {

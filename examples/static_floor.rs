@@ -72,7 +72,7 @@ use hintstream::hints::decode::decode_arrival;
 use hintstream::hints::{build_hint, HintLabels};
 use hintstream::kafka::produce::headers;
 use hintstream::kafka::RecordMeta;
-use hintstream::learn::hint_id;
+use hintstream::learn::{hint_id, STATIC_CHAIN};
 use hintstream::llm::prompt::leak::{expected_values, repeated};
 use hintstream::llm::synth::LlmEnv;
 use hintstream::llm::Synthesizer;
@@ -80,7 +80,7 @@ use hintstream::messages::{DecodeLimits, DEFAULT_ARM};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -116,9 +116,6 @@ struct Args {
     #[arg(long)]
     hint_work: bool,
 }
-
-/// The chain label a static arm's hint ids carry (`ArmSpec::chain_label`).
-const STATIC_CHAIN: &str = "static";
 
 /// Stage 1's hint work on one input, with no model: what
 /// `benches/static_hint.rs` times as `all`.
@@ -366,20 +363,7 @@ fn main() -> Result<()> {
                 let hinted = match &work {
                     Some(work) => {
                         // As the worker's intake copies it out.
-                        let meta = RecordMeta {
-                            topic: input_topic.clone(),
-                            partition: message.partition(),
-                            offset: message.offset(),
-                            key: message.key().map(<[u8]>::to_vec),
-                            headers: message
-                                .headers()
-                                .map(|h| {
-                                    h.iter()
-                                        .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                        };
+                        let meta = RecordMeta::copied(&message, input_topic.clone());
                         Some(work.hint(message.payload().unwrap_or_default(), &meta)?)
                     }
                     None => None,

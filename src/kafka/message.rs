@@ -60,6 +60,12 @@ pub struct RecordMeta {
 impl RecordMeta {
     /// `message`'s metadata, its topic's name taken from `topics`.
     pub(crate) fn of(message: &BorrowedMessage<'_>, topics: &mut TopicNames) -> Self {
+        Self::copied(message, topics.name(message.topic()))
+    }
+
+    /// `message`'s metadata copied out of librdkafka, under `topic` (its
+    /// topic's shared name).
+    pub fn copied(message: &BorrowedMessage<'_>, topic: Arc<str>) -> Self {
         let headers = message
             .headers()
             .map(|h| {
@@ -69,7 +75,7 @@ impl RecordMeta {
             })
             .unwrap_or_default();
         RecordMeta {
-            topic: topics.name(message.topic()),
+            topic,
             partition: message.partition(),
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),

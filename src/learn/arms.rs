@@ -53,6 +53,10 @@ pub fn default_prompt_version() -> String {
     PROMPT_VERSION.to_string()
 }
 
+/// The chain label of a static arm, or of one without models
+/// ([`ArmSpec::chain_label`]): what its hint ids are made with.
+pub const STATIC_CHAIN: &str = "static";
+
 impl ArmSpec {
     /// The arm of a `[[hints.arms]]` entry; an entry without a
     /// prompt_version takes `default_prompt_version` (`llm.prompt_version`).
@@ -101,7 +105,7 @@ impl ArmSpec {
     /// otherwise the model ids joined with `,`.
     pub fn chain_label(&self) -> String {
         if self.is_static || self.models.is_empty() {
-            "static".to_string()
+            STATIC_CHAIN.to_string()
         } else {
             self.models.join(",")
         }

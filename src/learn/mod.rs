@@ -63,7 +63,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
-pub use arms::{hint_id, ArmConfigError, ArmReward, ArmSelection, ArmSpec, Arms, LearnOptions};
+pub use arms::{hint_id, ArmConfigError, ArmReward, ArmSelection, ArmSpec, Arms, LearnOptions, STATIC_CHAIN};
 pub use levels::{next_level, PreviousHint};
 pub use limits::StateLimits;
 pub use refine::{refined_prompt_version, EarlierHint, Refinement};
