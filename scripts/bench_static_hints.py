@@ -550,8 +550,8 @@ def main():
         watcher.close()
         after = after_model(progress, model.last_answer) if model else None
         rows.append(((base, base_cpu, base_broker, base_busy), (hs, hs_cpu, hs_broker, hs_busy), low, after,
-                     other, (steady(base_progress, n), steady(progress, n), low_steady, other_steady),
-                     worked, worked_steady))
+                     other, (steady(base_progress, n), steady(progress, n), low_steady, other_steady, worked_steady),
+                     worked))
     spans = "s (CPU s; broker CPU s; machine busy)"
     head = f"| repeat | messages | passthrough {spans} | passthrough msg/s | hintstream {spans} | hints/s | ratio |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
@@ -569,7 +569,7 @@ def main():
         rule += "---:|---:|---:|"
     print(head)
     print(rule)
-    for r, (pt, hs, low, after, other, _, worked, _) in enumerate(rows):
+    for r, (pt, hs, low, after, other, _, worked) in enumerate(rows):
         line = (f"| {r + 1} | {n:,} | {cell(pt)} | {n / pt[0]:,.0f} | {cell(hs)} | {n / hs[0]:,.0f} "
                 f"| {pt[0] / hs[0]:.2f} |")
         if low:
@@ -605,7 +605,7 @@ def main():
     def against(rate, pt):
         return f" {rate_cell(rate)} | {rate[0] / pt[0]:.2f} |" if rate and pt else f" {rate_cell(rate)} | - |"
 
-    for r, ((pt, hs, low, vs), worked) in enumerate(zip(rates, [row[7] for row in rows])):
+    for r, (pt, hs, low, vs, worked) in enumerate(rates):
         line = f"| {r + 1} | {rate_cell(pt)} |" + against(hs, pt)
         if args.floor:
             line += against(low, pt)
@@ -614,17 +614,18 @@ def main():
         if args.vs:
             line += against(vs, pt)
         print(line)
-    both = [(pt, hs) for pt, hs, _, _ in rates if pt and hs]
+    both = [(pt, hs) for pt, hs, *_ in rates if pt and hs]
     if both:
         print(f"\nSteady ratio summed over the {len(both)} repeats with both rates (the passthrough's seconds for "
               f"the middle 80% against hintstream's): {sum(1 / pt[0] for pt, _ in both) / sum(1 / hs[0] for _, hs in both):.2f}")
     if args.worked_floor:
-        timed_rows = [row for row in rows if row[6]]
+        def cpu_us(side):
+            """Side `side`'s CPU a message over the repeats, in us."""
+            return sum(row[side][1] for row in rows) / (n * len(rows)) * 1e6
+
         print(f"\nThe floor with the hint work ÷ the passthrough, summed over the repeats: "
-              f"{sum(row[0][0] for row in timed_rows) / sum(row[6][0] for row in timed_rows):.2f}; its CPU a "
-              f"message: {sum(row[6][1] for row in timed_rows) / (n * len(timed_rows)) * 1e6:.1f} us, the worker's "
-              f"{sum(row[1][1] for row in timed_rows) / (n * len(timed_rows)) * 1e6:.1f} us, the floor's "
-              f"{sum(row[2][1] for row in timed_rows) / (n * len(timed_rows)) * 1e6:.1f} us")
+              f"{sum(row[0][0] for row in rows) / sum(row[6][0] for row in rows):.2f}; its CPU a message: "
+              f"{cpu_us(6):.1f} us, the worker's {cpu_us(1):.1f} us, the floor's {cpu_us(2):.1f} us")
     if args.vs:
         def summed(chosen):
             return sum(row[1][1] for row in chosen) / sum(row[4][1] for row in chosen)

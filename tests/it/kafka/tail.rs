@@ -24,6 +24,16 @@ async fn counting_tail(config: &hintstream::config::Config, topic: &str) -> (Top
     (tail, count)
 }
 
+/// Three barriers of `tail` in turn, each within 5 s (`what`: the case,
+/// for the failure's message).
+async fn three_barriers_pass_at_once(tail: &TopicTail, what: &str) {
+    for barrier in 1..=3 {
+        if let Err(e) = tail.sync(Duration::from_secs(5)).await {
+            panic!("barrier {barrier} {what}: {e}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_barrier_passes_only_once_every_record_so_far_was_read() {
     let broker = common::shared_kafka();
@@ -91,11 +101,7 @@ async fn the_barrier_does_not_wait_behind_the_readers_fetch() {
         common::send(&producer, &topic, &format!("k{i}"), b"v").await;
     }
     let (tail, count) = counting_tail(&config, &topic).await;
-    for barrier in 1..=3 {
-        if let Err(e) = tail.sync(Duration::from_secs(5)).await {
-            panic!("barrier {barrier} on a quiet topic: {e}");
-        }
-    }
+    three_barriers_pass_at_once(&tail, "on a quiet topic").await;
     assert_eq!(
         count.load(Ordering::SeqCst),
         10,
@@ -188,11 +194,7 @@ async fn a_caught_up_reader_passes_the_barrier_of_a_topic_written_in_transaction
         );
         tail.sync(Duration::from_secs(30)).await.unwrap();
     }
-    for barrier in 1..=3 {
-        if let Err(e) = tail.sync(Duration::from_secs(5)).await {
-            panic!("barrier {barrier} of a caught-up reader: {e}");
-        }
-    }
+    three_barriers_pass_at_once(&tail, "of a caught-up reader").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
