@@ -51,6 +51,23 @@
 //! read. The echo publishes as many outcomes of the same shape before its
 //! metrics.
 //!
+//! **`--floor`** (a third side, since 2026-12-06): the echo again, on
+//! topics of its own, doing on its one task the work no worker can leave
+//! out, with none of the worker's machinery (no tracker, bounds, tasks or
+//! acknowledgements a message): each message's metadata copied out of
+//! librdkafka (`RecordMeta::copied`) and decoded (`decode_scored`, as the
+//! worker's configuration has it), its rows put into one step and their
+//! group ids mapped and their `trajectory_id`s hashed as they come
+//! (`HashedGroups::extend`); once every message is in, the duplicates
+//! check's bit array (`LowBitClashes`) and, off the async threads as the
+//! worker does, the kernel
+//! (`compute_grouped`), the step's metrics (`step_metrics`) and its Arrow
+//! chunks (`encode_chunks`, all of them before the first leaves, where the
+//! worker sends each as the next is encoded); then those chunks and
+//! metrics, sent as the echo sends. About the best a worker could do on
+//! this machine: the worker ÷ the floor is what its machinery costs, the
+//! floor ÷ the echo what the work itself does.
+//!
 //! Rows: 8 a group, string ids like a trainer's (`swe-task-00012345`),
 //! shuffled (`--grouped`: a group's rows side by side), 30% reward 1 and the rest in [0, 0.5), 10% hinted (as
 //! `benches/advantages.rs`).
@@ -61,11 +78,12 @@
 //!     cargo build --release --bin hintstream --example step_path
 //!     target/release/examples/step_path --bootstrap 127.0.0.1:9092 \
 //!         [--rows 16000,64000,1000000] [--repeats 3] [--formats json,arrow] \
-//!         [--json-max-rows N] [--hintstream PATH] [--no-baseline]
+//!         [--json-max-rows N] [--hintstream PATH] [--no-baseline] [--floor]
 //!
 //! Progress goes to stderr; the Markdown tables to stdout.
 
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -73,6 +91,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
+use hintstream::advantages::compute::{advantages_batch, compute_grouped};
+use hintstream::advantages::decode::{decode_scored_bounded, ScoredInput};
+use hintstream::advantages::step_metrics::{step_metrics, MetricOptions};
 use hintstream::batch::chunk::{chunk_header_values, encode_chunks, ChunkInfo};
 use hintstream::batch::synthetic::{in_group_order, synthetic_step};
 use hintstream::batch::{ScoredRows, ARROW_STREAM_CONTENT_TYPE};
@@ -80,12 +101,15 @@ use hintstream::config::{ClientKind, Config};
 use hintstream::kafka::admin::{create_topics, TopicOutcome};
 use hintstream::kafka::client_config;
 use hintstream::kafka::produce::headers;
-use hintstream::kafka::{base_config, create_producer, create_producer_lingering, Linger};
+use hintstream::kafka::{base_config, create_producer, create_producer_lingering, Linger, RecordMeta};
 use hintstream::messages::{
     step_key, Hint, HintCategory, HintOutcome, HintSource, ScoredMessage, StepEnd, Usage, DEFAULT_ARM,
 };
+use hintstream::normalize::clashes::{retain_high_clashes, LowBitClashes};
+use hintstream::normalize::groups::HashedGroups;
+use hintstream::normalize::DenseGroups;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
@@ -173,6 +197,11 @@ struct Args {
     /// hint before the step's metrics.
     #[arg(long)]
     learning: bool,
+    /// A third side, the floor: the echo doing the work no worker can
+    /// leave out (decode, assemble, compute, metrics, encode) on one task
+    /// (see the doc comment). Not with --no-baseline.
+    #[arg(long, conflicts_with = "no_baseline")]
+    floor: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -195,6 +224,19 @@ impl Format {
 enum Via {
     Hintstream,
     Echo,
+    /// `--floor`.
+    Floor,
+}
+
+impl Via {
+    /// How the progress lines name a baseline side.
+    fn name(self) -> &'static str {
+        match self {
+            Via::Hintstream => "hintstream",
+            Via::Echo => "echo",
+            Via::Floor => "floor",
+        }
+    }
 }
 
 /// `n` rows of one step, with string ids like a trainer's: shuffled, or
@@ -522,34 +564,148 @@ struct EchoPlan {
     all_in: Option<Instant>,
 }
 
-/// The broker-only baseline: consumes the echo's input and, once the
-/// planned step's messages are all in, publishes messages of the planned
-/// sizes on `output` (`in_flight` at a time, as the worker sends its
-/// chunks), with `--learning` the step's hint outcomes on `outcomes` (all
-/// at once), and a metrics message.
+/// A baseline's topics: its input, output and metrics, and with
+/// `--learning` its hint outcomes.
 #[derive(Clone)]
-struct Echo {
-    config: Config,
+struct SideTopics {
     input: String,
     output: String,
     metrics: String,
     outcomes: Option<String>,
+}
+
+impl SideTopics {
+    /// `PREFIX-in`, `PREFIX-out`, `PREFIX-metrics` (and `PREFIX-outcomes`)
+    /// through `name`.
+    fn named(name: &impl Fn(&str) -> String, prefix: &str, learning: bool) -> SideTopics {
+        SideTopics {
+            input: name(&format!("{prefix}-in")),
+            output: name(&format!("{prefix}-out")),
+            metrics: name(&format!("{prefix}-metrics")),
+            outcomes: learning.then(|| name(&format!("{prefix}-outcomes"))),
+        }
+    }
+}
+
+/// The broker-only baseline: consumes the echo's input and, once the
+/// planned step's messages are all in, publishes messages of the planned
+/// sizes on `output` (`in_flight` at a time, as the worker sends its
+/// chunks), with `--learning` the step's hint outcomes on `outcomes` (all
+/// at once), and a metrics message. With `worked` (`--floor`) it does the
+/// work no worker can leave out on the way ([`FloorWork`]), and publishes
+/// the chunks and metrics that work made.
+#[derive(Clone)]
+struct Echo {
+    config: Config,
+    topics: SideTopics,
     plan: Arc<Mutex<EchoPlan>>,
     in_flight: usize,
+    worked: bool,
     // As the worker's output producer holds a step's outputs.
     producer: FutureProducer,
 }
 
+/// `--floor`: a step's rows as they come, decoded and put together with
+/// their group ids and their `trajectory_id`s' hashes (for the duplicates
+/// check), on the echo's one task.
+#[derive(Default)]
+struct FloorWork {
+    topic: Option<Arc<str>>,
+    rows: ScoredRows,
+    groups: HashedGroups,
+    hasher: foldhash::fast::RandomState,
+    hashes: Vec<u64>,
+}
+
+impl FloorWork {
+    /// Copies `m`'s metadata out, decodes it and puts its rows in.
+    fn take(&mut self, config: &Config, m: &BorrowedMessage<'_>) {
+        let topic = self.topic.get_or_insert_with(|| Arc::from(m.topic())).clone();
+        let meta = RecordMeta::copied(m, topic);
+        let decoded = decode_scored_bounded(
+            m.payload().unwrap_or_default(),
+            &meta,
+            config.decode_limits(),
+            config.limits.max_decoded_bytes,
+        );
+        match decoded {
+            Ok(ScoredInput::Row(row)) => {
+                self.groups.extend(std::iter::once(row.instance_id.as_str()));
+                self.hashes.push(self.hasher.hash_one(&row.trajectory_id));
+                self.rows.push(&row);
+            }
+            Ok(ScoredInput::Rows(rows, _)) => {
+                self.groups.extend(rows.instance_id.iter());
+                let hasher = &self.hasher;
+                self.hashes
+                    .extend(rows.trajectory_id.iter().map(|id| hasher.hash_one(id)));
+                self.rows.extend(*rows);
+            }
+            Ok(ScoredInput::End { .. }) => {}
+            Err(e) => eprintln!("floor: offset {}: {} ({})", meta.offset, e.reason, e.kind),
+        }
+    }
+
+    /// The step's advantages as Arrow chunks under the worker's message
+    /// bound, and its metrics as the worker sends them; the rows taken so
+    /// far are gone after it.
+    fn finish(&mut self, config: &Config) -> Result<(Vec<Vec<u8>>, Vec<u8>)> {
+        // The worker's duplicates check: the hashes whose low bits clash,
+        // those sorted, and the ids of equal ones compared (the bench's ids
+        // are distinct: nothing is dropped).
+        let hashes = std::mem::take(&mut self.hashes);
+        let clashes = LowBitClashes::of(&hashes, 8, 1 << 23);
+        let mut suspects: Vec<(u64, u32)> = hashes
+            .iter()
+            .zip(0u32..)
+            .filter(|(&hash, _)| clashes.any() && clashes.contains(hash))
+            .map(|(&hash, row)| (hash, row))
+            .collect();
+        retain_high_clashes(&mut suspects);
+        suspects.sort_unstable();
+        let ids = &self.rows.trajectory_id;
+        let same = |a: u32, b: u32| ids.get(a as usize) == ids.get(b as usize);
+        if suspects
+            .windows(2)
+            .any(|w| w[0].0 == w[1].0 && same(w[0].1, w[1].1))
+        {
+            eprintln!("floor: a trajectory_id twice in a step; the floor does not drop duplicates");
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let groups = std::mem::take(&mut self.groups)
+            .finish()
+            .unwrap_or_else(|| DenseGroups::from_strings(rows.instance_id.iter()));
+        let normalize = &config.normalize;
+        let result = compute_grouped(rows, groups, &normalize.options(), normalize.device)?;
+        let metrics = step_metrics(
+            &result.rows,
+            &result.groups,
+            &result.advantages,
+            &MetricOptions::from(&config.advantages),
+        );
+        let batch = advantages_batch(&result.rows, &result.advantages, normalize.hinted_weight)?;
+        // The worker's envelope (key, headers, framing) is under a KiB.
+        let room = config.advantages.max_message_bytes.saturating_sub(1024);
+        let chunks = encode_chunks(&batch, room)?;
+        let chunks = chunks.chunks.into_iter().map(|c| c.payload).collect();
+        Ok((chunks, serde_json::to_vec(&metrics)?))
+    }
+}
+
 impl Echo {
-    fn new(config: &Config, topics: &Topics, plan: Arc<Mutex<EchoPlan>>, in_flight: usize) -> Result<Echo> {
+    fn new(
+        config: &Config,
+        topics: &SideTopics,
+        plan: Arc<Mutex<EchoPlan>>,
+        in_flight: usize,
+        worked: bool,
+    ) -> Result<Echo> {
         Ok(Echo {
             config: config.clone(),
-            input: topics.echo_input.clone(),
-            output: topics.echo_output.clone(),
-            metrics: topics.echo_metrics.clone(),
-            outcomes: topics.echo_outcomes.clone(),
+            topics: topics.clone(),
             plan,
             in_flight: in_flight.max(1),
+            worked,
             producer: create_producer_lingering(config, Linger::Off)?,
         })
     }
@@ -560,7 +716,7 @@ impl Echo {
     /// timed with its connections made.
     async fn connected_consumer(&self) -> Result<StreamConsumer> {
         let consumer = own_group_consumer(&self.config, "steppath-echo")?;
-        let topic = self.input.clone();
+        let topic = self.topics.input.clone();
         // Blocking calls, off the runtime's threads; the consumer comes back.
         tokio::task::spawn_blocking(move || -> Result<StreamConsumer> {
             consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
@@ -574,88 +730,116 @@ impl Echo {
 
     /// Echoes every planned step `consumer` brings, until aborted.
     fn spawn(&self, consumer: StreamConsumer) -> tokio::task::JoinHandle<()> {
-        let Echo {
-            output,
-            metrics,
-            outcomes: outcomes_topic,
-            plan,
-            in_flight,
-            producer,
-            ..
-        } = self.clone();
+        let echo = self.clone();
         tokio::spawn(async move {
+            let mut floor = FloorWork::default();
             loop {
                 let Ok(m) = consumer.recv().await else {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let job = {
-                    let mut p = plan.lock().expect("echo plan");
+                    let mut p = echo.plan.lock().expect("echo plan");
                     if m.key() != Some(p.key.as_bytes()) {
                         continue;
                     }
                     p.received += 1;
-                    if p.received != p.messages {
-                        continue;
+                    let all_in = p.received == p.messages;
+                    if all_in {
+                        p.all_in = Some(Instant::now());
                     }
-                    p.all_in = Some(Instant::now());
-                    (p.key.clone(), p.rows, p.output_sizes.clone(), p.outcomes.clone())
+                    all_in.then(|| (p.key.clone(), p.rows, p.output_sizes.clone(), p.outcomes.clone()))
                 };
-                let (key, rows, sizes, outcomes) = job;
-                let count = sizes.len();
-                let payloads: Vec<Vec<u8>> = sizes.into_iter().map(|size| vec![0u8; size]).collect();
-                let sends: Vec<_> = payloads
-                    .iter()
-                    .enumerate()
-                    .map(|(i, payload)| {
-                        let chunk = chunk_header_values(i, count, rows);
-                        producer.send(
-                            FutureRecord::to(&output)
-                                .key(&key)
-                                .payload(payload)
-                                .headers(headers(chunk.iter().map(|(k, v)| (*k, v.as_str())))),
-                            Duration::from_secs(60),
-                        )
-                    })
-                    .collect();
-                // As many in flight as the worker keeps: the same sending, no work.
-                let mut sent = futures::stream::iter(sends).buffered(in_flight);
-                while let Some(result) = sent.next().await {
-                    if let Err((e, _)) = result {
-                        eprintln!("echo: producing to {output}: {e}");
-                    }
+                if echo.worked {
+                    floor.take(&echo.config, &m);
                 }
-                if let Some(topic) = &outcomes_topic {
-                    let sends = outcomes.iter().map(|(key, payload)| {
-                        producer.send(
-                            FutureRecord::to(topic)
-                                .key(key)
-                                .payload(payload)
-                                .headers(headers([("content-type", "application/json")])),
-                            Duration::from_secs(60),
-                        )
-                    });
-                    for sent in futures::future::join_all(sends).await {
-                        if let Err((e, _)) = sent {
-                            eprintln!("echo: producing to {topic}: {e}");
+                let Some((key, rows, sizes, outcomes)) = job else {
+                    continue;
+                };
+                let (payloads, metrics) = if echo.worked {
+                    let (config, mut work) = (echo.config.clone(), std::mem::take(&mut floor));
+                    // Off the async threads, as the worker computes.
+                    match tokio::task::spawn_blocking(move || work.finish(&config)).await {
+                        Ok(Ok(made)) => made,
+                        Ok(Err(e)) => {
+                            eprintln!("floor: step {key}: {e}");
+                            continue;
+                        }
+                        Err(e) => {
+                            eprintln!("floor: step {key} panicked: {e}");
+                            continue;
                         }
                     }
-                }
-                let body = format!("{{\"advantage/rows\": {rows}}}");
-                let sent = producer
-                    .send(
-                        FutureRecord::to(&metrics)
-                            .key(&key)
-                            .payload(body.as_bytes())
-                            .headers(headers([("content-type", "application/json")])),
-                        Duration::from_secs(60),
-                    )
-                    .await;
-                if let Err((e, _)) = sent {
-                    eprintln!("echo: producing to {metrics}: {e}");
-                }
+                } else {
+                    let payloads = sizes.into_iter().map(|size| vec![0u8; size]).collect();
+                    (payloads, format!("{{\"advantage/rows\": {rows}}}").into_bytes())
+                };
+                echo.publish(&key, rows, &payloads, &outcomes, &metrics).await;
             }
         })
+    }
+
+    /// A step's output: `payloads` as its advantages chunks, `in_flight`
+    /// at a time, then its `outcomes` all at once, then its `metrics`.
+    async fn publish(
+        &self,
+        key: &str,
+        rows: usize,
+        payloads: &[Vec<u8>],
+        outcomes: &[(String, Vec<u8>)],
+        metrics: &[u8],
+    ) {
+        let (topics, producer) = (&self.topics, &self.producer);
+        let count = payloads.len();
+        let sends: Vec<_> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, payload)| {
+                let chunk = chunk_header_values(i, count, rows);
+                producer.send(
+                    FutureRecord::to(&topics.output)
+                        .key(key)
+                        .payload(payload)
+                        .headers(headers(chunk.iter().map(|(k, v)| (*k, v.as_str())))),
+                    Duration::from_secs(60),
+                )
+            })
+            .collect();
+        // As many in flight as the worker keeps: the same sending, no work.
+        let mut sent = futures::stream::iter(sends).buffered(self.in_flight);
+        while let Some(result) = sent.next().await {
+            if let Err((e, _)) = result {
+                eprintln!("echo: producing to {}: {e}", topics.output);
+            }
+        }
+        if let Some(topic) = &topics.outcomes {
+            let sends = outcomes.iter().map(|(key, payload)| {
+                producer.send(
+                    FutureRecord::to(topic)
+                        .key(key)
+                        .payload(payload)
+                        .headers(headers([("content-type", "application/json")])),
+                    Duration::from_secs(60),
+                )
+            });
+            for sent in futures::future::join_all(sends).await {
+                if let Err((e, _)) = sent {
+                    eprintln!("echo: producing to {topic}: {e}");
+                }
+            }
+        }
+        let sent = producer
+            .send(
+                FutureRecord::to(&topics.metrics)
+                    .key(key)
+                    .payload(metrics)
+                    .headers(headers([("content-type", "application/json")])),
+                Duration::from_secs(60),
+            )
+            .await;
+        if let Err((e, _)) = sent {
+            eprintln!("echo: producing to {}: {e}", topics.metrics);
+        }
     }
 }
 
@@ -902,14 +1086,8 @@ struct Bench {
     worker: Worker,
     /// Input messages produced to the worker's topic so far.
     worker_messages: usize,
-    echo: Arc<Mutex<EchoPlan>>,
-    /// The echo (none with `--no-baseline`), its running task, and, with
-    /// `--backlog`, the consumer made for its next step.
-    echoer: Option<Echo>,
-    echo_task: Option<tokio::task::JoinHandle<()>>,
-    echo_next: Option<StreamConsumer>,
-    /// Input messages produced to the echo's topic so far.
-    echo_messages: usize,
+    /// The echo and, with `--floor`, the floor (none with `--no-baseline`).
+    baselines: BTreeMap<Via, Baseline>,
     backlog: bool,
     topics: Topics,
     next_step: i64,
@@ -918,15 +1096,22 @@ struct Bench {
     wall_times: bool,
 }
 
+/// The worker's topics.
 struct Topics {
     input: String,
     output: String,
     metrics: String,
-    echo_input: String,
-    echo_output: String,
-    echo_metrics: String,
-    /// `--learning`: the echo's hint outcomes.
-    echo_outcomes: Option<String>,
+}
+
+/// A baseline side ([`Echo`]): its plan, its running task, with
+/// `--backlog` the consumer made for its next step, and how many input
+/// messages were produced to its topic so far.
+struct Baseline {
+    plan: Arc<Mutex<EchoPlan>>,
+    echo: Echo,
+    task: Option<tokio::task::JoinHandle<()>>,
+    next: Option<StreamConsumer>,
+    messages: usize,
 }
 
 impl Bench {
@@ -938,27 +1123,24 @@ impl Bench {
         let messages = encode_input(rows, step, format)?;
         let end = step_end(step, rows.len())?;
         let in_bytes = messages.iter().map(|m| m.payload.len()).sum::<usize>() + end.len();
-        let (input, output, metrics) = match via {
-            Via::Hintstream => (
+        let (input, output, metrics) = match self.baselines.get(&via) {
+            None => (
                 self.topics.input.clone(),
                 self.topics.output.clone(),
                 self.topics.metrics.clone(),
             ),
-            Via::Echo => (
-                self.topics.echo_input.clone(),
-                self.topics.echo_output.clone(),
-                self.topics.echo_metrics.clone(),
+            Some(b) => (
+                b.echo.topics.input.clone(),
+                b.echo.topics.output.clone(),
+                b.echo.topics.metrics.clone(),
             ),
         };
         let compute_before = match via {
             Via::Hintstream => self.prometheus.value(COMPUTE_SUM).await,
-            Via::Echo => None,
+            Via::Echo | Via::Floor => None,
         };
         let cpu_before = self.worker.cpu_seconds();
-        let first_offset = match via {
-            Via::Hintstream => self.worker_messages,
-            Via::Echo => self.echo_messages,
-        };
+        let first_offset = self.messages(via);
         if self.backlog {
             self.hold(via).await?;
         }
@@ -966,10 +1148,7 @@ impl Bench {
         produce_step(&self.producer, &input, &key, &messages, &end, self.deadline).await?;
         let mut acked = Instant::now();
         let produce = acked - started;
-        match via {
-            Via::Hintstream => self.worker_messages += messages.len() + 1,
-            Via::Echo => self.echo_messages += messages.len() + 1,
-        }
+        *self.messages_mut(via) += messages.len() + 1;
         if self.backlog {
             if via == Via::Hintstream && produce >= BACKLOG_MAX_HOLD {
                 return Err(format!(
@@ -991,7 +1170,7 @@ impl Bench {
         let intake = async move {
             match via {
                 Via::Hintstream => wait_intake(prometheus, expected, acked, deadline).await,
-                Via::Echo => None,
+                Via::Echo | Via::Floor => None,
             }
         };
         let what = format!(
@@ -1046,10 +1225,10 @@ impl Bench {
                 .map(|after| after - before),
             _ => None,
         };
-        let intake = match via {
-            Via::Hintstream => intake,
-            Via::Echo => self
-                .echo
+        let intake = match self.baselines.get(&via) {
+            None => intake,
+            Some(b) => b
+                .plan
                 .lock()
                 .expect("echo plan")
                 .all_in
@@ -1077,45 +1256,55 @@ impl Bench {
     /// would not do, as a paused partition resumed took 0.6-0.7 s to bring
     /// its first message here.
     async fn hold(&mut self, via: Via) -> Result<()> {
-        match via {
-            Via::Hintstream => self.worker.signal(true),
-            Via::Echo => {
-                let Some(echoer) = &self.echoer else {
-                    return Ok(());
-                };
-                if let Some(task) = self.echo_task.take() {
-                    task.abort();
-                    let _ = task.await;
-                }
-                self.echo_next = Some(echoer.connected_consumer().await?);
-                Ok(())
-            }
+        let Some(b) = self.baselines.get_mut(&via) else {
+            return self.worker.signal(true);
+        };
+        if let Some(task) = b.task.take() {
+            task.abort();
+            let _ = task.await;
         }
+        b.next = Some(b.echo.connected_consumer().await?);
+        Ok(())
     }
 
     /// `--backlog`: lets the side `via` take the step produced since
     /// [`Bench::hold`], which begins at `first_offset` of its topic.
     fn release(&mut self, via: Via, first_offset: usize) -> Result<()> {
-        match via {
-            Via::Hintstream => self.worker.signal(false),
-            Via::Echo => {
-                let (Some(echoer), Some(consumer)) = (&self.echoer, self.echo_next.take()) else {
-                    return Ok(());
-                };
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition_offset(&self.topics.echo_input, 0, Offset::Offset(first_offset as i64))?;
-                consumer.assign(&tpl)?;
-                self.echo_task = Some(echoer.spawn(consumer));
-                Ok(())
-            }
-        }
+        let Some(b) = self.baselines.get_mut(&via) else {
+            return self.worker.signal(false);
+        };
+        let Some(consumer) = b.next.take() else {
+            return Ok(());
+        };
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&b.echo.topics.input, 0, Offset::Offset(first_offset as i64))?;
+        consumer.assign(&tpl)?;
+        b.task = Some(b.echo.spawn(consumer));
+        Ok(())
     }
 
-    /// Tells the echo what the next step will be: `messages` input
+    /// Input messages produced to `via`'s topic so far.
+    fn messages(&self, via: Via) -> usize {
+        self.baselines
+            .get(&via)
+            .map_or(self.worker_messages, |b| b.messages)
+    }
+
+    fn messages_mut(&mut self, via: Via) -> &mut usize {
+        if via == Via::Hintstream {
+            return &mut self.worker_messages;
+        }
+        &mut self.baselines.get_mut(&via).expect("a baseline side").messages
+    }
+
+    /// Tells baseline `via` what its next step will be: `messages` input
     /// messages (`step_end` included) of `rows`, answered with messages of
     /// `output_sizes` (and, where rows name hints, an outcome a hint).
-    fn plan_echo(&self, rows: &ScoredRows, messages: usize, output_sizes: Vec<usize>) {
-        *self.echo.lock().expect("echo plan") = EchoPlan {
+    fn plan_echo(&self, via: Via, rows: &ScoredRows, messages: usize, output_sizes: Vec<usize>) {
+        let Some(b) = self.baselines.get(&via) else {
+            return;
+        };
+        *b.plan.lock().expect("echo plan") = EchoPlan {
             key: step_key(RUN_ID, self.next_step),
             messages,
             rows: rows.len(),
@@ -1300,26 +1489,52 @@ fn print_tables(
     if !results.keys().any(|(_, _, p)| *p == Via::Echo) {
         return;
     }
+    let floor = results.keys().any(|(_, _, p)| *p == Via::Floor);
     println!("\n### Broker-only baseline: the same input and output bytes through the broker, an echo in place of hintstream\n");
-    println!("| rows | input | echo end-to-end ms (median / min) | echo intake ms | hintstream end-to-end ms | hintstream ÷ echo |");
-    println!("|---:|---|---:|---:|---:|---:|");
+    // The floor's cells after the echo's: a row of this table must keep
+    // fewer than eleven cells (scripts/bench-step-path.sh tells the tables
+    // apart by it).
+    println!(
+        "| rows | input | echo end-to-end ms (median / min) | echo intake ms | hintstream end-to-end ms | hintstream ÷ echo |{}",
+        if floor { " floor end-to-end ms (median / min) | hintstream ÷ floor | floor ÷ echo |" } else { "" }
+    );
+    println!(
+        "|---:|---|---:|---:|---:|---:|{}",
+        if floor { "---:|---:|---:|" } else { "" }
+    );
+    let median_e2e = |key: (usize, Format, Via)| {
+        results
+            .get(&key)
+            .map(|h| median(h.iter().map(|s| ms(s.e2e)).collect()))
+            .unwrap_or(f64::NAN)
+    };
+    let min_e2e = |samples: &[Sample]| samples.iter().map(|s| ms(s.e2e)).fold(f64::INFINITY, f64::min);
     for ((rows, format, path), samples) in results {
         if *path != Via::Echo {
             continue;
         }
         let e2e = median(samples.iter().map(|s| ms(s.e2e)).collect());
-        let min = samples.iter().map(|s| ms(s.e2e)).fold(f64::INFINITY, f64::min);
         let intake = median(samples.iter().filter_map(|s| s.intake.map(ms)).collect());
-        let hs = results
-            .get(&(*rows, *format, Via::Hintstream))
-            .map(|h| median(h.iter().map(|s| ms(s.e2e)).collect()))
-            .unwrap_or(f64::NAN);
+        let hs = median_e2e((*rows, *format, Via::Hintstream));
+        let floor_cells = match results.get(&(*rows, *format, Via::Floor)) {
+            Some(f) => {
+                let fl = median_e2e((*rows, *format, Via::Floor));
+                format!(
+                    " {} / {} | {:.2}× | {:.2}× |",
+                    ms_cell(fl),
+                    ms_cell(min_e2e(f)),
+                    hs / fl,
+                    fl / e2e
+                )
+            }
+            None => String::new(),
+        };
         println!(
-            "| {} | {} | {} / {} | {:.0} | {} | {:.2}× |",
+            "| {} | {} | {} / {} | {:.0} | {} | {:.2}× |{floor_cells}",
             thousands(*rows),
             format.name(),
             ms_cell(e2e),
-            ms_cell(min),
+            ms_cell(min_e2e(samples)),
             intake,
             ms_cell(hs),
             hs / e2e
@@ -1331,6 +1546,15 @@ fn print_tables(
          worker's output producer does (linger.ms 0); timed like the worker. \
          echo intake: from the last acknowledgement until the echo had every input message."
     );
+    if floor {
+        println!(
+            "\nfloor (--floor): the echo, taking its turn after it, doing on its one task the work no worker can \
+             leave out: each message's metadata copied and decoded, its rows put into the step and their group ids \
+             mapped as they come; once all are in (off the async threads), the kernel, the step's metrics and its \
+             Arrow chunks; then those chunks and metrics, sent as the echo sends. hintstream ÷ floor: what the \
+             worker's machinery costs; floor ÷ echo: what the work itself does."
+        );
+    }
 }
 
 #[tokio::main]
@@ -1370,11 +1594,17 @@ async fn run(args: Args) -> Result<()> {
         input: name("scored"),
         output: name("advantages"),
         metrics: name("metrics"),
-        echo_input: name("echo-in"),
-        echo_output: name("echo-out"),
-        echo_metrics: name("echo-metrics"),
-        echo_outcomes: args.learning.then(|| name("echo-outcomes")),
     };
+    // The baselines' sides: none, the echo, or the echo and the floor.
+    let sides = match (args.no_baseline, args.floor) {
+        (true, _) => vec![],
+        (false, false) => vec![Via::Echo],
+        (false, true) => vec![Via::Echo, Via::Floor],
+    };
+    let side_topics: Vec<(Via, SideTopics)> = sides
+        .iter()
+        .map(|&via| (via, SideTopics::named(&name, via.name(), args.learning)))
+        .collect();
     let mut config = Config {
         bootstrap_servers: args.bootstrap.clone(),
         ..Config::default()
@@ -1418,9 +1648,6 @@ async fn run(args: Args) -> Result<()> {
         &config.advantages.stage.dlq_topic,
         &topics.output,
         &topics.metrics,
-        &topics.echo_input,
-        &topics.echo_output,
-        &topics.echo_metrics,
     ]
     .map(|s| s.to_string())
     .into_iter()
@@ -1428,9 +1655,13 @@ async fn run(args: Args) -> Result<()> {
         [&config.topics.hints, &config.topics.outcomes]
             .into_iter()
             .filter(|_| args.learning)
-            .cloned()
-            .chain(topics.echo_outcomes.clone()),
+            .cloned(),
     )
+    .chain(side_topics.iter().flat_map(|(_, t)| {
+        [t.input.clone(), t.output.clone(), t.metrics.clone()]
+            .into_iter()
+            .chain(t.outcomes.clone())
+    }))
     .collect::<Vec<_>>();
     let specs = hintstream::stages::specs_of(&config, &names);
     let created = tokio::time::timeout(Duration::from_secs(60), create_topics(&config, &specs, 1))
@@ -1441,23 +1672,41 @@ async fn run(args: Args) -> Result<()> {
             return Err(format!("creating topic {topic}: {e}").into());
         }
     }
-    let reader = start_reader(
-        &config,
-        &[
-            &topics.output,
-            &topics.metrics,
-            &topics.echo_output,
-            &topics.echo_metrics,
-        ],
-    )?;
-    let echo = Arc::new(Mutex::new(EchoPlan::default()));
-    let (mut echoer, mut echo_task) = (None, None);
-    if !args.no_baseline {
-        let e = Echo::new(&config, &topics, echo.clone(), args.echo_in_flight)?;
-        if !args.backlog {
-            echo_task = Some(e.spawn(from_the_start(&config, "steppath-echo", &[&topics.echo_input])?));
-        }
-        echoer = Some(e);
+    let read: Vec<&str> = [topics.output.as_str(), topics.metrics.as_str()]
+        .into_iter()
+        .chain(
+            side_topics
+                .iter()
+                .flat_map(|(_, t)| [t.output.as_str(), t.metrics.as_str()]),
+        )
+        .collect();
+    let reader = start_reader(&config, &read)?;
+    let mut baselines = BTreeMap::new();
+    for (via, side) in &side_topics {
+        let plan = Arc::new(Mutex::new(EchoPlan::default()));
+        let echo = Echo::new(
+            &config,
+            side,
+            plan.clone(),
+            args.echo_in_flight,
+            *via == Via::Floor,
+        )?;
+        let task = if args.backlog {
+            None
+        } else {
+            Some(echo.spawn(from_the_start(&config, "steppath-echo", &[&side.input])?))
+        };
+        let next = None;
+        baselines.insert(
+            *via,
+            Baseline {
+                plan,
+                echo,
+                task,
+                next,
+                messages: 0,
+            },
+        );
     }
 
     if args.learning {
@@ -1496,11 +1745,7 @@ async fn run(args: Args) -> Result<()> {
         prometheus,
         worker,
         worker_messages: 0,
-        echo,
-        echoer,
-        echo_task,
-        echo_next: None,
-        echo_messages: 0,
+        baselines,
         backlog: args.backlog,
         topics,
         next_step: 0,
@@ -1511,10 +1756,13 @@ async fn run(args: Args) -> Result<()> {
     let mut warm = step_rows(64, args.grouped, args.learning);
     let warm_up = bench.step(&mut warm, Format::Arrow, Via::Hintstream).await?;
     eprintln!("warm-up: a 64-row step back in {:.0} ms", ms(warm_up.e2e));
-    if !args.no_baseline {
-        bench.plan_echo(&warm, warm_up.in_messages, warm_up.output_sizes.clone());
-        let echoed = bench.step(&mut warm, Format::Arrow, Via::Echo).await?;
-        eprintln!("warm-up: echo of a 64-row step back in {:.0} ms", ms(echoed.e2e));
+    for &via in &sides {
+        bench.plan_echo(via, &warm, warm_up.in_messages, warm_up.output_sizes.clone());
+        let echoed = bench.step(&mut warm, Format::Arrow, via).await?;
+        eprintln!(
+            "warm-up: {via:?} of a 64-row step back in {:.0} ms",
+            ms(echoed.e2e)
+        );
     }
 
     let mut results = Results::new();
@@ -1538,18 +1786,18 @@ async fn run(args: Args) -> Result<()> {
             for w in 0..args.warm_ups {
                 let sample = bench.step(&mut rows, format, Via::Hintstream).await?;
                 (sizes, in_messages) = (sample.output_sizes.clone(), sample.in_messages);
-                let echoed = if args.no_baseline {
-                    None
-                } else {
-                    bench.plan_echo(&rows, in_messages, sizes.clone());
-                    Some(ms(bench.step(&mut rows, format, Via::Echo).await?.e2e))
-                };
+                let mut echoed = Vec::new();
+                for &via in &sides {
+                    bench.plan_echo(via, &rows, in_messages, sizes.clone());
+                    let back = ms(bench.step(&mut rows, format, via).await?.e2e);
+                    echoed.push(format!("{via:?} {back:.0} ms"));
+                }
                 eprintln!(
-                    "{} rows {} warm-up #{w}: back {:.1} ms (echo {:?} ms)",
+                    "{} rows {} warm-up #{w}: back {:.1} ms ({})",
                     n,
                     format.name(),
                     ms(sample.e2e),
-                    echoed.map(f64::round)
+                    echoed.join(", ")
                 );
             }
             // hintstream and the echo in turn, a step each, so that neither
@@ -1575,20 +1823,20 @@ async fn run(args: Args) -> Result<()> {
                     .entry((n, format, Via::Hintstream))
                     .or_default()
                     .push(sample);
-                if args.no_baseline {
-                    continue;
+                for &via in &sides {
+                    bench.plan_echo(via, &rows, in_messages, sizes.clone());
+                    let sample = bench.step(&mut rows, format, via).await?;
+                    eprintln!(
+                        "{} rows {} {} #{r}: produced in {:.2} s, back {:.1} ms after the last ack (intake {:?} ms)",
+                        n,
+                        format.name(),
+                        via.name(),
+                        sample.produce.as_secs_f64(),
+                        ms(sample.e2e),
+                        sample.intake.map(|d| ms(d).round()),
+                    );
+                    results.entry((n, format, via)).or_default().push(sample);
                 }
-                bench.plan_echo(&rows, in_messages, sizes.clone());
-                let sample = bench.step(&mut rows, format, Via::Echo).await?;
-                eprintln!(
-                    "{} rows {} echo #{r}: produced in {:.2} s, back {:.1} ms after the last ack (intake {:?} ms)",
-                    n,
-                    format.name(),
-                    sample.produce.as_secs_f64(),
-                    ms(sample.e2e),
-                    sample.intake.map(|d| ms(d).round()),
-                );
-                results.entry((n, format, Via::Echo)).or_default().push(sample);
             }
         }
     }

@@ -38,6 +38,9 @@
 #                 to a hints topic in one transaction before the run; the
 #                 worker reads it and publishes an outcome a hint before its
 #                 metrics, and so does the echo)
+#                 --floor (a third side: the echo doing the work no worker can leave
+#                 out, decode, assembly, kernel, metrics and encoding, on one task;
+#                 the baseline table adds hintstream ÷ floor and floor ÷ echo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,7 +63,7 @@ while [ $# -gt 0 ]; do
     --side-cpus) side_cpus=$2; shift 2 ;;
     --vs) versus=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done
@@ -140,7 +143,7 @@ run_example() {
 # sums are made of and the sums: a row of the worker's table has more than
 # ten cells (end-to-end "median / min" in the 8th, intake the 9th, the
 # worker's CPU the 12th), a row of the echo's fewer (the echo's end-to-end
-# in the 3rd).
+# in the 3rd; with --floor the floor's three cells after its six).
 side_by_side() {
   local runs=$1
   awk -F'|' '
