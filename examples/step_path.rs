@@ -202,6 +202,12 @@ struct Args {
     /// (see the doc comment). Not with --no-baseline.
     #[arg(long, conflicts_with = "no_baseline")]
     floor: bool,
+    /// The worker under `kafka.delivery = "exactly_once"` (worker id
+    /// `steppath-0`): a step's outputs are held and committed in its
+    /// transactions, and the reader here reads read_committed. The
+    /// baselines are unchanged (no transactions).
+    #[arg(long)]
+    exactly_once: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -490,7 +496,22 @@ struct Seen {
 /// A consumer of partition 0 of each of `topics` from its first offset, in
 /// a group of its own (`PREFIX-<random>`) that commits nothing.
 fn from_the_start(config: &Config, prefix: &str, topics: &[&str]) -> Result<StreamConsumer> {
-    let consumer = own_group_consumer(config, prefix)?;
+    from_the_start_reading(config, prefix, topics, false)
+}
+
+/// [`from_the_start`], reading only what transactions committed when
+/// `committed` (read_committed).
+fn from_the_start_reading(
+    config: &Config,
+    prefix: &str,
+    topics: &[&str],
+    committed: bool,
+) -> Result<StreamConsumer> {
+    let mut client = own_group_client(config, prefix);
+    if committed {
+        client.set("isolation.level", "read_committed");
+    }
+    let consumer: StreamConsumer = client.create()?;
     let mut tpl = TopicPartitionList::new();
     for topic in topics {
         tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
@@ -502,16 +523,22 @@ fn from_the_start(config: &Config, prefix: &str, topics: &[&str]) -> Result<Stre
 /// A consumer in a group of its own (`PREFIX-<random>`) that commits
 /// nothing, assigned nothing yet.
 fn own_group_consumer(config: &Config, prefix: &str) -> Result<StreamConsumer> {
+    Ok(own_group_client(config, prefix).create()?)
+}
+
+/// [`own_group_consumer`]'s settings.
+fn own_group_client(config: &Config, prefix: &str) -> rdkafka::ClientConfig {
     let mut client = client_config(config, ClientKind::Consumer);
     client
         .set("group.id", format!("{prefix}-{}", rand::random::<u32>()))
         .set("enable.auto.commit", "false");
-    Ok(client.create()?)
+    client
 }
 
-/// Reads `topics` (one partition each, from the start) into a channel.
-fn start_reader(config: &Config, topics: &[&str]) -> Result<mpsc::UnboundedReceiver<Seen>> {
-    let consumer = from_the_start(config, "steppath-reader", topics)?;
+/// Reads `topics` (one partition each, from the start) into a channel;
+/// `committed`: only what transactions committed (read_committed).
+fn start_reader(config: &Config, topics: &[&str], committed: bool) -> Result<mpsc::UnboundedReceiver<Seen>> {
+    let consumer = from_the_start_reading(config, "steppath-reader", topics, committed)?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
@@ -1624,6 +1651,10 @@ async fn run(args: Args) -> Result<()> {
         a.step_timeout_secs = args.deadline_secs.max(a.step_timeout_secs);
     }
     config.topics.metrics = topics.metrics.clone();
+    if args.exactly_once {
+        config.kafka.delivery = hintstream::config::DeliveryMode::ExactlyOnce;
+        config.kafka.worker_id = Some("steppath-0".into());
+    }
     if args.learning {
         config.topics.hints = name("hints");
         config.topics.outcomes = name("outcomes");
@@ -1680,7 +1711,7 @@ async fn run(args: Args) -> Result<()> {
                 .flat_map(|(_, t)| [t.output.as_str(), t.metrics.as_str()]),
         )
         .collect();
-    let reader = start_reader(&config, &read)?;
+    let reader = start_reader(&config, &read, args.exactly_once)?;
     let mut baselines = BTreeMap::new();
     for (via, side) in &side_topics {
         let plan = Arc::new(Mutex::new(EchoPlan::default()));

@@ -41,6 +41,8 @@
 #                 --floor (a third side: the echo doing the work no worker can leave
 #                 out, decode, assembly, kernel, metrics and encoding, on one task;
 #                 the baseline table adds hintstream ÷ floor and floor ÷ echo)
+#                 --exactly-once (the worker under kafka.delivery = "exactly_once",
+#                 its outputs read read_committed; the baselines unchanged)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,7 +65,7 @@ while [ $# -gt 0 ]; do
     --side-cpus) side_cpus=$2; shift 2 ;;
     --vs) versus=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) example_args+=("$1"); shift ;;
   esac
 done

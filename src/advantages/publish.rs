@@ -200,10 +200,13 @@ struct Summary {
     /// Each of `outcomes` as its record's key and JSON, in their order
     /// (encoded beside the kernel too: a 10,000-row step's 696 took about
     /// 0.7 ms on its path).
-    outcome_records: Vec<(String, Vec<u8>)>,
+    outcome_records: EncodedRecords,
     /// Advantages beyond the extreme bound, for the step's counter.
     extreme: u64,
 }
+
+/// Records as the producer takes them: each one's key and JSON.
+type EncodedRecords = Vec<(String, Vec<u8>)>;
 
 /// A step's metrics but `advantage/extreme_count` (added once its
 /// advantages are in), and its hint outcomes, each also as its record (key
@@ -216,7 +219,7 @@ fn summarize(
     step: i64,
     duplicates: usize,
     records: bool,
-) -> (StepMetrics, Vec<HintOutcome>, Vec<(String, Vec<u8>)>) {
+) -> (StepMetrics, Vec<HintOutcome>, EncodedRecords) {
     let options = MetricOptions::from(stage);
     let mut metrics = row_metrics(rows, groups, &options);
     metrics.insert("step".into(), step as f64);
@@ -691,11 +694,9 @@ impl StepOutput {
                 headers: headers([("content-type", "application/json")]),
             })
             .collect();
-        let sends = records
-            .into_iter()
-            .map(|record| parked.send(&self.producer, record, &self.lifecycle));
+        let sent = parked.send_all(&self.producer, records, &self.lifecycle).await;
         let mut stopped = false;
-        for (sent, outcome) in futures::future::join_all(sends).await.into_iter().zip(outcomes) {
+        for (sent, outcome) in sent.into_iter().zip(outcomes) {
             match sent {
                 Ok(_) => self.metrics.outcome_published(),
                 Err(SendError::Permanent(e)) => {

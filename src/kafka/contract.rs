@@ -14,6 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rdkafka::error::KafkaError;
 
+use super::held::Inputs;
 use super::message::{RecordMeta, Rejected, Taken};
 use super::partition::Partition;
 use super::produce::{Outgoing, SendError};
@@ -140,6 +141,14 @@ pub(crate) fn log_released(parks: &str, count: usize) {
 /// on a revoke or at shutdown, else dead-lettered as lost).
 pub struct Settlement {
     inputs: Vec<Taken>,
+    /// Under exactly_once their tickets, bound, and shared by every output
+    /// made from them.
+    bound: Option<Inputs>,
+}
+
+/// The tickets of `inputs` that are not finished.
+fn tickets_of(inputs: &[Taken]) -> Vec<super::tracker::Ticket> {
+    inputs.iter().filter_map(Taken::ticket).collect()
 }
 
 /// What [`Settlement::publish`] did.
@@ -160,10 +169,18 @@ pub const OUTPUT_REJECTED: &str = "output_rejected";
 impl Settlement {
     /// Binds `inputs` together (see the type's docs).
     pub fn new(inputs: Vec<Taken>) -> Self {
-        if let Some(guarantee) = inputs.first().and_then(Taken::guarantee) {
-            guarantee.bind(inputs.iter().filter_map(Taken::ticket));
-        }
-        Settlement { inputs }
+        let bound = inputs
+            .first()
+            .and_then(Taken::guarantee)
+            .and_then(|guarantee| guarantee.bind(|| tickets_of(&inputs)));
+        Settlement { inputs, bound }
+    }
+
+    /// The inputs an output is made from, as the transactions hold them.
+    fn bound(&self) -> Inputs {
+        self.bound
+            .clone()
+            .unwrap_or_else(|| Inputs::new(tickets_of(&self.inputs)))
     }
 
     pub fn inputs(&self) -> &[Taken] {
@@ -183,8 +200,29 @@ impl Settlement {
             // Every input finished already: nothing is owed.
             return Ok(());
         };
-        let tickets = self.inputs.iter().filter_map(Taken::ticket);
-        guarantee.send_output(producer, record, tickets, lifecycle).await
+        guarantee
+            .send_output(producer, record, || self.bound(), lifecycle)
+            .await
+    }
+
+    /// Sends outputs made from the inputs that go out together (a step's
+    /// hint outcomes): each as [`Settlement::send`] sends one, all handed to
+    /// the producer before any acknowledgement is awaited
+    /// ([`crate::kafka::produce::send_all`]). The results in `records`'
+    /// order.
+    pub async fn send_all(
+        &self,
+        producer: &StageProducer,
+        records: Vec<Outgoing<'_>>,
+        lifecycle: &Lifecycle,
+    ) -> Vec<Result<(), SendError>> {
+        let Some(guarantee) = self.inputs.first().and_then(Taken::guarantee) else {
+            // Every input finished already: nothing is owed.
+            return records.iter().map(|_| Ok(())).collect();
+        };
+        guarantee
+            .send_outputs(producer, records, || self.bound(), lifecycle)
+            .await
     }
 
     /// Every output was sent: the inputs' offsets may commit.

@@ -18,9 +18,10 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 
 use super::dlq::{DeadLetter, DeadLetters};
+use super::held::Inputs;
 use super::hold::Holds;
 use super::partition::Partition;
-use super::produce::{send, Outgoing, SendError};
+use super::produce::{send, send_all, Outgoing, SendError};
 use super::producers::StageProducer;
 use super::tracker::{OffsetTracker, Ticket};
 use super::transaction::Transactions;
@@ -104,13 +105,17 @@ impl Guarantee {
     }
 
     /// Inputs that finish together: under exactly_once no commit passes
-    /// some of them but not the others. At least once they are not read
-    /// (a step of 100,000 JSON rows collected its tickets for each of its
-    /// chunks: 5% of the worker's CPU).
-    pub(crate) fn bind(&self, inputs: impl IntoIterator<Item = Ticket>) {
-        if let Guarantee::ExactlyOnce(t) = self {
-            t.bind(inputs.into_iter().collect());
-        }
+    /// some of them but not the others, and they are returned, shared, for
+    /// the outputs made from them ([`Guarantee::send_output`]). At least
+    /// once they are not read (a step of 100,000 JSON rows collected its
+    /// tickets for each of its chunks: 5% of the worker's CPU).
+    pub(crate) fn bind(&self, inputs: impl FnOnce() -> Vec<Ticket>) -> Option<Inputs> {
+        let Guarantee::ExactlyOnce(t) = self else {
+            return None;
+        };
+        let inputs = Inputs::new(inputs());
+        t.bind(inputs.clone());
+        Some(inputs)
     }
 
     /// An output made from `inputs`: produced until acknowledged, or under
@@ -120,15 +125,41 @@ impl Guarantee {
         &self,
         producer: &StageProducer,
         record: Outgoing<'_>,
-        inputs: impl IntoIterator<Item = Ticket>,
+        inputs: impl FnOnce() -> Inputs,
         lifecycle: &Lifecycle,
     ) -> Result<(), SendError> {
         match self {
             Guarantee::ExactlyOnce(t) => {
-                t.register(record, inputs.into_iter().collect());
+                t.register(record, inputs());
                 Ok(())
             }
             Guarantee::AtLeastOnce => send(producer, record, lifecycle).await.map(|_| ()),
+        }
+    }
+
+    /// Outputs made from `inputs` that go out together
+    /// ([`super::produce::send_all`]), each as [`Guarantee::send_output`]
+    /// sends one; the results in their order.
+    pub(crate) async fn send_outputs(
+        &self,
+        producer: &StageProducer,
+        records: Vec<Outgoing<'_>>,
+        inputs: impl Fn() -> Inputs,
+        lifecycle: &Lifecycle,
+    ) -> Vec<Result<(), SendError>> {
+        match self {
+            Guarantee::ExactlyOnce(t) => records
+                .into_iter()
+                .map(|record| {
+                    t.register(record, inputs());
+                    Ok(())
+                })
+                .collect(),
+            Guarantee::AtLeastOnce => send_all(producer, records, lifecycle)
+                .await
+                .into_iter()
+                .map(|sent| sent.map(|_| ()))
+                .collect(),
         }
     }
 
@@ -143,7 +174,9 @@ impl Guarantee {
     ) -> Result<(), SendError> {
         match self {
             Guarantee::ExactlyOnce(t) => {
-                dlq.register_with(letter, |record| t.register(record, vec![ticket.clone()]));
+                dlq.register_with(letter, |record| {
+                    t.register(record, Inputs::new(vec![ticket.clone()]))
+                });
                 Ok(())
             }
             Guarantee::AtLeastOnce => dlq.send(letter, lifecycle).await,

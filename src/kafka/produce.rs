@@ -8,12 +8,15 @@
 //! shutdown began, retrying stops at the drain deadline. Each record is a
 //! `produce` span, and carries its `traceparent` unless the caller set one.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use rdkafka::client::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use thiserror::Error;
@@ -129,59 +132,28 @@ pub async fn send<C: ClientContext + 'static>(
 /// A record's topic, key and payload.
 type Parts<'a> = (&'a str, Option<&'a [u8]>, Option<&'a [u8]>);
 
-async fn send_with<C: ClientContext + 'static>(
-    producer: &FutureProducer<C>,
-    (topic, key, payload): Parts<'_>,
-    headers: OwnedHeaders,
-    lifecycle: &Lifecycle,
-) -> Result<(i32, i64), SendError> {
-    // Each attempt's record takes the headers; a failed one gives them back
-    // (rdkafka returns them with the record, or a copy of a delivered one's,
-    // whenever it had any, and ours has a `traceparent` at least).
-    let mut headers = Some(headers);
-    let mut backoff = Duration::from_millis(100);
-    let started = Instant::now();
-    let mut attempts = 0u32;
-    let deadline = lifecycle.deadline_passed();
-    tokio::pin!(deadline);
-    loop {
-        attempts += 1;
-        if attempts > 1 || telemetry::exporting() {
-            tracing::Span::current().record("attempts", i64::from(attempts));
+/// A record's attempts so far: how many, since when, and the pause before
+/// the next.
+struct Attempts {
+    made: u32,
+    backoff: Duration,
+    started: Instant,
+}
+
+impl Attempts {
+    fn new() -> Self {
+        Attempts {
+            made: 0,
+            backoff: Duration::from_millis(100),
+            started: Instant::now(),
         }
-        let attempt_headers = headers.take().unwrap_or_else(|| {
-            // Not reached with rdkafka 0.39 (see above); said, should an
-            // upgrade change it, since the record's other headers are gone.
-            tracing::error!(
-                topic, key = %key_text(key), attempts,
-                "a failed produce gave its headers back empty; retrying with a traceparent only"
-            );
-            telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::current())
-        });
-        let mut future: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(attempt_headers);
-        if let Some(key) = key {
-            future = future.key(key);
-        }
-        if let Some(payload) = payload {
-            future = future.payload(payload);
-        }
-        let result = tokio::select! {
-            biased;
-            _ = &mut deadline => return Err(SendError::Stopped),
-            result = producer.send(future, Timeout::After(QUEUE_TIMEOUT)) => result,
-        };
-        let error = match result {
-            Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
-            Err((e, _)) if is_permanent(&e) => {
-                tracing::error!(topic, key = %key_text(key), error = %e, "produce failed permanently");
-                return Err(SendError::Permanent(e));
-            }
-            Err((e, mut returned)) => {
-                headers = returned.detach_headers();
-                e
-            }
-        };
-        let failing_for = started.elapsed();
+    }
+
+    /// Says that an attempt failed with `error`, for retrying: at warning
+    /// level, at error level once it has failed for [`STALL_WARNING`].
+    fn failed(&self, (topic, key, _): Parts<'_>, error: &KafkaError) {
+        let failing_for = self.started.elapsed();
+        let attempts = self.made;
         if failing_for >= STALL_WARNING {
             tracing::error!(
                 topic, key = %key_text(key), error = %error, attempts,
@@ -192,17 +164,198 @@ async fn send_with<C: ClientContext + 'static>(
         } else {
             tracing::warn!(
                 topic, key = %key_text(key), error = %error, attempts,
-                retry_in_ms = backoff.as_millis() as u64,
+                retry_in_ms = self.backoff.as_millis() as u64,
                 "produce failed; retrying"
             );
         }
-        tokio::select! {
+    }
+
+    /// Waits out the pause before the next attempt (`false`: the drain
+    /// deadline passed first), and doubles the next one.
+    async fn pause(&mut self, deadline: Pin<&mut impl Future<Output = ()>>) -> bool {
+        let paused = tokio::select! {
+            biased;
+            _ = deadline => false,
+            _ = tokio::time::sleep(self.backoff) => true,
+        };
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        paused
+    }
+}
+
+async fn send_with<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    parts: Parts<'_>,
+    headers: OwnedHeaders,
+    lifecycle: &Lifecycle,
+) -> Result<(i32, i64), SendError> {
+    attempt_until_sent(producer, parts, headers, lifecycle, Attempts::new()).await
+}
+
+/// Produces a record again and again, as [`send`] says, its attempts so
+/// far `attempts`.
+async fn attempt_until_sent<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    (topic, key, payload): Parts<'_>,
+    headers: OwnedHeaders,
+    lifecycle: &Lifecycle,
+    mut attempts: Attempts,
+) -> Result<(i32, i64), SendError> {
+    // Each attempt's record takes the headers; a failed one gives them back
+    // (rdkafka returns them with the record, or a copy of a delivered one's,
+    // whenever it had any, and ours has a `traceparent` at least).
+    let mut headers = Some(headers);
+    let deadline = lifecycle.deadline_passed();
+    tokio::pin!(deadline);
+    loop {
+        attempts.made += 1;
+        if attempts.made > 1 || telemetry::exporting() {
+            tracing::Span::current().record("attempts", i64::from(attempts.made));
+        }
+        let attempt_headers = headers.take().unwrap_or_else(|| {
+            // Not reached with rdkafka 0.39 (see above); said, should an
+            // upgrade change it, since the record's other headers are gone.
+            tracing::error!(
+                topic, key = %key_text(key), attempts = attempts.made,
+                "a failed produce gave its headers back empty; retrying with a traceparent only"
+            );
+            telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::current())
+        });
+        let record = record_of((topic, key, payload), attempt_headers);
+        let result = tokio::select! {
             biased;
             _ = &mut deadline => return Err(SendError::Stopped),
-            _ = tokio::time::sleep(backoff) => {}
+            result = producer.send(record, Timeout::After(QUEUE_TIMEOUT)) => result,
+        };
+        let error = match result {
+            Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
+            Err((e, _)) if is_permanent(&e) => return Err(permanent(topic, key, e)),
+            Err((e, mut returned)) => {
+                headers = returned.detach_headers();
+                e
+            }
+        };
+        attempts.failed((topic, key, payload), &error);
+        if !attempts.pause(deadline.as_mut()).await {
+            return Err(SendError::Stopped);
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// A record to hand to the producer.
+fn record_of<'a>((topic, key, payload): Parts<'a>, headers: OwnedHeaders) -> FutureRecord<'a, [u8], [u8]> {
+    let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+    if let Some(key) = key {
+        record = record.key(key);
+    }
+    if let Some(payload) = payload {
+        record = record.payload(payload);
+    }
+    record
+}
+
+/// A failure retrying cannot fix, said at error level.
+fn permanent(topic: &str, key: Option<&[u8]>, e: KafkaError) -> SendError {
+    tracing::error!(topic, key = %key_text(key), error = %e, "produce failed permanently");
+    SendError::Permanent(e)
+}
+
+/// [`send`] for records that go out together (a step's hint outcomes): all
+/// handed to the producer in one pass, so that its broker thread finds them
+/// queued together and sends them in few requests, and their
+/// acknowledgements awaited under one drain deadline. A record the producer
+/// could not queue, or whose delivery failed for a reason retrying may fix,
+/// is then produced again and again as [`send`] produces it. With traces
+/// exported each goes through [`send`] (a `produce` span each). The results
+/// are in `records`' order; once the drain deadline passed, those not
+/// acknowledged by then are [`SendError::Stopped`].
+///
+/// Through [`send`] one at a time, a 10,000-row step's 696 outcomes took
+/// about 2 us each of the step's task, and left the broker thread a few at
+/// a time (docs/BENCHMARKS.md, round thirty-six).
+pub async fn send_all<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    records: Vec<Outgoing<'_>>,
+    lifecycle: &Lifecycle,
+) -> Vec<Result<(i32, i64), SendError>> {
+    if telemetry::exporting() {
+        return futures::future::join_all(records.into_iter().map(|r| send(producer, r, lifecycle))).await;
+    }
+    let unsent = tracing::Span::none();
+    // Queued first, every one, before any delivery is awaited.
+    let queued: Vec<_> = records
+        .into_iter()
+        .map(
+            |Outgoing {
+                 topic,
+                 key,
+                 payload,
+                 headers,
+             }| {
+                let parts = (topic, key, payload);
+                let headers = telemetry::with_traceparent(headers, &unsent);
+                let queued = producer.send_result(record_of(parts, headers));
+                (parts, queued.map_err(|(e, record)| (e, record.headers)))
+            },
+        )
+        .collect();
+    let mut results: Vec<Option<Result<(i32, i64), SendError>>> = queued.iter().map(|_| None).collect();
+    let mut settling: FuturesUnordered<_> = queued
+        .into_iter()
+        .enumerate()
+        .map(|(i, (parts, queued))| async move { (i, settle(producer, parts, queued, lifecycle).await) })
+        .collect();
+    let deadline = lifecycle.deadline_passed();
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut deadline => break,
+            settled = settling.next() => match settled {
+                Some((i, result)) => results[i] = Some(result),
+                None => break,
+            },
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(SendError::Stopped)))
+        .collect()
+}
+
+/// One record of [`send_all`]: its delivery awaited, or, when it was not
+/// queued or its delivery failed for a reason retrying may fix, the record
+/// produced again as [`send`] does.
+async fn settle<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    (topic, key, payload): Parts<'_>,
+    queued: Result<DeliveryFuture, (KafkaError, Option<OwnedHeaders>)>,
+    lifecycle: &Lifecycle,
+) -> Result<(i32, i64), SendError> {
+    let (error, headers) = match queued {
+        Ok(delivery) => match delivery.await {
+            Ok(Ok(delivered)) => return Ok((delivered.partition, delivered.offset)),
+            Ok(Err((e, mut returned))) => (e, returned.detach_headers()),
+            // The producer went away with it (it is dropped only at exit).
+            Err(_canceled) => (KafkaError::Canceled, None),
+        },
+        Err((e, headers)) => (e, headers),
+    };
+    if is_permanent(&error) {
+        return Err(permanent(topic, key, error));
+    }
+    let mut attempts = Attempts::new();
+    attempts.made = 1;
+    attempts.failed((topic, key, payload), &error);
+    let deadline = lifecycle.deadline_passed();
+    tokio::pin!(deadline);
+    if !attempts.pause(deadline.as_mut()).await {
+        return Err(SendError::Stopped);
+    }
+    // A record's headers come back with it (see `attempt_until_sent`).
+    let headers =
+        headers.unwrap_or_else(|| telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::none()));
+    attempt_until_sent(producer, (topic, key, payload), headers, lifecycle, attempts).await
 }
 
 /// A record's key as text (lossy; none reads as ""), for logs and reports.

@@ -149,6 +149,13 @@ impl Ticket {
     fn key(&self) -> Key<'_> {
         Key(&self.topic, self.partition)
     }
+
+    /// Whether `other` was taken from the same partition in the same life
+    /// of it (no reset between): all that [`OffsetTracker::is_current`]
+    /// and a partition's reset look at.
+    pub(crate) fn same_life(&self, other: &Ticket) -> bool {
+        self.partition == other.partition && self.epoch == other.epoch && self.topic == other.topic
+    }
 }
 
 #[derive(Debug, Default)]

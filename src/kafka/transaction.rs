@@ -47,7 +47,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
 use super::ending::{sort, Calls, End, Ending, Sorted, Step};
-use super::held::{select, Held, Record};
+use super::held::{select, Held, Inputs, Record};
 use super::hold::Holds;
 use super::partition::Partition;
 use super::produce::{is_permanent, Outgoing};
@@ -165,7 +165,7 @@ impl Transactions {
 
     /// Holds `record` until the committable offset passed all of `inputs`.
     /// An output of a reset partition's input is dropped (it is redone).
-    pub(crate) fn register(&self, record: Outgoing<'_>, inputs: Vec<Ticket>) {
+    pub(crate) fn register(&self, record: Outgoing<'_>, inputs: Inputs) {
         // The record carries the trace of the span registering it.
         let headers = telemetry::with_traceparent(record.headers, &tracing::Span::current());
         self.hold(Held {
@@ -181,7 +181,7 @@ impl Transactions {
 
     /// Binds inputs that finish together without an output (a group not
     /// hinted): no commit passes some of them but not the others.
-    pub(crate) fn bind(&self, inputs: Vec<Ticket>) {
+    pub(crate) fn bind(&self, inputs: Inputs) {
         if inputs.len() > 1 {
             self.hold(Held { record: None, inputs });
         }
@@ -189,7 +189,7 @@ impl Transactions {
 
     fn hold(&self, held: Held) {
         let tracker = lock(&self.0.tracker);
-        if !held.inputs.iter().all(|t| tracker.is_current(t)) {
+        if !held.inputs.lives().iter().all(|t| tracker.is_current(t)) {
             return;
         }
         self.state().held.push(held);
@@ -215,6 +215,7 @@ impl Transactions {
         let mut state = self.state();
         state.held.retain(|h| {
             !h.inputs
+                .lives()
                 .iter()
                 .any(|t| partitions.contains(&(t.topic.clone(), t.partition)))
         });
@@ -228,6 +229,19 @@ impl Transactions {
     /// Outputs held now (for tests and logs).
     pub fn held(&self) -> usize {
         self.state().held.len()
+    }
+
+    /// The input tickets the held outputs hold, a list shared by several
+    /// outputs counted once (for tests and logs).
+    pub fn held_inputs(&self) -> usize {
+        let state = self.state();
+        let mut seen = std::collections::HashSet::new();
+        state
+            .held
+            .iter()
+            .filter(|h| seen.insert(h.inputs.id()))
+            .map(|h| h.inputs.len())
+            .sum()
     }
 
     /// Resolves while an abort asks the loop to rewind: at once when one
@@ -553,24 +567,47 @@ mod tests {
         );
     }
 
+    /// The outputs made from one list of inputs (a step's chunks, hint
+    /// outcomes and metrics, and the marker binding them) hold the list
+    /// once, not a copy each: a 10,000-row step of JSON rows with hints
+    /// that learn held 10,001 tickets for each of its 698 outputs.
+    #[test]
+    fn outputs_of_one_list_of_inputs_hold_it_once() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        cluster.create_topic("out", 1, 1).unwrap();
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        let transactions = mock_transactions(&cluster, "held-once", 100_000, tracker.clone());
+        let tickets: Vec<Ticket> = {
+            let mut tracker = lock(&tracker);
+            (0..1_000).map(|o| tracker.begin("in", 0, o).0).collect()
+        };
+        let step = Inputs::new(tickets.clone());
+        transactions.bind(step.clone());
+        for _ in 0..100 {
+            transactions.register(output(), step.clone());
+        }
+        transactions.register(output(), Inputs::new(vec![tickets[0].clone()]));
+        assert_eq!(transactions.held(), 102);
+        assert_eq!(transactions.held_inputs(), 1_001);
+    }
+
     /// A cycle with a bound whose produces find the queue full until the
     /// bound leaves its abort the end's share: the transaction is aborted
     /// within the bound, not left open. On librdkafka's mock cluster, each
     /// request answered 100 ms late and the queue one record long, so each
     /// record waits for the one before it to be acknowledged.
-    #[test]
-    fn an_abort_after_the_produces_ran_out_of_time_ends_within_the_bound() {
-        use rdkafka::config::ClientConfig;
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        use rdkafka::message::OwnedHeaders;
-        use rdkafka::mocking::MockCluster;
-
+    /// Transactions of the transactional id `id` on `cluster`, whose
+    /// producer's queue holds `queued` records at most, over `tracker`.
+    fn mock_transactions(
+        cluster: &rdkafka::mocking::MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+        id: &str,
+        queued: i64,
+        tracker: Arc<Mutex<OffsetTracker>>,
+    ) -> Transactions {
         use crate::config::Config;
         use crate::health::Signal;
         use crate::kafka::producers::create_transactional_producer;
 
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("out", 1, 1).unwrap();
         let mut config = Config {
             bootstrap_servers: cluster.bootstrap_servers(),
             ..Default::default()
@@ -578,39 +615,49 @@ mod tests {
         config
             .kafka
             .producer
-            .insert("queue.buffering.max.messages".into(), 1i64.into());
-        let producer = create_transactional_producer(
-            &config,
-            "abort-in-time",
-            1 << 20,
-            Arc::new(Signal::new("not connected yet")),
-        )
-        .unwrap();
-        let transactions = Transactions::init(
+            .insert("queue.buffering.max.messages".into(), queued.into());
+        let producer =
+            create_transactional_producer(&config, id, 1 << 20, Arc::new(Signal::new("not connected yet")))
+                .unwrap();
+        Transactions::init(
             producer,
-            Arc::new(Mutex::new(OffsetTracker::new())),
+            tracker,
             Lifecycle::new(),
             Arc::new(StageMetrics::unregistered()),
-            "abort-in-time".into(),
+            id.into(),
             Duration::from_secs(1),
             Duration::from_secs(10),
             Duration::from_secs(10),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// An output of one byte for topic `out`.
+    fn output() -> Outgoing<'static> {
+        Outgoing {
+            topic: "out",
+            key: None,
+            payload: Some(b"x"),
+            headers: rdkafka::message::OwnedHeaders::new(),
+        }
+    }
+
+    #[test]
+    fn an_abort_after_the_produces_ran_out_of_time_ends_within_the_bound() {
+        use rdkafka::config::ClientConfig;
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::mocking::MockCluster;
+
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("out", 1, 1).unwrap();
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        let transactions = mock_transactions(&cluster, "abort-in-time", 1, tracker);
         cluster
             .broker_round_trip_time(1, Duration::from_millis(100))
             .unwrap();
         // Far more records than 4 s of one-at-a-time round trips carry.
         for _ in 0..100 {
-            transactions.register(
-                Outgoing {
-                    topic: "out",
-                    key: None,
-                    payload: Some(b"x"),
-                    headers: OwnedHeaders::new(),
-                },
-                Vec::new(),
-            );
+            transactions.register(output(), Inputs::new(Vec::new()));
         }
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", cluster.bootstrap_servers())

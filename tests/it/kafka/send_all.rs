@@ -1,0 +1,128 @@
+//! Records produced together (`kafka::produce::send_all`, a step's hint
+//! outcomes): every one acknowledged, in order, with its headers and a
+//! `traceparent`; one the producer refuses for good comes back as `send`
+//! would return it while the others go; and with the broker gone, the
+//! drain deadline ends the wait for all of them.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use hintstream::health::Lifecycle;
+use hintstream::kafka::produce::{headers, send_all};
+use hintstream::kafka::{create_producer, Outgoing, SendError};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+/// `n` records for `topic`, keyed `k<i>`, of payload `v<i>` (`big`: the
+/// one whose payload is `big.1` bytes instead).
+fn payloads(n: usize, big: Option<(usize, usize)>) -> Vec<(String, Vec<u8>)> {
+    (0..n)
+        .map(|i| {
+            let payload = match big {
+                Some((at, bytes)) if at == i => vec![b'x'; bytes],
+                _ => format!("v{i}").into_bytes(),
+            };
+            (format!("k{i}"), payload)
+        })
+        .collect()
+}
+
+fn outgoing<'a>(topic: &'a str, records: &'a [(String, Vec<u8>)]) -> Vec<Outgoing<'a>> {
+    records
+        .iter()
+        .map(|(key, payload)| Outgoing {
+            topic,
+            key: Some(key.as_bytes()),
+            payload: Some(payload),
+            headers: headers([("content-type", "application/json")]),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_is_acknowledged_in_order_with_its_headers() {
+    let broker = common::shared_kafka();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("send-all");
+    common::create_topics(&config, &[&topic], 1).await;
+    let producer = create_producer(&config).unwrap();
+    let records = payloads(300, None);
+
+    let sent = send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await;
+
+    let offsets: Vec<i64> = sent
+        .iter()
+        .map(|r| match r {
+            Ok((0, offset)) => *offset,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(offsets, (0..300).collect::<Vec<i64>>(), "in order, each once");
+    let read = common::wait_for_messages(&config, &topic, 300).await;
+    for (message, (key, payload)) in read.iter().zip(&records) {
+        assert_eq!(message.key.bytes.as_deref(), Some(key.as_bytes()));
+        assert_eq!(message.value.bytes.as_deref(), Some(payload.as_slice()));
+        let names: Vec<&str> = message.headers.iter().map(|h| h.key.as_str()).collect();
+        assert_eq!(
+            names,
+            ["content-type", "traceparent"],
+            "offset {}",
+            message.offset
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_refused_for_good_comes_back_and_the_others_go() {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("send-all-big");
+    common::create_topics(&config, &[&topic], 1).await;
+    // librdkafka refuses a record over message.max.bytes as it is queued.
+    config
+        .kafka
+        .producer
+        .insert("message.max.bytes".into(), 10_000i64.into());
+    let producer = create_producer(&config).unwrap();
+    let records = payloads(20, Some((7, 50_000)));
+
+    let sent = send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await;
+
+    for (i, result) in sent.iter().enumerate() {
+        match (i, result) {
+            (7, Err(SendError::Permanent(KafkaError::MessageProduction(code)))) => {
+                assert_eq!(*code, RDKafkaErrorCode::MessageSizeTooLarge)
+            }
+            (7, other) => panic!("the big record: {other:?}"),
+            (_, Ok(_)) => {}
+            (i, other) => panic!("record {i}: {other:?}"),
+        }
+    }
+    assert_eq!(common::wait_for_messages(&config, &topic, 19).await.len(), 19);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_broker_gone_the_drain_deadline_ends_the_wait() {
+    let port = common::free_port();
+    let mut config = common::config_for(&format!("127.0.0.1:{port}"));
+    // Longer than the test: the wait must end at the deadline, not here.
+    config
+        .kafka
+        .producer
+        .insert("message.timeout.ms".into(), 120_000i64.into());
+    let producer = create_producer(&config).unwrap();
+    let records = payloads(5, None);
+    let lifecycle = Lifecycle::new();
+    let started = Instant::now();
+    lifecycle.begin_shutdown(Duration::from_millis(500));
+
+    let sent = send_all(&producer, outgoing("nowhere", &records), &lifecycle).await;
+
+    assert!(
+        sent.iter().all(|r| matches!(r, Err(SendError::Stopped))),
+        "{sent:?}"
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "the deadline ended it: {took:?}");
+}
