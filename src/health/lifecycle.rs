@@ -62,6 +62,11 @@ impl Lifecycle {
         self.0.deadline.borrow().is_some()
     }
 
+    /// Whether shutdown began and its drain deadline passed already.
+    pub fn deadline_has_passed(&self) -> bool {
+        self.0.deadline.borrow().is_some_and(|d| Instant::now() >= d)
+    }
+
     /// Resolves once shutdown began.
     pub fn stopping(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut rx = self.0.deadline.subscribe();

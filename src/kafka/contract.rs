@@ -206,10 +206,10 @@ impl Settlement {
     }
 
     /// Sends outputs made from the inputs that go out together (a step's
-    /// hint outcomes): each as [`Settlement::send`] sends one, all handed to
-    /// the producer before any acknowledgement is awaited
-    /// ([`crate::kafka::produce::send_all`]). The results in `records`'
-    /// order.
+    /// hint outcomes), under the guarantee [`Settlement::send`] sends one:
+    /// at least once, all handed to the producer before any acknowledgement
+    /// is awaited ([`crate::kafka::produce::send_all`]); under exactly_once
+    /// each held as one. The results in `records`' order.
     pub async fn send_all(
         &self,
         producer: &StageProducer,

@@ -34,18 +34,24 @@ pub(crate) struct Held {
 pub(crate) struct Inputs {
     tickets: Arc<[Ticket]>,
     /// One ticket of each partition and life among them (see
-    /// [`Ticket::same_life`]).
+    /// [`Ticket::life`]).
     lives: Arc<[Ticket]>,
 }
 
 impl Inputs {
     pub(crate) fn new(tickets: Vec<Ticket>) -> Self {
         let mut lives: Vec<Ticket> = Vec::new();
+        let mut seen = HashSet::new();
         for ticket in &tickets {
-            if !lives.iter().any(|l| l.same_life(ticket)) {
+            // Most follow a ticket of their own life.
+            if lives.last().is_some_and(|l| l.life() == ticket.life()) {
+                continue;
+            }
+            if seen.insert(ticket.life()) {
                 lives.push(ticket.clone());
             }
         }
+        drop(seen);
         Inputs {
             tickets: tickets.into(),
             lives: lives.into(),

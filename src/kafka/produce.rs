@@ -142,10 +142,15 @@ struct Attempts {
 
 impl Attempts {
     fn new() -> Self {
+        Self::since(Instant::now())
+    }
+
+    /// None made yet, the first about to be, at `started`.
+    fn since(started: Instant) -> Self {
         Attempts {
             made: 0,
             backoff: Duration::from_millis(100),
-            started: Instant::now(),
+            started,
         }
     }
 
@@ -212,15 +217,7 @@ async fn attempt_until_sent<C: ClientContext + 'static>(
         if attempts.made > 1 || telemetry::exporting() {
             tracing::Span::current().record("attempts", i64::from(attempts.made));
         }
-        let attempt_headers = headers.take().unwrap_or_else(|| {
-            // Not reached with rdkafka 0.39 (see above); said, should an
-            // upgrade change it, since the record's other headers are gone.
-            tracing::error!(
-                topic, key = %key_text(key), attempts = attempts.made,
-                "a failed produce gave its headers back empty; retrying with a traceparent only"
-            );
-            telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::current())
-        });
+        let attempt_headers = headers_back(headers.take(), (topic, key, payload), attempts.made);
         let record = record_of((topic, key, payload), attempt_headers);
         let result = tokio::select! {
             biased;
@@ -240,6 +237,21 @@ async fn attempt_until_sent<C: ClientContext + 'static>(
             return Err(SendError::Stopped);
         }
     }
+}
+
+/// A failed attempt's headers, given back with its record; when they are
+/// not, a `traceparent` alone, and an error said (not reached with rdkafka
+/// 0.39, which gives back the headers of a record that had any, and ours
+/// have a `traceparent` at least; said should an upgrade change it, since
+/// the record's other headers are gone).
+fn headers_back(headers: Option<OwnedHeaders>, (topic, key, _): Parts<'_>, attempts: u32) -> OwnedHeaders {
+    headers.unwrap_or_else(|| {
+        tracing::error!(
+            topic, key = %key_text(key), attempts,
+            "a failed produce gave its headers back empty; retrying with a traceparent only"
+        );
+        telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::current())
+    })
 }
 
 /// A record to hand to the producer.
@@ -264,11 +276,14 @@ fn permanent(topic: &str, key: Option<&[u8]>, e: KafkaError) -> SendError {
 /// handed to the producer in one pass, so that its broker thread finds them
 /// queued together and sends them in few requests, and their
 /// acknowledgements awaited under one drain deadline. A record the producer
-/// could not queue, or whose delivery failed for a reason retrying may fix,
-/// is then produced again and again as [`send`] produces it. With traces
-/// exported each goes through [`send`] (a `produce` span each). The results
-/// are in `records`' order; once the drain deadline passed, those not
-/// acknowledged by then are [`SendError::Stopped`].
+/// could not queue (its queue full) is produced as [`send`] produces it,
+/// which waits for room; one whose delivery failed for a reason retrying may
+/// fix is produced again after [`send`]'s warning and pause, and then as
+/// [`send`] retries. With traces exported each goes through [`send`] (a
+/// `produce` span each). The results are in `records`' order; once the
+/// drain deadline passed, those not acknowledged by then are
+/// [`SendError::Stopped`], and when it passed before the call none is
+/// queued.
 ///
 /// Through [`send`] one at a time, a 10,000-row step's 696 outcomes took
 /// about 2 us each of the step's task, and left the broker thread a few at
@@ -281,6 +296,10 @@ pub async fn send_all<C: ClientContext + 'static>(
     if telemetry::exporting() {
         return futures::future::join_all(records.into_iter().map(|r| send(producer, r, lifecycle))).await;
     }
+    if lifecycle.deadline_has_passed() {
+        return records.iter().map(|_| Err(SendError::Stopped)).collect();
+    }
+    let started = Instant::now();
     let unsent = tracing::Span::none();
     // Queued first, every one, before any delivery is awaited.
     let queued: Vec<_> = records
@@ -300,11 +319,14 @@ pub async fn send_all<C: ClientContext + 'static>(
         )
         .collect();
     let mut results: Vec<Option<Result<(i32, i64), SendError>>> = queued.iter().map(|_| None).collect();
-    let mut settling: FuturesUnordered<_> = queued
-        .into_iter()
-        .enumerate()
-        .map(|(i, (parts, queued))| async move { (i, settle(producer, parts, queued, lifecycle).await) })
-        .collect();
+    let mut settling: FuturesUnordered<_> =
+        queued
+            .into_iter()
+            .enumerate()
+            .map(|(i, (parts, queued))| async move {
+                (i, settle(producer, parts, queued, started, lifecycle).await)
+            })
+            .collect();
     let deadline = lifecycle.deadline_passed();
     tokio::pin!(deadline);
     loop {
@@ -323,15 +345,21 @@ pub async fn send_all<C: ClientContext + 'static>(
         .collect()
 }
 
-/// One record of [`send_all`]: its delivery awaited, or, when it was not
-/// queued or its delivery failed for a reason retrying may fix, the record
-/// produced again as [`send`] does.
+/// One record of [`send_all`], queued at `started` (or refused then):
+/// its delivery awaited; when the producer refused it for a reason
+/// retrying may fix (its queue full), produced as [`send`] produces it;
+/// when its delivery failed for such a reason, produced again after
+/// [`send`]'s warning and pause, as [`send`] retries. Its `attempts` field
+/// is no span's: there is no `produce` span without the export.
 async fn settle<C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
-    (topic, key, payload): Parts<'_>,
+    parts: Parts<'_>,
     queued: Result<DeliveryFuture, (KafkaError, Option<OwnedHeaders>)>,
+    started: Instant,
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
+    let (topic, key, _) = parts;
+    let mut attempts = Attempts::since(started);
     let (error, headers) = match queued {
         Ok(delivery) => match delivery.await {
             Ok(Ok(delivered)) => return Ok((delivered.partition, delivered.offset)),
@@ -339,23 +367,29 @@ async fn settle<C: ClientContext + 'static>(
             // The producer went away with it (it is dropped only at exit).
             Err(_canceled) => (KafkaError::Canceled, None),
         },
-        Err((e, headers)) => (e, headers),
+        Err((e, _)) if is_permanent(&e) => return Err(permanent(topic, key, e)),
+        // No attempt was made: the first is `send`'s.
+        Err((_, headers)) => {
+            let headers = headers_back(headers, parts, 0);
+            return attempt_until_sent(producer, parts, headers, lifecycle, attempts)
+                .instrument(tracing::Span::none())
+                .await;
+        }
     };
     if is_permanent(&error) {
         return Err(permanent(topic, key, error));
     }
-    let mut attempts = Attempts::new();
     attempts.made = 1;
-    attempts.failed((topic, key, payload), &error);
+    attempts.failed(parts, &error);
     let deadline = lifecycle.deadline_passed();
     tokio::pin!(deadline);
     if !attempts.pause(deadline.as_mut()).await {
         return Err(SendError::Stopped);
     }
-    // A record's headers come back with it (see `attempt_until_sent`).
-    let headers =
-        headers.unwrap_or_else(|| telemetry::with_traceparent(OwnedHeaders::new(), &tracing::Span::none()));
-    attempt_until_sent(producer, (topic, key, payload), headers, lifecycle, attempts).await
+    let headers = headers_back(headers, parts, attempts.made);
+    attempt_until_sent(producer, parts, headers, lifecycle, attempts)
+        .instrument(tracing::Span::none())
+        .await
 }
 
 /// A record's key as text (lossy; none reads as ""), for logs and reports.

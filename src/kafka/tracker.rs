@@ -150,11 +150,11 @@ impl Ticket {
         Key(&self.topic, self.partition)
     }
 
-    /// Whether `other` was taken from the same partition in the same life
-    /// of it (no reset between): all that [`OffsetTracker::is_current`]
-    /// and a partition's reset look at.
-    pub(crate) fn same_life(&self, other: &Ticket) -> bool {
-        self.partition == other.partition && self.epoch == other.epoch && self.topic == other.topic
+    /// Its partition and the life of it it was taken in (no reset
+    /// between two tickets of one life): all that
+    /// [`OffsetTracker::is_current`] and a partition's reset look at.
+    pub(crate) fn life(&self) -> (&str, i32, u64) {
+        (&self.topic, self.partition, self.epoch)
     }
 }
 

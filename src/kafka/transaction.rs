@@ -591,11 +591,6 @@ mod tests {
         assert_eq!(transactions.held_inputs(), 1_001);
     }
 
-    /// A cycle with a bound whose produces find the queue full until the
-    /// bound leaves its abort the end's share: the transaction is aborted
-    /// within the bound, not left open. On librdkafka's mock cluster, each
-    /// request answered 100 ms late and the queue one record long, so each
-    /// record waits for the one before it to be acknowledged.
     /// Transactions of the transactional id `id` on `cluster`, whose
     /// producer's queue holds `queued` records at most, over `tracker`.
     fn mock_transactions(
@@ -642,6 +637,11 @@ mod tests {
         }
     }
 
+    /// A cycle with a bound whose produces find the queue full until the
+    /// bound leaves its abort the end's share: the transaction is aborted
+    /// within the bound, not left open. On librdkafka's mock cluster, each
+    /// request answered 100 ms late and the queue one record long, so each
+    /// record waits for the one before it to be acknowledged.
     #[test]
     fn an_abort_after_the_produces_ran_out_of_time_ends_within_the_bound() {
         use rdkafka::config::ClientConfig;

@@ -1,8 +1,9 @@
 //! Records produced together (`kafka::produce::send_all`, a step's hint
 //! outcomes): every one acknowledged, in order, with its headers and a
 //! `traceparent`; one the producer refuses for good comes back as `send`
-//! would return it while the others go; and with the broker gone, the
-//! drain deadline ends the wait for all of them.
+//! would return it while the others go; those a full queue refuses go once
+//! there is room; with the broker gone, the drain deadline ends the wait
+//! for all of them; and once it passed, none is queued.
 
 use crate::common;
 
@@ -125,4 +126,54 @@ async fn with_the_broker_gone_the_drain_deadline_ends_the_wait() {
     );
     let took = started.elapsed();
     assert!(took < Duration::from_secs(10), "the deadline ended it: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_a_full_queue_refuses_go_once_there_is_room() {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("send-all-full");
+    common::create_topics(&config, &[&topic], 1).await;
+    config
+        .kafka
+        .producer
+        .insert("queue.buffering.max.messages".into(), 5i64.into());
+    let producer = create_producer(&config).unwrap();
+    let records = payloads(60, None);
+
+    let sent = send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await;
+
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let read = common::wait_for_messages(&config, &topic, 60).await;
+    let mut payloads: Vec<&[u8]> = read.iter().filter_map(|m| m.value.bytes.as_deref()).collect();
+    payloads.sort();
+    let mut expected: Vec<&[u8]> = records.iter().map(|(_, p)| p.as_slice()).collect();
+    expected.sort();
+    assert_eq!(payloads, expected, "each once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_the_drain_deadline_passed_none_is_queued() {
+    use rdkafka::producer::Producer;
+
+    let broker = common::shared_kafka();
+    let config = common::config_for(&broker.bootstrap);
+    let topic = common::unique("send-all-late");
+    common::create_topics(&config, &[&topic], 1).await;
+    let producer = create_producer(&config).unwrap();
+    let lifecycle = Lifecycle::new();
+    lifecycle.begin_shutdown(Duration::ZERO);
+
+    let sent = send_all(&producer, outgoing(&topic, &payloads(5, None)), &lifecycle).await;
+
+    assert!(
+        sent.iter().all(|r| matches!(r, Err(SendError::Stopped))),
+        "{sent:?}"
+    );
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let (_, high) = producer
+        .client()
+        .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(high, 0, "nothing was produced");
 }
