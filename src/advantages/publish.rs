@@ -687,12 +687,7 @@ impl StepOutput {
         };
         let records: Vec<Outgoing<'_>> = encoded
             .iter()
-            .map(|(key, payload)| Outgoing {
-                topic,
-                key: Some(key.as_bytes()),
-                payload: Some(payload),
-                headers: headers([("content-type", "application/json")]),
-            })
+            .map(|(key, payload)| Outgoing::json(topic, key.as_bytes(), payload))
             .collect();
         let sent = parked.send_all(&self.producer, records, &self.lifecycle).await;
         let mut stopped = false;
@@ -730,12 +725,7 @@ impl StepOutput {
         let sent = parked
             .send(
                 &self.producer,
-                Outgoing {
-                    topic: &self.metrics_topic,
-                    key: Some(key.as_bytes()),
-                    payload: Some(&metrics_json),
-                    headers: headers([("content-type", "application/json")]),
-                },
+                Outgoing::json(&self.metrics_topic, key.as_bytes(), &metrics_json),
                 &self.lifecycle,
             )
             .await;

@@ -47,6 +47,19 @@ pub struct Outgoing<'a> {
     pub headers: OwnedHeaders,
 }
 
+impl<'a> Outgoing<'a> {
+    /// A JSON record (`content-type: application/json`): a step's metrics,
+    /// a hint outcome.
+    pub fn json(topic: &'a str, key: &'a [u8], payload: &'a [u8]) -> Self {
+        Outgoing {
+            topic,
+            key: Some(key),
+            payload: Some(payload),
+            headers: headers([("content-type", "application/json")]),
+        }
+    }
+}
+
 /// Why a record was not acknowledged.
 #[derive(Debug, Error)]
 pub enum SendError {

@@ -10,7 +10,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use hintstream::health::Lifecycle;
-use hintstream::kafka::produce::{headers, send_all};
+use hintstream::kafka::produce::send_all;
 use hintstream::kafka::{create_producer, Outgoing, SendError};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
@@ -32,12 +32,7 @@ fn payloads(n: usize, big: Option<(usize, usize)>) -> Vec<(String, Vec<u8>)> {
 fn outgoing<'a>(topic: &'a str, records: &'a [(String, Vec<u8>)]) -> Vec<Outgoing<'a>> {
     records
         .iter()
-        .map(|(key, payload)| Outgoing {
-            topic,
-            key: Some(key.as_bytes()),
-            payload: Some(payload),
-            headers: headers([("content-type", "application/json")]),
-        })
+        .map(|(key, payload)| Outgoing::json(topic, key.as_bytes(), payload))
         .collect()
 }
 
