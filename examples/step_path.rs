@@ -105,7 +105,7 @@ use hintstream::kafka::{base_config, create_producer, create_producer_lingering,
 use hintstream::messages::{
     step_key, Hint, HintCategory, HintOutcome, HintSource, ScoredMessage, StepEnd, Usage, DEFAULT_ARM,
 };
-use hintstream::normalize::clashes::{retain_high_clashes, LowBitClashes};
+use hintstream::normalize::clashes::clashing_rows;
 use hintstream::normalize::groups::HashedGroups;
 use hintstream::normalize::DenseGroups;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
@@ -680,16 +680,7 @@ impl FloorWork {
         // The worker's duplicates check: the hashes whose low bits clash,
         // those sorted, and the ids of equal ones compared (the bench's ids
         // are distinct: nothing is dropped).
-        let hashes = std::mem::take(&mut self.hashes);
-        let clashes = LowBitClashes::of(&hashes, 8, 1 << 23);
-        let mut suspects: Vec<(u64, u32)> = hashes
-            .iter()
-            .zip(0u32..)
-            .filter(|(&hash, _)| clashes.any() && clashes.contains(hash))
-            .map(|(&hash, row)| (hash, row))
-            .collect();
-        retain_high_clashes(&mut suspects);
-        suspects.sort_unstable();
+        let suspects = clashing_rows(&std::mem::take(&mut self.hashes), 8, 1 << 23);
         let ids = &self.rows.trajectory_id;
         let same = |a: u32, b: u32| ids.get(a as usize) == ids.get(b as usize);
         if suspects

@@ -24,7 +24,7 @@ use hashbrown::{Equivalent, HashMap};
 
 use crate::batch::{RowKeys, ScoredRows, Strings};
 use crate::messages::ScoredRollout;
-use crate::normalize::clashes::{retain_high_clashes, LowBitClashes};
+use crate::normalize::clashes::clashing_rows;
 use crate::normalize::groups::{DenseGroups, HashedGroups};
 
 /// Where a message sat: (partition, offset). Rows are put back in this order.
@@ -328,9 +328,9 @@ impl<P> PendingStep<P> {
 
     /// Drops every row whose `trajectory_id` a row before it has (the first
     /// to arrive stays): the rows whose hashes clash in a bit array of 8 bits
-    /// a row (two arrays of at most 1 MiB: [`LowBitClashes`]), and then in
-    /// their high bits ([`retain_high_clashes`]), are sorted by hash, and
-    /// the ids of equal hashes compared. At 1M rows about 11% clash in the
+    /// a row (two arrays of at most 1 MiB), and then in their high bits,
+    /// are sorted by hash ([`clashing_rows`]), and the ids of equal hashes
+    /// compared. At 1M rows about 11% clash in the
     /// first, and this takes about 8 ms (criterion `assemble_end`; 13 ms
     /// sorting all of the 11%, 55-60 ms sorting every row's hash). Returns
     /// the bytes the dropped rows held.
@@ -338,19 +338,10 @@ impl<P> PendingStep<P> {
         // Where the step's last message is handed on (the consume loop or
         // its ordered task), not on rayon's pool: it may be busy with the
         // kernel of a step before this one.
-        let clashes = LowBitClashes::of(&self.hashes, 8, 1 << 23);
-        if !clashes.any() {
+        let order = clashing_rows(&self.hashes, 8, 1 << 23);
+        if order.is_empty() {
             return 0;
         }
-        let mut order: Vec<(u64, u32)> = self
-            .hashes
-            .iter()
-            .enumerate()
-            .filter(|(_, &hash)| clashes.contains(hash))
-            .map(|(row, &hash)| (hash, u32::try_from(row).expect("fewer than 2^32 rows a step")))
-            .collect();
-        retain_high_clashes(&mut order);
-        order.sort_unstable();
         let starts: Vec<usize> = self
             .parts
             .iter()

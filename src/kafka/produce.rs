@@ -121,9 +121,15 @@ pub async fn send<C: ClientContext + 'static>(
         headers,
     } = record;
     let headers = telemetry::with_traceparent(headers, &span);
-    let result = send_with(producer, (topic, key, payload), headers, lifecycle)
-        .instrument(span.clone())
-        .await;
+    let result = attempt_until_sent(
+        producer,
+        (topic, key, payload),
+        headers,
+        lifecycle,
+        Attempts::new(),
+    )
+    .instrument(span.clone())
+    .await;
     // The span's outcome fields are for the trace export: a log line
     // written after this has none of them, so unexported they would only
     // cost a field formatted a record.
@@ -199,15 +205,6 @@ impl Attempts {
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         paused
     }
-}
-
-async fn send_with<C: ClientContext + 'static>(
-    producer: &FutureProducer<C>,
-    parts: Parts<'_>,
-    headers: OwnedHeaders,
-    lifecycle: &Lifecycle,
-) -> Result<(i32, i64), SendError> {
-    attempt_until_sent(producer, parts, headers, lifecycle, Attempts::new()).await
 }
 
 /// Produces a record again and again, as [`send`] says, its attempts so

@@ -70,6 +70,29 @@ pub fn retain_high_clashes<T>(suspects: &mut Vec<(u64, T)>) {
     suspects.retain(|&(hash, _)| clashes.contains(hash >> 32));
 }
 
+/// The rows of `hashes` (each its index) whose hash may equal another's,
+/// as (hash, row), sorted: those whose hash clashes in its low bits in a
+/// bit array of `bits_per_hash` bits a hash, at most `max_bits`
+/// ([`LowBitClashes`]), and then in its high bits
+/// ([`retain_high_clashes`]). Every row whose hash equals another's is
+/// among them, in a run of its equals, those in row order; none when no
+/// low bits clash.
+pub fn clashing_rows(hashes: &[u64], bits_per_hash: usize, max_bits: usize) -> Vec<(u64, u32)> {
+    let clashes = LowBitClashes::of(hashes, bits_per_hash, max_bits);
+    if !clashes.any() {
+        return Vec::new();
+    }
+    let mut rows: Vec<(u64, u32)> = hashes
+        .iter()
+        .enumerate()
+        .filter(|(_, &hash)| clashes.contains(hash))
+        .map(|(row, &hash)| (hash, u32::try_from(row).expect("fewer than 2^32 rows")))
+        .collect();
+    retain_high_clashes(&mut rows);
+    rows.sort_unstable();
+    rows
+}
+
 /// Whether all `values` differ. Each value is hashed once; a bit array of
 /// about 16 bits a value, at most 2^21 bits (small enough for the L2 cache),
 /// finds the few values whose low hash bits meet another's
