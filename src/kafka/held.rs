@@ -225,17 +225,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn no_commit_splits_the_inputs_of_an_output_across_interleaved_steps() {
-        let mut tracker = OffsetTracker::new();
+    /// Offsets 0-9 of partition 0 of `in` taken, all but 7 finished.
+    fn all_finished_but_7(tracker: &mut OffsetTracker) -> Vec<Ticket> {
         let t: Vec<Ticket> = (0..10).map(|o| tracker.begin("in", 0, o).0).collect();
-        // Step Y: offsets 3 and 9, finished together; step X: offset 5;
-        // offset 7 (another step) unfinished; the rest finished alone.
         for (o, ticket) in t.iter().enumerate() {
             if o != 7 {
                 tracker.finish(ticket);
             }
         }
+        t
+    }
+
+    #[test]
+    fn no_commit_splits_the_inputs_of_an_output_across_interleaved_steps() {
+        let mut tracker = OffsetTracker::new();
+        // Step Y: offsets 3 and 9, finished together; step X: offset 5;
+        // offset 7 (another step) unfinished; the rest finished alone.
+        let t = all_finished_but_7(&mut tracker);
         assert_eq!(tracker.committable("in", 0), Some(7));
         let held = vec![marker(&[&t[3], &t[9]]), marker(&[&t[5]]), marker(&[&t[1]])];
         let (ready, waiting, caps) = select(&tracker, held);
@@ -256,12 +262,7 @@ mod tests {
     #[test]
     fn outputs_sharing_their_inputs_move_together() {
         let mut tracker = OffsetTracker::new();
-        let t: Vec<Ticket> = (0..10).map(|o| tracker.begin("in", 0, o).0).collect();
-        for (o, ticket) in t.iter().enumerate() {
-            if o != 7 {
-                tracker.finish(ticket);
-            }
-        }
+        let t = all_finished_but_7(&mut tracker);
         // Step Y (3 and 9): three outputs of one list and one of a copy;
         // step X (5): two outputs of one list; offset 1 alone.
         let y = Inputs::new(vec![t[3].clone(), t[9].clone()]);
