@@ -84,6 +84,10 @@ PARTITION_FETCH_BYTES = 16 << 20
 #: acknowledgement (python/tests/bench_chunk_reads.py ``--behind``).
 FETCH_QUEUE_BACKOFF_MS = 10
 
+#: Messages the background reader takes from the consumer at most at a time
+#: (the first waited for, the rest only those already fetched).
+POLL_BATCH = 1000
+
 T = TypeVar("T")
 
 
@@ -305,7 +309,7 @@ class TrainerClient:
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                messages = self._consumer.consume(num_messages=1000, timeout=0.1)
+                messages = self._next_messages()
             except KafkaException as e:
                 self._push_error(ConsumeError(e.args[0]))
                 continue
@@ -317,6 +321,17 @@ class TrainerClient:
                 for m in messages:
                     self._route(m)
                 self._lock.notify_all()
+
+    def _next_messages(self) -> List[Message]:
+        """The next message (waited for up to 0.1 s), and those ready behind
+        it (up to ``POLL_BATCH`` in all). ``consume(n, timeout)`` alone waits
+        until it has ``n`` messages or the timeout passed, so a step's few
+        advantages chunks or a group's hint waited out the whole timeout:
+        50 ms a read on average."""
+        first = self._consumer.poll(0.1)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(num_messages=POLL_BATCH - 1, timeout=0)]
 
     def _push_error(self, error: Exception) -> None:
         with self._lock:
