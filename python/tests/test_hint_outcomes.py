@@ -72,7 +72,8 @@ def test_delivered_hints_fill_hint_id_and_report_hint_outcomes_publishes_them(ma
         for k in range(2):
             reward = 1.0 if (i == 0 and k == 0) else 0.0
             rows.append({"instance_id": iid, "trajectory_id": f"{iid}-hint{k}", "reward": reward, "is_hinted": True, "hint_category": hintstream.CATEGORY_LLM})
-    client.publish_scored(run_id, step, rows)
+    # As JSON rows, read back here one by one.
+    client.publish_scored(run_id, step, rows, arrow=False)
     scored = [m for k, m in read_all(pipeline.bootstrap, topics.scored, 7) if k == step_key(run_id, step) and m["type"] == "scored_rollout"]
     assert {m["trajectory_id"]: m.get("hint_id") for m in scored} == {
         "task-0-raw": None,

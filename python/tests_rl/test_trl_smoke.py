@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
+import pyarrow as pa
 import pytest
 import torch
 from confluent_kafka import Consumer, TopicPartition
@@ -133,6 +134,24 @@ def test_three_steps_of_trl_grpo_learn_from_hintstream(kafka: Kafka, model_serve
             s.stop()
 
 
+def scored_rows(messages: List[Any]) -> List[Dict[str, Any]]:
+    """The ``scored_rollout`` rows of the scored topic's messages: a JSON
+    row as it is, an Arrow message's rows (what ``publish_scored`` sends) as
+    the JSON rows they stand for (no field where the column is null; a
+    ``response_length`` of 1 where the row had none, as stage 2 reads it)."""
+    rows: List[Dict[str, Any]] = []
+    for m in messages:
+        if dict(m.headers() or []).get("content-type") != b"application/vnd.apache.arrow.stream":
+            value = json.loads(m.value())
+            if value["type"] == "scored_rollout":
+                rows.append(value)
+            continue
+        for row in pa.ipc.open_stream(m.value()).read_all().to_pylist():
+            row = {k: v for k, v in row.items() if v is not None}
+            rows.append({"type": "scored_rollout", "schema_version": 1, **row})
+    return rows
+
+
 def check_run(bootstrap: str, topics: Any, outcomes: str, records: List[Dict[str, Any]], tmp_path: Path) -> None:
     assert [r["step"] for r in records] == list(range(STEPS))
     hinted_groups = [h for r in records for h in r.get("hints", [])]
@@ -142,9 +161,8 @@ def check_run(bootstrap: str, topics: Any, outcomes: str, records: List[Dict[str
     assert {h["category"] for h in hinted_groups} == {"llm_synthesized"}, hinted_groups
 
     want_rows = sum(len(r["rows"]) for r in records)
-    messages = read_topic(bootstrap, topics.scored, lambda ms: len(ms) >= want_rows + STEPS, 60)
-    wire = [json.loads(m.value()) for m in messages]
-    scored = [w for w in wire if w["type"] == "scored_rollout"]
+    messages = read_topic(bootstrap, topics.scored, lambda ms: len(scored_rows(ms)) >= want_rows and len(ms) >= 2 * STEPS, 60)
+    scored = scored_rows(messages)
     assert len(scored) == want_rows
     hinted = [w for w in scored if w["is_hinted"]]
     assert len(hinted) == HINT_SAMPLES * len(hinted_groups)

@@ -564,7 +564,7 @@ class TrainerClient:
         run_id: str,
         step: int,
         rows: Iterable[Mapping[str, Any]],
-        arrow: bool = False,
+        arrow: bool = True,
         timeout: float = 30.0,
         max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
     ) -> int:
@@ -574,13 +574,18 @@ class TrainerClient:
         ``trajectory_id`` (unique in the step: hinted rows need their own),
         ``reward``, ``is_hinted`` and optionally ``hint_category`` and
         ``hint_id`` (a hinted row without one gets the id of the hint this
-        client delivered for its group, if any). With
-        ``arrow=True`` the rows go as Arrow IPC stream messages (header
-        ``content-type: application/vnd.apache.arrow.stream``): one when the
-        step encodes to at most ``max_message_bytes``, else as many as it
-        needs, in row order, with the chunk headers (``hintstream.chunk``,
-        ``.chunks``, ``.rows``), so a step of any size passes the broker's
-        message limit. Returns the row count."""
+        client delivered for its group, if any), ``response_length``,
+        ``logprob_hinted`` and ``logprob_unhinted``. The rows go as Arrow IPC
+        stream messages (header ``content-type:
+        application/vnd.apache.arrow.stream``): one when the step encodes to
+        at most ``max_message_bytes``, else as many as it needs, in row
+        order, with the chunk headers (``hintstream.chunk``, ``.chunks``,
+        ``.rows``), so a step of any size passes the broker's message limit.
+        With ``arrow=False`` they go as one JSON ``scored_rollout`` message a
+        row, as a producer without Arrow would send them: stage 2 reads both
+        the same, but a step of 10,000 rows took 3.6x as long from here to
+        its advantages (docs/BENCHMARKS.md, ``scripts/bench-trainer-step.sh``).
+        Returns the row count."""
         messages = wire.scored_rows(run_id, step, fill_hint_ids(self._delivered, run_id, step, rows))
         ids = [m["trajectory_id"] for m in messages]
         if len(set(ids)) != len(ids):
