@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import Kafka, Pipeline  # noqa: E402
+from harness import Kafka, Pipeline, hintstream_bin  # noqa: E402
 from hintstream import TrainerClient  # noqa: E402
 
 GROUP_SIZE = 8
@@ -72,10 +72,12 @@ def ms(values: List[float]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=10_000, help="rows a step")
+    p.add_argument("--rows", type=int, default=10_000, help="rows a step (groups of 8: a multiple of 8)")
     p.add_argument("--rounds", type=int, default=10, help="steps of each way, counted")
     p.add_argument("--out", help="also write the report here")
     a = p.parse_args()
+    if a.rows < GROUP_SIZE or a.rows % GROUP_SIZE:
+        p.error(f"--rows must be a positive multiple of {GROUP_SIZE}")
     rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="hs-trainer-step-") as work:
         kafka = Kafka().start()
@@ -88,6 +90,7 @@ def main() -> None:
                     order = (False, True) if round_ % 2 else (True, False)
                     seen: Dict[bool, Dict[str, float]] = {}
                     base = step_rows(step, a.rows, rng)
+                    rows = len(base)
                     for arrow in order:
                         step += 1
                         # The same rows, under this step's number.
@@ -103,10 +106,10 @@ def main() -> None:
     lines = [
         "# A trainer's step: publish_scored, then wait_advantages (JSON rows against Arrow)",
         f"- date: {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}; machine: {os.cpu_count()} CPUs, {platform.machine()}; load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        f"- {a.rows:,} rows a step, {a.rounds} steps each way, alternated; one `hintstream advantages` (release), Apache Kafka, 1 partition",
+        f"- {rows:,} rows a step, {a.rounds} steps each way, alternated; one `hintstream advantages` ({hintstream_bin()}), Apache Kafka, 1 partition",
         f"- command: `scripts/bench-trainer-step.sh --rows {a.rows} --rounds {a.rounds}`",
         "",
-        "| rows sent as | publish_scored ms (median (min)) | then wait_advantages ms | the step ms |",
+        "| rows sent as | publish_scored ms, median (min) | then wait_advantages ms, median (min) | the step ms, median (min) |",
         "|---|---:|---:|---:|",
     ]
     totals = {}

@@ -576,6 +576,7 @@ impl ScoredRows {
         self.reward.iter().all(|r| r.is_finite())
             && self.step.iter().all(|&s| s >= 0)
             && self.instance_id.iter().all(filled)
+            && self.trajectory_id.iter().all(filled)
             && self.run_id.iter().all(filled)
             && self.hint_id.iter().all(|id| id.as_deref().is_none_or(filled))
             && logprobs_ok(LOGPROB_HINTED, &self.logprob_hinted)
@@ -599,6 +600,9 @@ impl ScoredRows {
             }
             if !filled(&self.instance_id[row]) {
                 return Err(bad("instance_id", row, "must be non-empty"));
+            }
+            if !filled(&self.trajectory_id[row]) {
+                return Err(bad("trajectory_id", row, "must be non-empty"));
             }
             if !filled(&self.run_id[row]) {
                 return Err(bad("run_id", row, "must be non-empty"));
@@ -1252,7 +1256,7 @@ mod tests {
     fn the_check_a_column_at_a_time_passes_and_fails_what_the_check_a_row_at_a_time_does() {
         use crate::messages::LOGPROB_ROUNDING;
         type Change = fn(&mut ScoredRollout);
-        let changes: [(&str, Change); 17] = [
+        let changes: [(&str, Change); 19] = [
             ("none", |_| {}),
             ("reward NaN", |r| r.reward = f64::NAN),
             ("reward inf", |r| r.reward = f64::INFINITY),
@@ -1266,6 +1270,8 @@ mod tests {
             ("instance after a space", |r| r.instance_id = " i".into()),
             ("instance non-ASCII", |r| r.instance_id = "é".into()),
             ("run empty", |r| r.run_id = "\n".into()),
+            ("trajectory empty", |r| r.trajectory_id = String::new()),
+            ("trajectory spaces", |r| r.trajectory_id = " ".into()),
             ("hint id empty", |r| r.hint_id = Some(" ".into())),
             ("logprob NaN", |r| {
                 r.logprob_hinted = Some(f64::NAN);
@@ -1302,6 +1308,28 @@ mod tests {
                 assert_eq!(rows.all_valid(), by_row.is_ok(), "{what} at row {at}: {by_row:?}");
                 assert_eq!(rows.check().map_err(|e| e.to_string()), by_row, "{what}");
             }
+        }
+    }
+
+    /// A blank id refused in a JSON row is refused in a batch's row too
+    /// (a blank `trajectory_id` once went through as Arrow).
+    #[test]
+    fn a_batch_refuses_the_blank_ids_a_json_row_refuses() {
+        use crate::messages::Validate;
+        type Change = fn(&mut ScoredRollout);
+        let changes: [(&str, Change); 3] = [
+            ("trajectory_id", |r| r.trajectory_id = " ".into()),
+            ("instance_id", |r| r.instance_id = String::new()),
+            ("run_id", |r| r.run_id = "\t".into()),
+        ];
+        for (field, change) in changes {
+            let mut bad = row("g", None);
+            change(&mut bad);
+            let json = bad.validate().unwrap_err().to_string();
+            assert!(json.contains(field), "{json}");
+            let rows = ScoredRows::from_row(&bad);
+            let batch = rows.check().unwrap_err().to_string();
+            assert!(batch.contains(field), "{field}: {batch}");
         }
     }
 

@@ -331,7 +331,13 @@ class TrainerClient:
         first = self._consumer.poll(0.1)
         if first is None:
             return []
-        return [first, *self._consumer.consume(num_messages=POLL_BATCH - 1, timeout=0)]
+        try:
+            rest = self._consumer.consume(num_messages=POLL_BATCH - 1, timeout=0)
+        except KafkaException as e:
+            # The first is kept: raised here, it would be lost.
+            self._push_error(ConsumeError(e.args[0]))
+            rest = []
+        return [first, *rest]
 
     def _push_error(self, error: Exception) -> None:
         with self._lock:
@@ -583,9 +589,11 @@ class TrainerClient:
         ``.rows``), so a step of any size passes the broker's message limit.
         With ``arrow=False`` they go as one JSON ``scored_rollout`` message a
         row, as a producer without Arrow would send them: stage 2 reads both
-        the same, but a step of 10,000 rows took 3.6x as long from here to
-        its advantages (docs/BENCHMARKS.md, ``scripts/bench-trainer-step.sh``).
-        Returns the row count."""
+        the same, but a step of 10,000 rows took 3.0-3.6x as long, publishing
+        and waiting for its advantages (docs/BENCHMARKS.md,
+        ``scripts/bench-trainer-step.sh``). A row stage 2 would refuse (a
+        blank id, a reward that is not finite) raises ``ValueError`` before
+        anything is sent. Returns the row count."""
         messages = wire.scored_rows(run_id, step, fill_hint_ids(self._delivered, run_id, step, rows))
         ids = [m["trajectory_id"] for m in messages]
         if len(set(ids)) != len(ids):

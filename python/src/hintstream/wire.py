@@ -180,6 +180,10 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
     the hinted and the unhinted prompt, finite and at most 0 (1e-6 of
     rounding allowed), optional, and a row with either needs
     ``response_length``)."""
+    if not str(run_id).strip():
+        raise ValueError("run_id must be a non-empty string")
+    if int(step) < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
     out = []
     for i, row in enumerate(rows):
         try:
@@ -195,6 +199,14 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
             }
         except KeyError as e:
             raise ValueError(f"scored row {i} has no {e.args[0]!r}") from None
+        # Stage 2's checks of a row, here, so that a bad row fails the call
+        # whichever way the step goes (Arrow, where one bad row dead-letters
+        # its whole message, or JSON).
+        for name in ("instance_id", "trajectory_id"):
+            if not message[name].strip():
+                raise ValueError(f"scored row {i} has a blank {name}")
+        if not math.isfinite(message["reward"]):
+            raise ValueError(f"scored row {i} has reward {row['reward']!r}; it must be finite")
         if row.get("hint_category") is not None:
             message["hint_category"] = str(row["hint_category"])
         if row.get("hint_id") is not None:
