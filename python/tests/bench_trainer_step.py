@@ -90,7 +90,6 @@ def main() -> None:
                     order = (False, True) if round_ % 2 else (True, False)
                     seen: Dict[bool, Dict[str, float]] = {}
                     base = step_rows(step, a.rows, rng)
-                    rows = len(base)
                     for arrow in order:
                         step += 1
                         # The same rows, under this step's number.
@@ -106,7 +105,7 @@ def main() -> None:
     lines = [
         "# A trainer's step: publish_scored, then wait_advantages (JSON rows against Arrow)",
         f"- date: {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}; machine: {os.cpu_count()} CPUs, {platform.machine()}; load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        f"- {rows:,} rows a step, {a.rounds} steps each way, alternated; one `hintstream advantages` ({hintstream_bin()}), Apache Kafka, 1 partition",
+        f"- {a.rows:,} rows a step, {a.rounds} steps each way, alternated; one `hintstream advantages` ({hintstream_bin()}), Apache Kafka, 1 partition",
         f"- command: `scripts/bench-trainer-step.sh --rows {a.rows} --rounds {a.rounds}`",
         "",
         "| rows sent as | publish_scored ms, median (min) | then wait_advantages ms, median (min) | the step ms, median (min) |",

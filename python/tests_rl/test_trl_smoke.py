@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
-import pyarrow as pa
 import pytest
 import torch
 from confluent_kafka import Consumer, TopicPartition
@@ -141,12 +140,12 @@ def scored_rows(messages: List[Any]) -> List[Dict[str, Any]]:
     ``response_length`` of 1 where the row had none, as stage 2 reads it)."""
     rows: List[Dict[str, Any]] = []
     for m in messages:
-        if dict(m.headers() or []).get("content-type") != b"application/vnd.apache.arrow.stream":
+        if dict(m.headers() or []).get("content-type") != wire.ARROW_STREAM_CONTENT_TYPE.encode():
             value = json.loads(m.value())
             if value["type"] == "scored_rollout":
                 rows.append(value)
             continue
-        for row in pa.ipc.open_stream(m.value()).read_all().to_pylist():
+        for row in wire.read_ipc_stream(m.value()).to_pylist():
             row = {k: v for k, v in row.items() if v is not None}
             rows.append({"type": "scored_rollout", "schema_version": wire.SCHEMA_VERSION, **row})
     return rows

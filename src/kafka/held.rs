@@ -51,7 +51,6 @@ impl Inputs {
                 lives.push(ticket.clone());
             }
         }
-        drop(seen);
         Inputs {
             tickets: tickets.into(),
             lives: lives.into(),

@@ -9,11 +9,27 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use hintstream::config::Config;
 use hintstream::health::Lifecycle;
 use hintstream::kafka::produce::send_all;
 use hintstream::kafka::{create_producer, Outgoing, SendError};
 use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaErrorCode;
+
+/// A topic of one partition named `prefix-<random>` on the shared broker,
+/// its configuration with `producer` settings added, and a producer of it.
+async fn on_a_new_topic(prefix: &str, producer: &[(&str, i64)]) -> (Config, String, FutureProducer) {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    let topic = common::unique(prefix);
+    common::create_topics(&config, &[&topic], 1).await;
+    for (name, value) in producer {
+        config.kafka.producer.insert((*name).into(), (*value).into());
+    }
+    let made = create_producer(&config).unwrap();
+    (config, topic, made)
+}
 
 /// `n` records for `topic`, keyed `k<i>`, of payload `v<i>` (`big`: the
 /// one whose payload is `big.1` bytes instead).
@@ -38,11 +54,7 @@ fn outgoing<'a>(topic: &'a str, records: &'a [(String, Vec<u8>)]) -> Vec<Outgoin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_record_is_acknowledged_in_order_with_its_headers() {
-    let broker = common::shared_kafka();
-    let config = common::config_for(&broker.bootstrap);
-    let topic = common::unique("send-all");
-    common::create_topics(&config, &[&topic], 1).await;
-    let producer = create_producer(&config).unwrap();
+    let (config, topic, producer) = on_a_new_topic("send-all", &[]).await;
     let records = payloads(300, None);
 
     let sent = send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await;
@@ -71,16 +83,8 @@ async fn every_record_is_acknowledged_in_order_with_its_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_refused_for_good_comes_back_and_the_others_go() {
-    let broker = common::shared_kafka();
-    let mut config = common::config_for(&broker.bootstrap);
-    let topic = common::unique("send-all-big");
-    common::create_topics(&config, &[&topic], 1).await;
     // librdkafka refuses a record over message.max.bytes as it is queued.
-    config
-        .kafka
-        .producer
-        .insert("message.max.bytes".into(), 10_000i64.into());
-    let producer = create_producer(&config).unwrap();
+    let (config, topic, producer) = on_a_new_topic("send-all-big", &[("message.max.bytes", 10_000)]).await;
     let records = payloads(20, Some((7, 50_000)));
 
     let sent = send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await;
@@ -125,15 +129,8 @@ async fn with_the_broker_gone_the_drain_deadline_ends_the_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_a_full_queue_refuses_go_once_there_is_room() {
-    let broker = common::shared_kafka();
-    let mut config = common::config_for(&broker.bootstrap);
-    let topic = common::unique("send-all-full");
-    common::create_topics(&config, &[&topic], 1).await;
-    config
-        .kafka
-        .producer
-        .insert("queue.buffering.max.messages".into(), 5i64.into());
-    let producer = create_producer(&config).unwrap();
+    let (config, topic, producer) =
+        on_a_new_topic("send-all-full", &[("queue.buffering.max.messages", 5)]).await;
     let records = payloads(60, None);
 
     let sent = send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await;
@@ -151,11 +148,7 @@ async fn records_a_full_queue_refuses_go_once_there_is_room() {
 async fn once_the_drain_deadline_passed_none_is_queued() {
     use rdkafka::producer::Producer;
 
-    let broker = common::shared_kafka();
-    let config = common::config_for(&broker.bootstrap);
-    let topic = common::unique("send-all-late");
-    common::create_topics(&config, &[&topic], 1).await;
-    let producer = create_producer(&config).unwrap();
+    let (_, topic, producer) = on_a_new_topic("send-all-late", &[]).await;
     let lifecycle = Lifecycle::new();
     lifecycle.begin_shutdown(Duration::ZERO);
 
