@@ -80,6 +80,7 @@ def test_a_row_stage_2_would_refuse_fails_the_call_before_anything_is_sent(make_
         ({"reward": math.inf}, "finite"),
         ({"trajectory_id": " "}, "blank trajectory_id"),
         ({"instance_id": ""}, "blank instance_id"),
+        ({"trajectory_id": "task-1-0"}, "'task-1-0' appears twice in step 1"),
     ]:
         rows = _rows()
         rows[5] = {**rows[5], **change}

@@ -6,7 +6,7 @@ import pytest
 import hintstream
 from hintstream import apply_hint, build_trajectories, group_key, parse_group_key, parse_step_key, step_key
 from hintstream.keys import decode_id, encode_id
-from hintstream.wire import ChunkInfo, Topics, chunk_info, read_ipc_stream, ipc_stream, scored_chunks, scored_rows, scored_table
+from hintstream.wire import ChunkInfo, Topics, chunk_info, read_ipc_stream, ipc_stream, scored_chunks, scored_rows, scored_step_table, scored_table, table_chunks
 
 
 def test_ids_without_percent_or_slash_keep_their_keys() -> None:
@@ -136,6 +136,57 @@ def test_log_probs_are_checked_and_go_on_the_arrow_table() -> None:
             scored_rows("r", 1, [{**base, **bad}])
     # 1e-6 of rounding is accepted.
     assert scored_rows("r", 1, [{**base, "logprob_hinted": 1e-6, "response_length": 1}])[0]["logprob_hinted"] == 1e-6
+
+
+def test_a_step_table_is_the_table_of_its_scored_rows_messages() -> None:
+    # Every optional field on some rows and not others, ids and rewards
+    # that need converting, and steps with none of the optional columns.
+    rows = [
+        {"instance_id": 7, "trajectory_id": "t-0", "reward": 1, "is_hinted": 0},
+        {"instance_id": "g", "trajectory_id": "t-1", "reward": "0.5", "is_hinted": True, "hint_category": "wrong_file", "hint_id": 12, "response_length": 3.0},
+        {"instance_id": "g", "trajectory_id": "t-2", "reward": -0.0, "is_hinted": True, "hint_id": "h", "response_length": 4, "logprob_hinted": -1.5, "logprob_unhinted": -2},
+        {"instance_id": "é/%", "trajectory_id": "t-3", "reward": 0.25, "is_hinted": False, "hint_category": None, "logprob_unhinted": -0.5, "response_length": 1},
+    ]
+    for chosen in (rows, rows[:1], [rows[0], rows[3]], []):
+        table = scored_step_table("run/1", 4, chosen)
+        assert table.equals(scored_table(scored_rows("run/1", 4, chosen)))
+        assert table.num_rows == len(chosen)
+    whole = scored_step_table("run", 4, rows)
+    limits = (100_000, len(ipc_stream(whole)) - 1)
+    chunks = [table_chunks(whole, n) for n in limits]
+    assert [len(c) for c in chunks][0] == 1 and len(chunks[1]) > 1
+    assert chunks == [scored_chunks(scored_rows("run", 4, rows), n) for n in limits]
+    # The rows may be any iterable, read once.
+    assert scored_step_table("run/1", 4, iter(rows)).equals(scored_step_table("run/1", 4, rows))
+
+
+def test_a_step_table_refuses_what_scored_rows_refuses_with_the_same_words() -> None:
+    base = {"instance_id": "g", "trajectory_id": "t", "reward": 1.0, "is_hinted": True}
+    bad_rows = [
+        {"instance_id": "g", "reward": 1.0, "is_hinted": True},
+        {**base, "instance_id": " "},
+        {**base, "trajectory_id": ""},
+        {**base, "reward": float("nan")},
+        {**base, "reward": float("-inf")},
+        {**base, "hint_id": "\t"},
+        {**base, "response_length": 0},
+        {**base, "response_length": 2.5},
+        {**base, "logprob_hinted": -1.0},
+        {**base, "logprob_unhinted": 0.5, "response_length": 2},
+    ]
+    for bad in bad_rows:
+        with pytest.raises(ValueError) as by_messages:
+            scored_rows("r", 1, [base, bad])
+        with pytest.raises(ValueError) as by_columns:
+            scored_step_table("r", 1, [base, bad])
+        assert str(by_columns.value) == str(by_messages.value)
+        assert "scored row 1 " in str(by_columns.value)
+    for run_id, step in ((" ", 1), ("r", -1)):
+        with pytest.raises(ValueError) as by_messages:
+            scored_rows(run_id, step, [base])
+        with pytest.raises(ValueError) as by_columns:
+            scored_step_table(run_id, step, [base])
+        assert str(by_columns.value) == str(by_messages.value)
 
 
 def test_ratio_and_reliance_are_stage_2s() -> None:
