@@ -274,7 +274,7 @@ class Stage:
     """A ``hintstream hints`` or ``hintstream advantages`` process.
 
     :param settings: extra keys by section (``{"advantages":
-        {"max_message_bytes": 65536}, "kafka": {"linger.ms": "400"}}``),
+        {"max_message_bytes": 65536}, "kafka.producer": {"linger.ms": "400"}}``),
         over the defaults below.
     :param tag: names its config, log and consumer group; a stage started
         again with the same tag rejoins the same group."""
@@ -293,8 +293,10 @@ class Stage:
         tag = tag or uuid.uuid4().hex[:8]
         self.tag = tag
         sections: Dict[str, Dict[str, Any]] = {
-            # Test latency: fetch without waiting out librdkafka's 500 ms default.
-            "kafka": {"fetch.wait.max.ms": "50"},
+            # Test latency: fetch without waiting out librdkafka's 500 ms
+            # default (a consumer's setting: in the shared table librdkafka
+            # would warn of it in every producer).
+            "kafka.consumer": {"fetch.wait.max.ms": "50"},
             "topics": {k: getattr(topics, k) for k in ("failed", "hints", "scored", "advantages", "metrics", "outcomes")},
             "hints": {
                 "group_id": f"py-hints-{tag}",

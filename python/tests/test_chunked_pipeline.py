@@ -110,7 +110,7 @@ def test_a_worker_killed_between_chunks_never_yields_a_partial_step(broker, make
         "advantages": {"max_message_bytes": 65536, "drain_timeout_secs": 2},
         # The restarted worker waits out the killed member's session (and
         # every drain must be shorter than a session).
-        "kafka": {"session.timeout.ms": "6000"},
+        "kafka.consumer": {"session.timeout.ms": "6000"},
         "hints": {"drain_timeout_secs": 2},
     }
     # The first worker's producer holds each record 400 ms (pacing, not a
@@ -118,7 +118,7 @@ def test_a_worker_killed_between_chunks_never_yields_a_partial_step(broker, make
     port = free_port()
     slow = {
         **common,
-        "kafka": {**common["kafka"], "linger.ms": "400"},
+        "kafka.producer": {"linger.ms": "400"},
         "advantages": {**common["advantages"], "metrics_addr": f"127.0.0.1:{port}"},
     }
     first = Stage("advantages", broker.bootstrap, topics, None, tmp_path, slow)
