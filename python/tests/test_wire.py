@@ -189,6 +189,37 @@ def test_a_step_table_refuses_what_scored_rows_refuses_with_the_same_words() -> 
         assert str(by_columns.value) == str(by_messages.value)
 
 
+def test_an_id_is_blank_as_the_shared_vectors_say() -> None:
+    import json
+    from pathlib import Path
+
+    from hintstream.wire import blank, check_failed, failed_trajectory
+
+    vectors = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "blank.json").read_text("utf-8"))
+    assert len(vectors["cases"]) >= 10
+    base = {"instance_id": "g", "trajectory_id": "t", "reward": 1.0, "is_hinted": True, "hint_id": "h"}
+    for case in vectors["cases"]:
+        text, want = case["text"], case["blank"]
+        assert blank(text) is want, case["case"]
+        # Every check of an id before anything is sent follows it.
+        for name in ("instance_id", "trajectory_id", "hint_id"):
+            for check in (scored_rows, scored_step_table):
+                if want:
+                    with pytest.raises(ValueError, match=f"blank {name}"):
+                        check("r", 1, [{**base, name: text}])
+                else:
+                    check("r", 1, [{**base, name: text}])
+        message = failed_trajectory(run_id="r", step=1, instance_id="i", task_prompt="p", chat_history_messages=[], reward=0.0, group_size=1)
+        if want:
+            with pytest.raises(ValueError, match="trajectory_id"):
+                check_failed({**message, "trajectory_id": text})
+            with pytest.raises(ValueError, match="run_id"):
+                scored_rows(text, 1, [base])
+        else:
+            check_failed({**message, "trajectory_id": text})
+            scored_step_table(text, 1, [base])
+
+
 def test_ratio_and_reliance_are_stage_2s() -> None:
     import math
 

@@ -1333,6 +1333,18 @@ mod tests {
         }
     }
 
+    /// A batch's ids are blank as the shared vectors say
+    /// (`schemas/vectors/blank.json`), as a JSON row's are.
+    #[test]
+    fn a_batch_id_is_blank_as_the_shared_vectors_say() {
+        let vectors = crate::messages::vectors::shared("blank.json");
+        for case in vectors["cases"].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            let blank = case["blank"].as_bool().unwrap();
+            assert_eq!(!filled(text), blank, "{}", case["case"]);
+        }
+    }
+
     #[test]
     fn hint_ids_round_trip_through_the_batch_and_old_batches_have_none() {
         let mut rows = ScoredRows::default();

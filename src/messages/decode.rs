@@ -442,6 +442,26 @@ mod tests {
         assert_eq!(err, DecodeError::TooLarge { size: 19, limit: 10 });
     }
 
+    /// The vectors both languages read (`schemas/vectors/blank.json`): an
+    /// id is blank as Rust's `trim` says, which the Python client's checks
+    /// follow.
+    #[test]
+    fn an_id_is_blank_as_the_shared_vectors_say() {
+        let vectors = crate::messages::vectors::shared("blank.json");
+        let cases = vectors["cases"].as_array().unwrap();
+        assert!(cases.len() >= 10);
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            let blank = case["blank"].as_bool().unwrap();
+            assert_eq!(
+                rules::non_empty("instance_id", text).is_err(),
+                blank,
+                "{}",
+                case["case"]
+            );
+        }
+    }
+
     #[test]
     fn one_pass_reads_what_the_value_path_reads() {
         use crate::messages::FailedTrajectory;

@@ -154,12 +154,24 @@ def failed_trajectory(
     return message
 
 
+#: What Python's ``str.strip`` removes and Rust's ``str::trim`` keeps.
+_STRIPPED_BY_PYTHON_ONLY = frozenset("\x1c\x1d\x1e\x1f")
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` is empty once Rust's ``str::trim`` removed the
+    whitespace at its ends: the blank id both stages refuse
+    (``schemas/vectors/blank.json``). ``str.strip`` also removes U+001C to
+    U+001F, which Rust does not count as whitespace."""
+    return not text.strip() and _STRIPPED_BY_PYTHON_ONLY.isdisjoint(text)
+
+
 def check_failed(message: Mapping[str, Any]) -> None:
     """Raises ``ValueError`` when a FailedTrajectory misses what its key and
     stage 1 need (the stage would dead-letter it)."""
     for name in ("run_id", "instance_id", "trajectory_id"):
         value = message.get(name)
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, str) or blank(value):
             raise ValueError(f"FailedTrajectory.{name} must be a non-empty string, got {value!r}")
     step = message.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
@@ -214,7 +226,7 @@ def scored_step_table(run_id: str, step: int, rows: Iterable[Mapping[str, Any]])
 
 
 def _check_step(run_id: str, step: int) -> None:
-    if not str(run_id).strip():
+    if blank(str(run_id)):
         raise ValueError("run_id must be a non-empty string")
     if int(step) < 0:
         raise ValueError(f"step must be >= 0, got {step}")
@@ -242,9 +254,10 @@ def _checked_row(i: int, row: Mapping[str, Any]) -> Tuple[Any, ...]:
         is_hinted = bool(row["is_hinted"])
     except KeyError as e:
         raise ValueError(f"scored row {i} has no {e.args[0]!r}") from None
-    if not instance_id.strip():
+    # strip() first: a filled id (nearly all) costs no call.
+    if not instance_id.strip() and blank(instance_id):
         raise ValueError(f"scored row {i} has a blank instance_id")
-    if not trajectory_id.strip():
+    if not trajectory_id.strip() and blank(trajectory_id):
         raise ValueError(f"scored row {i} has a blank trajectory_id")
     if not math.isfinite(reward):
         raise ValueError(f"scored row {i} has reward {row['reward']!r}; it must be finite")
@@ -255,7 +268,7 @@ def _checked_row(i: int, row: Mapping[str, Any]) -> Tuple[Any, ...]:
     hint_id = get("hint_id")
     if hint_id is not None:
         hint_id = str(hint_id)
-        if not hint_id.strip():
+        if not hint_id.strip() and blank(hint_id):
             raise ValueError(f"scored row {i} has a blank hint_id")
     length = get("response_length")
     if length is not None:
