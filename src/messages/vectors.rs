@@ -1,7 +1,7 @@
 //! The vector files both test suites read (`schemas/vectors/*.json`): what
 //! the Rust crate and the Python client both implement (keys, Python
 //! literals, chunk headers and reassembly, hint outcomes, a partition's
-//! fetch), held to one set of cases. Test builds only.
+//! fetch, a blank id), held to one set of cases. Test builds only.
 
 /// `schemas/vectors/{name}`, parsed.
 pub(crate) fn shared(name: &str) -> serde_json::Value {
