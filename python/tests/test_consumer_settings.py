@@ -1,9 +1,7 @@
 """The trainer client's consumer settings (``hintstream.client.consumer_settings``)."""
 
-import json
-from pathlib import Path
-
 from hintstream.client import FETCH_QUEUE_BACKOFF_MS, PARTITION_FETCH_BYTES, consumer_settings, partition_fetch_bytes
+from vectors import shared_vectors
 
 
 def never(err):
@@ -55,8 +53,7 @@ def test_a_partitions_fetch_matches_the_shared_vectors():
     """The vectors both languages read (``schemas/vectors/fetch.json``;
     the worker's readers in ``src/kafka/settings.rs``), given in
     ``consumer_config``."""
-    path = Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "fetch.json"
-    cases = json.loads(path.read_text())["cases"]
+    cases = shared_vectors("fetch.json")["cases"]
     assert len(cases) >= 10
     for case in cases:
         settings = consumer_settings({"bootstrap.servers": "b:9092"}, case["given"], never)

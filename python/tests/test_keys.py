@@ -1,14 +1,12 @@
 """Keys against the vectors the Rust suite reads too (schemas/vectors/keys.json):
 both languages build and parse the same keys, non-ASCII ids included."""
 
-import json
-from pathlib import Path
-
 import pytest
 
 from hintstream import group_key, parse_group_key, parse_step_key, step_key
+from vectors import shared_vectors
 
-VECTORS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "keys.json").read_text("utf-8"))
+VECTORS = shared_vectors("keys.json")
 
 
 @pytest.mark.parametrize("case", VECTORS["encode"], ids=lambda c: c["case"])

@@ -4,16 +4,15 @@
 ``HintOutcome`` messages stage 2's ``hint_outcomes`` gives, field for field,
 with no field the case leaves out."""
 
-import json
-from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 
 from hintstream import group_key
 from hintstream.outcomes import DeliveredHints, outcome_messages
+from vectors import shared_vectors
 
-VECTORS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "outcomes.json").read_text("utf-8"))
+VECTORS = shared_vectors("outcomes.json")
 
 
 @pytest.mark.parametrize("case", VECTORS["cases"], ids=lambda c: c["case"])

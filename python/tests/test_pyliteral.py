@@ -2,15 +2,14 @@
 ``src/llm/pyliteral.rs``) against the vectors the Rust suite reads too
 (schemas/vectors/pyliteral.json), and never an exception on any input."""
 
-import json
 import random
-from pathlib import Path
 
 import pytest
 
 from hintstream.pyliteral import parse_list
+from vectors import shared_vectors
 
-VECTORS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "pyliteral.json").read_text("utf-8"))
+VECTORS = shared_vectors("pyliteral.json")
 
 
 @pytest.mark.parametrize("case", VECTORS["cases"], ids=lambda c: c["case"])

@@ -4,8 +4,6 @@
 ``TrainerClient.wait_advantages`` uses) gathers chunks into the steps
 ``tools::reassemble`` makes of them."""
 
-import json
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
@@ -13,8 +11,9 @@ import pytest
 
 from hintstream.reassembly import Partial, Reassembler
 from hintstream.wire import ChunkInfo, chunk_info, ipc_stream
+from vectors import shared_vectors
 
-VECTORS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "chunks.json").read_text("utf-8"))
+VECTORS = shared_vectors("chunks.json")
 
 
 def headers(case: Dict[str, Any]) -> List[Tuple[str, Optional[bytes]]]:

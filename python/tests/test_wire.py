@@ -7,6 +7,7 @@ import hintstream
 from hintstream import apply_hint, build_trajectories, group_key, parse_group_key, parse_step_key, step_key
 from hintstream.keys import decode_id, encode_id
 from hintstream.wire import ChunkInfo, Topics, chunk_info, read_ipc_stream, ipc_stream, scored_chunks, scored_rows, scored_step_table, scored_table, table_chunks
+from vectors import shared_vectors
 
 
 def test_ids_without_percent_or_slash_keep_their_keys() -> None:
@@ -156,6 +157,16 @@ def test_a_step_table_is_the_table_of_its_scored_rows_messages() -> None:
     chunks = [table_chunks(whole, n) for n in limits]
     assert [len(c) for c in chunks][0] == 1 and len(chunks[1]) > 1
     assert chunks == [scored_chunks(scored_rows("run", 4, rows), n) for n in limits]
+    # scored_table of messages is as strict as it was: a missing field
+    # raises, any Mapping does, and a response_length of 0 or none is 1.
+    messages = scored_rows("run/1", 4, rows)
+    with pytest.raises(KeyError):
+        scored_table([{k: v for k, v in messages[0].items() if k != "instance_id"}])
+    from types import MappingProxyType
+
+    assert scored_table([MappingProxyType(m) for m in messages]).equals(scored_step_table("run/1", 4, rows))
+    lengths = scored_table([{**messages[0], "response_length": 0}, messages[1]]).column("response_length").to_pylist()
+    assert lengths == [1, 3]
     # The rows may be any iterable, read once.
     assert scored_step_table("run/1", 4, iter(rows)).equals(scored_step_table("run/1", 4, rows))
 
@@ -190,17 +201,17 @@ def test_a_step_table_refuses_what_scored_rows_refuses_with_the_same_words() -> 
 
 
 def test_an_id_is_blank_as_the_shared_vectors_say() -> None:
-    import json
-    from pathlib import Path
-
+    from hintstream.dropin import _wire_instance_ids
     from hintstream.wire import blank, check_failed, failed_trajectory
 
-    vectors = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "blank.json").read_text("utf-8"))
+    vectors = shared_vectors("blank.json")
     assert len(vectors["cases"]) >= 10
     base = {"instance_id": "g", "trajectory_id": "t", "reward": 1.0, "is_hinted": True, "hint_id": "h"}
     for case in vectors["cases"]:
         text, want = case["text"], case["blank"]
         assert blank(text) is want, case["case"]
+        # The drop-in keeps a request's own group id unless it is blank.
+        assert _wire_instance_ids([{"instance_id": text}]) == (["request#0"] if want else [text])
         # Every check of an id before anything is sent follows it.
         for name in ("instance_id", "trajectory_id", "hint_id"):
             for check in (scored_rows, scored_step_table):
@@ -218,6 +229,16 @@ def test_an_id_is_blank_as_the_shared_vectors_say() -> None:
         else:
             check_failed({**message, "trajectory_id": text})
             scored_step_table(text, 1, [base])
+
+
+def test_a_repeated_trajectory_id_is_named_by_its_first_place_either_way() -> None:
+    from hintstream.client import _refuse_repeated_ids
+
+    for ids in (["a", "b", "b", "a"], pa.chunked_array([["a", "b"], ["b", "a"]])):
+        with pytest.raises(ValueError, match="'a' appears twice in step 3"):
+            _refuse_repeated_ids(ids, 3)
+    for ids in (["a", "b"], pa.array(["a", "b"]), []):
+        _refuse_repeated_ids(ids, 3)
 
 
 def test_ratio_and_reliance_are_stage_2s() -> None:

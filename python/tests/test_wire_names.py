@@ -6,14 +6,14 @@ name the vectors do not list."""
 import ast
 import dataclasses
 import importlib
-import json
 import pkgutil
 from pathlib import Path
 
 import hintstream
 from hintstream import wire
+from vectors import shared_vectors
 
-VECTORS = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "wire_names.json").read_text("utf-8"))
+VECTORS = shared_vectors("wire_names.json")
 
 
 def test_header_names_and_content_types_are_the_shared_vectors() -> None:

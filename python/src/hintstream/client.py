@@ -153,11 +153,12 @@ def _refuse_repeated_ids(ids: Union[Sequence[str], pa.Array, pa.ChunkedArray], s
         if pc.count_distinct(ids).as_py() == len(ids):
             return
         ids = ids.to_pylist()
-    seen: Set[str] = set()
-    for trajectory_id in ids:
-        if trajectory_id in seen:
-            raise ValueError(f"trajectory_id {trajectory_id!r} appears twice in step {step}: stage 2 would drop the copy and the step would never complete")
-        seen.add(trajectory_id)
+    elif len(set(ids)) == len(ids):
+        return
+    # The first id, in the step's order, that appears again.
+    counts = collections.Counter(ids)
+    repeated = next(trajectory_id for trajectory_id in ids if counts[trajectory_id] > 1)
+    raise ValueError(f"trajectory_id {repeated!r} appears twice in step {step}: stage 2 would drop the copy and the step would never complete")
 
 
 class HintstreamError(Exception):
@@ -614,8 +615,9 @@ class TrainerClient:
         key = step_key(run_id, step)
         items: List[Tuple[str, bytes, Optional[List[Tuple[str, Union[str, bytes, None]]]]]] = []
         if arrow:
-            # Built column by column: for 10,000 rows half the client's time
-            # of JSON messages made first and then put in a table.
+            # No message made a row: each row's checked values go to Arrow
+            # in one conversion (for 10,000 rows 0.7x the client's time of
+            # messages made first and then put in a table).
             table = wire.scored_step_table(run_id, step, filled)
             count = table.num_rows
             _refuse_repeated_ids(table.column("trajectory_id"), step)

@@ -190,7 +190,7 @@ def _wire_instance_ids(requests: Sequence[Mapping[str, Any]]) -> List[str]:
     out = []
     for i, request in enumerate(requests):
         iid = request.get("instance_id")
-        iid = str(iid) if iid not in (None, "") and str(iid).strip() else ""
+        iid = str(iid) if iid not in (None, "") and not wire.blank(str(iid)) else ""
         if not iid or iid in used:
             candidate = f"{iid or 'request'}#{i}"
             while candidate in taken or candidate in used:
