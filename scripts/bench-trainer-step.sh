@@ -5,8 +5,11 @@
 # release `hintstream advantages` (python/tests/bench_trainer_step.py says
 # what is timed and checked). Makes the venv (scripts/python-venv.sh), builds
 # the release binary and installs the broker's jars (scripts/kafka.sh) first.
+# With --vs-client DIR (another build of the package: a directory holding
+# hintstream/, such as a worktree's python/src) that client runs beside this
+# one on the same broker and worker, the same rows each round.
 #
-#   scripts/bench-trainer-step.sh [--rows 10000] [--rounds 10] [--out FILE.md]
+#   scripts/bench-trainer-step.sh [--rows 10000] [--rounds 10] [--vs-client DIR] [--out FILE.md]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=$(scripts/python-venv.sh)

@@ -197,19 +197,29 @@ def scored_rows(run_id: str, step: int, rows: Iterable[Mapping[str, Any]]) -> Li
     step = int(step)
     out = []
     for i, row in enumerate(rows):
-        instance_id, trajectory_id, reward, is_hinted, *optional = _checked_row(i, row)
+        values = _checked_row(i, row)
         message: Dict[str, Any] = {
             "type": "scored_rollout",
             "schema_version": SCHEMA_VERSION,
             "run_id": run_id,
             "step": step,
-            "instance_id": instance_id,
-            "trajectory_id": trajectory_id,
-            "reward": reward,
-            "is_hinted": is_hinted,
+            "instance_id": values[0],
+            "trajectory_id": values[1],
+            "reward": values[2],
+            "is_hinted": values[3],
         }
-        if optional != _NONE_OPTIONAL:
-            message.update((name, value) for name, value in zip(_OPTIONAL_FIELDS, optional) if value is not None)
+        # The optional fields a row has (_OPTIONAL_FIELDS, spelt out: a
+        # loop over them took a fifth of the call's time).
+        if values[4] is not None:
+            message["hint_category"] = values[4]
+        if values[5] is not None:
+            message["hint_id"] = values[5]
+        if values[6] is not None:
+            message["response_length"] = values[6]
+        if values[7] is not None:
+            message["logprob_hinted"] = values[7]
+        if values[8] is not None:
+            message["logprob_unhinted"] = values[8]
         out.append(message)
     return out
 
@@ -235,7 +245,6 @@ def _check_step(run_id: str, step: int) -> None:
 #: A scored row's optional fields, in :func:`_checked_row`'s order after
 #: the four it needs.
 _OPTIONAL_FIELDS = ("hint_category", "hint_id", "response_length", "logprob_hinted", "logprob_unhinted")
-_NONE_OPTIONAL = [None] * len(_OPTIONAL_FIELDS)
 
 #: A scored row's fields after ``run_id`` and ``step``, in
 #: :func:`_checked_row`'s order.
