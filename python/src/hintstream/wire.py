@@ -154,16 +154,13 @@ def failed_trajectory(
     return message
 
 
-#: What Python's ``str.strip`` removes and Rust's ``str::trim`` keeps.
-_STRIPPED_BY_PYTHON_ONLY = frozenset("\x1c\x1d\x1e\x1f")
-
-
 def blank(text: str) -> bool:
     """Whether ``text`` is empty once Rust's ``str::trim`` removed the
-    whitespace at its ends: the blank id both stages refuse
-    (``schemas/vectors/blank.json``). ``str.strip`` also removes U+001C to
-    U+001F, which Rust does not count as whitespace."""
-    return not text.strip() and _STRIPPED_BY_PYTHON_ONLY.isdisjoint(text)
+    whitespace at its ends (:func:`~hintstream.pyliteral.rust_trim`): the
+    blank id both stages refuse (``schemas/vectors/blank.json``).
+    ``str.strip`` also removes U+001C to U+001F, which Rust does not count
+    as whitespace."""
+    return not rust_trim(text)
 
 
 def check_failed(message: Mapping[str, Any]) -> None:
@@ -283,9 +280,11 @@ def _checked_row(i: int, row: Mapping[str, Any]) -> Tuple[Any, ...]:
     if length is not None:
         length = _response_length(i, length)
     hinted = get("logprob_hinted")
+    if hinted is not None:
+        hinted = _checked_logprob(i, "logprob_hinted", hinted, length)
     unhinted = get("logprob_unhinted")
-    if hinted is not None or unhinted is not None:
-        hinted, unhinted = (None if v is None else _checked_logprob(i, name, v, length) for name, v in zip(LOGPROB_FIELDS, (hinted, unhinted)))
+    if unhinted is not None:
+        unhinted = _checked_logprob(i, "logprob_unhinted", unhinted, length)
     return (instance_id, trajectory_id, reward, is_hinted, category, hint_id, length, hinted, unhinted)
 
 
@@ -364,17 +363,7 @@ def scored_table(messages: Sequence[Mapping[str, Any]]) -> pa.Table:
 
 #: A row's values (:data:`_ROW_FIELDS`) as Arrow takes them.
 _ROW_TYPE = pa.struct(
-    [
-        ("instance_id", pa.string()),
-        ("trajectory_id", pa.string()),
-        ("reward", pa.float64()),
-        ("is_hinted", pa.bool_()),
-        ("hint_category", pa.string()),
-        ("hint_id", pa.string()),
-        ("response_length", pa.uint32()),
-        ("logprob_hinted", pa.float64()),
-        ("logprob_unhinted", pa.float64()),
-    ]
+    list(zip(_ROW_FIELDS, (pa.string(), pa.string(), pa.float64(), pa.bool_(), pa.string(), pa.string(), pa.uint32(), pa.float64(), pa.float64())))
 )
 
 
