@@ -99,7 +99,8 @@ struct GroupHinter {
     cache: HintCache,
     producer: StageProducer,
     lifecycle: Lifecycle,
-    output_topic: String,
+    /// Shared by the hints' refusals, made off their handlers.
+    output_topic: Arc<str>,
     group_wait: Duration,
     reward_threshold: f64,
     /// What the leak guard does with a hint that states an expected value.
@@ -343,8 +344,9 @@ impl GroupHinter {
         } else {
             hint_line!(tracing::Level::INFO);
         }
-        // The hint's `traceparent` is its produce span's (`send`). Under
-        // exactly_once it joins a transaction with its members' offsets.
+        // The hint's `traceparent` is its produce span's (`send`), or
+        // without the export its input's. Under exactly_once it joins a
+        // transaction with its members' offsets.
         let record = Outgoing {
             topic: &self.output_topic,
             key: Some(group_key.as_bytes()),
@@ -355,19 +357,24 @@ impl GroupHinter {
                 (PROMPT_VERSION_HEADER, hint.prompt_version.as_str()),
             ]),
         };
-        let published = members
-            .publish(&self.producer, record, &self.lifecycle, |e| {
-                format!(
-                    "the hint for {group_key} was rejected by {}: {e}",
-                    self.output_topic
-                )
-            })
+        let (group, topic) = (group_key.to_owned(), self.output_topic.clone());
+        let (metrics, category) = (self.metrics.clone(), hint.category);
+        // Settled off this handler (its acknowledgement awaited by the
+        // worker's settler): rejected, dead-lettered; stopped (shutdown's
+        // deadline passed), the members stay uncommitted.
+        members
+            .publish_detached(
+                &self.producer,
+                record,
+                &self.lifecycle,
+                move |e| format!("the hint for {group} was rejected by {topic}: {e}"),
+                move |published| {
+                    if let Published::Sent = published {
+                        metrics.published(category);
+                    }
+                },
+            )
             .await;
-        // Rejected: dead-lettered; stopped (shutdown's deadline passed): the
-        // members stay uncommitted.
-        if let Published::Sent = published {
-            self.metrics.published(hint.category);
-        }
     }
 }
 
@@ -549,7 +556,7 @@ impl HintStage {
             cache: HintCache::new(hints.cache_max_bytes, Duration::from_secs(hints.cache_ttl_secs)),
             producer: shell.producer.clone(),
             lifecycle: shell.lifecycle(),
-            output_topic: hints.output_topic.clone(),
+            output_topic: Arc::from(hints.output_topic.as_str()),
             group_wait: Duration::from_millis(hints.group_wait_ms),
             reward_threshold: hints.reward_threshold,
             on_leak: hints.on_leak,

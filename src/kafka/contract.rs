@@ -13,13 +13,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use rdkafka::error::KafkaError;
+use rdkafka::producer::DeliveryFuture;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
+use super::guarantee::Guarantee;
 use super::held::Inputs;
 use super::message::{RecordMeta, Rejected, Taken};
 use super::partition::Partition;
-use super::produce::{Outgoing, SendError};
+use super::produce::{self, Outgoing, SendError};
 use super::producers::StageProducer;
+use super::settler::Settling;
 use crate::health::Lifecycle;
+use crate::telemetry;
 
 /// One decoded input, handed to the stage with its message.
 pub struct Work<T> {
@@ -247,7 +253,99 @@ impl Settlement {
         lifecycle: &Lifecycle,
         refused: impl FnOnce(&KafkaError) -> String,
     ) -> Published {
-        match self.send(producer, record, lifecycle).await {
+        let sent = self.send(producer, record, lifecycle).await;
+        self.settle_sent(sent, refused).await
+    }
+
+    /// [`Settlement::publish`] for a handler that does not wait for the
+    /// outcome: `record` is handed to the producer now, and its
+    /// acknowledgement awaited by the worker's settler
+    /// ([`Settler`](super::settler::Settler)), which then settles the
+    /// inputs as `publish` does and calls `then` with what it did; the
+    /// handler's future ends here. Dropped unsettled when the inputs'
+    /// partition's drain ends first (abandoned, as a cut-off handler's
+    /// inputs are). Under exactly_once (where `publish` returns at once),
+    /// with spans exported (each output's `produce` span is its hint's
+    /// child), when the producer cannot take the record now (its queue
+    /// full) or with no settler running, it publishes as `publish` does,
+    /// then calls `then`.
+    pub async fn publish_detached(
+        self,
+        producer: &StageProducer,
+        record: Outgoing<'_>,
+        lifecycle: &Lifecycle,
+        refused: impl FnOnce(&KafkaError) -> String + Send + 'static,
+        then: impl FnOnce(&Published) + Send + 'static,
+    ) {
+        let mut record = record;
+        let detachable = self.inputs.first().and_then(|first| {
+            let at_least_once = matches!(first.guarantee(), Some(Guarantee::AtLeastOnce));
+            first
+                .settler()
+                .filter(|_| at_least_once && !telemetry::exporting())
+        });
+        if let Some((settler, work)) = detachable {
+            match produce::queue(producer, record) {
+                Ok(delivery) => {
+                    let (settler, work) = (settler.clone(), work.clone());
+                    let settling = self.settle_delivery(
+                        (producer.clone(), delivery, Instant::now()),
+                        lifecycle.clone(),
+                        work,
+                        refused,
+                        then,
+                    );
+                    if let Err(settling) = settler.hand(settling) {
+                        settling.await;
+                    }
+                    return;
+                }
+                // Produced as `publish` produces it (which waits for room).
+                Err(given_back) => record = given_back,
+            }
+        }
+        let published = self.publish(producer, record, lifecycle, refused).await;
+        then(&published);
+    }
+
+    /// What settles the inputs off their handler once their record, queued
+    /// (the producer, its delivery, when), is acknowledged, or not; see
+    /// [`Settlement::publish_detached`].
+    fn settle_delivery(
+        self,
+        (producer, delivery, started): (StageProducer, DeliveryFuture, Instant),
+        lifecycle: Lifecycle,
+        work: Arc<CancellationToken>,
+        refused: impl FnOnce(&KafkaError) -> String + Send + 'static,
+        then: impl FnOnce(&Published) + Send + 'static,
+    ) -> Settling {
+        Box::pin(async move {
+            let sent = tokio::select! {
+                biased;
+                // Dropped: abandoned, its partition's next owner redoes it.
+                _ = work.cancelled() => return,
+                sent = produce::delivered(&producer, delivery, started, &lifecycle) => sent,
+            };
+            let published = match sent {
+                Ok(_) => {
+                    self.ack();
+                    Published::Sent
+                }
+                // Boxed: rare, and its future would size every one's.
+                Err(e) => Box::pin(self.settle_sent(Err(e), refused)).await,
+            };
+            then(&published);
+        })
+    }
+
+    /// Settles after the output was sent (`sent`), as
+    /// [`Settlement::publish`] does.
+    async fn settle_sent(
+        self,
+        sent: Result<(), SendError>,
+        refused: impl FnOnce(&KafkaError) -> String,
+    ) -> Published {
+        match sent {
             Ok(()) => {
                 self.ack();
                 Published::Sent

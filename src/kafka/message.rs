@@ -16,12 +16,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
+use tokio_util::sync::CancellationToken;
 
 use super::commit::{Committer, Ticket};
 use super::dlq::{DeadLetter, DeadLetters};
 use super::guarantee::Guarantee;
 use super::hold::Holds;
 use super::produce::SendError;
+use super::settler::Settler;
 use crate::health::Lifecycle;
 use crate::messages::DecodeError;
 use crate::metrics::StageMetrics;
@@ -127,8 +129,9 @@ impl From<DecodeError> for Rejected {
 }
 
 /// What finishing a taken message needs: the commit point, the dead-letter
-/// topic, the stage's lifecycle and its counters, and the guarantee its
-/// outputs and dead letters are delivered under.
+/// topic, the stage's lifecycle and its counters, the guarantee its
+/// outputs and dead letters are delivered under, and the worker's settler
+/// (outputs acknowledged off their handlers).
 #[derive(Clone)]
 pub struct Delivery {
     pub(crate) committer: Committer,
@@ -136,6 +139,7 @@ pub struct Delivery {
     pub(crate) lifecycle: Lifecycle,
     pub(crate) metrics: Arc<StageMetrics>,
     pub(crate) guarantee: Guarantee,
+    pub(crate) settler: Arc<Settler>,
 }
 
 impl Delivery {
@@ -152,6 +156,7 @@ impl Delivery {
             lifecycle,
             metrics,
             guarantee,
+            settler: Arc::default(),
         }
     }
 
@@ -177,6 +182,9 @@ struct Pending {
     delivery: Arc<Delivery>,
     /// Intake bounds (messages, bytes), released when the message ends.
     _holds: Holds,
+    /// Cancelled when its partition's drain ends (its handler's is the
+    /// same): what settles it off its handler stops then too.
+    work: Arc<CancellationToken>,
     /// Set while a reject is being sent: when the send is dropped midway,
     /// the handle is rejected again with the same kind and reason (or
     /// abandoned, on a revoke or at shutdown), so its offset never sticks.
@@ -219,7 +227,7 @@ impl Taken {
     pub(crate) fn new(
         payload: Bytes,
         meta: RecordMeta,
-        ticket: Ticket,
+        (ticket, work): (Ticket, Arc<CancellationToken>),
         delivery: Arc<Delivery>,
         holds: Holds,
     ) -> Self {
@@ -230,6 +238,7 @@ impl Taken {
                 ticket,
                 delivery,
                 _holds: holds,
+                work,
                 rejecting: None,
                 reported: false,
             }),
@@ -293,6 +302,13 @@ impl Taken {
     /// The guarantee it is delivered under, while unfinished.
     pub(crate) fn guarantee(&self) -> Option<&Guarantee> {
         Some(&self.pending.as_ref()?.delivery.guarantee)
+    }
+
+    /// While unfinished: its worker's settler, and what is cancelled when
+    /// its partition's drain ends.
+    pub(crate) fn settler(&self) -> Option<(&Arc<Settler>, &Arc<CancellationToken>)> {
+        let pending = self.pending.as_ref()?;
+        Some((&pending.delivery.settler, &pending.work))
     }
 
     /// Whether its partition is draining after a revoke (or was reset since

@@ -5,8 +5,9 @@
 //! intake holds, the dead-letter producer, producing with bounds, the
 //! delivery guarantee (`guarantee`: at-least-once, or exactly-once over the
 //! worker's `transaction`s, their `held` outputs and how each `ending` goes), the consume loop and the stage contract it
-//! drives (with the output obligations, `Settlement`; a message's handler
-//! future, `handler`; and a pipelined stage's decode and ordered handoff,
+//! drives (with the output obligations, `Settlement`, and the `settler`
+//! that settles outputs off their handlers; a message's handler future,
+//! `handler`; and a pipelined stage's decode and ordered handoff,
 //! `pipeline`), whole-topic readers,
 //! start-up checks and topic administration. The stages see
 //! records only through what this module hands them (`Taken`,
@@ -34,6 +35,7 @@ pub mod pipeline;
 pub mod produce;
 pub mod producers;
 pub mod settings;
+pub mod settler;
 pub mod tail;
 pub mod tracker;
 pub mod transaction;

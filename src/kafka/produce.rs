@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rdkafka::client::ClientContext;
 use rdkafka::error::KafkaError;
-use rdkafka::message::OwnedHeaders;
+use rdkafka::message::{Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
@@ -369,7 +369,7 @@ async fn settle<C: ClientContext + 'static>(
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
     let (topic, key, _) = parts;
-    let mut attempts = Attempts::since(started);
+    let attempts = Attempts::since(started);
     let (error, headers) = match queued {
         Ok(delivery) => match delivery.await {
             Ok(Ok(delivered)) => return Ok((delivered.partition, delivered.offset)),
@@ -386,6 +386,80 @@ async fn settle<C: ClientContext + 'static>(
                 .await;
         }
     };
+    retry_failed(producer, parts, error, headers, attempts, lifecycle).await
+}
+
+/// Hands `record` to the producer without waiting (its `traceparent`
+/// added, of the current trace: there is no `produce` span without the
+/// export): its delivery to await with [`delivered`]; or, when the
+/// producer refused it (its queue full, or a record it can never take),
+/// the record given back, to produce as [`send`] does (which waits for
+/// room, and says why it failed for good).
+pub fn queue<'a, C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    record: Outgoing<'a>,
+) -> Result<DeliveryFuture, Outgoing<'a>> {
+    let Outgoing {
+        topic,
+        key,
+        payload,
+        headers,
+    } = record;
+    let headers = telemetry::with_traceparent(headers, &tracing::Span::none());
+    producer
+        .send_result(record_of((topic, key, payload), headers))
+        .map_err(|(_, returned)| Outgoing {
+            topic,
+            key,
+            payload,
+            headers: headers_back(returned.headers, (topic, key, payload), 0),
+        })
+}
+
+/// A record [`queue`]d at `started`, until the broker acknowledges it, as
+/// [`send`] produces one: when its delivery failed for a reason retrying
+/// may fix, produced again (from the record the producer gave back) after
+/// [`send`]'s warning and pause, and then as [`send`] retries until the
+/// drain deadline. The producer going away with it (it is dropped only at
+/// exit) is [`SendError::Stopped`].
+pub async fn delivered<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    delivery: DeliveryFuture,
+    started: Instant,
+    lifecycle: &Lifecycle,
+) -> Result<(i32, i64), SendError> {
+    let (error, mut returned) = match delivery.await {
+        Ok(Ok(delivered)) => return Ok((delivered.partition, delivered.offset)),
+        Ok(Err(failed)) => failed,
+        Err(_canceled) => return Err(SendError::Stopped),
+    };
+    let headers = returned.detach_headers();
+    let parts = (returned.topic(), returned.key(), returned.payload());
+    // Boxed: the retries' future is large, and inline it would size (and
+    // be copied into) every delivery's, which nearly always ends above.
+    Box::pin(retry_failed(
+        producer,
+        parts,
+        error,
+        headers,
+        Attempts::since(started),
+        lifecycle,
+    ))
+    .await
+}
+
+/// After a queued record's first delivery failed with `error`: a failure
+/// retrying cannot fix is returned; else it is produced again after
+/// [`send`]'s warning and pause, and then as [`send`] retries.
+async fn retry_failed<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    parts: Parts<'_>,
+    error: KafkaError,
+    headers: Option<OwnedHeaders>,
+    mut attempts: Attempts,
+    lifecycle: &Lifecycle,
+) -> Result<(i32, i64), SendError> {
+    let (topic, key, _) = parts;
     if is_permanent(&error) {
         return Err(permanent(topic, key, error));
     }

@@ -305,6 +305,11 @@ impl StageLoop {
             options,
         } = self;
         let mut intake = Intake::new(delivery, &options);
+        intake.settling = intake
+            .delivery
+            .settler
+            .start(intake.panics.clone())
+            .map(AbortOnDrop);
         // Shutdown is noticed even while the loop is held in a rebalance
         // callback (a revoke drain ends at once when it begins).
         let lifecycle = intake.lifecycle.clone();
@@ -357,6 +362,9 @@ struct Intake {
     /// rejected.
     _abandon_on_drop: AbandonOnDrop,
     tasks: JoinSet<()>,
+    /// The settler's task ([`Settler`](super::settler::Settler)): outputs
+    /// acknowledged off their handlers, joined after `tasks` at shutdown.
+    settling: Option<AbortOnDrop>,
     /// A pipelined stage's ordered task, apart from `tasks`: at the drain's
     /// deadline it is cut off (not aborted), and then aborts and joins the
     /// handler tasks it started.
@@ -406,6 +414,7 @@ impl Intake {
         Intake {
             _abandon_on_drop: AbandonOnDrop(delivery.lifecycle.clone()),
             tasks: JoinSet::new(),
+            settling: None,
             ordered: None,
             metrics: metrics.clone(),
             lifecycle: delivery.lifecycle.clone(),
@@ -838,7 +847,13 @@ impl Intake {
         };
         telemetry::start_trace(&span, trace);
         Begun {
-            taken: Taken::new(payload, meta, ticket, self.delivery.clone(), holds),
+            taken: Taken::new(
+                payload,
+                meta,
+                (ticket, token.clone()),
+                self.delivery.clone(),
+                holds,
+            ),
             within: Within { token, span, trace },
         }
     }
@@ -918,6 +933,11 @@ impl Intake {
                 self.panics.reap((&mut ordered.task.0).await);
             }
             while self.tasks.join_next().await.is_some() {}
+            // What the settler holds is abandoned with it.
+            if let Some(mut settling) = self.settling.take() {
+                settling.0.abort();
+                self.panics.reap((&mut settling.0).await);
+            }
         }
         if let Some(transactions) = self.delivery.guarantee.transactions().cloned() {
             let group = consumer.group_metadata();
@@ -939,8 +959,9 @@ impl Intake {
         std::mem::take(&mut self.summary)
     }
 
-    /// Waits for every task, reaping each; the ordered task last (it ends
-    /// once the loop stopped sending and its handler tasks ended).
+    /// Waits for every task, reaping each; the ordered task after them (it
+    /// ends once the loop stopped sending and its handler tasks ended); the
+    /// settler last, closed once no handler is left to hand it more.
     async fn join_all(&mut self) {
         while let Some(joined) = self.tasks.join_next().await {
             self.panics.reap(joined);
@@ -948,6 +969,12 @@ impl Intake {
         if let Some(ordered) = self.ordered.as_mut() {
             let joined = (&mut ordered.task.0).await;
             self.ordered = None;
+            self.panics.reap(joined);
+        }
+        self.delivery.settler.close();
+        if let Some(settling) = self.settling.as_mut() {
+            let joined = (&mut settling.0).await;
+            self.settling = None;
             self.panics.reap(joined);
         }
     }

@@ -1,4 +1,4 @@
-//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, context windows, eval, the spend budget's bound, the group's budget, the spend ledger's leader stopped, long replies, provider prompt caching, hedged requests, hints that learn, graded hints, saturation, a real model server, untrusted text kept in its elements, the leak guard, no URL secret shown.
+//! Stage 1 (`hintstream hints`): synthesis, the LLM client's hardening, storms, bad input, byte bounds, context windows, eval, the spend budget's bound, the group's budget, the spend ledger's leader stopped, long replies, provider prompt caching, hedged requests, hints that learn, graded hints, saturation, hints settled off their handlers, a real model server, untrusted text kept in its elements, the leak guard, no URL secret shown.
 
 mod bad_input;
 mod budget_bound;
@@ -21,6 +21,7 @@ mod prompt_cache;
 mod reference_prompt;
 mod reference_prompt_loopback;
 mod saturation;
+mod settled;
 mod synthesis;
 mod untrusted_prompt;
 mod url_secrets;

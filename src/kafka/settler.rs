@@ -1,0 +1,140 @@
+//! Outputs whose acknowledgement no handler waits for
+//! ([`Settlement::publish_detached`](super::Settlement::publish_detached)):
+//! each output's settlement (its delivery awaited, then its inputs
+//! acknowledged or dead-lettered) runs in one task of the worker's, the
+//! settler, beside every other, instead of in its message's handler
+//! future. A handler of stage 1's static or cached hints then ends once
+//! its hint is queued, and a delivery report wakes one small future, not
+//! the whole handler (which took about a sixth of the worker's CPU:
+//! docs/BENCHMARKS.md, round thirty-nine).
+//!
+//! The worker starts it with its loop ([`Settler::start`]) and, at
+//! shutdown, waits for it after its handler tasks, within the drain's
+//! deadline; at the deadline it is aborted, and the inputs it held are
+//! abandoned (uncommitted, redelivered), as a cut-off handler's are. A
+//! settlement handed to it when it is not running (before the loop starts,
+//! after it ended) is given back, for the caller to run itself.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::OnceLock;
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::handler::Panics;
+
+/// One output's settlement, as the settler runs it.
+pub type Settling = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// The worker's settler: where settlements go while it runs. One per
+/// worker, shared by its [`Delivery`](super::Delivery).
+#[derive(Default)]
+pub struct Settler {
+    /// Set when the worker starts it; its receiver is the settler's task's.
+    queue: OnceLock<mpsc::UnboundedSender<Settling>>,
+    /// Cancelled at shutdown once no handler can hand it more: the task
+    /// ends when what it holds has settled.
+    closed: CancellationToken,
+}
+
+impl Settler {
+    /// Starts its task, counting into `panics` a settlement that panics
+    /// (its inputs are dropped with it: dead-lettered as a handler's panic
+    /// drops them). `None` when it was started before.
+    pub(super) fn start(&self, panics: Panics) -> Option<JoinHandle<()>> {
+        let (queue, settlements) = mpsc::unbounded_channel();
+        self.queue.set(queue).ok()?;
+        let closed = self.closed.clone();
+        Some(tokio::spawn(
+            settle(settlements, closed, panics).in_current_span(),
+        ))
+    }
+
+    /// Hands `settling` to the settler's task; given back when the task is
+    /// not running. Unbounded: each holds its inputs, which the worker's
+    /// message bounds count.
+    pub(crate) fn hand(&self, settling: Settling) -> Result<(), Settling> {
+        let Some(queue) = self.queue.get() else {
+            return Err(settling);
+        };
+        queue.send(settling).map_err(|refused| refused.0)
+    }
+
+    /// No handler hands it more: its task ends once what it holds settled.
+    pub(super) fn close(&self) {
+        self.closed.cancel();
+    }
+}
+
+/// The settler's task: runs every settlement handed to it, side by side,
+/// until closed and none is left.
+async fn settle(
+    mut settlements: mpsc::UnboundedReceiver<Settling>,
+    closed: CancellationToken,
+    panics: Panics,
+) {
+    let mut settling = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some(ended) = settling.next(), if !settling.is_empty() => {
+                if let Err(panic) = ended {
+                    let panic: Box<dyn std::any::Any + Send> = panic;
+                    panics.count(panic.as_ref());
+                }
+            }
+            Some(next) = settlements.recv() => settling.push(AssertUnwindSafe(next).catch_unwind()),
+            _ = closed.cancelled(), if settling.is_empty() => match settlements.try_recv() {
+                Ok(next) => settling.push(AssertUnwindSafe(next).catch_unwind()),
+                Err(_) => return,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::metrics::StageMetrics;
+
+    fn counting(done: &Arc<AtomicUsize>) -> Settling {
+        let done = done.clone();
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            done.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    #[tokio::test]
+    async fn a_settler_gives_back_what_it_cannot_run_and_ends_once_closed_and_settled() {
+        let panics = Panics::new(Arc::new(StageMetrics::unregistered()));
+        let settler = Settler::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        // Not started: given back.
+        assert!(settler.hand(counting(&done)).is_err());
+        let task = settler.start(panics.clone()).expect("started once");
+        assert!(settler.start(panics.clone()).is_none(), "one task a settler");
+        for _ in 0..3 {
+            assert!(settler.hand(counting(&done)).is_ok());
+        }
+        // A settlement that panics is counted; the others go on.
+        assert!(settler
+            .hand(Box::pin(async { panic!("a settlement panicked") }))
+            .is_ok());
+        settler.close();
+        task.await.expect("the settler's task ends");
+        assert_eq!(done.load(Ordering::SeqCst), 3);
+        assert_eq!(panics.total(), 1);
+        // Ended: given back.
+        assert!(settler.hand(counting(&done)).is_err());
+    }
+}

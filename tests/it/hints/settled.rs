@@ -1,0 +1,169 @@
+//! Stage 1's hints settled off their handlers (the worker's settler,
+//! `kafka::settler`) on a real broker: a hint the broker refuses after it
+//! was queued still dead-letters its input as `output_rejected` and lets
+//! its offset commit; and a stage stopped mid-stream waits for the hints it
+//! queued, so every input whose hint it published is committed and none is
+//! left to be redone.
+
+use crate::common;
+
+use std::time::Duration;
+
+use hintstream::hints::HintStage;
+use hintstream::kafka::{create_producer, DlqHeaders};
+use hintstream::llm::synth::LlmEnv;
+use hintstream::tools::RecordedMessage;
+use rdkafka::producer::Producer;
+
+/// A failed trajectory of a group of one, which gets a static hint.
+fn trajectory(i: usize) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schema_version": 1, "run_id": "run-settled", "step": 1, "instance_id": format!("i{i:05}"),
+        "trajectory_id": format!("t{i:05}"), "task_prompt": "Solve it", "reward": 0.0, "group_size": 1,
+        "chat_history": [{"role": "user", "content": "go"}],
+        "verifier_stdout": ">>> ERROR_ACCUMULATOR >>>\n['check_output failed']\n<<< ERROR_ACCUMULATOR <<<",
+    }))
+    .unwrap()
+}
+
+/// Sends `n` failed trajectories to `topic`, flushed.
+async fn send_failed(config: &hintstream::config::Config, topic: &str, n: usize) {
+    let producer = create_producer(config).unwrap();
+    for i in 0..n {
+        common::send(
+            &producer,
+            topic,
+            &format!("run-settled/1/i{i:05}"),
+            &trajectory(i),
+        )
+        .await;
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+fn header<'m>(message: &'m RecordedMessage, name: &str) -> Option<&'m str> {
+    message
+        .headers
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value.bytes.as_deref())
+        .and_then(|b| std::str::from_utf8(b).ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_the_broker_refuses_after_it_was_queued_dead_letters_its_input_and_commits() {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    common::own_topics(&mut config.hints, "settled-in", "settled-hints");
+    config.hints.group_id = common::unique("settled-group");
+    let h = config.hints.clone();
+    common::create_topics(&config, &[&h.input_topic, &h.dlq_topic], 1).await;
+    // The producer takes a hint (librdkafka's own limit is 1 MB); the
+    // broker refuses it when it arrives (the topic's limit is 200 bytes),
+    // which only its delivery report says.
+    hintstream::kafka::admin::create_topics_with(
+        &config,
+        &[(h.output_topic.clone(), vec![("max.message.bytes", "200")])],
+        1,
+    )
+    .await
+    .unwrap();
+    let n = 5;
+    send_failed(&config, &h.input_topic, n).await;
+
+    let stage = HintStage::build(config.clone(), &LlmEnv::default())
+        .await
+        .unwrap();
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let dead = loop {
+        let dead = common::read_topic(&config, &h.dlq_topic).await;
+        if dead.len() >= n {
+            break dead;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {n} dead letters",
+            dead.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let summary = running.stop().await;
+    assert_eq!(dead.len(), n, "one dead letter an input");
+    for letter in &dead {
+        assert_eq!(header(letter, DlqHeaders::ERROR_KIND), Some("output_rejected"));
+        let reason = header(letter, DlqHeaders::REASON).unwrap_or_default();
+        assert!(
+            reason.starts_with("the hint for run-settled/1/i") && reason.contains(&*h.output_topic),
+            "{reason}"
+        );
+    }
+    assert!(common::read_topic(&config, &h.output_topic).await.is_empty());
+    assert_eq!(summary.abandoned, 0, "{summary:?}");
+    let committed = common::committed_offsets(&config, &h.group_id, &h.input_topic, 1).await;
+    assert_eq!(
+        committed.get(&0),
+        Some(&(n as i64)),
+        "every input's offset commits"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_stopped_mid_stream_commits_every_input_whose_hint_it_published() {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    common::own_topics(&mut config.hints, "settled-stop-in", "settled-stop-hints");
+    config.hints.group_id = common::unique("settled-stop-group");
+    let endpoint = common::MetricsEndpoint::free();
+    config.hints.metrics_addr = endpoint.addr();
+    let h = config.hints.clone();
+    let partitions = 3;
+    common::create_topics(
+        &config,
+        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
+        partitions,
+    )
+    .await;
+    let n = 6_000;
+    send_failed(&config, &h.input_topic, n).await;
+
+    let stage = HintStage::build(config.clone(), &LlmEnv::default())
+        .await
+        .unwrap();
+    let running = common::spawn_stage(|stop| stage.run(stop));
+    // Stopped once it is well under way, with hints queued and not yet
+    // acknowledged.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let published = endpoint
+            .value("hintstream_hints_hints_published_total", &[])
+            .await;
+        if published >= 300.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{published} hints published"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let summary = running.stop().await;
+    assert_eq!(
+        summary.abandoned, 0,
+        "the drain waited for every hint: {summary:?}"
+    );
+    let hints = common::read_topic(&config, &h.output_topic).await;
+    assert!(hints.len() < n, "stopped mid-stream: {} hints", hints.len());
+    let committed: i64 = common::committed_offsets(&config, &h.group_id, &h.input_topic, partitions)
+        .await
+        .values()
+        .sum();
+    // Each input taken gets one hint, and the drain finishes every input
+    // taken: what was committed is what was published.
+    assert_eq!(
+        committed,
+        hints.len() as i64,
+        "committed inputs against hints published"
+    );
+    assert!(common::read_topic(&config, &h.dlq_topic).await.is_empty());
+}
