@@ -25,7 +25,7 @@ use super::produce::{self, Outgoing, SendError};
 use super::producers::StageProducer;
 use super::settler::Settling;
 use crate::health::Lifecycle;
-use crate::telemetry;
+use crate::telemetry::{self, TraceParent};
 
 /// One decoded input, handed to the stage with its message.
 pub struct Work<T> {
@@ -262,13 +262,15 @@ impl Settlement {
     /// acknowledgement awaited by the worker's settler
     /// ([`Settler`](super::settler::Settler)), which then settles the
     /// inputs as `publish` does and calls `then` with what it did; the
-    /// handler's future ends here. Dropped unsettled when the inputs'
-    /// partition's drain ends first (abandoned, as a cut-off handler's
-    /// inputs are). Under exactly_once (where `publish` returns at once),
-    /// with spans exported (each output's `produce` span is its hint's
-    /// child), when the producer cannot take the record now (its queue
-    /// full) or with no settler running, it publishes as `publish` does,
-    /// then calls `then`.
+    /// handler's future ends here. The settling goes on in the input's
+    /// trace (what it dead-letters carries it), and is dropped, its
+    /// dead letters too, when the inputs' partition's drain ends first
+    /// (abandoned, as a cut-off handler's inputs are). Under exactly_once
+    /// (where `publish` returns at once), with spans exported (each
+    /// output's `produce` span is its hint's child), for inputs of more
+    /// than one partition, when the producer cannot take the record now
+    /// (its queue full) or with no settler running, it publishes as
+    /// `publish` does, then calls `then`.
     pub async fn publish_detached(
         self,
         producer: &StageProducer,
@@ -280,9 +282,15 @@ impl Settlement {
         let mut record = record;
         let detachable = self.inputs.first().and_then(|first| {
             let at_least_once = matches!(first.guarantee(), Some(Guarantee::AtLeastOnce));
+            // One partition's: what its drain cancels is every input's.
+            let one_partition = |(_, work): &(_, &Arc<CancellationToken>)| {
+                self.inputs[1..]
+                    .iter()
+                    .all(|other| other.settler().is_some_and(|(_, own)| Arc::ptr_eq(own, work)))
+            };
             first
                 .settler()
-                .filter(|_| at_least_once && !telemetry::exporting())
+                .filter(|detached| at_least_once && !telemetry::exporting() && one_partition(detached))
         });
         if let Some((settler, work)) = detachable {
             match produce::queue(producer, record) {
@@ -291,7 +299,7 @@ impl Settlement {
                     let settling = self.settle_delivery(
                         (producer.clone(), delivery, Instant::now()),
                         lifecycle.clone(),
-                        work,
+                        (work, telemetry::input_trace()),
                         refused,
                         then,
                     );
@@ -315,18 +323,12 @@ impl Settlement {
         self,
         (producer, delivery, started): (StageProducer, DeliveryFuture, Instant),
         lifecycle: Lifecycle,
-        work: Arc<CancellationToken>,
+        (work, trace): (Arc<CancellationToken>, Option<TraceParent>),
         refused: impl FnOnce(&KafkaError) -> String + Send + 'static,
         then: impl FnOnce(&Published) + Send + 'static,
     ) -> Settling {
-        Box::pin(async move {
-            let sent = tokio::select! {
-                biased;
-                // Dropped: abandoned, its partition's next owner redoes it.
-                _ = work.cancelled() => return,
-                sent = produce::delivered(&producer, delivery, started, &lifecycle) => sent,
-            };
-            let published = match sent {
+        let settle = async move {
+            let published = match produce::delivered(&producer, delivery, started, &lifecycle).await {
                 Ok(_) => {
                     self.ack();
                     Published::Sent
@@ -335,7 +337,16 @@ impl Settlement {
                 Err(e) => Box::pin(self.settle_sent(Err(e), refused)).await,
             };
             then(&published);
-        })
+        };
+        Box::pin(telemetry::scope(trace, async move {
+            tokio::select! {
+                biased;
+                // Dropped, a dead letter on its way too: abandoned, its
+                // partition's next owner redoes it.
+                _ = work.cancelled() => {}
+                _ = settle => {}
+            }
+        }))
     }
 
     /// Settles after the output was sent (`sent`), as

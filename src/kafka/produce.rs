@@ -420,8 +420,10 @@ pub fn queue<'a, C: ClientContext + 'static>(
 /// [`send`] produces one: when its delivery failed for a reason retrying
 /// may fix, produced again (from the record the producer gave back) after
 /// [`send`]'s warning and pause, and then as [`send`] retries until the
-/// drain deadline. The producer going away with it (it is dropped only at
-/// exit) is [`SendError::Stopped`].
+/// drain deadline. A delivery report the producer dropped (not reached:
+/// the caller holds the producer, and rdkafka reports every record) is a
+/// failure for good, said at error level, so that its inputs are
+/// dead-lettered rather than left to hold their partition's offsets.
 pub async fn delivered<C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
     delivery: DeliveryFuture,
@@ -431,7 +433,12 @@ pub async fn delivered<C: ClientContext + 'static>(
     let (error, mut returned) = match delivery.await {
         Ok(Ok(delivered)) => return Ok((delivered.partition, delivered.offset)),
         Ok(Err(failed)) => failed,
-        Err(_canceled) => return Err(SendError::Stopped),
+        Err(_canceled) => {
+            tracing::error!(
+                "the producer dropped a queued record's delivery report; its inputs are dead-lettered"
+            );
+            return Err(SendError::Permanent(KafkaError::Canceled));
+        }
     };
     let headers = returned.detach_headers();
     let parts = (returned.topic(), returned.key(), returned.payload());

@@ -30,7 +30,7 @@ use tracing_subscriber::{EnvFilter, Layer};
 pub use export::{export_span, exporting, Telemetry};
 pub use logs::{ansi_colours, stage_span, LogFormat, STAGE_SPAN};
 pub use propagation::{
-    link, outgoing, scope, start_trace, with_traceparent, TraceParent, TRACEPARENT_HEADER,
+    input_trace, link, outgoing, scope, start_trace, with_traceparent, TraceParent, TRACEPARENT_HEADER,
 };
 
 /// Why logging or tracing could not start.

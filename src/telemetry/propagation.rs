@@ -145,6 +145,12 @@ pub fn scope<F: Future>(input: Option<TraceParent>, work: F) -> impl Future<Outp
     INPUT_TRACE.scope(input, work)
 }
 
+/// The trace of the input the current task works on (see [`scope`]), for
+/// work on it that goes on in another task.
+pub fn input_trace() -> Option<TraceParent> {
+    INPUT_TRACE.try_with(|input| *input).ok().flatten()
+}
+
 /// Makes `span` (not yet entered) the start of its trace in the export: a
 /// child of `input` (the input's `traceparent`) when present, else the root
 /// of a new trace, whatever span encloses it in the logs. Nothing when spans
@@ -178,7 +184,7 @@ pub fn outgoing(span: &Span) -> TraceParent {
             return own;
         }
     }
-    match INPUT_TRACE.try_with(|input| *input).ok().flatten() {
+    match input_trace() {
         Some(input) => input.child(),
         None => TraceParent::new_root(),
     }

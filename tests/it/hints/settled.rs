@@ -1,7 +1,7 @@
 //! Stage 1's hints settled off their handlers (the worker's settler,
 //! `kafka::settler`) on a real broker: a hint the broker refuses after it
-//! was queued still dead-letters its input as `output_rejected` and lets
-//! its offset commit; and a stage stopped mid-stream waits for the hints it
+//! was queued still dead-letters its input as `output_rejected`, in the
+//! input's trace, and lets its offset commit; and a stage stopped mid-stream waits for the hints it
 //! queued, so every input whose hint it published is committed and none is
 //! left to be redone.
 
@@ -26,17 +26,23 @@ fn trajectory(i: usize) -> Vec<u8> {
     .unwrap()
 }
 
-/// Sends `n` failed trajectories to `topic`, flushed.
+/// The trace of input `i`, as its producer's `traceparent`.
+fn trace_id(i: usize) -> String {
+    format!("{:032x}", 0x5e771ed0000 + i)
+}
+
+/// Sends `n` failed trajectories to `topic`, each traced by its producer
+/// ([`trace_id`]), flushed.
 async fn send_failed(config: &hintstream::config::Config, topic: &str, n: usize) {
     let producer = create_producer(config).unwrap();
     for i in 0..n {
-        common::send(
-            &producer,
-            topic,
-            &format!("run-settled/1/i{i:05}"),
-            &trajectory(i),
-        )
-        .await;
+        let traceparent = format!("00-{}-b7ad6b7169203331-01", trace_id(i));
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "traceparent",
+            value: Some(&traceparent),
+        });
+        let key = format!("run-settled/1/i{i:05}");
+        common::send_raw(&producer, topic, &key, Some(&trajectory(i)), Some(headers)).await;
     }
     producer.flush(Duration::from_secs(30)).unwrap();
 }
@@ -96,6 +102,14 @@ async fn a_hint_the_broker_refuses_after_it_was_queued_dead_letters_its_input_an
         assert!(
             reason.starts_with("the hint for run-settled/1/i") && reason.contains(&*h.output_topic),
             "{reason}"
+        );
+        // Its input's trace, though settled off the input's handler.
+        let key = std::str::from_utf8(letter.key_bytes().unwrap()).unwrap();
+        let i: usize = key.rsplit_once("/i").unwrap().1.parse().unwrap();
+        let traceparent = header(letter, "traceparent").unwrap_or_default();
+        assert!(
+            traceparent.starts_with(&format!("00-{}-", trace_id(i))),
+            "{key}: {traceparent}"
         );
     }
     assert!(common::read_topic(&config, &h.output_topic).await.is_empty());
