@@ -399,20 +399,13 @@ pub fn queue<'a, C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
     record: Outgoing<'a>,
 ) -> Result<DeliveryFuture, Outgoing<'a>> {
-    let Outgoing {
-        topic,
-        key,
-        payload,
-        headers,
-    } = record;
-    let headers = telemetry::with_traceparent(headers, &tracing::Span::none());
+    let parts = (record.topic, record.key, record.payload);
+    let headers = telemetry::with_traceparent(record.headers, &tracing::Span::none());
     producer
-        .send_result(record_of((topic, key, payload), headers))
+        .send_result(record_of(parts, headers))
         .map_err(|(_, returned)| Outgoing {
-            topic,
-            key,
-            payload,
-            headers: headers_back(returned.headers, (topic, key, payload), 0),
+            headers: headers_back(returned.headers, parts, 0),
+            ..record
         })
 }
 

@@ -15,6 +15,7 @@
 //! settlement handed to it when it is not running (before the loop starts,
 //! after it ended) is given back, for the caller to run itself.
 
+use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -26,8 +27,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-
-use super::handler::Panics;
 
 /// One output's settlement, as the settler runs it.
 pub type Settling = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -44,15 +43,19 @@ pub struct Settler {
 }
 
 impl Settler {
-    /// Starts its task, counting into `panics` a settlement that panics
-    /// (its inputs are dropped with it: dead-lettered as a handler's panic
-    /// drops them). `None` when it was started before.
-    pub(super) fn start(&self, panics: Panics) -> Option<JoinHandle<()>> {
+    /// Starts its task, which tells `panicked` of a settlement that
+    /// panics (the worker counts it as a handler's panic; its inputs are
+    /// dropped with it, dead-lettered as a handler's panic drops them).
+    /// `None` when it was started before.
+    pub(super) fn start(
+        &self,
+        panicked: impl Fn(&(dyn Any + Send)) + Send + 'static,
+    ) -> Option<JoinHandle<()>> {
         let (queue, settlements) = mpsc::unbounded_channel();
         self.queue.set(queue).ok()?;
         let closed = self.closed.clone();
         Some(tokio::spawn(
-            settle(settlements, closed, panics).in_current_span(),
+            settle(settlements, closed, panicked).in_current_span(),
         ))
     }
 
@@ -77,7 +80,7 @@ impl Settler {
 async fn settle(
     mut settlements: mpsc::UnboundedReceiver<Settling>,
     closed: CancellationToken,
-    panics: Panics,
+    panicked: impl Fn(&(dyn Any + Send)),
 ) {
     let mut settling = FuturesUnordered::new();
     loop {
@@ -85,8 +88,8 @@ async fn settle(
             biased;
             Some(ended) = settling.next(), if !settling.is_empty() => {
                 if let Err(panic) = ended {
-                    let panic: Box<dyn std::any::Any + Send> = panic;
-                    panics.count(panic.as_ref());
+                    let panic: Box<dyn Any + Send> = panic;
+                    panicked(panic.as_ref());
                 }
             }
             Some(next) = settlements.recv() => settling.push(AssertUnwindSafe(next).catch_unwind()),
@@ -104,7 +107,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::metrics::StageMetrics;
 
     fn counting(done: &Arc<AtomicUsize>) -> Settling {
         let done = done.clone();
@@ -116,13 +118,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_settler_gives_back_what_it_cannot_run_and_ends_once_closed_and_settled() {
-        let panics = Panics::new(Arc::new(StageMetrics::unregistered()));
+        let panics = Arc::new(AtomicUsize::new(0));
+        let panicked = {
+            let panics = panics.clone();
+            move |_: &(dyn Any + Send)| {
+                panics.fetch_add(1, Ordering::SeqCst);
+            }
+        };
         let settler = Settler::default();
         let done = Arc::new(AtomicUsize::new(0));
         // Not started: given back.
         assert!(settler.hand(counting(&done)).is_err());
-        let task = settler.start(panics.clone()).expect("started once");
-        assert!(settler.start(panics.clone()).is_none(), "one task a settler");
+        let task = settler.start(panicked.clone()).expect("started once");
+        assert!(settler.start(panicked).is_none(), "one task a settler");
         for _ in 0..3 {
             assert!(settler.hand(counting(&done)).is_ok());
         }
@@ -133,7 +141,7 @@ mod tests {
         settler.close();
         task.await.expect("the settler's task ends");
         assert_eq!(done.load(Ordering::SeqCst), 3);
-        assert_eq!(panics.total(), 1);
+        assert_eq!(panics.load(Ordering::SeqCst), 1);
         // Ended: given back.
         assert!(settler.hand(counting(&done)).is_err());
     }

@@ -305,10 +305,11 @@ impl StageLoop {
             options,
         } = self;
         let mut intake = Intake::new(delivery, &options);
+        let panics = intake.panics.clone();
         intake.settling = intake
             .delivery
             .settler
-            .start(intake.panics.clone())
+            .start(move |panic| panics.count(panic))
             .map(AbortOnDrop);
         // Shutdown is noticed even while the loop is held in a rebalance
         // callback (a revoke drain ends at once when it begins).

@@ -9,8 +9,9 @@ use crate::common;
 
 use std::time::Duration;
 
+use hintstream::config::Config;
 use hintstream::hints::HintStage;
-use hintstream::kafka::{create_producer, DlqHeaders};
+use hintstream::kafka::{create_producer, DlqHeaders, RunSummary};
 use hintstream::llm::synth::LlmEnv;
 use hintstream::tools::RecordedMessage;
 use rdkafka::producer::Producer;
@@ -33,7 +34,7 @@ fn trace_id(i: usize) -> String {
 
 /// Sends `n` failed trajectories to `topic`, each traced by its producer
 /// ([`trace_id`]), flushed.
-async fn send_failed(config: &hintstream::config::Config, topic: &str, n: usize) {
+async fn send_failed(config: &Config, topic: &str, n: usize) {
     let producer = create_producer(config).unwrap();
     for i in 0..n {
         let traceparent = format!("00-{}-b7ad6b7169203331-01", trace_id(i));
@@ -45,6 +46,16 @@ async fn send_failed(config: &hintstream::config::Config, topic: &str, n: usize)
         common::send_raw(&producer, topic, &key, Some(&trajectory(i)), Some(headers)).await;
     }
     producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Sends `n` failed trajectories to the stage's input topic, then starts
+/// the stage with static hints.
+async fn send_and_start(config: &Config, n: usize) -> common::Running<RunSummary> {
+    send_failed(config, &config.hints.input_topic, n).await;
+    let stage = HintStage::build(config.clone(), &LlmEnv::default())
+        .await
+        .unwrap();
+    common::spawn_stage(|stop| stage.run(stop))
 }
 
 fn header<'m>(message: &'m RecordedMessage, name: &str) -> Option<&'m str> {
@@ -75,12 +86,7 @@ async fn a_hint_the_broker_refuses_after_it_was_queued_dead_letters_its_input_an
     .await
     .unwrap();
     let n = 5;
-    send_failed(&config, &h.input_topic, n).await;
-
-    let stage = HintStage::build(config.clone(), &LlmEnv::default())
-        .await
-        .unwrap();
-    let running = common::spawn_stage(|stop| stage.run(stop));
+    let running = send_and_start(&config, n).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let dead = loop {
         let dead = common::read_topic(&config, &h.dlq_topic).await;
@@ -139,12 +145,7 @@ async fn a_stage_stopped_mid_stream_commits_every_input_whose_hint_it_published(
     )
     .await;
     let n = 6_000;
-    send_failed(&config, &h.input_topic, n).await;
-
-    let stage = HintStage::build(config.clone(), &LlmEnv::default())
-        .await
-        .unwrap();
-    let running = common::spawn_stage(|stop| stage.run(stop));
+    let running = send_and_start(&config, n).await;
     // Stopped once it is well under way, with hints queued and not yet
     // acknowledged.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
