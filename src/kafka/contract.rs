@@ -274,12 +274,11 @@ impl Settlement {
     pub async fn publish_detached(
         self,
         producer: &StageProducer,
-        record: Outgoing<'_>,
+        mut record: Outgoing<'_>,
         lifecycle: &Lifecycle,
         refused: impl FnOnce(&KafkaError) -> String + Send + 'static,
         then: impl FnOnce(&Published) + Send + 'static,
     ) {
-        let mut record = record;
         let detachable = self.inputs.first().and_then(|first| {
             let at_least_once = matches!(first.guarantee(), Some(Guarantee::AtLeastOnce));
             // One partition's: what its drain cancels is every input's.
