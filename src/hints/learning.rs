@@ -313,6 +313,15 @@ impl Learner {
         if self.synced().contains(&key) {
             return;
         }
+        // Boxed: once a step, and inline its future (the reads to both
+        // topics' ends) would size every hint's.
+        Box::pin(self.sync_step(readers, key)).await;
+    }
+
+    /// [`Learner::barrier`] for a step not read up to yet: one reading at
+    /// a time, then the step is marked read.
+    async fn sync_step(&self, readers: &Readers, key: (String, i64)) {
+        let (run_id, step) = (key.0.as_str(), key.1);
         let _one = self.sync_lock.lock().await;
         if self.synced().contains(&key) {
             return;

@@ -356,11 +356,10 @@ pub async fn send_all<C: ClientContext + 'static>(
 }
 
 /// One record of [`send_all`], queued at `started` (or refused then):
-/// its delivery awaited; when the producer refused it for a reason
-/// retrying may fix (its queue full), produced as [`send`] produces it;
-/// when its delivery failed for such a reason, produced again after
-/// [`send`]'s warning and pause, as [`send`] retries. Its `attempts` field
-/// is no span's: there is no `produce` span without the export.
+/// its delivery awaited as [`delivered`] awaits one (retried as [`send`]
+/// retries); when the producer refused it for a reason retrying may fix
+/// (its queue full), produced as [`send`] produces it. Its `attempts`
+/// field is no span's: there is no `produce` span without the export.
 async fn settle<C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
     parts: Parts<'_>,
@@ -369,24 +368,17 @@ async fn settle<C: ClientContext + 'static>(
     lifecycle: &Lifecycle,
 ) -> Result<(i32, i64), SendError> {
     let (topic, key, _) = parts;
-    let attempts = Attempts::since(started);
-    let (error, headers) = match queued {
-        Ok(delivery) => match delivery.await {
-            Ok(Ok(delivered)) => return Ok((delivered.partition, delivered.offset)),
-            Ok(Err((e, mut returned))) => (e, returned.detach_headers()),
-            // The producer went away with it (it is dropped only at exit).
-            Err(_canceled) => (KafkaError::Canceled, None),
-        },
-        Err((e, _)) if is_permanent(&e) => return Err(permanent(topic, key, e)),
+    match queued {
+        Ok(delivery) => delivered(producer, delivery, started, lifecycle).await,
+        Err((e, _)) if is_permanent(&e) => Err(permanent(topic, key, e)),
         // No attempt was made: the first is `send`'s.
         Err((_, headers)) => {
             let headers = headers_back(headers, parts, 0);
-            return attempt_until_sent(producer, parts, headers, lifecycle, attempts)
+            attempt_until_sent(producer, parts, headers, lifecycle, Attempts::since(started))
                 .instrument(tracing::Span::none())
-                .await;
+                .await
         }
-    };
-    retry_failed(producer, parts, error, headers, attempts, lifecycle).await
+    }
 }
 
 /// Hands `record` to the producer without waiting (its `traceparent`
@@ -415,8 +407,9 @@ pub fn queue<'a, C: ClientContext + 'static>(
 /// [`send`]'s warning and pause, and then as [`send`] retries until the
 /// drain deadline. A delivery report the producer dropped (not reached:
 /// the caller holds the producer, and rdkafka reports every record) is a
-/// failure for good, said at error level, so that its inputs are
-/// dead-lettered rather than left to hold their partition's offsets.
+/// failure for good, said at error level, so that the caller dead-letters
+/// or reports its inputs rather than leaving them to hold their
+/// partition's offsets.
 pub async fn delivered<C: ClientContext + 'static>(
     producer: &FutureProducer<C>,
     delivery: DeliveryFuture,
@@ -428,7 +421,7 @@ pub async fn delivered<C: ClientContext + 'static>(
         Ok(Err(failed)) => failed,
         Err(_canceled) => {
             tracing::error!(
-                "the producer dropped a queued record's delivery report; its inputs are dead-lettered"
+                "the producer dropped a queued record's delivery report; it is not produced again"
             );
             return Err(SendError::Permanent(KafkaError::Canceled));
         }

@@ -1,9 +1,10 @@
 //! Stage 1's hints settled off their handlers (the worker's settler,
 //! `kafka::settler`) on a real broker: a hint the broker refuses after it
 //! was queued still dead-letters its input as `output_rejected`, in the
-//! input's trace, and lets its offset commit; and a stage stopped mid-stream waits for the hints it
+//! input's trace, and lets its offset commit; a stage stopped mid-stream waits for the hints it
 //! queued, so every input whose hint it published is committed and none is
-//! left to be redone.
+//! left to be redone; and a partition revoked while its hints are queued
+//! is drained of them before its next owner takes it, which redoes none.
 
 use crate::common;
 
@@ -180,5 +181,87 @@ async fn a_stage_stopped_mid_stream_commits_every_input_whose_hint_it_published(
         hints.len() as i64,
         "committed inputs against hints published"
     );
+    assert!(common::read_topic(&config, &h.dlq_topic).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_revoked_while_its_hints_are_queued_waits_for_them_and_is_not_redone() {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    common::own_topics(&mut config.hints, "settled-revoke-in", "settled-revoke-hints");
+    config.hints.group_id = common::unique("settled-revoke-group");
+    // Fast group protocol: the test is about the drain, not the timers.
+    config.kafka.insert("session.timeout.ms", "10000");
+    config.kafka.insert("heartbeat.interval.ms", "500");
+    let h = config.hints.clone();
+    let partitions = 4;
+    common::create_topics(
+        &config,
+        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
+        partitions,
+    )
+    .await;
+    let n = 40;
+    // A's hints wait in its producer for 20 s before they are sent: its
+    // handlers are done at once, and its settler holds every input until
+    // then, through B's start and join and A's revoke, whose drain may
+    // wait that long.
+    let mut a_config = config.clone();
+    a_config.kafka.producer.insert("linger.ms".into(), "20000".into());
+    a_config.hints.drain_timeout_secs = 60;
+    let a_endpoint = common::MetricsEndpoint::free();
+    a_config.hints.metrics_addr = a_endpoint.addr();
+    // Sent without the linger: `send_failed` waits for each message.
+    send_failed(&config, &h.input_topic, n).await;
+    let a_stage = HintStage::build(a_config, &LlmEnv::default()).await.unwrap();
+    let a = common::spawn_stage(|stop| a_stage.run(stop));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let in_flight = a_endpoint.value("hintstream_hints_in_flight_messages", &[]).await;
+        if in_flight >= n as f64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A has {in_flight} of {n} inputs in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let published_before_b = a_endpoint
+        .value("hintstream_hints_hints_published_total", &[])
+        .await;
+    let b_stage = HintStage::build(config.clone(), &LlmEnv::default())
+        .await
+        .unwrap();
+    let b = common::spawn_stage(|stop| b_stage.run(stop));
+    // B takes partitions only once A's revoke finished: by then every
+    // input of the revoked partitions was settled and committed.
+    common::waits::wait_committed_to_end(
+        &config,
+        &h.group_id,
+        &h.input_topic,
+        partitions,
+        Duration::from_secs(90),
+        String::new,
+    )
+    .await;
+    let drained = a_endpoint
+        .value("hintstream_hints_revoke_drained_messages_total", &[])
+        .await;
+    let a_summary = a.stop().await;
+    let b_summary = b.stop().await;
+    assert_eq!(
+        published_before_b, 0.0,
+        "A's hints were all still queued when B started"
+    );
+    assert!(
+        drained >= 1.0,
+        "A's revoke waited for inputs whose hints were queued: {drained} drained"
+    );
+    let hints = common::read_topic(&config, &h.output_topic).await;
+    let keys: std::collections::BTreeSet<&[u8]> = hints.iter().filter_map(|m| m.key_bytes()).collect();
+    assert_eq!(keys.len(), n, "a hint for every input");
+    assert_eq!(hints.len(), n, "none redone by B: {a_summary:?} {b_summary:?}");
+    assert_eq!(a_summary.abandoned, 0, "{a_summary:?}");
     assert!(common::read_topic(&config, &h.dlq_topic).await.is_empty());
 }
