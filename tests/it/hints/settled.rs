@@ -184,14 +184,23 @@ async fn a_stage_stopped_mid_stream_commits_every_input_whose_hint_it_published(
     assert!(common::read_topic(&config, &h.dlq_topic).await.is_empty());
 }
 
+/// `name`'s value at `endpoint` now, which must answer (a missed answer
+/// is not read as 0).
+async fn metric_now(endpoint: &common::MetricsEndpoint, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, text) = endpoint
+        .get("/metrics")
+        .await
+        .expect("the stage's metrics endpoint answers");
+    common::metric_value(&text, name, labels)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partition_revoked_while_its_hints_are_queued_waits_for_them_and_is_not_redone() {
     let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "settled-revoke-in", "settled-revoke-hints");
     config.hints.group_id = common::unique("settled-revoke-group");
-    // Fast group protocol: the test is about the drain, not the timers.
-    config.kafka.insert("session.timeout.ms", "10000");
+    // Quick heartbeats: a join is answered within half a second.
     config.kafka.insert("heartbeat.interval.ms", "500");
     let h = config.hints.clone();
     let partitions = 4;
@@ -202,38 +211,46 @@ async fn a_partition_revoked_while_its_hints_are_queued_waits_for_them_and_is_no
     )
     .await;
     let n = 40;
-    // A's hints wait in its producer for 20 s before they are sent: its
+    // Sent without A's linger: `send_failed` waits for each message.
+    send_failed(&config, &h.input_topic, n).await;
+    // A's hints wait in its producer for 25 s before they are sent (under
+    // the producer's 30 s message timeout, as librdkafka requires): its
     // handlers are done at once, and its settler holds every input until
     // then, through B's start and join and A's revoke, whose drain may
-    // wait that long.
+    // wait that long (within the session's 45 s, as the config requires).
     let mut a_config = config.clone();
-    a_config.kafka.producer.insert("linger.ms".into(), "20000".into());
-    a_config.hints.drain_timeout_secs = 60;
+    a_config.kafka.producer.insert("linger.ms".into(), "25000".into());
+    a_config.hints.drain_timeout_secs = 40;
     let a_endpoint = common::MetricsEndpoint::free();
     a_config.hints.metrics_addr = a_endpoint.addr();
-    // Sent without the linger: `send_failed` waits for each message.
-    send_failed(&config, &h.input_topic, n).await;
     let a_stage = HintStage::build(a_config, &LlmEnv::default()).await.unwrap();
     let a = common::spawn_stage(|stop| a_stage.run(stop));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let in_flight = a_endpoint.value("hintstream_hints_in_flight_messages", &[]).await;
-        if in_flight >= n as f64 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "A has {in_flight} of {n} inputs in flight"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let published_before_b = a_endpoint
-        .value("hintstream_hints_hints_published_total", &[])
+    a_endpoint
+        .wait_for(
+            "hintstream_hints_in_flight_messages",
+            &[],
+            |v| v >= n as f64,
+            Duration::from_secs(60),
+            || "A took every input".into(),
+        )
         .await;
-    let b_stage = HintStage::build(config.clone(), &LlmEnv::default())
-        .await
-        .unwrap();
+    let mut b_config = config.clone();
+    let b_endpoint = common::MetricsEndpoint::free();
+    b_config.hints.metrics_addr = b_endpoint.addr();
+    let b_stage = HintStage::build(b_config, &LlmEnv::default()).await.unwrap();
     let b = common::spawn_stage(|stop| b_stage.run(stop));
+    // Counted as A's revoke begins, before its drain.
+    a_endpoint
+        .wait_for(
+            "hintstream_hints_rebalances_total",
+            &[("kind", "revoke")],
+            |v| v >= 1.0,
+            Duration::from_secs(60),
+            || "A's revoke once B joined".into(),
+        )
+        .await;
+    let published_at_revoke = metric_now(&a_endpoint, "hintstream_hints_hints_published_total", &[]).await;
+    b_endpoint.wait_assigned("hints", String::new).await;
     // B takes partitions only once A's revoke finished: by then every
     // input of the revoked partitions was settled and committed.
     common::waits::wait_committed_to_end(
@@ -245,14 +262,12 @@ async fn a_partition_revoked_while_its_hints_are_queued_waits_for_them_and_is_no
         String::new,
     )
     .await;
-    let drained = a_endpoint
-        .value("hintstream_hints_revoke_drained_messages_total", &[])
-        .await;
+    let drained = metric_now(&a_endpoint, "hintstream_hints_revoke_drained_messages_total", &[]).await;
     let a_summary = a.stop().await;
     let b_summary = b.stop().await;
     assert_eq!(
-        published_before_b, 0.0,
-        "A's hints were all still queued when B started"
+        published_at_revoke, 0.0,
+        "A's revoke began while every hint was still queued"
     );
     assert!(
         drained >= 1.0,
