@@ -59,6 +59,23 @@ async fn send_and_start(config: &Config, n: usize) -> common::Running<RunSummary
     common::spawn_stage(|stop| stage.run(stop))
 }
 
+/// A config on the shared broker whose stage 1 has topics of its own
+/// (`{name}-in`, `{name}-hints` and the dead letters' topic, of
+/// `partitions` each, created) and a group of its own.
+async fn with_own_topics(name: &str, partitions: i32) -> Config {
+    let broker = common::shared_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    common::own_topics(&mut config.hints, &format!("{name}-in"), &format!("{name}-hints"));
+    let h = &config.hints;
+    common::create_topics(
+        &config,
+        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
+        partitions,
+    )
+    .await;
+    config
+}
+
 fn header<'m>(message: &'m RecordedMessage, name: &str) -> Option<&'m str> {
     message
         .headers
@@ -131,20 +148,11 @@ async fn a_hint_the_broker_refuses_after_it_was_queued_dead_letters_its_input_an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_stopped_mid_stream_commits_every_input_whose_hint_it_published() {
-    let broker = common::shared_kafka();
-    let mut config = common::config_for(&broker.bootstrap);
-    common::own_topics(&mut config.hints, "settled-stop-in", "settled-stop-hints");
-    config.hints.group_id = common::unique("settled-stop-group");
+    let partitions = 3;
+    let mut config = with_own_topics("settled-stop", partitions).await;
     let endpoint = common::MetricsEndpoint::free();
     config.hints.metrics_addr = endpoint.addr();
     let h = config.hints.clone();
-    let partitions = 3;
-    common::create_topics(
-        &config,
-        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
-        partitions,
-    )
-    .await;
     let n = 6_000;
     let running = send_and_start(&config, n).await;
     // Stopped once it is well under way, with hints queued and not yet
@@ -196,20 +204,11 @@ async fn metric_now(endpoint: &common::MetricsEndpoint, name: &str, labels: &[(&
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partition_revoked_while_its_hints_are_queued_waits_for_them_and_is_not_redone() {
-    let broker = common::shared_kafka();
-    let mut config = common::config_for(&broker.bootstrap);
-    common::own_topics(&mut config.hints, "settled-revoke-in", "settled-revoke-hints");
-    config.hints.group_id = common::unique("settled-revoke-group");
+    let partitions = 4;
+    let mut config = with_own_topics("settled-revoke", partitions).await;
     // Quick heartbeats: a join is answered within half a second.
     config.kafka.insert("heartbeat.interval.ms", "500");
     let h = config.hints.clone();
-    let partitions = 4;
-    common::create_topics(
-        &config,
-        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
-        partitions,
-    )
-    .await;
     let n = 40;
     // Sent without A's linger: `send_failed` waits for each message.
     send_failed(&config, &h.input_topic, n).await;
