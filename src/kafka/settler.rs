@@ -55,7 +55,7 @@ impl Settler {
         self.queue.set(queue).ok()?;
         let closed = self.closed.clone();
         Some(tokio::spawn(
-            settle(settlements, closed, panicked).in_current_span(),
+            side_by_side(settlements, Some(closed), panicked).in_current_span(),
         ))
     }
 
@@ -75,29 +75,49 @@ impl Settler {
     }
 }
 
-/// The settler's task: runs every settlement handed to it, side by side,
-/// until closed and none is left.
-async fn settle(
-    mut settlements: mpsc::UnboundedReceiver<Settling>,
-    closed: CancellationToken,
+/// Runs every future `received` brings, side by side, until no more can
+/// come and none is left: once the channel is closed or, with `closed`,
+/// once that is cancelled and the channel empty. One that panics is
+/// dropped and `panicked` told; the others go on. The settler's task, and
+/// the task of a batch stage's messages taken together (the worker's).
+pub(super) async fn side_by_side(
+    mut received: mpsc::UnboundedReceiver<Settling>,
+    closed: Option<CancellationToken>,
     panicked: impl Fn(&(dyn Any + Send)),
 ) {
-    let mut settling = FuturesUnordered::new();
+    let mut running = FuturesUnordered::new();
+    let mut open = true;
     loop {
         tokio::select! {
             biased;
-            Some(ended) = settling.next(), if !settling.is_empty() => {
+            Some(ended) = running.next(), if !running.is_empty() => {
                 if let Err(panic) = ended {
                     let panic: Box<dyn Any + Send> = panic;
                     panicked(panic.as_ref());
                 }
             }
-            Some(next) = settlements.recv() => settling.push(AssertUnwindSafe(next).catch_unwind()),
-            _ = closed.cancelled(), if settling.is_empty() => match settlements.try_recv() {
-                Ok(next) => settling.push(AssertUnwindSafe(next).catch_unwind()),
-                Err(_) => return,
+            next = received.recv(), if open => match next {
+                Some(next) => running.push(AssertUnwindSafe(next).catch_unwind()),
+                None => open = false,
             },
+            // A sender that stays (the settler's, shared by every message)
+            // no longer sends once `closed` is cancelled.
+            _ = cancelled(closed.as_ref()), if open && running.is_empty() && closed.is_some() => {
+                match received.try_recv() {
+                    Ok(next) => running.push(AssertUnwindSafe(next).catch_unwind()),
+                    Err(_) => return,
+                }
+            }
+            else => return,
         }
+    }
+}
+
+/// Once `token` is cancelled; never without one.
+async fn cancelled(token: Option<&CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -144,5 +164,26 @@ mod tests {
         assert_eq!(panics.load(Ordering::SeqCst), 1);
         // Ended: given back.
         assert!(settler.hand(counting(&done)).is_err());
+    }
+
+    #[tokio::test]
+    async fn without_a_token_the_futures_run_until_their_sender_is_dropped() {
+        let (sender, received) = mpsc::unbounded_channel();
+        let panics = Arc::new(AtomicUsize::new(0));
+        let counted = panics.clone();
+        let task = tokio::spawn(side_by_side(received, None, move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }));
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..3 {
+            sender.send(counting(&done)).expect("the task runs");
+        }
+        sender
+            .send(Box::pin(async { panic!("a message's future panicked") }))
+            .expect("the task runs");
+        drop(sender);
+        task.await.expect("the task ends once its sender is gone");
+        assert_eq!(done.load(Ordering::SeqCst), 3);
+        assert_eq!(panics.load(Ordering::SeqCst), 1);
     }
 }

@@ -11,15 +11,12 @@
 //! (see [`transaction`](super::transaction)).
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::future::CatchUnwind;
-use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer, MessageStream};
 use rdkafka::error::{KafkaError, KafkaResult};
@@ -42,6 +39,7 @@ use super::membership::out_of_group_limit;
 use super::message::{Delivery, RecordMeta, Rejected, Taken, TopicNames};
 use super::partition::Partition;
 use super::pipeline::{self, Gathering};
+use super::settler::side_by_side;
 use super::tracker::OffsetTracker;
 use super::transaction::Transactions;
 use crate::config::Config;
@@ -786,32 +784,11 @@ impl Intake {
     /// panics is counted and dropped (its message dead-lettered, as a
     /// task's panic does), and the others go on.
     fn start_batch(&mut self) -> mpsc::UnboundedSender<MessageFuture> {
-        let (sender, mut received) = mpsc::unbounded_channel::<MessageFuture>();
+        let (sender, received) = mpsc::unbounded_channel::<MessageFuture>();
         let panics = self.panics.clone();
         // In the stage's span, as the loop is: a panic's line names its stage.
-        self.tasks.spawn(
-            async move {
-                let mut running: FuturesUnordered<CatchUnwind<AssertUnwindSafe<MessageFuture>>> =
-                    FuturesUnordered::new();
-                let mut open = true;
-                loop {
-                    tokio::select! {
-                        biased;
-                        Some(done) = running.next(), if !running.is_empty() => {
-                            if let Err(panic) = done {
-                                panics.count(panic.as_ref());
-                            }
-                        }
-                        work = received.recv(), if open => match work {
-                            Some(work) => running.push(AssertUnwindSafe(work).catch_unwind()),
-                            None => open = false,
-                        },
-                        else => break,
-                    }
-                }
-            }
-            .in_current_span(),
-        );
+        self.tasks
+            .spawn(side_by_side(received, None, move |panic| panics.count(panic)).in_current_span());
         sender
     }
 
