@@ -8,12 +8,13 @@
 //! the whole handler (which took about a sixth of the worker's CPU:
 //! docs/BENCHMARKS.md, round thirty-nine).
 //!
-//! The worker starts it with its loop ([`Settler::start`]) and, at
+//! The worker starts it with its loop (`Settler::start`) and, at
 //! shutdown, waits for it after its handler tasks, within the drain's
 //! deadline; at the deadline it is aborted, and the inputs it held are
 //! abandoned (uncommitted, redelivered), as a cut-off handler's are. A
 //! settlement handed to it when it is not running (before the loop starts,
-//! after it ended) is given back, for the caller to run itself.
+//! after it ended) is given back, for the caller to run itself. Its loop,
+//! `side_by_side`, also runs a batch stage's messages taken together.
 
 use std::any::Any;
 use std::future::Future;

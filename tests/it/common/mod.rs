@@ -278,6 +278,16 @@ pub async fn read_topic(config: &Config, topic: &str) -> Vec<hintstream::tools::
     hintstream::tools::replay::read_recorded(out.path()).unwrap()
 }
 
+/// The value of `message`'s header `name`, when it has one in UTF-8.
+pub fn header<'m>(message: &'m hintstream::tools::RecordedMessage, name: &str) -> Option<&'m str> {
+    message
+        .headers
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value.bytes.as_deref())
+        .and_then(|b| std::str::from_utf8(b).ok())
+}
+
 /// Waits, at most 60 s, until `topic` holds at least `n` messages; all of
 /// them, from the start.
 pub async fn wait_for_messages(

@@ -7,6 +7,7 @@
 //! is drained of them before its next owner takes it, which redoes none.
 
 use crate::common;
+use crate::common::header;
 
 use std::time::Duration;
 
@@ -14,7 +15,6 @@ use hintstream::config::Config;
 use hintstream::hints::HintStage;
 use hintstream::kafka::{create_producer, DlqHeaders, RunSummary};
 use hintstream::llm::synth::LlmEnv;
-use hintstream::tools::RecordedMessage;
 use rdkafka::producer::Producer;
 
 /// A failed trajectory of a group of one, which gets a static hint.
@@ -76,15 +76,6 @@ async fn with_own_topics(name: &str, partitions: i32) -> Config {
     config
 }
 
-fn header<'m>(message: &'m RecordedMessage, name: &str) -> Option<&'m str> {
-    message
-        .headers
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value.bytes.as_deref())
-        .and_then(|b| std::str::from_utf8(b).ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hint_the_broker_refuses_after_it_was_queued_dead_letters_its_input_and_commits() {
     let broker = common::shared_kafka();
@@ -105,19 +96,7 @@ async fn a_hint_the_broker_refuses_after_it_was_queued_dead_letters_its_input_an
     .unwrap();
     let n = 5;
     let running = send_and_start(&config, n).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let dead = loop {
-        let dead = common::read_topic(&config, &h.dlq_topic).await;
-        if dead.len() >= n {
-            break dead;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {n} dead letters",
-            dead.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let dead = common::wait_for_messages(&config, &h.dlq_topic, n).await;
     let summary = running.stop().await;
     assert_eq!(dead.len(), n, "one dead letter an input");
     for letter in &dead {

@@ -16,6 +16,7 @@
 //! duplicate advantage chunks for 6 kills.
 
 use crate::common;
+use crate::common::header;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +27,6 @@ use hintstream::batch::chunk::{ATTEMPT_HEADER, CHUNKS_HEADER, CHUNK_HEADER};
 use hintstream::config::{ClientKind, Config, DeliveryMode};
 use hintstream::kafka::{client_config, create_producer};
 use hintstream::messages::{decode, DecodeLimits, Hint};
-use hintstream::tools::RecordedMessage;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -155,14 +155,6 @@ fn follow(
 struct Published {
     attempts: HashSet<String>,
     chunks: Vec<(String, String)>,
-}
-
-fn header<'a>(m: &'a RecordedMessage, name: &str) -> Option<&'a str> {
-    m.headers
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value.bytes.as_deref())
-        .and_then(|b| std::str::from_utf8(b).ok())
 }
 
 /// A worker process of `stage` with its stable id.
