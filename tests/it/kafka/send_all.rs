@@ -2,8 +2,11 @@
 //! outcomes): every one acknowledged, in order, with its headers and a
 //! `traceparent`; one the producer refuses for good comes back as `send`
 //! would return it while the others go; those a full queue refuses go once
-//! there is room; with the broker gone, the drain deadline ends the wait
-//! for all of them; and once it passed, none is queued.
+//! there is room; those whose delivery failed while the broker was away
+//! (`message.timeout.ms` passed) are produced again, with their headers,
+//! once it is back (`produce::delivered`'s retries, which the settler's
+//! hints go through too); with the broker gone, the drain deadline ends the
+//! wait for all of them; and once it passed, none is queued.
 
 use crate::common;
 
@@ -164,4 +167,77 @@ async fn once_the_drain_deadline_passed_none_is_queued() {
         .fetch_watermarks(&topic, 0, Duration::from_secs(10))
         .unwrap();
     assert_eq!(high, 0, "nothing was produced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_failed_while_the_broker_was_away_is_produced_again_with_its_headers() {
+    use rdkafka::producer::{FutureRecord, Producer};
+
+    let mut broker = common::own_kafka();
+    let mut config = common::config_for(&broker.bootstrap);
+    // A queued record's delivery fails once it has waited this long for
+    // the broker.
+    config
+        .kafka
+        .producer
+        .insert("message.timeout.ms".into(), 2_000i64.into());
+    let topic = common::unique("send-all-retried");
+    common::create_topics(&config, &[&topic], 1).await;
+    let producer = create_producer(&config).unwrap();
+    // Connected, the topic's leader known: what the records find queued
+    // after the broker died is a broker away, not a topic unknown.
+    let first = payloads(1, None);
+    let warm = send_all(&producer, outgoing(&topic, &first), &Lifecycle::new()).await;
+    assert!(warm.iter().all(Result::is_ok), "{warm:?}");
+    broker.kill9();
+
+    let records = payloads(3, None);
+    let sending = {
+        let (producer, topic, records) = (producer.clone(), topic.clone(), records.clone());
+        tokio::spawn(async move { send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await })
+    };
+    let queued_by = Instant::now() + Duration::from_secs(30);
+    while producer.in_flight_count() < 3 {
+        assert!(Instant::now() < queued_by, "send_all queued its records");
+        tokio::task::yield_now().await;
+    }
+    // A record queued after them on the same partition: its delivery fails
+    // after theirs, whose reports come first. None of them reached a broker.
+    let probe = producer
+        .send_result(FutureRecord::<[u8], [u8]>::to(&topic).payload(b"probe"))
+        .map_err(|(e, _)| e)
+        .unwrap();
+    match probe.await.unwrap() {
+        Err((KafkaError::MessageProduction(code), _)) => {
+            assert_eq!(
+                code,
+                RDKafkaErrorCode::MessageTimedOut,
+                "the probe's delivery failed"
+            )
+        }
+        other => panic!("the probe with the broker away: {other:?}"),
+    }
+    broker.start_again();
+
+    let sent = tokio::time::timeout(Duration::from_secs(90), sending)
+        .await
+        .expect("acknowledged once the broker was back")
+        .unwrap();
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let read = common::wait_for_messages(&config, &topic, 4).await;
+    let mut got: Vec<(&[u8], Vec<&str>)> = read
+        .iter()
+        .map(|m| {
+            let names = m.headers.iter().map(|h| h.key.as_str()).collect();
+            (m.value.bytes.as_deref().unwrap_or_default(), names)
+        })
+        .collect();
+    got.sort();
+    let mut expected: Vec<(&[u8], Vec<&str>)> = first
+        .iter()
+        .chain(&records)
+        .map(|(_, p)| (p.as_slice(), vec!["content-type", "traceparent"]))
+        .collect();
+    expected.sort();
+    assert_eq!(got, expected, "each once, with its headers, and not the probe");
 }
