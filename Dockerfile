@@ -6,7 +6,8 @@
 #
 # Dependencies stay compiled across source changes: the cargo registry and the
 # target directory are BuildKit cache mounts, so after a change under src/
-# cargo rebuilds the hintstream crate alone, not librdkafka or arrow.
+# cargo rebuilds the hintstream crate alone, not librdkafka or arrow (its link,
+# ThinLTO across every crate, takes longer: Cargo.toml's [profile.release]).
 FROM rust:1.88-bookworm AS builder
 RUN apt-get update && apt-get install -y --no-install-recommends cmake libcurl4-openssl-dev libssl-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*

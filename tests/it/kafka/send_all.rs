@@ -171,36 +171,36 @@ async fn once_the_drain_deadline_passed_none_is_queued() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_that_failed_while_the_broker_was_away_is_produced_again_with_its_headers() {
-    use rdkafka::producer::{FutureRecord, Producer};
+    use rdkafka::producer::FutureRecord;
 
     let mut broker = common::own_kafka();
     let mut config = common::config_for(&broker.bootstrap);
-    // A queued record's delivery fails once it has waited this long for
-    // the broker.
-    config
-        .kafka
-        .producer
-        .insert("message.timeout.ms".into(), 2_000i64.into());
+    let producer_settings = [
+        // A queued record's delivery fails once it has waited this long for
+        // the broker.
+        ("message.timeout.ms", 2_000i64),
+        // Back at the broker soon after its restart, not after librdkafka's
+        // longest backoff (10 s).
+        ("reconnect.backoff.max.ms", 1_000),
+    ];
+    for (name, value) in producer_settings {
+        config.kafka.producer.insert(name.into(), value.into());
+    }
     let topic = common::unique("send-all-retried");
     common::create_topics(&config, &[&topic], 1).await;
     let producer = create_producer(&config).unwrap();
     // Connected, the topic's leader known: what the records find queued
     // after the broker died is a broker away, not a topic unknown.
-    let first = payloads(1, None);
+    let first = vec![("warm".to_string(), b"warm".to_vec())];
     let warm = send_all(&producer, outgoing(&topic, &first), &Lifecycle::new()).await;
     assert!(warm.iter().all(Result::is_ok), "{warm:?}");
     broker.kill9();
 
     let records = payloads(3, None);
-    let sending = {
-        let (producer, topic, records) = (producer.clone(), topic.clone(), records.clone());
-        tokio::spawn(async move { send_all(&producer, outgoing(&topic, &records), &Lifecycle::new()).await })
-    };
-    let queued_by = Instant::now() + Duration::from_secs(30);
-    while producer.in_flight_count() < 3 {
-        assert!(Instant::now() < queued_by, "send_all queued its records");
-        tokio::task::yield_now().await;
-    }
+    let lifecycle = Lifecycle::new();
+    let mut sending = Box::pin(send_all(&producer, outgoing(&topic, &records), &lifecycle));
+    // `send_all` queues every record before it first waits.
+    assert!(futures::poll!(&mut sending).is_pending());
     // A record queued after them on the same partition: its delivery fails
     // after theirs, whose reports come first. None of them reached a broker.
     let probe = producer
@@ -221,23 +221,31 @@ async fn a_delivery_that_failed_while_the_broker_was_away_is_produced_again_with
 
     let sent = tokio::time::timeout(Duration::from_secs(90), sending)
         .await
-        .expect("acknowledged once the broker was back")
-        .unwrap();
+        .expect("acknowledged once the broker was back");
     assert!(sent.iter().all(Result::is_ok), "{sent:?}");
     let read = common::wait_for_messages(&config, &topic, 4).await;
-    let mut got: Vec<(&[u8], Vec<&str>)> = read
+    type Seen<'m> = (&'m [u8], &'m [u8], Vec<&'m str>, Option<&'m str>);
+    let mut got: Vec<Seen<'_>> = read
         .iter()
         .map(|m| {
             let names = m.headers.iter().map(|h| h.key.as_str()).collect();
-            (m.value.bytes.as_deref().unwrap_or_default(), names)
+            let key = m.key.bytes.as_deref().unwrap_or_default();
+            let value = m.value.bytes.as_deref().unwrap_or_default();
+            (key, value, names, common::header(m, "content-type"))
         })
         .collect();
     got.sort();
-    let mut expected: Vec<(&[u8], Vec<&str>)> = first
+    let mut expected: Vec<Seen<'_>> = first
         .iter()
         .chain(&records)
-        .map(|(_, p)| (p.as_slice(), vec!["content-type", "traceparent"]))
+        .map(|(k, p)| {
+            let names = vec!["content-type", "traceparent"];
+            (k.as_bytes(), p.as_slice(), names, Some("application/json"))
+        })
         .collect();
     expected.sort();
-    assert_eq!(got, expected, "each once, with its headers, and not the probe");
+    assert_eq!(
+        got, expected,
+        "each once, with its key and headers, and not the probe"
+    );
 }
