@@ -53,10 +53,20 @@ async fn send_failed(config: &Config, topic: &str, n: usize) {
 /// the stage with static hints.
 async fn send_and_start(config: &Config, n: usize) -> common::Running<RunSummary> {
     send_failed(config, &config.hints.input_topic, n).await;
-    let stage = HintStage::build(config.clone(), &LlmEnv::default())
-        .await
-        .unwrap();
+    start(config.clone()).await
+}
+
+/// Stage 1 with static hints on `config`.
+async fn start(config: Config) -> common::Running<RunSummary> {
+    let stage = HintStage::build(config, &LlmEnv::default()).await.unwrap();
     common::spawn_stage(|stop| stage.run(stop))
+}
+
+/// [`start`], its metrics on a port of its own.
+async fn start_measured(mut config: Config) -> (common::MetricsEndpoint, common::Running<RunSummary>) {
+    let endpoint = common::MetricsEndpoint::free();
+    config.hints.metrics_addr = endpoint.addr();
+    (endpoint, start(config).await)
 }
 
 /// A config on the shared broker whose stage 1 has topics of its own
@@ -199,10 +209,7 @@ async fn a_partition_revoked_while_its_hints_are_queued_waits_for_them_and_is_no
     let mut a_config = config.clone();
     a_config.kafka.producer.insert("linger.ms".into(), "25000".into());
     a_config.hints.drain_timeout_secs = 40;
-    let a_endpoint = common::MetricsEndpoint::free();
-    a_config.hints.metrics_addr = a_endpoint.addr();
-    let a_stage = HintStage::build(a_config, &LlmEnv::default()).await.unwrap();
-    let a = common::spawn_stage(|stop| a_stage.run(stop));
+    let (a_endpoint, a) = start_measured(a_config).await;
     a_endpoint
         .wait_for(
             "hintstream_hints_in_flight_messages",
@@ -212,11 +219,7 @@ async fn a_partition_revoked_while_its_hints_are_queued_waits_for_them_and_is_no
             || "A took every input".into(),
         )
         .await;
-    let mut b_config = config.clone();
-    let b_endpoint = common::MetricsEndpoint::free();
-    b_config.hints.metrics_addr = b_endpoint.addr();
-    let b_stage = HintStage::build(b_config, &LlmEnv::default()).await.unwrap();
-    let b = common::spawn_stage(|stop| b_stage.run(stop));
+    let (b_endpoint, b) = start_measured(config.clone()).await;
     // Counted as A's revoke begins, before its drain.
     a_endpoint
         .wait_for(
