@@ -139,6 +139,17 @@ pub async fn wait_for_topics(config: &Config, names: &[String]) {
     );
 }
 
+/// Creates stage 1's topics: its input, output and dead letters.
+pub async fn create_hints_topics(config: &Config, partitions: i32) {
+    let h = &config.hints;
+    create_topics(
+        config,
+        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
+        partitions,
+    )
+    .await;
+}
+
 /// Creates stage 2's topics: its input, output and dead letters, and the
 /// step-metrics topic.
 pub async fn create_advantages_topics(config: &Config, partitions: i32) {

@@ -251,7 +251,7 @@ async fn a_hints_spans_reach_the_collector_in_the_trace_its_header_names() {
     let metrics = MetricsEndpoint::free();
     config.hints.metrics_addr = metrics.addr();
     let h = config.hints.clone();
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    common::create_hints_topics(&config, 1).await;
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_config(&config, dir.path());
     let mut command = spawn("hints", &file, &collector);

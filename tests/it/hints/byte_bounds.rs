@@ -69,7 +69,7 @@ async fn stage_1_peak_memory_stays_under_its_byte_bound() {
     let endpoint = common::MetricsEndpoint::free();
     config.hints.metrics_addr = endpoint.addr();
     let h = config.hints.clone();
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 3).await;
+    common::create_hints_topics(&config, 3).await;
 
     // Everything is on the topic before the worker starts: it could take
     // all of it at once, but for the bound.

@@ -70,8 +70,7 @@ async fn late_config(config: &Config) -> Config {
     let mut late = config.clone();
     common::own_topics(&mut late.hints, "lo-late-in", "lo-late-hints");
     late.hints.group_id = common::unique("lo-late");
-    let h = late.hints.clone();
-    common::create_topics(&late, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    common::create_hints_topics(&late, 1).await;
     late
 }
 

@@ -50,7 +50,7 @@ async fn every_group_is_answered_through_a_fault_storm_and_throughput_recovers()
     config.llm.concurrency = 10;
     config.hints.group_wait_ms = 50;
     let h = config.hints.clone();
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 3).await;
+    common::create_hints_topics(&config, 3).await;
 
     let server = LlmServer::start(Some("sk-k")).await;
     let ok = Behavior::Text("Use the documented flag.".into(), Duration::from_millis(50));

@@ -162,8 +162,7 @@ async fn stage_1_hints_from_a_real_llama_cpp_server_carry_the_usage_it_reported(
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, "local-failed", "local-hints");
     config.llm = llm_config(&[]);
-    let h = &config.hints;
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    common::create_hints_topics(&config, 1).await;
     let producer = create_producer(&config).unwrap();
     let sent: Vec<Value> = (0..3).map(short_trajectory).collect();
     for t in &sent {

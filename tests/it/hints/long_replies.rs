@@ -32,7 +32,7 @@ async fn a_one_megabyte_reply_is_published_cut_at_a_sentence_and_marked_truncate
     let endpoint = common::MetricsEndpoint::free();
     config.hints.metrics_addr = endpoint.addr();
     let h = config.hints.clone();
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    common::create_hints_topics(&config, 1).await;
     let trajectory = serde_json::to_vec(&serde_json::json!({
         "schema_version": 1, "run_id": "run-long", "step": 1, "instance_id": "A", "trajectory_id": "a1",
         "task_prompt": "Solve A", "reward": 0.0, "group_size": 1,

@@ -76,13 +76,7 @@ async fn with_own_topics(name: &str, partitions: i32) -> Config {
     let broker = common::shared_kafka();
     let mut config = common::config_for(&broker.bootstrap);
     common::own_topics(&mut config.hints, &format!("{name}-in"), &format!("{name}-hints"));
-    let h = &config.hints;
-    common::create_topics(
-        &config,
-        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
-        partitions,
-    )
-    .await;
+    common::create_hints_topics(&config, partitions).await;
     config
 }
 

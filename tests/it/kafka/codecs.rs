@@ -70,7 +70,7 @@ async fn gzip_lz4_and_zstd_input_is_hinted_and_zstd_output_reads_back_in_python(
         .producer
         .insert("compression.type".into(), "zstd".into());
     let h = config.hints.clone();
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    common::create_hints_topics(&config, 1).await;
     let codecs = ["gzip", "lz4", "zstd"];
     produce_with(&config, &h.input_topic, &codecs).await;
     let stage = HintStage::build(config.clone(), &LlmEnv::default())
@@ -122,7 +122,7 @@ async fn snappy_input_is_hinted() {
     common::own_topics(&mut config.hints, "snappy", "snappy-hints");
     config.hints.group_wait_ms = 50;
     let h = config.hints.clone();
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    common::create_hints_topics(&config, 1).await;
     produce_with(&config, &h.input_topic, &["snappy"]).await;
     let stage = HintStage::build(config.clone(), &LlmEnv::default())
         .await

@@ -57,8 +57,7 @@ async fn hint_config(bootstrap: &str) -> Config {
     let mut config = common::config_for(bootstrap);
     common::own_topics(&mut config.hints, "failed", "hints");
     config.hints.group_wait_ms = 50;
-    let h = &config.hints;
-    common::create_topics(&config, &[&h.input_topic, &h.output_topic, &h.dlq_topic], 1).await;
+    common::create_hints_topics(&config, 1).await;
     config
 }
 

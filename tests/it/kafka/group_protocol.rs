@@ -55,13 +55,7 @@ async fn config_for(protocol: &str, tag: &str) -> Config {
             .consumer
             .insert("heartbeat.interval.ms".into(), KafkaValue::Int(500));
     }
-    let h = &config.hints;
-    common::create_topics(
-        &config,
-        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
-        PARTITIONS,
-    )
-    .await;
+    common::create_hints_topics(&config, PARTITIONS).await;
     config
 }
 
