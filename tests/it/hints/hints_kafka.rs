@@ -61,16 +61,6 @@ fn stage_config(broker: &str, partitions: i32) -> (Config, i32) {
     (config, partitions)
 }
 
-async fn create(config: &Config, partitions: i32) {
-    let h = &config.hints;
-    common::create_topics(
-        config,
-        &[&h.input_topic, &h.output_topic, &h.dlq_topic],
-        partitions,
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_llm_hint_per_group_from_its_best_trajectory() {
     let broker = common::shared_kafka();
@@ -80,7 +70,7 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
         Duration::from_millis(20),
     ));
     let (config, partitions) = stage_config(&broker.bootstrap, 2);
-    create(&config, partitions).await;
+    common::create_hints_topics(&config, partitions).await;
     let topic = config.hints.input_topic.clone();
     let producer = create_producer(&config).unwrap();
     // A group of three, out of reward order; two single groups; bad input.
@@ -181,7 +171,7 @@ async fn one_llm_hint_per_group_from_its_best_trajectory() {
 async fn without_a_key_publishes_static_hints() {
     let broker = common::shared_kafka();
     let (config, partitions) = stage_config(&broker.bootstrap, 1);
-    create(&config, partitions).await;
+    common::create_hints_topics(&config, partitions).await;
     let producer = create_producer(&config).unwrap();
     // Traced by its producer: the hint continues the trace, although this
     // stage exports no spans.
@@ -274,7 +264,7 @@ async fn two_processes(bootstrap: &str, kill: bool) {
         Duration::from_millis(100),
     ));
     let (config, _) = stage_config(bootstrap, 6);
-    create(&config, 6).await;
+    common::create_hints_topics(&config, 6).await;
     let mut config = config;
     config.kafka.insert("session.timeout.ms", "6000");
     config.kafka.insert("heartbeat.interval.ms", "500");
@@ -414,7 +404,7 @@ async fn groups_above_the_reward_threshold_get_no_hint() {
     config.hints.group_wait_ms = 200;
     let endpoint = common::MetricsEndpoint::free();
     config.hints.metrics_addr = endpoint.addr();
-    create(&config, partitions).await;
+    common::create_hints_topics(&config, partitions).await;
     let topic = config.hints.input_topic.clone();
     let producer = create_producer(&config).unwrap();
     // P: one of two trajectories passed partly (0.5 > 0): not hinted.
@@ -486,7 +476,7 @@ async fn a_worker_stalled_past_its_session_rejoins_and_goes_on() {
         Duration::ZERO,
     ));
     let (mut config, _) = stage_config(&broker.bootstrap, 3);
-    create(&config, 3).await;
+    common::create_hints_topics(&config, 3).await;
     config.kafka.insert("session.timeout.ms", "6000");
     config.kafka.insert("heartbeat.interval.ms", "500");
     config.hints.drain_timeout_secs = 3;

@@ -43,9 +43,7 @@ async fn config(broker: &str, on_leak: OnLeak) -> Config {
     config.llm.timeout_secs = 10.0;
     config.hints.group_wait_ms = 100;
     config.hints.on_leak = on_leak;
-    let h = &config.hints;
-    let topics = [h.input_topic.as_str(), &h.output_topic, &h.dlq_topic];
-    common::create_topics(&config, &topics, 1).await;
+    common::create_hints_topics(&config, 1).await;
     config
 }
 
