@@ -23,8 +23,16 @@ use rdkafka::types::RDKafkaErrorCode;
 /// A topic of one partition named `prefix-<random>` on the shared broker,
 /// its configuration with `producer` settings added, and a producer of it.
 async fn on_a_new_topic(prefix: &str, producer: &[(&str, i64)]) -> (Config, String, FutureProducer) {
-    let broker = common::shared_kafka();
-    let mut config = common::config_for(&broker.bootstrap);
+    on_a_new_topic_at(&common::shared_kafka().bootstrap, prefix, producer).await
+}
+
+/// [`on_a_new_topic`] on the broker at `bootstrap`.
+async fn on_a_new_topic_at(
+    bootstrap: &str,
+    prefix: &str,
+    producer: &[(&str, i64)],
+) -> (Config, String, FutureProducer) {
+    let mut config = common::config_for(bootstrap);
     let topic = common::unique(prefix);
     common::create_topics(&config, &[&topic], 1).await;
     for (name, value) in producer {
@@ -174,7 +182,6 @@ async fn a_delivery_that_failed_while_the_broker_was_away_is_produced_again_with
     use rdkafka::producer::FutureRecord;
 
     let mut broker = common::own_kafka();
-    let mut config = common::config_for(&broker.bootstrap);
     let producer_settings = [
         // A queued record's delivery fails once it has waited this long for
         // the broker.
@@ -183,12 +190,8 @@ async fn a_delivery_that_failed_while_the_broker_was_away_is_produced_again_with
         // longest backoff (10 s).
         ("reconnect.backoff.max.ms", 1_000),
     ];
-    for (name, value) in producer_settings {
-        config.kafka.producer.insert(name.into(), value.into());
-    }
-    let topic = common::unique("send-all-retried");
-    common::create_topics(&config, &[&topic], 1).await;
-    let producer = create_producer(&config).unwrap();
+    let (config, topic, producer) =
+        on_a_new_topic_at(&broker.bootstrap, "send-all-retried", &producer_settings).await;
     // Connected, the topic's leader known: what the records find queued
     // after the broker died is a broker away, not a topic unknown.
     let first = vec![("warm".to_string(), b"warm".to_vec())];
