@@ -2,8 +2,9 @@
 //! port): `/metrics` (the registry), `/healthz` (liveness) and `/readyz`
 //! (readiness), served over HTTP/1 with bounds on what one client can hold:
 //! a deadline for each request's headers, an idle timeout and a connection
-//! cap at which the connection idle longest makes room, one whose request
-//! waits unread passed over ([`EndpointLimits`]). The bind address is the stage's `metrics_addr`,
+//! cap at which a newcomer's request makes the connection idle longest give
+//! up its slot, one whose request waits unread passed over
+//! ([`EndpointLimits`]). The bind address is the stage's `metrics_addr`,
 //! loopback unless configured otherwise.
 
 use std::net::SocketAddr;
@@ -37,13 +38,14 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections served at once, so that clients which hold connections cost
-/// the stage a bounded number of sockets and tasks. A new connection is
-/// always taken: at the cap, the connection that has moved no byte for
-/// longest is closed to make room (see [`slots`](super::slots) for why), so
-/// `/healthz` and `/readyz` answer however many idle connections others
-/// hold. A client that never sends a request holds its slot for at most
-/// [`HEADER_READ_TIMEOUT`]; one that stops mid-request, for at most
-/// [`IDLE_TIMEOUT`].
+/// the stage a bounded number of sockets and tasks. At the cap, a new
+/// connection waits unserved, with at most as many others, for its request
+/// or a free slot; once its request comes, the connection that has moved no
+/// byte for longest is closed to make room (see [`slots`](super::slots) for
+/// why), so `/healthz` and `/readyz` answer however many idle connections
+/// others hold. A client that never sends a request waits for a slot for at
+/// most [`HEADER_READ_TIMEOUT`] and holds one for at most as long again; one
+/// that stops mid-request, for at most [`IDLE_TIMEOUT`].
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long the accept loop waits after an error that is not about one
@@ -153,8 +155,8 @@ fn router(registry: Arc<Registry>, readiness: Option<Arc<Readiness>>) -> Router 
     app
 }
 
-/// Accepts connections until the runtime stops, each served on a task of
-/// its own; at the cap, the connection idle longest is closed to make room.
+/// Accepts connections until the runtime stops, each on a task of its own
+/// that takes it a slot (at the cap, once its request comes) and serves it.
 async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
     let slots = Slots::new(limits.max_connections);
     loop {
@@ -175,12 +177,34 @@ async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
                 continue;
             }
         };
-        let (stream, activity) = Tracked::new(stream);
-        let (slot, evicted) = slots.admit(activity.clone(), unread);
-        if evicted {
-            tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest (none of its request waiting)");
+        tokio::spawn(enter(slots.clone(), stream, unread, peer, app.clone(), limits).in_current_span());
+    }
+}
+
+/// Takes a slot for a new connection, waiting at the cap for its request
+/// (see [`slots`](super::slots)), then serves it; closes it unanswered when
+/// it gets none.
+async fn enter(
+    slots: Arc<Slots>,
+    stream: TcpStream,
+    unread: Option<Unread>,
+    peer: SocketAddr,
+    app: Router,
+    limits: EndpointLimits,
+) {
+    let (stream, activity) = Tracked::new(stream);
+    let deadline = tokio::time::Instant::now() + limits.header_read_timeout;
+    match slots
+        .enter(stream.get_ref(), activity.clone(), unread, deadline)
+        .await
+    {
+        Ok((slot, evicted)) => {
+            if evicted {
+                tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest (none of its request waiting)");
+            }
+            connection(stream, activity, app, limits, slot).await;
         }
-        tokio::spawn(connection(stream, activity, app.clone(), limits, slot).in_current_span());
+        Err(why) => tracing::debug!(%peer, %why, "metrics endpoint: closed a connection without a slot"),
     }
 }
 

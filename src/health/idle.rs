@@ -68,6 +68,11 @@ impl<S> Tracked<S> {
             activity,
         )
     }
+
+    /// The wrapped stream, to ask it something that moves no byte.
+    pub(super) fn get_ref(&self) -> &S {
+        &self.inner
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {

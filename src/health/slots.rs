@@ -1,25 +1,34 @@
 //! The endpoint's connection slots: at most `max` connections are served at
-//! once, and a new one is always taken. When every slot is held, the
+//! once. Under the cap a new connection takes a free slot at once. At the
+//! cap it takes one only once its request is in its socket: then the
 //! connection that has moved no byte for longest loses its slot and is
-//! closed; one whose request waits in its socket, not read yet, is passed
-//! over while another can go.
+//! closed (one whose own request waits unread is passed over while another
+//! can go). Until its request comes it waits unserved, with at most `max`
+//! others, for that or for a slot to free, up to its header deadline.
 //!
 //! Why evict rather than refuse: a probe cannot be told from any other
 //! client before its request is read, so a slot reserve for probes fills
 //! with idle connections the same way the cap does. Evicting the least
-//! recently active connection gives every newcomer a slot, and the
-//! connections that lose theirs are those that send nothing: a liveness
-//! probe sends its request as soon as it connects, so idle connections,
-//! however many and however often renewed, cannot keep it out. Its bytes
-//! count from when they reach its socket, not from when its task reads
-//! them: idle clients that reconnect as soon as they are closed turn every
-//! slot over in milliseconds, and on a busy machine that was sooner than
-//! the probe's task was polled, so the probe lost its slot unanswered.
+//! recently active connection gives every client that sends a request a
+//! slot, and the connections that lose theirs are those that send nothing:
+//! a liveness probe sends its request as soon as it connects, so idle
+//! connections, however many, cannot keep it out. Its bytes count from when
+//! they reach its socket, not from when its task reads them (on a busy
+//! machine that task is polled late).
+//!
+//! Why a newcomer waits for its request before it evicts: idle clients that
+//! reconnect as soon as they are closed would otherwise close one another in
+//! turn, every slot turned over in milliseconds, and a probe whose request
+//! came a few milliseconds after its connection (its thread descheduled)
+//! lost its slot before the request arrived. A newcomer that sends nothing
+//! takes no one's slot, so one eviction does not lead to the next.
 
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -30,12 +39,48 @@ use super::idle::Activity;
 pub(super) struct Slots {
     max: usize,
     held: Mutex<Held>,
+    /// Told whenever a slot frees, for the newcomers waiting at the cap.
+    freed: Notify,
 }
 
 #[derive(Default)]
 struct Held {
     next: u64,
     by_id: HashMap<u64, Holder>,
+    /// Newcomers waiting at the cap for their request or a free slot.
+    waiting: usize,
+}
+
+/// Why a newcomer got no slot; it is closed unanswered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// At the cap, with its request not in yet and `max` others waiting.
+    Crowded,
+    /// Its request did not come, nor a slot free, by its deadline.
+    Late,
+    /// It closed (or its socket failed) before sending a request.
+    Gone,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refused::Crowded => {
+                "at the connection cap with as many connections waiting, its request not in yet"
+            }
+            Refused::Late => "no request and no free slot by its header deadline",
+            Refused::Gone => "closed before sending a request",
+        })
+    }
+}
+
+/// A newcomer counted among those waiting, until dropped.
+struct Waiting<'a>(&'a Slots);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.held().waiting -= 1;
+    }
 }
 
 /// A connection holding a slot: when it last moved a byte, whether bytes
@@ -88,12 +133,57 @@ impl Slots {
         Arc::new(Slots {
             max: max.max(1),
             held: Mutex::new(Held::default()),
+            freed: Notify::new(),
         })
     }
 
     fn held(&self) -> MutexGuard<'_, Held> {
         // Every change completes before the lock is released.
         self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for the newcomer on `stream`, whose bytes `activity` follows
+    /// (see [`Slots::admit`]): a free one at once; at the cap, once its
+    /// request is in its socket, another's. Until then it waits, counted
+    /// among at most `max` waiting, for its request or a free slot, until
+    /// `deadline`. Returns the slot and whether another lost it.
+    pub(super) async fn enter(
+        self: &Arc<Self>,
+        stream: &TcpStream,
+        activity: Activity,
+        unread: Option<Unread>,
+        deadline: Instant,
+    ) -> Result<(Slot, bool), Refused> {
+        let mut waiting = None;
+        loop {
+            // Enabled before the slots are read, so that a slot freed
+            // after the read wakes this newcomer.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut held = self.held();
+                if held.by_id.len() < self.max || unread.as_ref().is_some_and(Unread::waiting) {
+                    return Ok(self.take(&mut held, activity, unread));
+                }
+                if waiting.is_none() {
+                    if held.waiting >= self.max {
+                        return Err(Refused::Crowded);
+                    }
+                    held.waiting += 1;
+                    waiting = Some(Waiting(self));
+                }
+            }
+            let mut first = [0u8; 1];
+            tokio::select! {
+                peeked = stream.peek(&mut first) => match peeked {
+                    Ok(n) if n > 0 => return Ok(self.admit(activity, unread)),
+                    _ => return Err(Refused::Gone),
+                },
+                () = &mut freed => {}
+                () = tokio::time::sleep_until(deadline) => return Err(Refused::Late),
+            }
+        }
     }
 
     /// Takes a slot for a connection whose bytes `activity` follows (and,
@@ -103,7 +193,11 @@ impl Slots {
     /// when every holder has bytes waiting, the one idle longest); returns
     /// whether one did.
     pub(super) fn admit(self: &Arc<Self>, activity: Activity, unread: Option<Unread>) -> (Slot, bool) {
-        let mut held = self.held();
+        self.take(&mut self.held(), activity, unread)
+    }
+
+    /// [`Slots::admit`] under the lock.
+    fn take(self: &Arc<Self>, held: &mut Held, activity: Activity, unread: Option<Unread>) -> (Slot, bool) {
         let mut evicted = false;
         while held.by_id.len() >= self.max {
             let Some(oldest) = held.least_active() else {
@@ -174,7 +268,10 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.slots.held().by_id.remove(&self.id);
+        let freed = self.slots.held().by_id.remove(&self.id).is_some();
+        if freed {
+            self.slots.freed.notify_waiters();
+        }
     }
 }
 
@@ -251,6 +348,100 @@ mod tests {
         })
         .await
         .expect("the request reached the socket");
+    }
+
+    /// A loopback connection not admitted yet: its client, and its served
+    /// end with the activity and second handle [`Slots::enter`] takes.
+    async fn newcomer() -> (
+        tokio::net::TcpStream,
+        Tracked<TcpStream>,
+        Activity,
+        Option<Unread>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (server, unread) = Unread::of(server).unwrap();
+        let (tracked, activity) = Tracked::new(server);
+        (client, tracked, activity, unread)
+    }
+
+    fn in_a_minute() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_a_newcomer_takes_no_slot_until_its_request_comes() {
+        let slots = Slots::new(2);
+        let holders = tcp_holders(&slots, 2).await;
+        let (mut client, tracked, activity, unread) = newcomer().await;
+        let entering = slots.enter(tracked.get_ref(), activity, unread, in_a_minute());
+        tokio::pin!(entering);
+        // It sends nothing: it waits, and no one loses a slot.
+        assert!(futures::poll!(entering.as_mut()).is_pending());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(futures::poll!(entering.as_mut()).is_pending());
+        assert!(holders.iter().all(|h| !h.1.evicted.is_cancelled()));
+        assert_eq!(slots.held().waiting, 1);
+        // Its request comes: the holder idle longest makes room.
+        client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+        let (_slot, evicted) = tokio::time::timeout(Duration::from_secs(10), entering)
+            .await
+            .expect("admitted once its request came")
+            .unwrap();
+        assert!(evicted);
+        let fired: Vec<bool> = holders.iter().map(|h| h.1.evicted.is_cancelled()).collect();
+        assert_eq!(fired, [true, false]);
+        assert_eq!((slots.len(), slots.held().waiting), (2, 0));
+    }
+
+    #[tokio::test]
+    async fn a_newcomer_waiting_at_the_cap_takes_the_next_slot_freed() {
+        let slots = Slots::new(2);
+        let mut holders = tcp_holders(&slots, 2).await;
+        let (_client, tracked, activity, unread) = newcomer().await;
+        let entering = slots.enter(tracked.get_ref(), activity, unread, in_a_minute());
+        tokio::pin!(entering);
+        assert!(futures::poll!(entering.as_mut()).is_pending());
+        drop(holders.pop());
+        let (_slot, evicted) = tokio::time::timeout(Duration::from_secs(10), entering)
+            .await
+            .expect("admitted once a slot freed")
+            .unwrap();
+        assert!(!evicted);
+        assert!(!holders[0].1.evicted.is_cancelled());
+        assert_eq!(slots.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn newcomers_past_the_waiting_bound_or_their_deadline_or_gone_are_refused() {
+        let slots = Slots::new(1);
+        let _holders = tcp_holders(&slots, 1).await;
+        let (_first, tracked, activity, unread) = newcomer().await;
+        let waiting = slots.enter(tracked.get_ref(), activity, unread, in_a_minute());
+        tokio::pin!(waiting);
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        // One waits already (the bound is the cap, one): the next is closed.
+        let (_second, tracked, activity, unread) = newcomer().await;
+        let crowded = slots
+            .enter(tracked.get_ref(), activity, unread, in_a_minute())
+            .await;
+        assert_eq!(crowded.err(), Some(Refused::Crowded));
+        // Its client goes away before sending a request.
+        drop(_first);
+        let gone = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .unwrap();
+        assert_eq!(gone.err(), Some(Refused::Gone));
+        assert_eq!(slots.held().waiting, 0);
+        let (_third, tracked, activity, unread) = newcomer().await;
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let late = slots.enter(tracked.get_ref(), activity, unread, deadline).await;
+        assert_eq!(late.err(), Some(Refused::Late));
+        assert!(Instant::now() >= deadline);
+        assert_eq!((slots.len(), slots.held().waiting), (1, 0));
     }
 
     #[tokio::test]

@@ -430,14 +430,20 @@ impl Holders {
 }
 
 /// `GET path` as a kubelet probe sends it: from outside the runtime the
-/// holders busy (its own thread), the request written as soon as the
-/// connection opens, the connection closed after the answer. The status
-/// and body, or `None` when the connection closed unanswered or 5 s passed.
-async fn probe_from_another_thread(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+/// holders busy (its own thread), the request written `after` the
+/// connection opens (a probe's thread descheduled on a busy machine), the
+/// connection closed after the answer. The status and body, or `None` when
+/// the connection closed unanswered or 5 s passed.
+async fn probe_from_another_thread(
+    addr: std::net::SocketAddr,
+    path: &str,
+    after: Duration,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     tokio::task::spawn_blocking(move || {
         let mut stream = std::net::TcpStream::connect(addr).ok()?;
+        std::thread::sleep(after);
         stream.write_all(request.as_bytes()).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         let mut response = Vec::new();
@@ -472,19 +478,30 @@ async fn healthz_and_readyz_answer_while_idle_connections_hold_every_slot() {
     );
     let mut holders = Holders::start(endpoint.0, MAX_CONNECTIONS);
     holders.wait_open(MAX_CONNECTIONS).await;
-    for probe in 0..20 {
+    const PROBES: usize = 20;
+    for probe in 0..PROBES {
         let path = if probe % 2 == 0 { "/healthz" } else { "/readyz" };
         let expected = if probe % 2 == 0 { "ok\n" } else { "ready\n" };
+        // Every other probe's request comes 50 ms after its connection:
+        // the holders a probe closes reconnect at once, and while they
+        // took slots in turn, 20 ms was enough for them to turn every slot
+        // over and close the probe unanswered (seen in CI).
+        let after = Duration::from_millis(if probe % 4 < 2 { 0 } else { 50 });
         assert_eq!(
-            probe_from_another_thread(endpoint.0, path).await,
+            probe_from_another_thread(endpoint.0, path, after).await,
             Some((200, expected.to_string())),
-            "probe {probe} ({path}) with {} holders open",
+            "probe {probe} ({path}, its request {after:?} after its connection) with {} holders open",
             *holders.open.borrow()
         );
     }
-    // The probes took slots from holders (the cap was full), which came
-    // back at once.
-    assert!(holders.closed.load(Ordering::Relaxed) >= 1);
+    // The probes took slots from holders (the cap was full), each at most
+    // one: a holder that reconnects sends nothing, so it waits for a free
+    // slot instead of taking another's.
+    let closed = holders.closed.load(Ordering::Relaxed);
+    assert!(
+        (1..=PROBES).contains(&closed),
+        "{closed} holders closed by {PROBES} probes"
+    );
     holders.wait_open(MAX_CONNECTIONS).await;
     holders.tasks.abort_all();
 }
