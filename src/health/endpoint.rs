@@ -23,7 +23,7 @@ use tracing::Instrument;
 
 use super::idle::{Activity, Tracked};
 use super::readiness::Readiness;
-use super::slots::{Slot, Slots, Unread};
+use super::slots::{Arrival, Refused, Slot, Slots, Unread};
 use crate::metrics::render;
 
 /// How long a connection has to deliver a request's headers, counted from
@@ -177,27 +177,33 @@ async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
                 continue;
             }
         };
-        tokio::spawn(enter(slots.clone(), stream, unread, peer, app.clone(), limits).in_current_span());
+        // Its clock starts here and it takes a free slot here, in the
+        // order connections came: the one idle longest is the one accepted
+        // first of those that sent nothing.
+        let (stream, activity) = Tracked::new(stream);
+        let deadline = tokio::time::Instant::now() + limits.header_read_timeout;
+        let arrival = slots.arrive(activity.clone(), unread, deadline);
+        tokio::spawn(enter(stream, activity, arrival, peer, app.clone(), limits).in_current_span());
     }
 }
 
-/// Takes a slot for a new connection, waiting at the cap for its request
-/// (see [`slots`](super::slots)), then serves it; closes it unanswered when
+/// Serves a new connection once it holds a slot (at the cap, once its
+/// request comes: see [`slots`](super::slots)); closes it unanswered when
 /// it gets none.
 async fn enter(
-    slots: Arc<Slots>,
-    stream: TcpStream,
-    unread: Option<Unread>,
+    stream: Tracked<TcpStream>,
+    activity: Activity,
+    arrival: Result<Arrival, Refused>,
     peer: SocketAddr,
     app: Router,
     limits: EndpointLimits,
 ) {
-    let (stream, activity) = Tracked::new(stream);
-    let deadline = tokio::time::Instant::now() + limits.header_read_timeout;
-    match slots
-        .enter(stream.get_ref(), activity.clone(), unread, deadline)
-        .await
-    {
+    let admitted = match arrival {
+        Ok(Arrival::Admitted(slot, evicted)) => Ok((slot, evicted)),
+        Ok(Arrival::Waits(waiter)) => waiter.admitted(stream.get_ref()).await,
+        Err(refused) => Err(refused),
+    };
+    match admitted {
         Ok((slot, evicted)) => {
             if evicted {
                 tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest (none of its request waiting)");

@@ -74,10 +74,27 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// A newcomer counted among those waiting, until dropped.
-struct Waiting<'a>(&'a Slots);
+/// Where a newcomer stands once it arrived ([`Slots::arrive`]).
+pub(super) enum Arrival {
+    /// It holds a slot; `true` when another lost it.
+    Admitted(Slot, bool),
+    /// At the cap, its request not in yet: it waits ([`Waiter::admitted`]).
+    Waits(Waiter),
+}
 
-impl Drop for Waiting<'_> {
+/// A newcomer waiting at the cap for its request or a free slot.
+pub(super) struct Waiter {
+    slots: Arc<Slots>,
+    activity: Activity,
+    unread: Option<Unread>,
+    deadline: Instant,
+    _counted: Counted,
+}
+
+/// A newcomer counted among those waiting, until dropped.
+struct Counted(Arc<Slots>);
+
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.held().waiting -= 1;
     }
@@ -142,47 +159,47 @@ impl Slots {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot for the newcomer on `stream`, whose bytes `activity` follows
-    /// (see [`Slots::admit`]): a free one at once; at the cap, once its
-    /// request is in its socket, another's. Until then it waits, counted
-    /// among at most `max` waiting, for its request or a free slot, until
-    /// `deadline`. Returns the slot and whether another lost it.
-    pub(super) async fn enter(
+    /// A newcomer whose bytes `activity` follows arrives (see
+    /// [`Slots::admit`]): it takes a free slot at once, or another's when
+    /// its request is in its socket already; else, at the cap, it waits
+    /// until `deadline`, counted among at most `max` waiting. Called in the
+    /// order connections are accepted, so that slots are taken in that
+    /// order.
+    pub(super) fn arrive(
         self: &Arc<Self>,
-        stream: &TcpStream,
         activity: Activity,
         unread: Option<Unread>,
         deadline: Instant,
-    ) -> Result<(Slot, bool), Refused> {
-        let mut waiting = None;
-        loop {
-            // Enabled before the slots are read, so that a slot freed
-            // after the read wakes this newcomer.
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            {
-                let mut held = self.held();
-                if held.by_id.len() < self.max || unread.as_ref().is_some_and(Unread::waiting) {
-                    return Ok(self.take(&mut held, activity, unread));
-                }
-                if waiting.is_none() {
-                    if held.waiting >= self.max {
-                        return Err(Refused::Crowded);
-                    }
-                    held.waiting += 1;
-                    waiting = Some(Waiting(self));
-                }
-            }
-            let mut first = [0u8; 1];
-            tokio::select! {
-                peeked = stream.peek(&mut first) => match peeked {
-                    Ok(n) if n > 0 => return Ok(self.admit(activity, unread)),
-                    _ => return Err(Refused::Gone),
-                },
-                () = &mut freed => {}
-                () = tokio::time::sleep_until(deadline) => return Err(Refused::Late),
-            }
+    ) -> Result<Arrival, Refused> {
+        let mut held = self.held();
+        if held.by_id.len() < self.max || unread.as_ref().is_some_and(Unread::waiting) {
+            let (slot, evicted) = self.take(&mut held, activity, unread);
+            return Ok(Arrival::Admitted(slot, evicted));
+        }
+        if held.waiting >= self.max {
+            return Err(Refused::Crowded);
+        }
+        held.waiting += 1;
+        Ok(Arrival::Waits(Waiter {
+            slots: self.clone(),
+            activity,
+            unread,
+            deadline,
+            _counted: Counted(self.clone()),
+        }))
+    }
+
+    /// A slot for this connection if one is free; else its parts back.
+    fn take_free(
+        self: &Arc<Self>,
+        activity: Activity,
+        unread: Option<Unread>,
+    ) -> Result<Slot, (Activity, Option<Unread>)> {
+        let mut held = self.held();
+        if held.by_id.len() < self.max {
+            Ok(self.take(&mut held, activity, unread).0)
+        } else {
+            Err((activity, unread))
         }
     }
 
@@ -256,6 +273,42 @@ impl Held {
             .find(|(.., h)| !h.has_unread())
             .or(by_idle.first())
             .map(|&(_, id, _)| id)
+    }
+}
+
+impl Waiter {
+    /// Waits for this newcomer's request on `stream` (then the holder idle
+    /// longest makes room, [`Slots::admit`]) or a free slot, until its
+    /// deadline. Returns its slot and whether another lost it.
+    pub(super) async fn admitted(self, stream: &TcpStream) -> Result<(Slot, bool), Refused> {
+        let Waiter {
+            slots,
+            activity,
+            unread,
+            deadline,
+            _counted,
+        } = self;
+        let mut parts = (activity, unread);
+        loop {
+            // Enabled before the slots are read, so that a slot freed
+            // after the read wakes this newcomer.
+            let freed = slots.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match slots.take_free(parts.0, parts.1) {
+                Ok(slot) => return Ok((slot, false)),
+                Err(back) => parts = back,
+            }
+            let mut first = [0u8; 1];
+            tokio::select! {
+                peeked = stream.peek(&mut first) => return match peeked {
+                    Ok(n) if n > 0 => Ok(slots.admit(parts.0, parts.1)),
+                    _ => Err(Refused::Gone),
+                },
+                () = &mut freed => {}
+                () = tokio::time::sleep_until(deadline) => return Err(Refused::Late),
+            }
+        }
     }
 }
 
@@ -372,12 +425,26 @@ mod tests {
         Instant::now() + Duration::from_secs(60)
     }
 
+    /// [`Slots::arrive`], then the wait of one that waits.
+    async fn enter(
+        slots: &Arc<Slots>,
+        stream: &TcpStream,
+        activity: Activity,
+        unread: Option<Unread>,
+        deadline: Instant,
+    ) -> Result<(Slot, bool), Refused> {
+        match slots.arrive(activity, unread, deadline)? {
+            Arrival::Admitted(slot, evicted) => Ok((slot, evicted)),
+            Arrival::Waits(waiter) => waiter.admitted(stream).await,
+        }
+    }
+
     #[tokio::test]
     async fn at_the_cap_a_newcomer_takes_no_slot_until_its_request_comes() {
         let slots = Slots::new(2);
         let holders = tcp_holders(&slots, 2).await;
         let (mut client, tracked, activity, unread) = newcomer().await;
-        let entering = slots.enter(tracked.get_ref(), activity, unread, in_a_minute());
+        let entering = enter(&slots, tracked.get_ref(), activity, unread, in_a_minute());
         tokio::pin!(entering);
         // It sends nothing: it waits, and no one loses a slot.
         assert!(futures::poll!(entering.as_mut()).is_pending());
@@ -402,7 +469,7 @@ mod tests {
         let slots = Slots::new(2);
         let mut holders = tcp_holders(&slots, 2).await;
         let (_client, tracked, activity, unread) = newcomer().await;
-        let entering = slots.enter(tracked.get_ref(), activity, unread, in_a_minute());
+        let entering = enter(&slots, tracked.get_ref(), activity, unread, in_a_minute());
         tokio::pin!(entering);
         assert!(futures::poll!(entering.as_mut()).is_pending());
         drop(holders.pop());
@@ -420,15 +487,14 @@ mod tests {
         let slots = Slots::new(1);
         let _holders = tcp_holders(&slots, 1).await;
         let (_first, tracked, activity, unread) = newcomer().await;
-        let waiting = slots.enter(tracked.get_ref(), activity, unread, in_a_minute());
+        let waiting = enter(&slots, tracked.get_ref(), activity, unread, in_a_minute());
         tokio::pin!(waiting);
         assert!(futures::poll!(waiting.as_mut()).is_pending());
         // One waits already (the bound is the cap, one): the next is closed.
         let (_second, tracked, activity, unread) = newcomer().await;
-        let crowded = slots
-            .enter(tracked.get_ref(), activity, unread, in_a_minute())
-            .await;
-        assert_eq!(crowded.err(), Some(Refused::Crowded));
+        drop(tracked);
+        let crowded = slots.arrive(activity, unread, in_a_minute());
+        assert!(matches!(crowded, Err(Refused::Crowded)));
         // Its client goes away before sending a request.
         drop(_first);
         let gone = tokio::time::timeout(Duration::from_secs(10), waiting)
@@ -438,7 +504,7 @@ mod tests {
         assert_eq!(slots.held().waiting, 0);
         let (_third, tracked, activity, unread) = newcomer().await;
         let deadline = Instant::now() + Duration::from_millis(100);
-        let late = slots.enter(tracked.get_ref(), activity, unread, deadline).await;
+        let late = enter(&slots, tracked.get_ref(), activity, unread, deadline).await;
         assert_eq!(late.err(), Some(Refused::Late));
         assert!(Instant::now() >= deadline);
         assert_eq!((slots.len(), slots.held().waiting), (1, 0));
