@@ -23,12 +23,13 @@ use tracing::Instrument;
 
 use super::idle::{Activity, Tracked};
 use super::readiness::Readiness;
-use super::slots::{Arrival, Refused, Slot, Slots, Unread};
+use super::slots::{Arrival, Slot, Slots, Unread};
 use crate::metrics::render;
 
 /// How long a connection has to deliver a request's headers, counted from
-/// when it opens or its previous response was sent. A connection that has
-/// not delivered them by then is closed without an answer; so is an idle
+/// when it takes its slot (as it opens, or after a wait at the cap: see
+/// [`MAX_CONNECTIONS`]) or its previous response was sent. A connection that
+/// has not delivered them by then is closed without an answer; so is an idle
 /// keep-alive connection (a scraper opens a new one next time).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -39,13 +40,15 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections served at once, so that clients which hold connections cost
 /// the stage a bounded number of sockets and tasks. At the cap, a new
-/// connection waits unserved, with at most as many others, for its request
-/// or a free slot; once its request comes, the connection that has moved no
-/// byte for longest is closed to make room (see [`slots`](super::slots) for
-/// why), so `/healthz` and `/readyz` answer however many idle connections
-/// others hold. A client that never sends a request waits for a slot for at
-/// most [`HEADER_READ_TIMEOUT`] and holds one for at most as long again; one
-/// that stops mid-request, for at most [`IDLE_TIMEOUT`].
+/// connection waits unserved for its request or a free slot (at most as
+/// many wait; a newer one takes the place of the one waiting longest); once
+/// its request comes, the connection that has moved no byte for longest is
+/// closed to make room (see [`slots`](super::slots) for why), so `/healthz`
+/// and `/readyz` answer however many idle connections others hold. A client
+/// that never sends a request waits for a slot for at most
+/// [`HEADER_READ_TIMEOUT`] and holds one for at most as long again; one that
+/// stops mid-request, for at most [`IDLE_TIMEOUT`]. With the second handle
+/// each keeps on its socket, about four file descriptors a slot.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long the accept loop waits after an error that is not about one
@@ -155,8 +158,9 @@ fn router(registry: Arc<Registry>, readiness: Option<Arc<Readiness>>) -> Router 
     app
 }
 
-/// Accepts connections until the runtime stops, each on a task of its own
-/// that takes it a slot (at the cap, once its request comes) and serves it.
+/// Accepts connections until the runtime stops: each takes a free slot here,
+/// in the order they came, or waits at the cap on a task of its own, which
+/// then serves it.
 async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
     let slots = Slots::new(limits.max_connections);
     loop {
@@ -193,20 +197,19 @@ async fn accept(listener: TcpListener, app: Router, limits: EndpointLimits) {
 async fn enter(
     stream: Tracked<TcpStream>,
     activity: Activity,
-    arrival: Result<Arrival, Refused>,
+    arrival: Arrival,
     peer: SocketAddr,
     app: Router,
     limits: EndpointLimits,
 ) {
     let admitted = match arrival {
-        Ok(Arrival::Admitted(slot, evicted)) => Ok((slot, evicted)),
-        Ok(Arrival::Waits(waiter)) => waiter.admitted(stream.get_ref()).await,
-        Err(refused) => Err(refused),
+        Arrival::Admitted(slot, evicted) => Ok((slot, evicted)),
+        Arrival::Waits(waiter) => waiter.admitted(stream.get_ref()).await,
     };
     match admitted {
         Ok((slot, evicted)) => {
             if evicted {
-                tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest (none of its request waiting)");
+                tracing::debug!(%peer, max = limits.max_connections, "metrics endpoint: at the connection cap; closed the connection idle longest to make room");
             }
             connection(stream, activity, app, limits, slot).await;
         }

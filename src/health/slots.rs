@@ -1,10 +1,13 @@
 //! The endpoint's connection slots: at most `max` connections are served at
 //! once. Under the cap a new connection takes a free slot at once. At the
-//! cap it takes one only once its request is in its socket: then the
-//! connection that has moved no byte for longest loses its slot and is
-//! closed (one whose own request waits unread is passed over while another
-//! can go). Until its request comes it waits unserved, with at most `max`
-//! others, for that or for a slot to free, up to its header deadline.
+//! cap it takes one only once its request's first bytes are in its socket:
+//! then the connection that has moved no byte for longest loses its slot and
+//! is closed (one whose own request waits unread is passed over while
+//! another can go). Until its request comes it waits unserved for that or a
+//! free slot, up to its header deadline. At most `max` wait: a newer one
+//! takes the place of the one waiting longest, which is closed. A free slot
+//! goes to whichever asks first, a newcomer or a waiter woken by the slot's
+//! release.
 //!
 //! Why evict rather than refuse: a probe cannot be told from any other
 //! client before its request is read, so a slot reserve for probes fills
@@ -21,9 +24,14 @@
 //! turn, every slot turned over in milliseconds, and a probe whose request
 //! came a few milliseconds after its connection (its thread descheduled)
 //! lost its slot before the request arrived. A newcomer that sends nothing
-//! takes no one's slot, so one eviction does not lead to the next.
+//! takes no one's slot, so one eviction does not lead to the next. Waiters
+//! make room for one another the other way round (the one waiting longest
+//! goes, not a newcomer): idle connections opened by the hundred, and not
+//! opened again, cannot keep a probe waiting; ones opened again as soon as
+//! they are closed turn the waiters over as they once turned the slots, but
+//! only past twice `max` of them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -47,15 +55,18 @@ pub(super) struct Slots {
 struct Held {
     next: u64,
     by_id: HashMap<u64, Holder>,
-    /// Newcomers waiting at the cap for their request or a free slot.
-    waiting: usize,
+    /// Newcomers waiting at the cap for their request or a free slot, by
+    /// when they came (their ids are slot ids not given to holders), each
+    /// with how to tell it that a newer one took its place.
+    waiting: BTreeMap<u64, CancellationToken>,
 }
 
 /// Why a newcomer got no slot; it is closed unanswered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refused {
-    /// At the cap, with its request not in yet and `max` others waiting.
-    Crowded,
+    /// It waited longest of `max` waiting when another came, its request
+    /// still not in.
+    Displaced,
     /// Its request did not come, nor a slot free, by its deadline.
     Late,
     /// It closed (or its socket failed) before sending a request.
@@ -65,8 +76,8 @@ pub(super) enum Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Refused::Crowded => {
-                "at the connection cap with as many connections waiting, its request not in yet"
+            Refused::Displaced => {
+                "it waited longest at the connection cap, its request not in, when a newer connection came"
             }
             Refused::Late => "no request and no free slot by its header deadline",
             Refused::Gone => "closed before sending a request",
@@ -88,15 +99,17 @@ pub(super) struct Waiter {
     activity: Activity,
     unread: Option<Unread>,
     deadline: Instant,
+    /// Fires when a newer newcomer took its place among those waiting.
+    displaced: CancellationToken,
     _counted: Counted,
 }
 
-/// A newcomer counted among those waiting, until dropped.
-struct Counted(Arc<Slots>);
+/// A newcomer counted among those waiting (under its id), until dropped.
+struct Counted(Arc<Slots>, u64);
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.held().waiting -= 1;
+        self.0.held().waiting.remove(&self.1);
     }
 }
 
@@ -162,31 +175,38 @@ impl Slots {
     /// A newcomer whose bytes `activity` follows arrives (see
     /// [`Slots::admit`]): it takes a free slot at once, or another's when
     /// its request is in its socket already; else, at the cap, it waits
-    /// until `deadline`, counted among at most `max` waiting. Called in the
-    /// order connections are accepted, so that slots are taken in that
-    /// order.
+    /// until `deadline`. At most `max` wait: the one waiting longest makes
+    /// room for it (that one is refused, [`Refused::Displaced`], unless its
+    /// request is in by then). Called in the order connections are
+    /// accepted, so that free slots are taken in that order.
     pub(super) fn arrive(
         self: &Arc<Self>,
         activity: Activity,
         unread: Option<Unread>,
         deadline: Instant,
-    ) -> Result<Arrival, Refused> {
+    ) -> Arrival {
         let mut held = self.held();
         if held.by_id.len() < self.max || unread.as_ref().is_some_and(Unread::waiting) {
             let (slot, evicted) = self.take(&mut held, activity, unread);
-            return Ok(Arrival::Admitted(slot, evicted));
+            return Arrival::Admitted(slot, evicted);
         }
-        if held.waiting >= self.max {
-            return Err(Refused::Crowded);
+        while held.waiting.len() >= self.max {
+            if let Some((_, displaced)) = held.waiting.pop_first() {
+                displaced.cancel();
+            }
         }
-        held.waiting += 1;
-        Ok(Arrival::Waits(Waiter {
+        let id = held.next;
+        held.next += 1;
+        let displaced = CancellationToken::new();
+        held.waiting.insert(id, displaced.clone());
+        Arrival::Waits(Waiter {
             slots: self.clone(),
             activity,
             unread,
             deadline,
-            _counted: Counted(self.clone()),
-        }))
+            displaced,
+            _counted: Counted(self.clone(), id),
+        })
     }
 
     /// A slot for this connection if one is free; else its parts back.
@@ -209,7 +229,7 @@ impl Slots {
     /// has none waiting loses its slot first (its [`Slot::evicted`] fires;
     /// when every holder has bytes waiting, the one idle longest); returns
     /// whether one did.
-    pub(super) fn admit(self: &Arc<Self>, activity: Activity, unread: Option<Unread>) -> (Slot, bool) {
+    fn admit(self: &Arc<Self>, activity: Activity, unread: Option<Unread>) -> (Slot, bool) {
         self.take(&mut self.held(), activity, unread)
     }
 
@@ -286,6 +306,7 @@ impl Waiter {
             activity,
             unread,
             deadline,
+            displaced,
             _counted,
         } = self;
         let mut parts = (activity, unread);
@@ -300,12 +321,16 @@ impl Waiter {
                 Err(back) => parts = back,
             }
             let mut first = [0u8; 1];
+            // Its request first: one that came as it was displaced or its
+            // deadline passed still takes a slot.
             tokio::select! {
+                biased;
                 peeked = stream.peek(&mut first) => return match peeked {
                     Ok(n) if n > 0 => Ok(slots.admit(parts.0, parts.1)),
                     _ => Err(Refused::Gone),
                 },
                 () = &mut freed => {}
+                () = displaced.cancelled() => return Err(Refused::Displaced),
                 () = tokio::time::sleep_until(deadline) => return Err(Refused::Late),
             }
         }
@@ -390,21 +415,22 @@ mod tests {
         holders
     }
 
-    /// Sends a request from `client` and waits until it is in the socket
-    /// of slot `id` (nothing reads it).
-    async fn send_unread(slots: &Slots, client: &mut tokio::net::TcpStream, id: u64) {
-        client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while !slots.held().by_id.get(&id).is_some_and(Holder::has_unread) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await
-        .expect("the request reached the socket");
+    /// Sends a request from a holder's client and waits until it is in the
+    /// socket of its served end (nothing reads it).
+    async fn send_unread(holder: &mut (tokio::net::TcpStream, Slot, Tracked<TcpStream>)) {
+        holder
+            .0
+            .write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), holder.2.get_ref().peek(&mut [0u8; 1]))
+            .await
+            .expect("the request reached the socket")
+            .unwrap();
     }
 
     /// A loopback connection not admitted yet: its client, and its served
-    /// end with the activity and second handle [`Slots::enter`] takes.
+    /// end with the activity and second handle [`Slots::arrive`] takes.
     async fn newcomer() -> (
         tokio::net::TcpStream,
         Tracked<TcpStream>,
@@ -433,7 +459,7 @@ mod tests {
         unread: Option<Unread>,
         deadline: Instant,
     ) -> Result<(Slot, bool), Refused> {
-        match slots.arrive(activity, unread, deadline)? {
+        match slots.arrive(activity, unread, deadline) {
             Arrival::Admitted(slot, evicted) => Ok((slot, evicted)),
             Arrival::Waits(waiter) => waiter.admitted(stream).await,
         }
@@ -451,7 +477,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(futures::poll!(entering.as_mut()).is_pending());
         assert!(holders.iter().all(|h| !h.1.evicted.is_cancelled()));
-        assert_eq!(slots.held().waiting, 1);
+        assert_eq!(slots.held().waiting.len(), 1);
         // Its request comes: the holder idle longest makes room.
         client.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
         let (_slot, evicted) = tokio::time::timeout(Duration::from_secs(10), entering)
@@ -461,7 +487,7 @@ mod tests {
         assert!(evicted);
         let fired: Vec<bool> = holders.iter().map(|h| h.1.evicted.is_cancelled()).collect();
         assert_eq!(fired, [true, false]);
-        assert_eq!((slots.len(), slots.held().waiting), (2, 0));
+        assert_eq!((slots.len(), slots.held().waiting.len()), (2, 0));
     }
 
     #[tokio::test]
@@ -483,31 +509,63 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn newcomers_past_the_waiting_bound_or_their_deadline_or_gone_are_refused() {
+    async fn past_the_waiting_bound_the_one_waiting_longest_makes_room_unless_its_request_came() {
+        let slots = Slots::new(1);
+        let holders = tcp_holders(&slots, 1).await;
+        let (_first_client, first, activity, unread) = newcomer().await;
+        let first = enter(&slots, first.get_ref(), activity, unread, in_a_minute());
+        tokio::pin!(first);
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        let (mut second_client, second_end, activity, unread) = newcomer().await;
+        let second = enter(&slots, second_end.get_ref(), activity, unread, in_a_minute());
+        tokio::pin!(second);
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        // At most as many wait as the cap, one: the first made room.
+        let first = tokio::time::timeout(Duration::from_secs(10), first)
+            .await
+            .unwrap();
+        assert_eq!(first.err(), Some(Refused::Displaced));
+        assert_eq!(slots.held().waiting.len(), 1);
+        // The second's request is in its socket; before its task looks, a
+        // third comes and displaces it: its request counts first.
+        second_client
+            .write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        second_end.get_ref().peek(&mut [0u8; 1]).await.unwrap();
+        let (_third_client, third_end, activity, unread) = newcomer().await;
+        let third = enter(&slots, third_end.get_ref(), activity, unread, in_a_minute());
+        tokio::pin!(third);
+        assert!(futures::poll!(third.as_mut()).is_pending());
+        let (_slot, evicted) = tokio::time::timeout(Duration::from_secs(10), second)
+            .await
+            .unwrap()
+            .expect("its request came before it was told it was displaced");
+        assert!(evicted && holders[0].1.evicted.is_cancelled());
+        assert!(futures::poll!(third.as_mut()).is_pending());
+        assert_eq!((slots.len(), slots.held().waiting.len()), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn a_waiter_whose_client_goes_or_whose_deadline_passes_is_refused() {
         let slots = Slots::new(1);
         let _holders = tcp_holders(&slots, 1).await;
-        let (_first, tracked, activity, unread) = newcomer().await;
+        let (client, tracked, activity, unread) = newcomer().await;
         let waiting = enter(&slots, tracked.get_ref(), activity, unread, in_a_minute());
         tokio::pin!(waiting);
         assert!(futures::poll!(waiting.as_mut()).is_pending());
-        // One waits already (the bound is the cap, one): the next is closed.
-        let (_second, tracked, activity, unread) = newcomer().await;
-        drop(tracked);
-        let crowded = slots.arrive(activity, unread, in_a_minute());
-        assert!(matches!(crowded, Err(Refused::Crowded)));
-        // Its client goes away before sending a request.
-        drop(_first);
+        drop(client);
         let gone = tokio::time::timeout(Duration::from_secs(10), waiting)
             .await
             .unwrap();
         assert_eq!(gone.err(), Some(Refused::Gone));
-        assert_eq!(slots.held().waiting, 0);
-        let (_third, tracked, activity, unread) = newcomer().await;
+        assert!(slots.held().waiting.is_empty());
+        let (_client, tracked, activity, unread) = newcomer().await;
         let deadline = Instant::now() + Duration::from_millis(100);
         let late = enter(&slots, tracked.get_ref(), activity, unread, deadline).await;
         assert_eq!(late.err(), Some(Refused::Late));
         assert!(Instant::now() >= deadline);
-        assert_eq!((slots.len(), slots.held().waiting), (1, 0));
+        assert_eq!((slots.len(), slots.held().waiting.len()), (1, 0));
     }
 
     #[tokio::test]
@@ -515,7 +573,7 @@ mod tests {
         let slots = Slots::new(3);
         let mut holders = tcp_holders(&slots, 3).await;
         // The idlest has sent its request; no task has read it yet.
-        send_unread(&slots, &mut holders[0].0, 0).await;
+        send_unread(&mut holders[0]).await;
         let (_, activity) = Tracked::new(tokio::io::duplex(64).1);
         let (_newcomer, evicted) = slots.admit(activity, None);
         assert!(evicted);
@@ -531,8 +589,8 @@ mod tests {
     async fn when_every_holder_has_a_request_waiting_the_idlest_goes() {
         let slots = Slots::new(2);
         let mut holders = tcp_holders(&slots, 2).await;
-        for (id, holder) in holders.iter_mut().enumerate() {
-            send_unread(&slots, &mut holder.0, id as u64).await;
+        for holder in holders.iter_mut() {
+            send_unread(holder).await;
         }
         let (_, activity) = Tracked::new(tokio::io::duplex(64).1);
         let (_newcomer, evicted) = slots.admit(activity, None);
