@@ -1,13 +1,13 @@
 //! The endpoint's connection slots: at most `max` connections are served at
-//! once. Under the cap a new connection takes a free slot at once. At the
-//! cap it takes one only once its request's first bytes are in its socket:
-//! then the connection that has moved no byte for longest loses its slot and
-//! is closed (one whose own request waits unread is passed over while
-//! another can go). Until its request comes it waits unserved for that or a
-//! free slot, up to its header deadline. At most `max` wait: a newer one
-//! takes the place of the one waiting longest, which is closed. A free slot
-//! goes to whichever asks first, a newcomer or a waiter woken by the slot's
-//! release.
+//! once. Under the cap a new connection takes a free slot at once. At the cap
+//! it takes one only once its request's first bytes are in its socket: then
+//! the connection that has moved no byte for longest loses its slot and is
+//! closed (one whose own request waits unread is passed over while another
+//! can go). Until its request comes it waits unserved for that or a free
+//! slot, up to its header deadline. At most `max` wait: a newer one takes the
+//! place of the one waiting longest, which is closed (unless its request, or
+//! a free slot, came first). A free slot goes to whichever asks first, a
+//! newcomer or a waiter woken by the slot's release.
 //!
 //! Why evict rather than refuse: a probe cannot be told from any other
 //! client before its request is read, so a slot reserve for probes fills
