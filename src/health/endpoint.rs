@@ -47,8 +47,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// and `/readyz` answer however many idle connections others hold. A client
 /// that never sends a request waits for a slot for at most
 /// [`HEADER_READ_TIMEOUT`] and holds one for at most as long again; one that
-/// stops mid-request, for at most [`IDLE_TIMEOUT`]. With the second handle
-/// each keeps on its socket, about four file descriptors a slot.
+/// stops mid-request, for at most [`IDLE_TIMEOUT`]. Those served and those
+/// waiting each keep a second handle on their socket: at most four file
+/// descriptors for each slot of the cap.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long the accept loop waits after an error that is not about one
