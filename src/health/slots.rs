@@ -95,21 +95,24 @@ pub(super) enum Arrival {
 
 /// A newcomer waiting at the cap for its request or a free slot.
 pub(super) struct Waiter {
-    slots: Arc<Slots>,
+    counted: Counted,
     activity: Activity,
     unread: Option<Unread>,
     deadline: Instant,
     /// Fires when a newer newcomer took its place among those waiting.
     displaced: CancellationToken,
-    _counted: Counted,
 }
 
-/// A newcomer counted among those waiting (under its id), until dropped.
-struct Counted(Arc<Slots>, u64);
+/// A newcomer counted among those waiting at `slots` (under its id), until
+/// dropped.
+struct Counted {
+    slots: Arc<Slots>,
+    id: u64,
+}
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.held().waiting.remove(&self.1);
+        self.slots.held().waiting.remove(&self.id);
     }
 }
 
@@ -200,12 +203,14 @@ impl Slots {
         let displaced = CancellationToken::new();
         held.waiting.insert(id, displaced.clone());
         Arrival::Waits(Waiter {
-            slots: self.clone(),
+            counted: Counted {
+                slots: self.clone(),
+                id,
+            },
             activity,
             unread,
             deadline,
             displaced,
-            _counted: Counted(self.clone(), id),
         })
     }
 
@@ -301,14 +306,16 @@ impl Waiter {
     /// longest makes room, [`Slots::admit`]) or a free slot, until its
     /// deadline. Returns its slot and whether another lost it.
     pub(super) async fn admitted(self, stream: &TcpStream) -> Result<(Slot, bool), Refused> {
+        // `counted` lives to the end: the newcomer is counted among those
+        // waiting until it has a slot or is refused.
         let Waiter {
-            slots,
+            counted,
             activity,
             unread,
             deadline,
             displaced,
-            _counted,
         } = self;
+        let slots = &counted.slots;
         let mut parts = (activity, unread);
         loop {
             // Enabled before the slots are read, so that a slot freed
