@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -34,10 +35,46 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The loopback LLM answers with the first such token of the request.
 TOKEN_RE = re.compile(r"TOKEN-[0-9a-f]{8,}")
 
-def free_port() -> int:
+#: Ports :func:`free_port` has given in this process.
+_GIVEN: set = set()
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1, free now and never given before in this process,
+    picked as the Rust suite's ``common::free_port`` picks: below the kernel's
+    ephemeral range when it leaves room, so that no outgoing connection takes
+    it before its server binds it. (Port 0 alone gave a node's broker and
+    controller listeners the same port once: the kernel hands a released port
+    out again.)"""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            below = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        below = 32768
+    lowest = 10_000
+    if below > lowest + 1000:
+        for _ in range(200):
+            port = random.randrange(lowest, below)
+            if port not in _GIVEN and _bindable(port):
+                _GIVEN.add(port)
+                return port
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no free port of 127.0.0.1 that was not given already in 400 tries")
 
 
 def _binary(env: str, name: str, fallbacks: List[Path]) -> str:
