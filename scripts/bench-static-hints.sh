@@ -61,19 +61,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-free_port() {
-  local port
-  for _ in $(seq 50); do
-    port=$((20000 + RANDOM % 30000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
-      && ! (exec 3<>"/dev/tcp/127.0.0.1/$((port + 1))") 2>/dev/null; then
-      echo "$port"
-      return 0
-    fi
-  done
-  echo "bench-static-hints: no free port found" >&2
-  return 1
-}
 
 if [ -n "$broker_cpus$side_cpus" ] && ! command -v taskset >/dev/null; then
   echo "bench-static-hints: --broker-cpus and --side-cpus need taskset (util-linux)" >&2
@@ -95,7 +82,7 @@ if [ -z "$binary" ]; then
   binary="$target/release/hintstream"
 fi
 
-port=$(free_port)
+port=$(scripts/free-port.sh)
 tables=$(mktemp)
 trap 'rm -f "$tables"; scripts/kafka.sh stop "$port"' EXIT
 scripts/kafka.sh start "$port" >/dev/null

@@ -70,20 +70,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-free_port() {
-  local port
-  for _ in $(seq 50); do
-    port=$((20000 + RANDOM % 30000))
-    # The node's controller listens on the next port.
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
-      && ! (exec 3<>"/dev/tcp/127.0.0.1/$((port + 1))") 2>/dev/null; then
-      echo "$port"
-      return 0
-    fi
-  done
-  echo "bench-step-path: no free port found" >&2
-  return 1
-}
 
 if [ -n "$broker_cpus$side_cpus" ] && ! command -v taskset >/dev/null; then
   echo "bench-step-path: --broker-cpus and --side-cpus need taskset (util-linux)" >&2
@@ -115,7 +101,7 @@ if [ -z "$binary" ] || [ ! -x "$target/release/examples/step_path" ]; then
 fi
 binary=${binary:-$target/release/hintstream}
 
-port=$(free_port)
+port=$(scripts/free-port.sh)
 tables=$(mktemp)
 wrapper=$(mktemp)
 runs=$(mktemp)

@@ -42,7 +42,6 @@ out="$(cd "$out" && pwd)"
 logs="$out/logs"
 
 say() { echo "rl-demo: $*" >&2; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 python=$(scripts/rl-venv.sh)
 scripts/kafka.sh install
@@ -53,8 +52,9 @@ if [ ! -x "$bin" ]; then
   cargo build --release --locked --bin hintstream >&2
 fi
 
-kafka_port="${RL_DEMO_KAFKA_PORT:-$(free_port)}"
-llm_port="${RL_DEMO_LLM_PORT:-$(free_port)}"
+kafka_port="${RL_DEMO_KAFKA_PORT:-$(scripts/free-port.sh)}"
+# Not the node's port, nor its controller's (the port after it).
+llm_port="${RL_DEMO_LLM_PORT:-$(scripts/free-port.sh "$kafka_port")}"
 stage_pids=()
 cleanup() {
   local pid

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prints a port of 127.0.0.1 for a server the calling script starts: no one listens on it or
+# on the port after it (a Kafka node from scripts/kafka.sh puts its controller there), and
+# neither is one of AVOID, nor the port after one of them (ports picked already for servers
+# not listening yet).
+#
+#   scripts/free-port.sh [AVOID...]
+#
+# Picked below the kernel's ephemeral range (where no outgoing connection takes it before
+# its server binds it), from 20000 up; at most 50 tries, then an error.
+set -euo pipefail
+
+read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral=32768
+low=20000
+span=$((ephemeral - 1 - low))
+[ "$span" -ge 1000 ] || span=30000
+
+taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+avoided() {
+  local a
+  for a in "${avoid[@]}"; do
+    if [ "$1" = "$a" ] || [ "$1" = "$((a + 1))" ] || [ "$(($1 + 1))" = "$a" ]; then
+      return 0
+    fi
+  done
+  return 1
+}
+
+avoid=("$@")
+for _ in $(seq 50); do
+  port=$((low + (RANDOM * 32768 + RANDOM) % span))
+  if ! avoided "$port" && ! taken "$port" && ! taken "$((port + 1))"; then
+    echo "$port"
+    exit 0
+  fi
+done
+echo "free-port: no free pair of ports of 127.0.0.1 in 50 tries" >&2
+exit 1
