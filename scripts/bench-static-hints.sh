@@ -61,7 +61,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-
 if [ -n "$broker_cpus$side_cpus" ] && ! command -v taskset >/dev/null; then
   echo "bench-static-hints: --broker-cpus and --side-cpus need taskset (util-linux)" >&2
   exit 2

@@ -52,8 +52,8 @@ if [ ! -x "$bin" ]; then
   cargo build --release --locked --bin hintstream >&2
 fi
 
-kafka_port="${RL_DEMO_KAFKA_PORT:-$(scripts/free-port.sh)}"
-# Not the node's port, nor its controller's (the port after it).
+# Neither takes the other's port, nor the node's controller's (the port after the node's).
+kafka_port="${RL_DEMO_KAFKA_PORT:-$(scripts/free-port.sh ${RL_DEMO_LLM_PORT:+"$RL_DEMO_LLM_PORT"})}"
 llm_port="${RL_DEMO_LLM_PORT:-$(scripts/free-port.sh "$kafka_port")}"
 stage_pids=()
 cleanup() {
