@@ -17,6 +17,8 @@ Configuration is layered: built-in defaults, then the config file
 (--config, or ./hintstream.toml when it exists), then environment variables
 HINTSTREAM_<SECTION>__<KEY> (for example HINTSTREAM_HINTS__GROUP_ID), then flags.
 `hintstream config` prints the result with secrets redacted.
+TOKIO_WORKER_THREADS sets the async runtime's worker threads (default: one a
+core the process may use, a CPU limit counted).
 
 Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration.";
 

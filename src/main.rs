@@ -90,6 +90,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = check_worker_threads() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -103,6 +107,25 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(Duration::from_secs(1));
     telemetry.shutdown();
     exit_code(result)
+}
+
+/// The environment variable tokio's runtime takes its number of worker
+/// threads from (one a core the process may use without it).
+const WORKER_THREADS_ENV: &str = "TOKIO_WORKER_THREADS";
+
+/// A [`WORKER_THREADS_ENV`] the runtime cannot use, as a usage error: the
+/// runtime itself panics on one.
+fn check_worker_threads() -> Result<(), String> {
+    let Some(value) = std::env::var_os(WORKER_THREADS_ENV) else {
+        return Ok(());
+    };
+    // Parsed as the runtime parses it.
+    match value.to_str().map(str::parse::<usize>) {
+        Some(Ok(n)) if n > 0 => Ok(()),
+        _ => Err(format!(
+            "{WORKER_THREADS_ENV} must be a whole number above 0 (the async runtime's worker threads), not {value:?}; unset it for one a core"
+        )),
+    }
 }
 
 /// What the command runs with, loaded before the runtime starts.

@@ -134,11 +134,36 @@ fn a_dollar_budget_with_an_unpriced_reachable_model_exits_2_naming_it() {
 }
 
 #[test]
+fn a_worker_thread_count_the_runtime_cannot_use_exits_2_naming_it() {
+    for bad in ["0", "four", "-1", ""] {
+        let out = hintstream()
+            .arg("config")
+            .env("TOKIO_WORKER_THREADS", bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(
+            err.contains("TOKIO_WORKER_THREADS must be a whole number above 0"),
+            "{bad:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{bad:?}: {err}");
+    }
+    let out = hintstream()
+        .arg("config")
+        .env("TOKIO_WORKER_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn help_explains_layering_and_exit_codes() {
     let out = hintstream().arg("--help").output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     for needle in [
         "HINTSTREAM_<SECTION>__<KEY>",
+        "TOKIO_WORKER_THREADS",
         "Exit codes",
         "record",
         "replay",
