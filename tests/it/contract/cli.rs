@@ -149,6 +149,18 @@ fn a_worker_thread_count_the_runtime_cannot_use_exits_2_naming_it() {
         );
         assert!(!err.contains("panicked"), "{bad:?}: {err}");
     }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let out = hintstream()
+            .arg("config")
+            .env("TOKIO_WORKER_THREADS", std::ffi::OsStr::from_bytes(b"\xff"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "not unicode: {err}");
+        assert!(err.contains("TOKIO_WORKER_THREADS must be"), "not unicode: {err}");
+    }
     let out = hintstream()
         .arg("config")
         .env("TOKIO_WORKER_THREADS", "1")
